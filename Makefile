@@ -1,0 +1,74 @@
+# tierscope — one install, the demo, the tests, the benchmarks.
+#
+#   make setup     install what is missing (apt as root, Python venv, native engine); idempotent
+#   make demo      run the demo (depends on setup)
+#   make test      the test suite (depends on setup); what CI runs
+#   make bench     the benchmarks in bench/ (each prints ratios against a peer run side by side)
+#   make fuzz      a longer fuzzing run of the tracer's protocol parsers
+#   make fidelity  the slow end-to-end fidelity checks that do not fit in `make test`
+
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+BIN   := $(VENV)/bin
+
+# Debian packages the lab starts, traces or compares against.
+APT_PACKAGES := nginx-light wrk tcpdump tshark mariadb-server mariadb-client \
+                postgresql-15 postgresql-client-15 postgresql-contrib iproute2 procps \
+                chromium
+
+ENGINE_SOURCES := $(shell find engine/src -name '*.rs' 2>/dev/null) engine/Cargo.toml
+PY_META        := pyproject.toml $(wildcard packaging/data/scripts/*)
+
+.PHONY: setup system-packages demo test test-python test-engine bench fuzz fidelity clean
+
+setup: system-packages $(VENV)/.installed
+
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "setup: installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	      || { echo "setup: apt-get install failed for:$$missing" >&2; exit 1; }; \
+	  else \
+	    echo "setup: not root, cannot install:$$missing (tests that need them will be skipped)" >&2; \
+	  fi; \
+	fi
+	@# Debian starts installed daemons; tierscope starts its own, on its own ports and data dirs.
+	@if [ "$$(id -u)" = 0 ]; then \
+	  for s in nginx mariadb postgresql; do service $$s stop >/dev/null 2>&1 || true; done; fi
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip 'maturin>=1.5,<2'
+
+# One install step builds the engine (maturin, bin bindings) and installs the package (editable).
+$(VENV)/.installed: $(VENV)/bin/python $(ENGINE_SOURCES) $(PY_META)
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+demo: setup
+	$(BIN)/tierscope demo
+
+test: setup test-engine test-python
+
+test-engine:
+	cd engine && cargo test --release -q
+
+test-python:
+	$(PY) -m pytest -q -m "not slow" tests
+
+fidelity: setup
+	$(PY) -m pytest -q -m slow tests
+
+bench: setup
+	@for b in bench/*; do [ -x "$$b" ] && [ -f "$$b" ] || continue; echo "== $$b"; PATH="$(CURDIR)/$(BIN):$$PATH" "$$b" || exit 1; done
+
+fuzz: setup
+	cd engine && cargo +nightly fuzz run parsers -- -max_total_time=600 2>/dev/null || \
+	  echo "fuzz: needs cargo-fuzz and a nightly toolchain (cargo install cargo-fuzz)"
+
+clean:
+	rm -rf $(VENV) engine/target .pytest_cache

@@ -1,0 +1,50 @@
+//! `tierscope-engine`: the hot paths of tierscope, in one binary.
+//!
+//! * `load`  — the workload generator: closed-loop emulated users walking a Markov chain of
+//!   pages with think times (RUBBoS / TPC-W), or open-loop Poisson / bursty (MMPP) arrivals.
+//!   Writes one row per request (the `client_requests` table) and live progress as JSON lines.
+//! * `trace` — the passive network tracer: reads a pcap/pcapng capture and turns every TCP
+//!   request/response exchange (HTTP/1.1, PostgreSQL, MySQL/MariaDB) into the `requests` table.
+//!
+//! The Python package `tierscope` drives both; users rarely call this binary directly.
+
+use clap::{Parser, Subcommand};
+
+mod load;
+mod trace;
+
+#[derive(Parser)]
+#[command(name = "tierscope-engine", version, about = "tierscope's native engine (workload generator and passive tracer)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Drive an HTTP system with emulated users described by a workload TOML file.
+    Load(load::LoadArgs),
+    /// Turn a pcap/pcapng capture into the `requests` table (one row per exchange).
+    Trace(trace::TraceArgs),
+    /// Print the engine version.
+    Version,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Load(args) => load::run(args),
+        Command::Trace(args) => trace::run(args),
+        Command::Version => {
+            println!("tierscope-engine {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(err) => {
+            eprintln!("tierscope-engine: error: {err:#}");
+            std::process::exit(2);
+        }
+    }
+}
