@@ -1,0 +1,1 @@
+"""The testbed: hosts (network namespaces + cgroups) on one bridge, capture, resource monitor."""
