@@ -10,7 +10,9 @@
 
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "load")]
 mod load;
+#[cfg(feature = "trace")]
 mod trace;
 
 #[derive(Parser)]
@@ -22,8 +24,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    #[cfg(feature = "load")]
     /// Drive an HTTP system with emulated users described by a workload TOML file.
     Load(load::LoadArgs),
+    #[cfg(feature = "trace")]
     /// Turn a pcap/pcapng capture into the `requests` table (one row per exchange).
     Trace(trace::TraceArgs),
     /// Print the engine version.
@@ -33,7 +37,9 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        #[cfg(feature = "load")]
         Command::Load(args) => load::run(args),
+        #[cfg(feature = "trace")]
         Command::Trace(args) => trace::run(args),
         Command::Version => {
             println!("tierscope-engine {}", env!("CARGO_PKG_VERSION"));
