@@ -1,0 +1,204 @@
+"""What every real server program the lab runs has in common.
+
+A `Service` writes its configuration from parameters, starts its program in the foreground inside
+a `Host` (loopback or a network namespace with cgroups), waits until it answers, stops it (also on
+failure and Ctrl-C), and knows where its logs are. Subclasses say how: `prepare()` (config files,
+data directory), `command()` (the foreground argv), `healthy()`, and optionally `stop_signal`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from tierscope.testbed.host import Host
+
+
+class ServiceError(RuntimeError):
+    """A service failed to start, answer or stop; the message carries the tail of its log."""
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last `lines` lines of a text file ('' when missing)."""
+    try:
+        data = path.read_bytes()[-16384:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def tcp_answers(address: str, port: int, timeout: float = 0.5) -> bool:
+    """True when a TCP connection to address:port is accepted."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and all its live descendant process ids (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if os.path.exists(f"/proc/{p}"):
+            out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+class Service:
+    """A real server program started, checked and stopped by tierscope."""
+
+    #: short program name, used for the default server name and log file names
+    kind: str = "service"
+    #: signal asking the program to shut down cleanly
+    stop_signal: int = signal.SIGTERM
+    #: seconds to wait for health after start
+    start_timeout: float = 60.0
+
+    def __init__(self, host: Host, port: int, workdir: str | Path, name: str | None = None):
+        self.host = host
+        self.port = int(port)
+        self.workdir = Path(workdir).absolute()
+        self.name = name or f"{self.kind}@{host.name}"
+        self.proc: subprocess.Popen | None = None
+        self._console: Path = self.workdir / f"{self.kind}.console.log"
+
+    # --- what subclasses provide -------------------------------------------------------------
+    def prepare(self) -> None:
+        """Write configuration and create the data directory (idempotent)."""
+
+    def command(self) -> list[str]:
+        """The argv that runs the program in the foreground."""
+        raise NotImplementedError
+
+    def healthy(self) -> bool:
+        """True when the program answers on its port."""
+        return tcp_answers(self.host.address, self.port)
+
+    def after_start(self) -> None:
+        """Work to do once the program answers (create users, databases...)."""
+
+    def logs(self) -> dict[str, Path]:
+        """Log files by name (only those that exist)."""
+        return {k: p for k, p in {"console": self._console}.items() if p.exists()}
+
+    def env(self) -> dict[str, str] | None:
+        return None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        return f"{self.host.address}:{self.port}"
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> "Service":
+        """Prepare, start in the foreground inside the host, and wait until healthy."""
+        if self.running():
+            return self
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.prepare()
+        if tcp_answers(self.host.address, self.port, timeout=0.2):
+            raise ServiceError(f"{self.name}: port {self.address} is already in use")
+        console = open(self._console, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                self.host.wrap(self.command()),
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=self.env(),
+            )
+        finally:
+            console.close()
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServiceError(
+                    f"{self.name}: exited with status {self.proc.returncode} while starting\n"
+                    + self._log_tail()
+                )
+            if self.healthy():
+                try:
+                    self.after_start()
+                except Exception as err:
+                    self.stop()
+                    raise ServiceError(f"{self.name}: started but setup failed: {err}") from err
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise ServiceError(
+            f"{self.name}: not healthy after {self.start_timeout:.0f} s on {self.address}\n"
+            + self._log_tail()
+        )
+
+    def pids(self) -> list[int]:
+        """The program's process and all its children (e.g. for SIGSTOP of a whole tier)."""
+        if not self.running():
+            return []
+        return descendants(self.proc.pid)  # type: ignore[union-attr]
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Ask the program to stop, wait, then kill its whole process group if it lingers."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            for pid in self.pids():  # a paused (SIGSTOPped) tier must be able to hear us
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            try:
+                os.kill(self.proc.pid, self.stop_signal)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # leftovers of the session (workers, forked helpers)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+
+    def _log_tail(self) -> str:
+        parts = []
+        for name, path in self.logs().items():
+            text = tail(path)
+            if text:
+                parts.append(f"--- {name} ({path}) ---\n{text}")
+        return "\n".join(parts)
+
+    def __enter__(self) -> "Service":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running() else "stopped"
+        return f"<{type(self).__name__} {self.name} {self.address} {state}>"

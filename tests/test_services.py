@@ -1,0 +1,99 @@
+"""The real servers the lab runs: each starts on loopback, answers, and stops leaving nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import urllib.request
+
+import pytest
+
+from tierscope.services.base import ServiceError, tcp_answers
+from tierscope.services.mariadb import MariaDB
+from tierscope.services.nginx import Nginx
+from tierscope.services.postgres import Postgres, pg_bindir
+from tierscope.testbed.host import Host
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="servers run as their own OS users: needs root")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"), reason="nginx not installed")
+def test_nginx_serves_static_files_and_logs_each_request(tmp_path):
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "index.html").write_text("hello tierscope\n")
+    port = free_port()
+    with Nginx(Host.loopback(), port, tmp_path / "nginx", root=root) as web:
+        for _ in range(7):
+            with urllib.request.urlopen(f"{web.url}/index.html") as r:
+                assert r.read() == b"hello tierscope\n"
+                assert r.headers["X-Request-Id"]
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{web.url}/missing")
+        assert err.value.code == 404
+        pids = web.pids()
+        assert len(pids) >= 2  # master and one worker
+    assert not tcp_answers("127.0.0.1", port)
+    assert not any(os.path.exists(f"/proc/{p}") for p in pids)
+    lines = (tmp_path / "nginx" / "access.log").read_text().splitlines()
+    assert len(lines) == 8  # the health checks are not logged
+    statuses = [line.split()[5] for line in lines]
+    assert statuses.count("200") == 7 and statuses.count("404") == 1
+    msec, request_time = float(lines[0].split()[1]), float(lines[0].split()[2])
+    assert 1.6e9 < msec < 4e9 and 0 <= request_time < 5
+
+
+def test_nginx_rejects_unknown_balance(tmp_path):
+    with pytest.raises(ValueError, match="least_conn"):
+        Nginx(Host.loopback(), 1, tmp_path, balance="random")
+
+
+@needs_root
+def test_postgres_starts_answers_sql_and_stops(tmp_path):
+    pg_bindir()
+    port = free_port()
+    with Postgres(Host.loopback(), port, tmp_path / "pg", fsync=False) as pg:
+        pg.create_database("lab")
+        pg.create_database("lab")  # idempotent
+        pg.sql("create table t (i int)", db="lab")
+        pg.sql("insert into t select generate_series(1, 100)", db="lab")
+        assert pg.sql("select sum(i) from t", db="lab") == [(5050,)]
+        pids = pg.pids()
+    assert not tcp_answers("127.0.0.1", port)
+    assert not any(os.path.exists(f"/proc/{p}") for p in pids)
+
+
+@needs_root
+@pytest.mark.skipif(not os.path.exists("/usr/sbin/mariadbd"), reason="mariadb-server not installed")
+def test_mariadb_starts_answers_sql_over_tcp_and_stops(tmp_path):
+    import pymysql
+
+    port = free_port()
+    with MariaDB(Host.loopback(), port, tmp_path / "maria", durable=False) as db:
+        db.create_database("lab")
+        conn = pymysql.connect(**db.connect_args("lab"), autocommit=True)
+        with conn.cursor() as cur:
+            cur.execute("create table t (i int)")
+            cur.executemany("insert into t values (%s)", [(i,) for i in range(1, 101)])
+            cur.execute("select sum(i) from t")
+            assert int(cur.fetchone()[0]) == 5050
+        conn.close()
+        pids = db.pids()
+    assert not tcp_answers("127.0.0.1", port)
+    assert not any(os.path.exists(f"/proc/{p}") for p in pids)
+
+
+def test_port_in_use_is_a_clear_error(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ServiceError, match="already in use"):
+            Nginx(Host.loopback(), port, tmp_path / "n").start()
