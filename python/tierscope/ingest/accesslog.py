@@ -6,8 +6,8 @@ millisecond resolution) and ``$request_time`` the time since the first byte of t
 read, so **arrival = $msec - $request_time** and departure = ``$msec`` (both exact integers of
 milliseconds; no floating point). The expected format (docs/importers.md)::
 
-    log_format tierscope '$msec $request_time $request_id $status $request_length $bytes_sent '
-                         '$remote_addr:$remote_port $connection "$request"';
+    log_format tierscope '$remote_addr $msec $request_time $upstream_response_time $request_id $status '
+                         '$body_bytes_sent $request_length $connection $connection_requests "$request"';
 
 Apache's ``%{begin:usec}t`` is the start of the request in microseconds since the epoch and ``%D`` the
 time taken in microseconds, so arrival = begin and departure = begin + %D::
@@ -32,8 +32,9 @@ from pathlib import Path
 from tierscope.ingest.registry import Format, register_format
 from tierscope.ingest.result import FormatError, RequestSink
 
-NGINX_FORMAT = ('$msec $request_time $request_id $status $request_length $bytes_sent '
-                '$remote_addr:$remote_port $connection "$request"')
+#: The format `tierscope.services.nginx` configures (kept equal to it; tested).
+NGINX_FORMAT = ('$remote_addr $msec $request_time $upstream_response_time $request_id $status '
+                '$body_bytes_sent $request_length $connection $connection_requests "$request"')
 APACHE_FORMAT = '%{begin:usec}t %D %>s %I %O %a:%{remote}p %{c}L "%r"'
 
 _NGINX_VAR = re.compile(r"\$([A-Za-z0-9_]+)")
@@ -41,7 +42,8 @@ _APACHE_DIRECTIVE = re.compile(r"%(?:\{([^}]*)\})?[<>]?([a-zA-Z])")
 _NGINX_FIELDS = {
     "msec": r"\d+\.\d+", "request_time": r"\d+(?:\.\d+)?", "status": r"\d{3}",
     "request_length": r"\d+|-", "bytes_sent": r"\d+|-", "body_bytes_sent": r"\d+|-", "connection": r"\d+|-",
-    "remote_port": r"\d+|-",
+    "remote_port": r"\d+|-", "connection_requests": r"\d+|-",
+    "upstream_response_time": r"(?:[\d.]+|-)(?:(?:, | : )(?:[\d.]+|-))*",
 }
 #: Apache directive -> our field name.
 _APACHE_NAMES = {
@@ -143,7 +145,7 @@ def _read(path: Path, sink: RequestSink, regex: re.Pattern, names: list[str], ki
             sink.add(
                 tier=tier, server=server, arrival_ns=arrival, departure_ns=departure,
                 request_id=rid if rid not in (None, "", "-") else None, label=_label(g.get("request")),
-                status=g.get("status"), bytes_in=_int(g.get("request_length")), bytes_out=_int(g.get("bytes_sent")),
+                status=g.get("status"), bytes_in=_int(g.get("request_length")), bytes_out=_int(g.get("bytes_sent") or g.get("body_bytes_sent")),
                 client=f"{addr}:{port}" if addr and port and port != "-" else addr, conn=_int(g.get("connection")),
             )
     if matched == 0 and seen > 0:
@@ -172,7 +174,7 @@ def _first_line(head: bytes) -> str:
     return ""
 
 
-_NGINX_PREFIX = re.compile(r"^\d{9,11}\.\d{3} \d+\.\d{3} ")
+_NGINX_PREFIX = re.compile(r"^(?:\S+ )?\d{9,11}\.\d{3} \d+\.\d{3} ")
 _APACHE_PREFIX = re.compile(r"^\d{15,17} \d+ ")
 
 
