@@ -20,7 +20,7 @@ def test_requests_and_client_requests(tmp_path):
     assert len(rows) == 5 and result.records == 5 and result.skipped == 0
     assert [r["departure_ns"] for r in rows if r["tier"] == "db"] == [4, 8, 20]
     client = [r for r in rows if r["tier"] == "client"]
-    assert [(r["label"], r["arrival_ns"], r["end"] if False else r["departure_ns"], r["status"], r["client"])
+    assert [(r["label"], r["arrival_ns"], r["departure_ns"], r["status"], r["client"])
             for r in client] == [("Home", 0, 30, "200", "user1"), ("Story", 3, 40, "503", "user2")]
     bad = tmp_path / "resources.parquet"
     tables.write(pa.table({"ts_ns": [1], "host": ["h"], "metric": ["cpu"], "value": [1.0], "unit": ["%"]}),

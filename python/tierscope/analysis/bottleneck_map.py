@@ -1,0 +1,99 @@
+"""The bottleneck map over a grid of configurations (seed 000 §3, Fig. 2 and Fig. 3).
+
+For each configuration (a topology such as ``1/2/1/2M``) the experiment gives a maximum
+throughput (black-box) and, at the workload level of that maximum, each resource's share of time
+above 95 % utilisation (white-box). From these:
+
+* the **primary bottleneck** of a configuration is the resource with the largest share above 95 %
+  at its maximum-throughput level, provided that share reaches `min_share` (default 0.5, the
+  "majority of values in the top five percent" of seed 000); else the configuration has *no
+  saturated resource* (seed 001's case: look at the fine-grained analysis);
+* **groups** of configurations with similar maximum throughput: sort by maximum throughput and
+  start a new group wherever the next value exceeds the previous one by more than `tolerance`
+  (relative, default 10 %). Seed 000 reads its three groups off Fig. 3 this way: moving from one
+  group to the next (adding a database server, then an application server) raises throughput;
+  within a group adding servers does not.
+
+A resource's host name maps to its tier by its prefix (``db2`` -> ``db``, ``mw1`` -> ``middleware``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+_TIER_PREFIX = (("mw", "middleware"), ("middleware", "middleware"), ("web", "web"), ("app", "app"), ("db", "db"))
+
+
+def tier_of_host(host: str) -> str:
+    """The tier a host name belongs to by its prefix (web1 -> web, mw1 -> middleware); else the name."""
+    name = host.lower()
+    for prefix, tier in _TIER_PREFIX:
+        if re.match(rf"^{prefix}\d*($|[-_@.])", name) or name == prefix:
+            return tier
+    return re.sub(r"\d+$", "", name) or name
+
+
+@dataclass(frozen=True)
+class ConfigurationResult:
+    """One configuration of the grid: its topology, maximum throughput, and the share of time above
+    95 % of each resource ``(host, metric)`` at the maximum-throughput level."""
+
+    config: str
+    max_throughput: float
+    shares: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+
+def primary_bottleneck(shares: Mapping[tuple[str, str], float], min_share: float = 0.5) -> tuple[str | None, float]:
+    """``("<tier> <metric>", share)`` of the most saturated resource, or ``(None, best share)``."""
+    if not shares:
+        return None, 0.0
+    (host, metric), share = max(shares.items(), key=lambda kv: (kv[1], kv[0]))
+    if share < min_share:
+        return None, float(share)
+    return f"{tier_of_host(host)} {metric}", float(share)
+
+
+def throughput_groups(max_throughput: Mapping[str, float], tolerance: float = 0.10) -> dict[str, int]:
+    """Group numbers (1 = lowest throughput) of configurations with similar maximum throughput."""
+    items = sorted(max_throughput.items(), key=lambda kv: kv[1])
+    groups: dict[str, int] = {}
+    group, previous = 0, None
+    for config, x in items:
+        if previous is None or x > previous * (1.0 + tolerance):
+            group += 1
+        groups[config] = group
+        previous = x
+    return groups
+
+
+def _counts(config: str) -> dict[str, int | None]:
+    try:
+        from tierscope.spec import parse_notation
+
+        parsed = parse_notation(config)
+        return {t: parsed[t]["count"] for t in ("web", "app", "middleware", "db")}
+    except Exception:  # not in #W/#A/#C/#D notation: the map still works, without grid coordinates
+        return {"web": None, "app": None, "middleware": None, "db": None}
+
+
+MAP_SCHEMA = pa.schema([
+    ("config", pa.string()), ("web", pa.int64()), ("app", pa.int64()), ("middleware", pa.int64()),
+    ("db", pa.int64()), ("max_throughput", pa.float64()), ("bottleneck", pa.string()),
+    ("bottleneck_share", pa.float64()), ("group", pa.int64()),
+])
+
+
+def bottleneck_map(results: Sequence[ConfigurationResult], tolerance: float = 0.10,
+                   min_share: float = 0.5) -> pa.Table:
+    """One row per configuration: server counts, maximum throughput, primary bottleneck, group."""
+    groups = throughput_groups({r.config: r.max_throughput for r in results}, tolerance)
+    rows = []
+    for r in results:
+        name, share = primary_bottleneck(r.shares, min_share)
+        rows.append({"config": r.config, **_counts(r.config), "max_throughput": float(r.max_throughput),
+                     "bottleneck": name, "bottleneck_share": share, "group": groups[r.config]})
+    return pa.Table.from_pylist(rows, schema=MAP_SCHEMA)
