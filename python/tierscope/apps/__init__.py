@@ -1,0 +1,1 @@
+"""Applications tierscope builds and serves as systems under test."""

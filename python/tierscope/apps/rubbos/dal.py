@@ -1,0 +1,274 @@
+"""One data-access module for RUBBoS over PostgreSQL (psycopg 3 + psycopg_pool) and MariaDB
+(PyMySQL with a bounded pool), chosen by configuration.
+
+Every statement is parameterised (`%s` placeholders in both drivers) and gets the request id
+appended as a trailing sqlcommenter comment, `/*request_id='<url-encoded id>'*/`, so a passive
+tracer can link each query to the page that caused it.
+
+A request takes one connection for its whole duration (like a servlet taking one JDBC connection
+from its pool): `with db.session(request_id) as s: s.query(...)`. The pool per process is bounded
+(`pool_size`); waiting longer than `pool_timeout_s` for a connection raises `PoolTimeout`.
+All statements run in autocommit mode, as in the original (no explicit transactions).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+from urllib.parse import quote
+
+DBMS = ("postgresql", "mariadb")
+
+
+class DatabaseError(RuntimeError):
+    """A statement failed (wraps the driver's error)."""
+
+
+class PoolTimeout(DatabaseError):
+    """No connection became free within the pool timeout."""
+
+
+class DuplicateKey(DatabaseError):
+    """An INSERT violated a unique constraint."""
+
+
+@dataclass(frozen=True)
+class DbConfig:
+    dbms: str = "postgresql"
+    host: str = "127.0.0.1"
+    port: int = 5432
+    user: str = "postgres"
+    password: str = ""
+    database: str = "rubbos"
+    pool_size: int = 8
+    pool_timeout_s: float = 10.0
+
+    def __post_init__(self):
+        if self.dbms not in DBMS:
+            raise ValueError(f"dbms: expected one of {DBMS}, got {self.dbms!r}")
+        if self.pool_size < 1:
+            raise ValueError(f"pool_size: expected >= 1, got {self.pool_size}")
+
+
+def sqlcomment(request_id: str | None) -> str:
+    """The trailing sqlcommenter comment for a request id ('' when None).
+
+    The id is URL-encoded (so it can never close the comment) and `%` is doubled because both
+    drivers treat the statement as a `%s` format string.
+    """
+    if not request_id:
+        return ""
+    return " /*request_id='" + quote(request_id, safe="").replace("%", "%%") + "'*/"
+
+
+def like_prefix(word: str) -> str:
+    """A LIKE pattern matching values that start with `word` (wildcards in `word` escaped)."""
+    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def like_prefix10(word: str) -> str:
+    """The pattern for left(col, 10) that matches exactly when col LIKE like_prefix(word)."""
+    head = word[:10]
+    esc = head.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return esc if len(word) >= 10 else esc + "%"
+
+
+class Session:
+    """One request's use of one pooled connection."""
+
+    def __init__(self, db: "Database", conn: Any, request_id: str | None):
+        self.db = db
+        self.conn = conn
+        self.comment = sqlcomment(request_id)
+        self.statements = 0
+
+    def _run(self, sql: str, params: tuple):
+        self.statements += 1
+        return self.db._execute(self.conn, sql + self.comment, tuple(params))
+
+    def query(self, sql: str, params: tuple = ()) -> list[dict]:
+        """Rows of a SELECT as dicts."""
+        cur = self._run(sql, params)
+        try:
+            return list(cur.fetchall())
+        finally:
+            cur.close()
+
+    def one(self, sql: str, params: tuple = ()) -> dict | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    def execute(self, sql: str, params: tuple = ()) -> int:
+        """Run an UPDATE/DELETE; return the number of rows it changed."""
+        cur = self._run(sql, params)
+        try:
+            return cur.rowcount
+        finally:
+            cur.close()
+
+    def insert(self, sql: str, params: tuple = ()) -> int:
+        """Run an INSERT of one row into a table with an `id` column; return the new id."""
+        if self.db.config.dbms == "postgresql":
+            cur = self._run(sql + " RETURNING id", params)
+            try:
+                return int(cur.fetchone()["id"])
+            finally:
+                cur.close()
+        cur = self._run(sql, params)
+        try:
+            return int(cur.lastrowid)
+        finally:
+            cur.close()
+
+
+class Database:
+    """A bounded pool of connections to the RUBBoS database."""
+
+    def __init__(self, config: DbConfig):
+        self.config = config
+        self.dbms = config.dbms
+        if config.dbms == "postgresql":
+            self._impl = _PostgresPool(config)
+        else:
+            self._impl = _MariaPool(config)
+
+    @contextmanager
+    def session(self, request_id: str | None = None) -> Iterator[Session]:
+        conn = self._impl.get()
+        ok = True
+        try:
+            yield Session(self, conn, request_id)
+        except DatabaseError as err:
+            ok = not getattr(err, "broken", False)
+            raise
+        except BaseException:
+            ok = False
+            raise
+        finally:
+            self._impl.put(conn, ok)
+
+    def _execute(self, conn, sql: str, params: tuple):
+        return self._impl.execute(conn, sql, params)
+
+    def close(self) -> None:
+        self._impl.close()
+
+
+class _PostgresPool:
+    def __init__(self, config: DbConfig):
+        import psycopg
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        self.psycopg = psycopg
+        conninfo = psycopg.conninfo.make_conninfo(
+            host=config.host, port=config.port, user=config.user, dbname=config.database,
+            password=config.password or None, connect_timeout=5,
+        )
+        self.timeout = config.pool_timeout_s
+        self.pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=config.pool_size,
+            timeout=config.pool_timeout_s,
+            kwargs={"autocommit": True, "prepare_threshold": None, "row_factory": dict_row},
+            open=True,
+            name="rubbos",
+        )
+
+    def get(self):
+        from psycopg_pool import PoolTimeout as PgPoolTimeout
+
+        try:
+            return self.pool.getconn(timeout=self.timeout)
+        except PgPoolTimeout as err:
+            raise PoolTimeout(f"no database connection free within {self.timeout} s") from err
+
+    def put(self, conn, ok: bool) -> None:
+        self.pool.putconn(conn)  # the pool discards connections that are broken
+
+    def execute(self, conn, sql: str, params: tuple):
+        psycopg = self.psycopg
+        try:
+            return conn.execute(sql, params)
+        except psycopg.errors.UniqueViolation as err:
+            raise DuplicateKey(str(err).strip()) from err
+        except psycopg.Error as err:
+            raise DatabaseError(f"{type(err).__name__}: {str(err).strip()}") from err
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class _MariaPool:
+    """A bounded pool of PyMySQL connections: at most `pool_size` exist at once."""
+
+    def __init__(self, config: DbConfig):
+        import pymysql
+
+        self.pymysql = pymysql
+        self.config = config
+        self.idle: queue.LifoQueue = queue.LifoQueue()
+        self.slots = threading.BoundedSemaphore(config.pool_size)
+        self.closed = False
+
+    def _connect(self):
+        c = self.config
+        return self.pymysql.connect(
+            host=c.host, port=c.port, user=c.user, password=c.password, database=c.database,
+            autocommit=True, charset="utf8mb4", connect_timeout=5,
+            cursorclass=self.pymysql.cursors.DictCursor,
+        )
+
+    def get(self):
+        if not self.slots.acquire(timeout=self.config.pool_timeout_s):
+            raise PoolTimeout(f"no database connection free within {self.config.pool_timeout_s} s")
+        try:
+            return self.idle.get_nowait()
+        except queue.Empty:
+            pass
+        try:
+            return self._connect()
+        except self.pymysql.Error as err:
+            self.slots.release()
+            raise DatabaseError(f"cannot connect to MariaDB: {err}") from err
+
+    def put(self, conn, ok: bool) -> None:
+        if ok and conn.open and not self.closed:
+            self.idle.put(conn)
+        else:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self.slots.release()
+
+    def execute(self, conn, sql: str, params: tuple):
+        pymysql = self.pymysql
+        cur = conn.cursor()
+        try:
+            cur.execute(sql, params)
+            return cur
+        except pymysql.err.IntegrityError as err:
+            cur.close()
+            if err.args and err.args[0] == 1062:
+                raise DuplicateKey(str(err)) from err
+            raise DatabaseError(f"IntegrityError: {err}") from err
+        except pymysql.Error as err:
+            cur.close()
+            e = DatabaseError(f"{type(err).__name__}: {err}")
+            e.broken = isinstance(err, (pymysql.err.OperationalError, pymysql.err.InterfaceError))
+            raise e from err
+
+    def close(self) -> None:
+        self.closed = True
+        while True:
+            try:
+                self.idle.get_nowait().close()
+            except queue.Empty:
+                break
+            except Exception:
+                pass
