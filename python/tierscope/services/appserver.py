@@ -1,0 +1,155 @@
+"""The application server: gunicorn with gthread workers running the RUBBoS WSGI application.
+
+The soft resources the seed papers turn are parameters: `workers` (processes), `threads` per
+worker (like Tomcat's maxThreads: requests in service at once per worker) and `pool_size`, the
+bounded database connection pool of each worker (like the servlets' connection pool). `backlog`
+bounds the accept queue. The app records its GC pauses and injected pauses as `events` rows in
+`events_dir` (one JSON-lines file per worker; `events()` reads them as one table).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+from tierscope.apps.rubbos.dal import DbConfig
+from tierscope.services.base import Service
+from tierscope.testbed.host import Host
+
+APP = "tierscope.apps.rubbos.app:create_app()"
+
+
+def _has_setting(name: str) -> bool:
+    from gunicorn.config import KNOWN_SETTINGS
+
+    return any(s.name == name for s in KNOWN_SETTINGS)
+
+
+class AppServer(Service):
+    """gunicorn (gthread) serving RUBBoS on host:port."""
+
+    kind = "appserver"
+    start_timeout = 60.0
+
+    def __init__(
+        self,
+        host: Host,
+        port: int,
+        workdir: str | Path,
+        *,
+        db: DbConfig,
+        workers: int = 2,
+        threads: int = 8,
+        pool_size: int | None = None,
+        pool_timeout_s: float = 10.0,
+        backlog: int = 2048,
+        keepalive_s: int = 75,
+        timeout_s: int = 60,
+        access_log: bool = False,
+        events_dir: str | Path | None = None,
+        allow_pause: bool = False,
+        pause_every_s: float = 0.0,
+        pause_ms: float = 0.0,
+        name: str | None = None,
+    ):
+        super().__init__(host, port, workdir, name)
+        for label, value in (("workers", workers), ("threads", threads)):
+            if int(value) < 1:
+                raise ValueError(f"appserver {label}: expected >= 1, got {value}")
+        self.workers = int(workers)
+        self.threads = int(threads)
+        self.db = replace(db, pool_size=int(pool_size or threads), pool_timeout_s=pool_timeout_s)
+        self.backlog = backlog
+        self.keepalive_s = keepalive_s
+        self.timeout_s = timeout_s
+        self.access_log_enabled = access_log
+        self.events_dir = Path(events_dir).absolute() if events_dir else self.workdir / "events"
+        self.allow_pause = allow_pause
+        self.pause_every_s = pause_every_s
+        self.pause_ms = pause_ms
+        self.server_name = name or f"app@{host.name}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host.address}:{self.port}"
+
+    @property
+    def error_log(self) -> Path:
+        return self.workdir / "gunicorn.error.log"
+
+    @property
+    def access_log(self) -> Path:
+        return self.workdir / "gunicorn.access.log"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        d = self.db
+        env.update(
+            RUBBOS_DBMS=d.dbms,
+            RUBBOS_DB_HOST=d.host,
+            RUBBOS_DB_PORT=str(d.port),
+            RUBBOS_DB_USER=d.user,
+            RUBBOS_DB_PASSWORD=d.password,
+            RUBBOS_DB_NAME=d.database,
+            RUBBOS_POOL_SIZE=str(d.pool_size),
+            RUBBOS_POOL_TIMEOUT_S=str(d.pool_timeout_s),
+            RUBBOS_HOST_NAME=self.server_name,
+            RUBBOS_EVENTS_DIR=str(self.events_dir),
+            RUBBOS_ALLOW_PAUSE="1" if self.allow_pause else "0",
+            RUBBOS_PAUSE_EVERY_S=str(self.pause_every_s),
+            RUBBOS_PAUSE_MS=str(self.pause_ms),
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def prepare(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.events_dir.mkdir(parents=True, exist_ok=True)
+
+    def command(self) -> list[str]:
+        argv = [
+            sys.executable, "-m", "gunicorn",
+            "--worker-class", "gthread",
+            "--workers", str(self.workers),
+            "--threads", str(self.threads),
+            "--bind", f"{self.host.address}:{self.port}",
+            "--backlog", str(self.backlog),
+            "--keep-alive", str(self.keepalive_s),
+            "--timeout", str(self.timeout_s),
+            "--graceful-timeout", "10",
+            "--error-logfile", str(self.error_log),
+            "--pid", str(self.workdir / "gunicorn.pid"),
+            "--worker-tmp-dir", "/dev/shm" if os.path.isdir("/dev/shm") else str(self.workdir),
+            "--name", f"rubbos-{self.port}",
+        ]
+        if _has_setting("control_socket_disable"):  # gunicorn >= 24: one shared socket path otherwise
+            argv.append("--no-control-socket")
+        if self.access_log_enabled:
+            argv += [
+                "--access-logfile", str(self.access_log),
+                "--access-logformat", '%(h)s %(t)s "%(r)s" %(s)s %(B)s %(M)s %({x-request-id}i)s',
+            ]
+        return argv + [APP]
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/rubbos/health", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def logs(self) -> dict[str, Path]:
+        out = super().logs()
+        for name, p in (("error", self.error_log), ("access", self.access_log)):
+            if p.exists():
+                out[name] = p
+        return out
+
+    def events(self):
+        """The `events` table (GC and injected pauses) of every worker so far."""
+        from tierscope.apps.rubbos.events import collect
+
+        return collect(self.events_dir)
