@@ -26,14 +26,27 @@ class Host:
         return cls(name=name)
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """The command line that runs `argv` inside this host (namespace and cgroups)."""
+        """The command line that runs `argv` inside this host (namespace and cgroups).
+
+        The process joins the host's cgroups first (in the root mount namespace, where
+        /sys/fs/cgroup is visible: `ip netns exec` remounts /sys) and then enters the network
+        namespace; children inherit both. Joining fails loudly (exit 125) rather than run unlimited.
+        """
         out = list(argv)
+        if self.netns:
+            out = ["ip", "netns", "exec", self.netns, *out]
         if self.cgroup:
             procs = " ".join(
                 f"/sys/fs/cgroup/{c}/{self.cgroup}/cgroup.procs" for c in self.controllers
             )
-            script = f'for f in {procs}; do [ -e "$f" ] && echo $$ > "$f"; done; exec "$@"'
+            script = (
+                f"for f in {procs}; do echo $$ > \"$f\" || "
+                '{ echo "tierscope: cannot join cgroup $f" >&2; exit 125; }; done; exec "$@"'
+            )
             out = ["sh", "-c", script, "tierscope-host", *out]
-        if self.netns:
-            out = ["ip", "netns", "exec", self.netns, *out]
         return out
+
+    @property
+    def limited(self) -> bool:
+        """True when this host has cgroup limits of its own."""
+        return self.cgroup is not None

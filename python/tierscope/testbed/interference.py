@@ -1,0 +1,258 @@
+"""Injected interference: stop-the-world pauses and a bursty noisy neighbour.
+
+Pauses emulate the JVM garbage collections of seed 001 §4: every `period` the target host's
+processes get SIGSTOP, and after `duration` SIGCONT. Each pause becomes an `events` row of kind
+`injected_pause` with its measured start and end.
+
+The noisy neighbour emulates the collocated VM of seed 001 §5: a CPU burner placed in the
+target host's cgroup (so it competes for the same quota) whose work arrives as a two-state
+Markov-modulated Poisson process (an interrupted Poisson process: jobs arrive at rate
+lambda = peak / job while ON, none while OFF, ON and OFF last exponential times). For a mean
+demand u (cores), p_on = u / peak, and an index of dispersion I of the job counts,
+
+    I = 1 + 2 lambda r_off / (r_off + r_on)^2     (r_off = 1/mean_on, r_on = 1/mean_off)
+
+so mean_on = (I - 1) / (2 lambda (1 - p_on)^2) and mean_off = (I - 1) / (2 lambda p_on (1 - p_on)).
+I = 1 is a plain Poisson stream of jobs at rate u / job (not bursty). Work is measured in the
+burner's own CPU time, so a throttled burner takes longer, as a real neighbour would. Its ON
+periods become `events` rows of kind `noisy_neighbour_burst`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tierscope.spec import NoisyNeighbour, Pause
+from tierscope.testbed.host import Host
+
+MARKER_ENV = "TIERSCOPE_MARKER"
+
+
+def events_table(rows: list[tuple[int, int, str, str, str]]):
+    """An `events` table from (start_ns, end_ns, host, kind, detail) tuples."""
+    import pyarrow as pa
+
+    from tierscope.tables import EVENTS
+
+    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, EVENTS)], schema=EVENTS)
+
+
+class PauseInjector:
+    """Pause one host's processes on a schedule, in a background thread.
+
+    `pids` returns the process ids to stop at the moment of each pause (so restarted or forked
+    processes are caught). Stopped processes always get SIGCONT, also when the injector stops
+    in the middle of a pause.
+    """
+
+    def __init__(self, host: str, pause: Pause, pids: Callable[[], list[int]], seed: int = 0):
+        self.host = host
+        self.pause = pause
+        self.pids = pids
+        self.rng = random.Random(seed)
+        self.rows: list[tuple[int, int, str, str, str]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped: list[int] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> "PauseInjector":
+        self._thread = threading.Thread(target=self._run, name=f"pause-{self.host}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _signal(self, pids: list[int], sig: int) -> list[int]:
+        done = []
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                done.append(pid)
+            except ProcessLookupError:
+                pass
+        return done
+
+    def _run(self) -> None:
+        p = self.pause
+        next_t = time.monotonic() + p.start
+        while not self._stop.is_set():
+            if self._stop.wait(max(0.0, next_t - time.monotonic())):
+                break
+            pids = [x for x in self.pids() if x != os.getpid()]
+            with self._lock:
+                start_ns = time.time_ns()
+                self._stopped = self._signal(pids, signal.SIGSTOP)
+            t0 = time.monotonic()
+            self._stop.wait(p.duration)
+            with self._lock:
+                self._signal(self._stopped, signal.SIGCONT)
+                end_ns = time.time_ns()
+                n = len(self._stopped)
+                self._stopped = []
+            self.rows.append(
+                (start_ns, end_ns, self.host, "injected_pause",
+                 f"SIGSTOP/SIGCONT of {n} processes, planned {p.duration * 1e3:.0f} ms")
+            )  # fmt: skip
+            period = p.period * (1 + self.rng.uniform(-p.jitter, p.jitter)) if p.jitter else p.period
+            next_t = t0 + period
+
+    def stop(self):
+        """Stop injecting (resuming anything paused); returns the events table of the pauses."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        with self._lock:
+            self._signal(self._stopped, signal.SIGCONT)
+            self._stopped = []
+        return events_table(self.rows)
+
+
+# --- the noisy neighbour -----------------------------------------------------------------------
+
+
+def mmpp_periods(utilization: float, burstiness: float, job: float, peak: float = 1.0) -> tuple[float, float, float]:
+    """(lambda in jobs/s while ON, mean ON s, mean OFF s) for the given mean demand and index I.
+
+    mean ON/OFF are inf/0 when I = 1 (a plain Poisson stream at rate utilization / job).
+    """
+    lam = peak / job
+    p_on = utilization / peak
+    if burstiness <= 1.0 + 1e-9 or p_on >= 1.0:
+        return utilization / job, math.inf, 0.0
+    mean_on = (burstiness - 1) / (2 * lam * (1 - p_on) ** 2)
+    mean_off = (burstiness - 1) / (2 * lam * p_on * (1 - p_on))
+    return lam, mean_on, mean_off
+
+
+def burn(utilization: float, burstiness: float, job: float, peak: float, seed: int,
+         bursts: Path | None, duration: float | None = None) -> None:
+    """The burner's main loop (runs until SIGTERM, or `duration` seconds)."""
+    rng = random.Random(seed)
+    lam, mean_on, mean_off = mmpp_periods(utilization, burstiness, job, peak)
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    log = open(bursts, "a", buffering=1) if bursts else None
+    now = time.monotonic()
+    end = now + duration if duration else math.inf
+    always_on = math.isinf(mean_on)
+    on = True if always_on else rng.random() < mean_on / (mean_on + mean_off)
+    state_end = math.inf if always_on else now + rng.expovariate(1 / (mean_on if on else mean_off))
+    on_since_ns = time.time_ns() if on else None
+    next_arrival = now + rng.expovariate(lam) if on else math.inf
+    backlog = 0.0
+    cpu = time.thread_time
+    try:
+        while not stop["now"] and now < end:
+            now = time.monotonic()
+            while True:
+                t = min(state_end, next_arrival)
+                if t > now:
+                    break
+                if next_arrival <= state_end:
+                    backlog += job
+                    next_arrival += rng.expovariate(lam)
+                else:
+                    on = not on
+                    if on:
+                        on_since_ns = time.time_ns()
+                        next_arrival = state_end + rng.expovariate(lam)
+                    else:
+                        if log and on_since_ns:
+                            log.write(f"{on_since_ns} {time.time_ns()}\n")
+                        on_since_ns = None
+                        next_arrival = math.inf
+                    state_end += rng.expovariate(1 / (mean_on if on else mean_off))
+            if backlog > 0:
+                chunk = min(backlog, 0.005)
+                target = cpu() + chunk
+                while cpu() < target:
+                    pass
+                backlog -= chunk
+            else:
+                time.sleep(max(0.0, min(min(state_end, next_arrival), end) - time.monotonic()))
+    finally:
+        if log:
+            if on_since_ns:
+                log.write(f"{on_since_ns} {time.time_ns()}\n")
+            log.close()
+
+
+class NoisyNeighbourProcess:
+    """The burner process in a host (its cgroup and namespace); `stop()` returns its burst events."""
+
+    def __init__(self, host: Host, spec: NoisyNeighbour, workdir: Path, seed: int = 0):
+        self.host = host
+        self.spec = spec
+        self.workdir = Path(workdir)
+        self.seed = seed
+        self.bursts = self.workdir / f"noisy-{host.name}.bursts"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> "NoisyNeighbourProcess":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        s = self.spec
+        argv = [
+            sys.executable, "-m", "tierscope.testbed.interference", "burn",
+            "--utilization", str(s.utilization), "--burstiness", str(s.burstiness),
+            "--job", str(s.job), "--peak", str(s.peak), "--seed", str(self.seed),
+            "--bursts", str(self.bursts),
+        ]  # fmt: skip
+        env = dict(os.environ, **{MARKER_ENV: "noisy_neighbour"})
+        self.proc = subprocess.Popen(
+            self.host.wrap(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True, env=env,
+        )  # fmt: skip
+        return self
+
+    def stop(self):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        rows = []
+        if self.bursts.exists():
+            for line in self.bursts.read_text().splitlines():
+                a, _, b = line.partition(" ")
+                if a.isdigit() and b.isdigit():
+                    rows.append((int(a), int(b), self.host.name, "noisy_neighbour_burst",
+                                 f"burner at {self.spec.peak:g} cores, I={self.spec.burstiness:g}"))  # fmt: skip
+        return events_table(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tierscope.testbed.interference")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("burn", help="a bursty CPU burner (2-state MMPP of CPU work)")
+    b.add_argument("--utilization", type=float, required=True, help="mean demand, cores")
+    b.add_argument("--burstiness", type=float, default=1.0, help="index of dispersion I (>= 1)")
+    b.add_argument("--job", type=float, default=0.001, help="CPU seconds per job")
+    b.add_argument("--peak", type=float, default=1.0, help="demand while ON, cores (<= 1)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--bursts", type=Path, default=None, help="append ON periods here (ns ns)")
+    b.add_argument("--duration", type=float, default=None, help="seconds (default: until SIGTERM)")
+    args = ap.parse_args(argv)
+    burn(args.utilization, args.burstiness, args.job, args.peak, args.seed, args.bursts, args.duration)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

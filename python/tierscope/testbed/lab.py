@@ -1,0 +1,400 @@
+"""The testbed: one machine turned into a cluster of hosts for one sweep point.
+
+`Testbed.up(point)` gives every server of the point's topology (and the workload generator,
+`client1`) a host: a network namespace on the lab bridge with its own address and its own cgroups
+set from its node type. `down()` removes all of it, also on exceptions, Ctrl-C, SIGTERM and exit
+(everything is registered for cleanup as it is created).
+
+Without root, or where `ip netns add` or the cgroup v1 controllers are refused, the testbed falls
+back to loopback: every host gets its own 127.77.<lab>.<n> address on `lo`, with no limits, and
+`lost` says exactly what that costs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Callable
+
+from tierscope.spec import NodeType, Point, PointConfig
+from tierscope.testbed import cgroups, network
+from tierscope.testbed.host import Host
+from tierscope.testbed.interference import NoisyNeighbourProcess, PauseInjector, events_table
+from tierscope.testbed.monitor import Monitor, Target
+
+CLIENT = "client1"
+LOOPBACK_LOST = (
+    "no CPU, memory or disk limits: node types are ignored, every host shares the whole machine",
+    "no per-host resource metrics: the monitor records machine-wide CPU only",
+    "no bridge: the capture runs on lo (each host still has its own 127.77.<lab>.<n> address)",
+    "noisy neighbours run unconfined (they compete with everything, not one host)",
+)
+
+
+class TestbedError(RuntimeError):
+    """The testbed could not be built or removed; the message says what and why."""
+
+
+def state_dir() -> Path:
+    """Where `tierscope testbed` keeps its state: /run/tierscope as root, else /tmp/tierscope-testbed."""
+    run = Path("/run/tierscope")
+    if os.geteuid() == 0 and Path("/run").is_dir():
+        return run
+    return Path("/tmp/tierscope-testbed")
+
+
+def namespaces_unavailable() -> str | None:
+    """Why namespaced hosts with limits cannot be built here (None when they can)."""
+    return network.unavailable_reason() or cgroups.unavailable_reason()
+
+
+class Testbed:
+    """Hosts for one point: `with Testbed(lab=0) as tb: hosts = tb.up(point)`.
+
+    `mode` is "auto" (namespaces when possible, else loopback), "namespaces" (fail when not
+    possible) or "loopback".
+    """
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, lab: int = 0, workdir: str | Path | None = None, mode: str = "auto"):
+        if mode not in ("auto", "namespaces", "loopback"):
+            raise TestbedError(f"mode must be auto, namespaces or loopback, got {mode!r}")
+        network.subnet(lab)  # validates the lab number
+        self.lab = lab
+        self.requested_mode = mode
+        self.mode: str | None = None
+        self.workdir = Path(workdir or state_dir() / f"lab{lab}").absolute()
+        self.hosts: dict[str, Host] = {}
+        self.node_types: dict[str, NodeType | None] = {}
+        self.lost: list[str] = []
+        self.fallback_reason: str | None = None
+        self._cleanups: list[Callable[[], None]] = []
+        self._monitors: list[Monitor] = []
+        self._injectors: list[PauseInjector] = []
+        self._burners: list[NoisyNeighbourProcess] = []
+        self._prev_sigterm = None
+
+    # --- building -------------------------------------------------------------------------------
+
+    @property
+    def state_file(self) -> Path:
+        return state_dir() / f"lab{self.lab}.json"
+
+    @property
+    def bridge(self) -> str | None:
+        return network.bridge_name(self.lab) if self.mode == "namespaces" else None
+
+    @property
+    def capture_interface(self) -> str:
+        """Where a capture sees every tier: the bridge, or lo in the loopback fallback."""
+        return self.bridge or "lo"
+
+    def _resolve_mode(self) -> str:
+        if self.requested_mode == "loopback":
+            self.fallback_reason = "loopback requested"
+            return "loopback"
+        reason = namespaces_unavailable()
+        if reason is None:
+            return "namespaces"
+        if self.requested_mode == "namespaces":
+            raise TestbedError(f"cannot build namespaced hosts: {reason}")
+        self.fallback_reason = reason
+        return "loopback"
+
+    def up(self, point: Point | PointConfig) -> dict[str, Host]:
+        """Build a host per server (web1, app1, ..., db1) and for the generator (client1)."""
+        if self.hosts:
+            raise TestbedError("this testbed is already up; call down() first")
+        config = point.config if isinstance(point, Point) else point
+        plan: list[tuple[str, NodeType | None]] = [
+            (s.name, config.node_types[s.node_type]) for s in config.servers()
+        ]
+        client_nt = config.node_types[config.client.node_type] if config.client.node_type else None
+        plan.append((CLIENT, client_nt))
+        if len(plan) > 253:
+            raise TestbedError(f"too many hosts for one lab subnet: {len(plan)} (at most 253)")
+        self.mode = self._resolve_mode()
+        self._register_exit()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.mode == "namespaces":
+                self._up_namespaces(plan)
+            else:
+                self.lost = list(LOOPBACK_LOST)
+                for i, (name, nt) in enumerate(plan):
+                    self.hosts[name] = Host(name=name, address=f"127.77.{self.lab}.{i + 2}")
+                    self.node_types[name] = nt
+            self._save_state()
+        except BaseException:
+            self.down()
+            raise
+        return dict(self.hosts)
+
+    def _up_namespaces(self, plan: list[tuple[str, NodeType | None]]) -> None:
+        if self.state_file.exists() or network.link_exists(network.bridge_name(self.lab)):
+            raise TestbedError(
+                f"lab {self.lab} is already up (bridge {network.bridge_name(self.lab)} or "
+                f"{self.state_file} exists); run `tierscope testbed down --lab {self.lab}` or "
+                "`tierscope testbed clean`"
+            )
+        self._cleanups.append(lambda: network.remove_bridge(self.lab))
+        network.create_bridge(self.lab)
+        parent = f"{cgroups.TOP}/{self.lab}"
+        self._cleanups.append(lambda: cgroups.remove_if_empty(cgroups.TOP))
+        self._cleanups.append(lambda: cgroups.remove_if_empty(parent))
+        for i, (name, nt) in enumerate(plan):
+            rel = f"{parent}/{name}"
+            self._cleanups.append(lambda name=name: network.remove_host(self.lab, name))
+            self._cleanups.append(lambda rel=rel: cgroups.remove(rel))
+            ns, address = network.add_host(self.lab, name, i + 2)
+            controllers = cgroups.create(rel, nt, self.workdir)
+            self.hosts[name] = Host(
+                name=name, address=address, netns=ns, cgroup=rel, controllers=controllers
+            )
+            self.node_types[name] = nt
+
+    def _register_exit(self) -> None:
+        atexit.register(self.down)
+        try:
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                self._prev_sigterm = signal.SIG_DFL
+
+                def _term(signum, frame):
+                    raise SystemExit(128 + signum)
+
+                signal.signal(signal.SIGTERM, _term)
+        except ValueError:  # not the main thread
+            pass
+
+    def _save_state(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "lab": self.lab,
+            "mode": self.mode,
+            "fallback_reason": self.fallback_reason,
+            "lost": self.lost,
+            "bridge": self.bridge,
+            "workdir": str(self.workdir),
+            "created_ns": time.time_ns(),
+            "pid": os.getpid(),
+            "hosts": {
+                n: {
+                    "address": h.address,
+                    "netns": h.netns,
+                    "cgroup": h.cgroup,
+                    "controllers": list(h.controllers),
+                    "node_type": self.node_types[n].model_dump(mode="json")
+                    if self.node_types.get(n) is not None
+                    else None,
+                }
+                for n, h in self.hosts.items()
+            },
+        }
+        self.state_file.write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def from_state(cls, lab: int = 0) -> "Testbed":
+        """The testbed described by a state file (left up by `tierscope testbed up`)."""
+        f = state_dir() / f"lab{lab}.json"
+        try:
+            state = json.loads(f.read_text())
+        except (OSError, ValueError) as err:
+            raise TestbedError(f"no testbed state for lab {lab} ({f}: {err})") from err
+        tb = cls(lab=lab, workdir=state.get("workdir"), mode=state["mode"])
+        tb.mode = state["mode"]
+        tb.lost = state.get("lost", [])
+        tb.fallback_reason = state.get("fallback_reason")
+        for name, h in state["hosts"].items():
+            tb.hosts[name] = Host(
+                name=name, address=h["address"], netns=h["netns"], cgroup=h["cgroup"],
+                controllers=tuple(h["controllers"]),
+            )  # fmt: skip
+            nt = h.get("node_type")
+            tb.node_types[name] = NodeType.model_validate(nt) if nt else None
+            if tb.mode == "namespaces":
+                tb._cleanups.append(lambda name=name: network.remove_host(lab, name))
+                if h["cgroup"]:
+                    tb._cleanups.append(lambda rel=h["cgroup"]: cgroups.remove(rel))
+        if tb.mode == "namespaces":
+            tb._cleanups[:0] = [
+                lambda: network.remove_bridge(lab),
+                lambda: cgroups.remove_if_empty(cgroups.TOP),
+                lambda: cgroups.remove_if_empty(f"{cgroups.TOP}/{lab}"),
+            ]
+        return tb
+
+    # --- what runs on it ------------------------------------------------------------------------
+
+    def pids(self, host: str) -> list[int]:
+        """Processes running in a host (its cgroup); [] in the loopback fallback."""
+        h = self.hosts[host]
+        return cgroups.procs(h.cgroup) if h.cgroup else []
+
+    def cores(self, host: str) -> float:
+        """The host's CPU allowance in cores."""
+        nt = self.node_types.get(host)
+        machine = len(cgroups.machine_cpus()) if self.mode == "namespaces" else (os.cpu_count() or 1)
+        return nt.cores(machine) if nt is not None and self.mode == "namespaces" else float(machine)
+
+    def monitor_targets(self) -> list[Target]:
+        """What the resource monitor samples: every namespaced host ([] in the loopback fallback)."""
+        out = []
+        for name, h in self.hosts.items():
+            if not h.cgroup:
+                continue
+            cg = {c: str(cgroups.path(c, h.cgroup)) for c in ("cpu", "cpuacct", "memory", "blkio")}
+            out.append(
+                Target(name=name, cgroups=cg, netns=str(network.NETNS_DIR / h.netns) if h.netns else None,
+                       cores=self.cores(name))
+            )  # fmt: skip
+        return out
+
+    def start_monitor(self, interval: float, out: str | Path) -> Monitor:
+        """Start the resource monitor on every host; stopped by `down()` if not before."""
+        mon = Monitor(self.monitor_targets(), interval, Path(out)).start()
+        self._monitors.append(mon)
+        return mon
+
+    def start_interference(self, point: Point | PointConfig, seed: int = 0,
+                           pids: dict[str, Callable[[], list[int]]] | None = None) -> "Interference":
+        """Start the point's pauses and noisy neighbours.
+
+        `pids` gives, per host, the processes to pause (default: the host's cgroup; required in
+        the loopback fallback, where hosts have no cgroup).
+        """
+        config = point.config if isinstance(point, Point) else point
+        inj: list[PauseInjector] = []
+        burners: list[NoisyNeighbourProcess] = []
+        targets = lambda item: (  # noqa: E731
+            [s.name for s in config.tier_servers(item.tier)] if item.tier else [item.server]
+        )
+        k = 0
+        for pause in config.interference.pause:
+            for name in targets(pause):
+                src = (pids or {}).get(name)
+                if src is None:
+                    if not self.hosts[name].cgroup:
+                        raise TestbedError(
+                            f"pauses of {name}: in the loopback fallback a host has no cgroup; "
+                            "pass pids={host: callable} with the processes to pause"
+                        )
+                    src = lambda name=name: self.pids(name)  # noqa: E731
+                own = lambda src=src: [p for p in src() if p not in {b.pid for b in self._burners}]  # noqa: E731
+                inj.append(PauseInjector(name, pause, own, seed=seed + k).start())
+                k += 1
+        for nn in config.interference.noisy_neighbour:
+            for name in targets(nn):
+                b = NoisyNeighbourProcess(self.hosts[name], nn, self.workdir, seed=seed + k)
+                self._burners.append(b)
+                burners.append(b.start())
+                k += 1
+        self._injectors.extend(inj)
+        return Interference(inj, burners)
+
+    # --- removal --------------------------------------------------------------------------------
+
+    def down(self) -> None:
+        """Stop everything started on the testbed and remove every host (idempotent)."""
+        errors = []
+        for mon in self._monitors:
+            try:
+                mon.stop()
+            except Exception as err:  # keep tearing down
+                errors.append(f"monitor: {err}")
+        for inj in self._injectors:
+            inj.stop()
+        for b in self._burners:
+            b.stop()
+        self._monitors, self._injectors, self._burners = [], [], []
+        for fn in reversed(self._cleanups):
+            try:
+                fn()
+            except Exception as err:
+                errors.append(str(err))
+        self._cleanups = []
+        self.hosts = {}
+        if self.mode is not None:
+            try:
+                if self.state_file.exists():
+                    state = json.loads(self.state_file.read_text())
+                    if state.get("pid") in (os.getpid(), None) or not _alive(state.get("pid")):
+                        self.state_file.unlink()
+            except (OSError, ValueError):
+                pass
+        try:
+            atexit.unregister(self.down)
+        except Exception:
+            pass
+        if self._prev_sigterm is not None:
+            try:
+                signal.signal(signal.SIGTERM, self._prev_sigterm)
+            except ValueError:
+                pass
+            self._prev_sigterm = None
+        if errors:
+            raise TestbedError("testbed down left errors: " + "; ".join(errors))
+
+    def __enter__(self) -> "Testbed":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def describe(self) -> str:
+        """A few lines: mode, what is lost, and each host with its address and limits."""
+        lines = [f"lab {self.lab}: {self.mode or 'down'}"
+                 + (f" (bridge {self.bridge})" if self.bridge else "")]  # fmt: skip
+        if self.mode == "loopback":
+            lines.append(f"  fallback because: {self.fallback_reason}")
+            lines += [f"  lost: {x}" for x in self.lost]
+        for name, h in self.hosts.items():
+            nt = self.node_types.get(name)
+            limits = _limits(nt) if (nt is not None and self.mode == "namespaces") else "no limits"
+            lines.append(f"  {name:<10} {h.address:<15} {limits}")
+        return "\n".join(lines)
+
+
+class Interference:
+    """The running injectors of one point; `stop()` returns their `events` table."""
+
+    def __init__(self, injectors: list[PauseInjector], burners: list[NoisyNeighbourProcess]):
+        self.injectors = injectors
+        self.burners = burners
+
+    def stop(self):
+        import pyarrow as pa
+
+        tables = [i.stop() for i in self.injectors] + [b.stop() for b in self.burners]
+        return pa.concat_tables(tables) if tables else events_table([])
+
+
+def _limits(nt: NodeType) -> str:
+    parts = []
+    if nt.cpu is not None:
+        parts.append(f"cpu {nt.cpu:g} cores")
+    if nt.cpus:
+        parts.append(f"cpus {nt.cpus}")
+    if nt.memory:
+        parts.append(f"memory {nt.memory / 2**20:.0f} MiB")
+    for k in ("disk_read_bps", "disk_write_bps", "disk_read_iops", "disk_write_iops"):
+        v = getattr(nt, k)
+        if v:
+            parts.append(f"{k} {v}")
+    return ", ".join(parts) or "no limits"
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

@@ -1,0 +1,411 @@
+"""The resource monitor: samples every host at a fixed interval (1 s default, down to 50 ms) and
+writes the `resources` table (ts_ns, host, metric, value, unit).
+
+It runs as a small process of its own (`python -m tierscope.testbed.monitor`), so it shares no
+interpreter lock with the runner and its cost can be measured alone. Every file it reads is
+opened once and re-read with `os.pread` on the kept-open descriptor; the namespace files
+(/proc/net/dev, /proc/net/sockstat) are opened from inside each host's network namespace (setns)
+and stay bound to it. Rows are flushed to Parquet every few seconds.
+
+Metrics per host (value over the interval ending at `ts_ns`; rates are per second):
+
+| metric | unit | from |
+|---|---|---|
+| cpu_user, cpu_system | percent_core (100 = one core busy) | cpuacct.usage_user / usage_sys |
+| cpu_util | percent (100 = the host's CPU allowance: quota, cpuset or machine) | the same |
+| cpu_throttled | percent (of wall time the group was throttled) | cpu.stat throttled_time |
+| cpu_nr_throttled | count (periods throttled in the interval) | cpu.stat nr_throttled |
+| mem_usage | bytes | memory.usage_in_bytes |
+| disk_read_ops, disk_write_ops | ops_per_s | blkio.throttle.io_serviced |
+| disk_read_bytes, disk_write_bytes | bytes_per_s | blkio.throttle.io_service_bytes |
+| net_rx_bytes, net_tx_bytes | bytes_per_s | /proc/net/dev in the host's netns (all but lo) |
+| net_rx_packets, net_tx_packets | packets_per_s | the same |
+| sockets_tcp, sockets_tcp_tw | count | /proc/net/sockstat in the netns (TCP inuse, tw) |
+
+Host `machine` gets cpu_user and cpu_system (percent_core, from /proc/stat). Host `monitor`
+gets, once at the end, `monitor_cpu` (percent_core: the monitor's own CPU time over its sampling
+time), `monitor_samples` (count) and `monitor_late` (count of samples taken late by more than
+half an interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+CLONE_NEWNET = 0x40000000
+FLUSH_EVERY_S = 5.0
+MARKER_ENV = "TIERSCOPE_MARKER"
+
+
+@dataclass
+class Target:
+    """One host as the monitor sees it: its cgroup directories and its network namespace."""
+
+    name: str
+    cgroups: dict[str, str] = field(default_factory=dict)  # controller -> absolute directory
+    netns: str | None = None  # /run/netns/<name>
+    cores: float = 1.0  # the CPU allowance, for cpu_util
+
+
+# --- the sampling process ----------------------------------------------------------------------
+
+
+def _setns(fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _open_in_netns(netns: str, files: list[str]) -> list[int]:
+    """Open /proc/thread-self/net/<file> from inside a namespace; the descriptors stay bound to it."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(netns, os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            return [os.open(f"/proc/thread-self/net/{f}", os.O_RDONLY) for f in files]
+        finally:
+            _setns(home)
+    finally:
+        os.close(target)
+        os.close(home)
+
+
+class _Host:
+    """Kept-open descriptors and previous counters of one target."""
+
+    def __init__(self, t: Target):
+        self.name = t.name
+        self.cores = t.cores or 1.0
+        cg = t.cgroups
+        op = lambda c, f: os.open(os.path.join(cg[c], f), os.O_RDONLY) if c in cg else -1  # noqa: E731
+        self.user = op("cpuacct", "cpuacct.usage_user")
+        self.sys = op("cpuacct", "cpuacct.usage_sys")
+        self.cpustat = op("cpu", "cpu.stat")
+        self.mem = op("memory", "memory.usage_in_bytes")
+        self.ios = op("blkio", "blkio.throttle.io_serviced")
+        self.iob = op("blkio", "blkio.throttle.io_service_bytes")
+        self.netdev = self.sockstat = -1
+        if t.netns:
+            self.netdev, self.sockstat = _open_in_netns(t.netns, ["dev", "sockstat"])
+        self.prev: tuple | None = None
+
+    def read(self) -> tuple:
+        pr = os.pread
+        user = int(pr(self.user, 64, 0)) if self.user >= 0 else 0
+        sysn = int(pr(self.sys, 64, 0)) if self.sys >= 0 else 0
+        nthr = thr = 0
+        if self.cpustat >= 0:
+            for line in pr(self.cpustat, 1024, 0).split(b"\n"):
+                if line.startswith(b"nr_throttled "):
+                    nthr = int(line[13:])
+                elif line.startswith(b"throttled_time "):
+                    thr = int(line[15:])
+        mem = int(pr(self.mem, 64, 0)) if self.mem >= 0 else -1
+        rops = wops = rby = wby = 0
+        if self.ios >= 0:
+            for line in pr(self.ios, 65536, 0).split(b"\n"):
+                p = line.split()
+                if len(p) == 3:
+                    if p[1] == b"Read":
+                        rops += int(p[2])
+                    elif p[1] == b"Write":
+                        wops += int(p[2])
+            for line in pr(self.iob, 65536, 0).split(b"\n"):
+                p = line.split()
+                if len(p) == 3:
+                    if p[1] == b"Read":
+                        rby += int(p[2])
+                    elif p[1] == b"Write":
+                        wby += int(p[2])
+        rxb = txb = rxp = txp = 0
+        tcp = tw = -1
+        if self.netdev >= 0:
+            for line in pr(self.netdev, 65536, 0).split(b"\n")[2:]:
+                name, _, rest = line.partition(b":")
+                if not rest or name.strip() == b"lo":
+                    continue
+                f = rest.split()
+                rxb += int(f[0])
+                rxp += int(f[1])
+                txb += int(f[8])
+                txp += int(f[9])
+            for line in pr(self.sockstat, 4096, 0).split(b"\n"):
+                if line.startswith(b"TCP:"):
+                    p = line.split()
+                    tcp = int(p[p.index(b"inuse") + 1])
+                    tw = int(p[p.index(b"tw") + 1])
+                    break
+        return (user, sysn, nthr, thr, mem, rops, wops, rby, wby, rxb, txb, rxp, txp, tcp, tw)
+
+    def rows(self, t_ns: int, dt_s: float, cur: tuple, out: list) -> None:
+        prev = self.prev
+        self.prev = cur
+        if prev is None:
+            return
+        n = self.name
+        d = [c - p for c, p in zip(cur, prev)]
+        cpu_scale = 100.0 / (dt_s * 1e9)
+        if self.user >= 0:
+            u, s = d[0] * cpu_scale, d[1] * cpu_scale
+            out.append((t_ns, n, "cpu_user", u, "percent_core"))
+            out.append((t_ns, n, "cpu_system", s, "percent_core"))
+            out.append((t_ns, n, "cpu_util", (u + s) / self.cores, "percent"))
+        if self.cpustat >= 0:
+            out.append((t_ns, n, "cpu_throttled", d[3] * cpu_scale, "percent"))
+            out.append((t_ns, n, "cpu_nr_throttled", float(d[2]), "count"))
+        if self.mem >= 0:
+            out.append((t_ns, n, "mem_usage", float(cur[4]), "bytes"))
+        if self.ios >= 0:
+            out.append((t_ns, n, "disk_read_ops", d[5] / dt_s, "ops_per_s"))
+            out.append((t_ns, n, "disk_write_ops", d[6] / dt_s, "ops_per_s"))
+            out.append((t_ns, n, "disk_read_bytes", d[7] / dt_s, "bytes_per_s"))
+            out.append((t_ns, n, "disk_write_bytes", d[8] / dt_s, "bytes_per_s"))
+        if self.netdev >= 0:
+            out.append((t_ns, n, "net_rx_bytes", d[9] / dt_s, "bytes_per_s"))
+            out.append((t_ns, n, "net_tx_bytes", d[10] / dt_s, "bytes_per_s"))
+            out.append((t_ns, n, "net_rx_packets", d[11] / dt_s, "packets_per_s"))
+            out.append((t_ns, n, "net_tx_packets", d[12] / dt_s, "packets_per_s"))
+            out.append((t_ns, n, "sockets_tcp", float(cur[13]), "count"))
+            out.append((t_ns, n, "sockets_tcp_tw", float(cur[14]), "count"))
+
+
+class _Machine:
+    def __init__(self):
+        self.fd = os.open("/proc/stat", os.O_RDONLY)
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.prev: tuple | None = None
+
+    def read(self) -> tuple:
+        f = os.pread(self.fd, 256, 0).split(b"\n", 1)[0].split()
+        return (int(f[1]) + int(f[2]), int(f[3]) + int(f[6]) + int(f[7]))
+
+    def rows(self, t_ns: int, dt_s: float, cur: tuple, out: list) -> None:
+        prev, self.prev = self.prev, cur
+        if prev is None:
+            return
+        scale = 100.0 / (self.hz * dt_s)
+        out.append((t_ns, "machine", "cpu_user", (cur[0] - prev[0]) * scale, "percent_core"))
+        out.append((t_ns, "machine", "cpu_system", (cur[1] - prev[1]) * scale, "percent_core"))
+
+
+def _table(rows: list):
+    import pyarrow as pa
+
+    from tierscope.tables import RESOURCES
+
+    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, RESOURCES)], schema=RESOURCES)
+
+
+def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool = True,
+                ready=None, parent: int | None = None) -> dict:
+    """Sample until SIGTERM/SIGINT (or the parent exits); write `out` (Parquet). Returns the summary."""
+    import pyarrow.parquet as pq
+
+    from tierscope.tables import RESOURCES
+
+    hosts = [_Host(t) for t in targets]
+    mach = _Machine() if machine else None
+    stop = {"now": False}
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    signal.set_wakeup_fd(wfd)
+
+    def _stop(signum, frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    writer = pq.ParquetWriter(str(out), RESOURCES)
+    _table([(0, "warm-up", "m", 0.0, "u")])  # pays pyarrow's lazy imports before the clock starts
+    rows: list = []
+    samples = late = 0
+    if ready:
+        ready()
+    cpu0 = time.process_time()
+    wall0 = time.monotonic()
+    next_t = wall0
+    last_flush = wall0
+    last_parent_check = wall0
+    prev_ns = None
+    try:
+        while not stop["now"]:
+            t_ns = time.time_ns()
+            dt = (t_ns - prev_ns) / 1e9 if prev_ns else interval
+            prev_ns = t_ns
+            for h in hosts:
+                h.rows(t_ns, dt, h.read(), rows)
+            if mach:
+                mach.rows(t_ns, dt, mach.read(), rows)
+            samples += 1
+            now = time.monotonic()
+            if now - last_flush >= FLUSH_EVERY_S and rows:
+                writer.write_table(_table(rows))
+                rows = []
+                last_flush = now
+            if parent and now - last_parent_check >= 1.0:
+                last_parent_check = now
+                if os.getppid() != parent:
+                    break
+            next_t += interval
+            wait = next_t - time.monotonic()
+            if wait < -interval / 2:
+                late += 1
+                next_t = time.monotonic()  # fell behind: start over from now
+                continue
+            if wait > 0:
+                r, _, _ = select.select([rfd], [], [], wait)
+                if r:
+                    try:
+                        os.read(rfd, 64)
+                    except BlockingIOError:
+                        pass
+    finally:
+        wall = time.monotonic() - wall0
+        cpu = time.process_time() - cpu0
+        summary = {
+            "samples": samples,
+            "late": late,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "cost_percent_core": 100.0 * cpu / wall if wall > 0 else 0.0,
+        }
+        end_ns = time.time_ns()
+        rows.append((end_ns, "monitor", "monitor_cpu", summary["cost_percent_core"], "percent_core"))
+        rows.append((end_ns, "monitor", "monitor_samples", float(samples), "count"))
+        rows.append((end_ns, "monitor", "monitor_late", float(late), "count"))
+        writer.write_table(_table(rows))
+        writer.close()
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tierscope.testbed.monitor")
+    ap.add_argument("config", help="JSON: {interval, machine, targets: [{name, cgroups, netns, cores}]}")
+    ap.add_argument("out", help="the resources table to write (Parquet)")
+    args = ap.parse_args(argv)
+    cfg = json.loads(Path(args.config).read_text())
+    targets = [Target(**t) for t in cfg["targets"]]
+
+    def ready():
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+
+    summary = sample_loop(
+        targets, float(cfg["interval"]), Path(args.out), bool(cfg.get("machine", True)),
+        ready=ready, parent=cfg.get("parent"),
+    )  # fmt: skip
+    sys.stdout.write(json.dumps(summary) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+# --- the parent's handle -----------------------------------------------------------------------
+
+
+class MonitorError(RuntimeError):
+    pass
+
+
+class Monitor:
+    """Start the sampling process for some hosts; `stop()` returns the resources table.
+
+    Example::
+
+        with Monitor(targets, interval=0.05, out=Path("resources.parquet")) as mon:
+            ...  # run the workload
+        table = mon.table      # pyarrow.Table with the RESOURCES schema
+        mon.summary["cost_percent_core"]
+    """
+
+    def __init__(self, targets: list[Target], interval: float, out: Path, machine: bool = True):
+        if not 0.05 - 1e-9 <= interval <= 60:
+            raise MonitorError(f"monitor interval must be between 50ms and 60s, got {interval}s")
+        self.targets = targets
+        self.interval = interval
+        self.out = Path(out)
+        self.machine = machine
+        self.proc: subprocess.Popen | None = None
+        self.summary: dict = {}
+        self.table = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> "Monitor":
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        cfg_path = self.out.with_suffix(".monitor.json")
+        cfg_path.write_text(
+            json.dumps(
+                {
+                    "interval": self.interval,
+                    "machine": self.machine,
+                    "parent": os.getpid(),
+                    "targets": [asdict(t) for t in self.targets],
+                }
+            )
+        )
+        env = dict(os.environ, **{MARKER_ENV: "monitor"})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tierscope.testbed.monitor", str(cfg_path), str(self.out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            env=env,
+        )
+        r, _, _ = select.select([self.proc.stdout], [], [], 30)
+        line = self.proc.stdout.readline() if r else ""
+        if line.strip() != "ready":
+            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            self.proc.kill()
+            self.proc.wait()
+            raise MonitorError(f"resource monitor did not start: {err.strip()[-2000:] or 'no answer'}")
+        return self
+
+    def stop(self):
+        """Stop sampling; returns the resources table (also kept as `.table`)."""
+        import pyarrow.parquet as pq
+
+        from tierscope.tables import conform
+
+        if self.proc is None:
+            return self.table
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+        self.proc = None
+        lines = [x for x in out.splitlines() if x.startswith("{")]
+        if not lines:
+            raise MonitorError(f"resource monitor failed: {err.strip()[-2000:]}")
+        self.summary = json.loads(lines[-1])
+        self.table = conform(pq.read_table(self.out), "resources")
+        return self.table
+
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
