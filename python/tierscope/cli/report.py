@@ -1,0 +1,53 @@
+"""`tierscope report`: the HTML report of a run directory or of trace files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+
+def report(
+    inputs: list[Path] = typer.Argument(..., help="A run directory (DIR/<run>/<point>/ with Parquet tables and "
+                                                  "manifest.json), a point directory, or trace/log files."),
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML file to write."),
+    window_ms: float = typer.Option(50.0, "--window-ms", help="Window of the fine-grained analysis, in ms."),
+    point: str | None = typer.Option(None, "--point", help="Point (directory name) for the fine-grained "
+                                     "analysis; default: the first point at or past the knee."),
+    think_time: float | None = typer.Option(None, "--think-time", help="Users' mean think time in seconds, "
+                                            "for the knee from asymptotic bounds (default: from the manifest)."),
+    format: str | None = typer.Option(None, "--format", "-f", help="Format of trace files (default: detected)."),
+) -> None:
+    """Write one self-contained HTML report (works offline) and print its summary.
+
+    Example: [bold]tierscope report runs/sweep1 -o report.html[/bold]
+    """
+    from tierscope.ingest import FormatError
+    from tierscope.report import build_summary, collect_files, collect_run, print_summary, write_report
+
+    console = Console()
+    err = Console(stderr=True)
+    window_ns = int(round(window_ms * 1e6))
+    try:
+        if len(inputs) == 1 and inputs[0].is_dir():
+            data = collect_run(inputs[0], window_ns=window_ns, point=point, think_time_s=think_time)
+        else:
+            missing = [str(p) for p in inputs if not p.exists()]
+            if missing:
+                raise FileNotFoundError(f"no such file or directory: {', '.join(missing)}")
+            if any(p.is_dir() for p in inputs):
+                raise ValueError("give one run directory, or trace files (not several directories)")
+            data = collect_files(inputs, format=format, window_ns=window_ns)
+    except (FormatError, ValueError, OSError) as e:
+        err.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    summary = build_summary(data)
+    print_summary(summary, console)
+    for note in data.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    console.print(f"wrote {write_report(data, output, summary)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

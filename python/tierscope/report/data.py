@@ -1,0 +1,181 @@
+"""Everything a report shows, computed once: the analyses run over a run directory or plain files.
+
+`collect_run` reads ``DIR/<run>/<point>/`` (see `tierscope.report.run`), groups points by
+configuration, and runs the black-box (per configuration), white-box (per configuration), bottleneck
+map (when there are two or more configurations), heavy-request and fine-grained analyses. The
+fine-grained analysis runs on one point: the one asked for, else the first point at or above the
+knee of its configuration (seed 004: look inside the system just past the knee), else the point
+with the most users. `collect_files` imports trace files and runs the fine-grained and heavy
+analyses only. What cannot be computed is left None with a note saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
+from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
+from tierscope.analysis.heavy import heavy_requests, heavy_summary
+from tierscope.analysis.whitebox import WhiteBox, whitebox
+from tierscope.ingest import ImportResult, load
+from tierscope.report.run import Point, find_points
+
+DEFAULT_WINDOW_NS = 50_000_000
+
+
+@dataclass
+class ReportData:
+    """The inputs of a report (see the module docstring); None means "no data", with a note."""
+
+    title: str
+    window_ns: int = DEFAULT_WINDOW_NS
+    requests: pa.Table | None = None  # of the point the fine-grained analysis ran on
+    fine: Any | None = None  # tierscope.analysis.fine.FineGrained
+    fine_point: str | None = None
+    blackbox: dict[str, BlackBox] = field(default_factory=dict)  # configuration -> curve, knee
+    whitebox: dict[str, WhiteBox] = field(default_factory=dict)
+    focus_config: str | None = None
+    bmap: pa.Table | None = None
+    heavy: pa.Table | None = None
+    heavy_summary: pa.Table | None = None
+    imported: ImportResult | None = None
+    points: list[Point] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def run_fine(requests: pa.Table, events: pa.Table | None, window_ns: int) -> tuple[Any | None, str | None]:
+    """The fine-grained analysis of the server tiers (the client tier is left out), or why not."""
+    try:
+        from tierscope.analysis.fine import analyze_fine
+    except ImportError as err:
+        return None, f"fine-grained analysis unavailable ({err})"
+    servers = requests.filter(pc.not_equal(requests.column("tier"), "client"))
+    if servers.num_rows == 0:
+        return None, "no requests at any server tier (only the client's own log)"
+    return analyze_fine(servers, events=events, window_ns=window_ns), None
+
+
+def _heavy(data: ReportData, requests: pa.Table) -> None:
+    try:
+        h = heavy_requests(requests)
+    except Exception as err:  # an analysis failing must not take the report down
+        data.notes.append(f"heavy requests not computed: {err}")
+        return
+    data.heavy = h
+    data.heavy_summary = heavy_summary(requests, h) if h.num_rows else None
+
+
+def collect_files(paths: Sequence[str | Path], format: str | None = None, window_ns: int = DEFAULT_WINDOW_NS,
+                  **options) -> ReportData:
+    """Import trace files and analyse them (fine grain and heavy requests)."""
+    result = load(paths, format, **options)
+    data = ReportData(title=", ".join(Path(p).name for p in paths), window_ns=window_ns, imported=result,
+                      requests=result.requests)
+    if result.requests.num_rows == 0:
+        data.notes.append("no requests were imported")
+        return data
+    data.fine, why = run_fine(result.requests, None, window_ns)
+    if why:
+        data.notes.append(why)
+    _heavy(data, result.requests)
+    data.notes.append("workload-level analyses (load curve, knee, utilisation densities, bottleneck map) need a "
+                      "run directory with several points; plain trace files have one")
+    return data
+
+
+def _point_requests(point: Point) -> pa.Table | None:
+    parts = []
+    if "requests" in point.tables and point.tables["requests"].num_rows:
+        parts.append(point.tables["requests"])
+    return pa.concat_tables(parts) if parts else None
+
+
+def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str | None = None,
+                think_time_s: float | None = None) -> ReportData:
+    """Read every point under `root` and run all analyses (see the module docstring)."""
+    root = Path(root)
+    points = find_points(root)
+    if not points:
+        raise FileNotFoundError(f"{root}: no experiment points found (expected <point>/manifest.json or "
+                                f"<point>/requests.parquet up to three levels below)")
+    data = ReportData(title=root.name, window_ns=window_ns, points=points)
+    by_config: dict[str, list[Point]] = {}
+    for p in points:
+        by_config.setdefault(p.config or "(this system)", []).append(p)
+    for config, pts in by_config.items():
+        levels = [p for p in pts if p.users is not None]
+        curve_pts = []
+        for p in levels:
+            reqs = p.tables.get("client_requests")
+            if reqs is None or reqs.num_rows == 0:
+                front = p.tables.get("requests")
+                reqs = front.filter(pc.equal(front.column("tier"), "web")) if front is not None else None
+            if reqs is not None and reqs.num_rows:
+                curve_pts.append((p.users, reqs, p.seconds))
+        if len(curve_pts) >= 1:
+            think = think_time_s if think_time_s is not None else next(
+                (p.think_time_s for p in levels if p.think_time_s is not None), None)
+            data.blackbox[config] = blackbox(load_curve(curve_pts), think_time_s=think)
+        res_pts = [(p.users, p.tables["resources"]) for p in levels if "resources" in p.tables]
+        if res_pts:
+            data.whitebox[config] = whitebox(res_pts)
+    if not data.blackbox:
+        data.notes.append("no load curve: the points have no workload level (users) in manifest.json or no "
+                          "client_requests/web requests")
+    if not data.whitebox:
+        data.notes.append("no utilisation densities: no resources.parquet with percent metrics at any point")
+
+    # the bottleneck map: one row per configuration with a maximum throughput
+    results = []
+    for config, bb in data.blackbox.items():
+        shares: dict[tuple[str, str], float] = {}
+        wb = data.whitebox.get(config)
+        if wb is not None and wb.shares.num_rows:
+            for row in wb.shares.to_pylist():
+                if row["users"] == bb.max_throughput_users:
+                    shares[(row["host"], row["metric"])] = row["share_above"]
+        results.append(ConfigurationResult(config, bb.max_throughput, shares))
+    if len(results) >= 2:
+        data.bmap = bottleneck_map(results)
+    elif len(by_config) < 2:
+        data.notes.append("no bottleneck map: it compares configurations, and this run has one")
+
+    # the point for the fine-grained analysis
+    chosen: Point | None = None
+    if point is not None:
+        chosen = next((p for p in points if p.name == point or str(p.path).endswith(point)), None)
+        if chosen is None:
+            raise ValueError(f"no point named {point!r}; points: {', '.join(p.name for p in points)}")
+    else:
+        with_requests = [p for p in points if _point_requests(p) is not None]
+        config = next(iter(data.blackbox), None)
+        knee = data.blackbox[config].knee if config else None
+        if knee is not None:
+            above = [p for p in with_requests if (p.config or "(this system)") == config and p.users is not None
+                     and p.users >= knee.users]
+            chosen = min(above, key=lambda p: p.users) if above else None
+        if chosen is None and with_requests:
+            chosen = max(with_requests, key=lambda p: (p.users or 0, p.name))
+    if chosen is not None:
+        data.focus_config = chosen.config or "(this system)"
+        reqs = _point_requests(chosen)
+        if reqs is None:
+            data.notes.append(f"point {chosen.name} has no requests table: no fine-grained analysis")
+        else:
+            data.requests = reqs
+            data.fine_point = f"{chosen.config + ' ' if chosen.config else ''}{chosen.name}" + (
+                f" ({chosen.users:g} users)" if chosen.users is not None else "")
+            data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns)
+            if why:
+                data.notes.append(why)
+            _heavy(data, reqs)
+    else:
+        data.notes.append("no point has a requests table: no fine-grained analysis")
+        data.focus_config = next(iter(data.whitebox), None)
+    return data

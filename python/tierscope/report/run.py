@@ -1,0 +1,147 @@
+"""Reading an experiment from disk: a run directory ``DIR/<run>/<point>/`` (Parquet tables
+`requests`, `client_requests`, `resources`, `events` and a `manifest.json` per point, as the runner
+writes them), a directory of several runs, a single point directory, or plain trace files.
+
+The manifest is read tolerantly: the workload level is the first ``users`` found in it (e.g.
+``{"point": {"users": 300}}``), the configuration the first ``topology`` (a string in #W/#A/#C/#D
+notation, or a mapping), the think time the first ``think_time_s`` / ``think_time``, and the
+measured interval the ``run`` phase (``{"phases": {"run": {"start_ns": .., "end_ns": ..}}}`` or a
+``[start_ns, end_ns]`` pair). Missing pieces leave the matching analyses out, with a note.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tierscope import tables
+
+TABLE_NAMES = ("requests", "client_requests", "resources", "events")
+
+
+@dataclass
+class Point:
+    """One experiment point: where it is, its parameters and its tables (absent ones are None)."""
+
+    path: Path
+    name: str
+    users: float | None = None
+    config: str | None = None
+    think_time_s: float | None = None
+    run_interval_ns: tuple[int, int] | None = None
+    manifest: dict = field(default_factory=dict)
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float | None:
+        if self.run_interval_ns:
+            return (self.run_interval_ns[1] - self.run_interval_ns[0]) / 1e9
+        return None
+
+
+def _find(obj: Any, keys: tuple[str, ...], depth: int = 0) -> Any:
+    """The first value stored under one of `keys`, breadth first through nested mappings."""
+    if not isinstance(obj, dict) or depth > 5:
+        return None
+    for key in keys:
+        value = obj.get(key)
+        if value is not None and (key == "topology" or not isinstance(value, (dict, list))):
+            return value
+    for value in obj.values():
+        found = _find(value, keys, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _interval(manifest: dict) -> tuple[int, int] | None:
+    phases = manifest.get("phases") if isinstance(manifest.get("phases"), dict) else None
+    if phases is None:
+        point = manifest.get("point")
+        phases = point.get("phases") if isinstance(point, dict) and isinstance(point.get("phases"), dict) else None
+    run = phases.get("run") if phases else None
+    if isinstance(run, dict):
+        start, end = run.get("start_ns", run.get("start")), run.get("end_ns", run.get("end"))
+    elif isinstance(run, (list, tuple)) and len(run) == 2:
+        start, end = run
+    else:
+        return None
+    try:
+        return int(start), int(end)
+    except (TypeError, ValueError):
+        return None
+
+
+def _config(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):  # {"web": {"count": 1}, ...} or {"web": 1, ...}
+        parts = []
+        for tier in ("web", "app", "middleware", "db"):
+            v = value.get(tier)
+            count = v.get("count") if isinstance(v, dict) else v
+            parts.append(str(count if count is not None else 0))
+        return "/".join(parts)
+    return str(value)
+
+
+def is_point_dir(path: Path) -> bool:
+    return path.is_dir() and (
+        (path / "manifest.json").is_file() or any((path / f"{n}.parquet").is_file() for n in TABLE_NAMES))
+
+
+def read_point(path: Path) -> Point:
+    """One point directory: its manifest (if any) and whichever tables exist."""
+    manifest: dict = {}
+    mpath = path / "manifest.json"
+    if mpath.is_file():
+        try:
+            manifest = json.loads(mpath.read_text())
+        except ValueError as err:
+            raise ValueError(f"{mpath}: not valid JSON ({err})") from None
+    point = Point(path=path, name=path.name, manifest=manifest)
+    users = _find(manifest, ("users",))
+    point.users = float(users) if isinstance(users, (int, float)) else None
+    point.config = _config(_find(manifest, ("topology", "config", "configuration")))
+    think = _find(manifest, ("think_time_s", "think_time"))
+    if isinstance(think, (int, float)):
+        point.think_time_s = float(think)
+    elif isinstance(think, str):
+        try:
+            from tierscope.spec import parse_duration
+
+            point.think_time_s = parse_duration(think)
+        except (ImportError, ValueError):
+            pass
+    point.run_interval_ns = _interval(manifest)
+    for name in TABLE_NAMES:
+        f = path / f"{name}.parquet"
+        if f.is_file():
+            point.tables[name] = tables.read(f, name)
+    return point
+
+
+def find_points(root: Path, max_depth: int = 3) -> list[Point]:
+    """Every point directory under `root` (root itself included), sorted by configuration, users, name."""
+    root = Path(root)
+    found: list[Path] = []
+
+    def walk(p: Path, depth: int) -> None:
+        if is_point_dir(p):
+            found.append(p)
+            return
+        if depth >= max_depth:
+            return
+        for child in sorted(c for c in p.iterdir() if c.is_dir()):
+            walk(child, depth + 1)
+
+    walk(root, 0)
+    points = [read_point(p) for p in found]
+    points.sort(key=lambda p: (p.config or "", p.users if p.users is not None else float("inf"), p.name))
+    return points

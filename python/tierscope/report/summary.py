@@ -1,0 +1,130 @@
+"""The plain-language summary that opens the report and is printed in the terminal: where the
+bottleneck is, how sure tierscope is, and what to look at. Built from whatever analyses ran."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tierscope.report.data import ReportData
+
+
+@dataclass
+class Summary:
+    headline: str  # where the bottleneck is, in one sentence
+    confidence: str  # how sure, in words
+    look_at: list[str] = field(default_factory=list)  # what to look at next
+    facts: list[tuple[str, str]] = field(default_factory=list)  # the numbers behind it
+
+
+def confidence_words(value: Any) -> str:
+    """A confidence (0..1 number or a word) as words with the number."""
+    if isinstance(value, (int, float)):
+        word = "high" if value >= 0.8 else "medium" if value >= 0.5 else "low"
+        return f"{word} ({value:.2f})"
+    return str(value) if value is not None else "unknown"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _fine_lines(fine: Any, window_ms: float) -> tuple[list[str], list[tuple[str, str]]]:
+    look, facts = [], []
+    shares = getattr(fine, "saturated_share", {}) or {}
+    for tier, share in sorted(shares.items(), key=lambda kv: -kv[1]):
+        if share > 0:
+            look.append(f"{tier}: saturated (load above N*) in {_pct(share)} of the {window_ms:g} ms windows "
+                        f"(strip chart and timeline)")
+    for key, ns in sorted((getattr(fine, "n_star", {}) or {}).items()):
+        value = getattr(ns, "n_star", None)
+        if value is not None:
+            facts.append((f"N* {key}", f"{value:.1f} requests in the server ({getattr(ns, 'method', '?')}); "
+                                       f"max throughput {getattr(ns, 'max_throughput', float('nan')):.0f}/s"))
+    switches = getattr(fine, "switches_per_s", None)
+    if isinstance(switches, (int, float)) and switches > 0:
+        facts.append(("saturated tier switches", f"{switches:.2f} per second"))
+    return look, facts
+
+
+def build_summary(data: ReportData) -> Summary:
+    """The summary for `data` (see the module docstring)."""
+    window_ms = data.window_ns / 1e6
+    headline, confidence = None, "unknown"
+    look: list[str] = []
+    facts: list[tuple[str, str]] = []
+    verdict = getattr(data.fine, "verdict", None) if data.fine is not None else None
+    if verdict is not None:
+        headline = getattr(verdict, "text", None) or str(verdict)
+        confidence = confidence_words(getattr(verdict, "confidence", None))
+        if data.fine_point:
+            facts.append(("fine-grained analysis of", data.fine_point))
+        lines, more = _fine_lines(data.fine, window_ms)
+        look += lines
+        facts += more
+    # coarse grain: saturated resources at the maximum throughput of each configuration
+    for config, bb in data.blackbox.items():
+        tag = "" if len(data.blackbox) == 1 else f" ({config})"
+        facts.append((f"maximum throughput{tag}", f"{bb.max_throughput:.1f} requests/s at {bb.max_throughput_users:g} users"))
+        if bb.knee is not None:
+            facts.append((f"knee{tag}", f"{bb.knee.users:g} users ({bb.knee.detail})"))
+        if bb.knee_bounds is not None:
+            facts.append((f"N* from bounds{tag}", bb.knee_bounds.detail))
+        wb = data.whitebox.get(config)
+        if wb is not None:
+            sat = wb.saturated.get(bb.max_throughput_users) or []
+            if sat:
+                names = ", ".join(f"{h} {m}" for h, m in sat)
+                look.append(f"at {bb.max_throughput_users:g} users{tag}, {names} spent most of the time above 95 % "
+                            f"(utilisation densities)")
+                if headline is None:
+                    host, metric = sat[0]
+                    share = max(r["share_above"] for r in wb.shares.to_pylist()
+                                if r["host"] == host and r["metric"] == metric and r["users"] == bb.max_throughput_users)
+                    headline = f"Bottleneck at {host} ({metric}): above 95 % utilisation in {_pct(share)} of the " \
+                               f"samples at maximum throughput{tag}."
+                    confidence = confidence_words(share)
+            elif headline is None:
+                headline = (f"No resource is saturated at maximum throughput{tag}: the limit is elsewhere (software "
+                            f"resources, or short bottlenecks that one-second averages hide: look at the "
+                            f"fine-grained sections).")
+                confidence = "low"
+    if data.bmap is not None and data.bmap.num_rows:
+        groups = {}
+        for r in data.bmap.to_pylist():
+            groups.setdefault(r["group"], []).append(r)
+        for g, rows in sorted(groups.items()):
+            names = sorted({r["bottleneck"] or "no saturated resource" for r in rows})
+            look.append(f"configuration group {g} ({', '.join(r['config'] for r in rows)}): max throughput "
+                        f"{min(r['max_throughput'] for r in rows):.0f}-{max(r['max_throughput'] for r in rows):.0f}/s, "
+                        f"bottleneck {', '.join(names)} (bottleneck map)")
+    if data.heavy_summary is not None and data.heavy_summary.num_rows:
+        top = data.heavy_summary.to_pylist()[0]
+        look.append(f"{top['heavy']} heavy request(s) '{top['label']}' at {top['tier']}: up to {top['max_ms']:.0f} ms "
+                    f"against a median of {top['median_ms']:.1f} ms (heavy requests)")
+    if data.imported is not None:
+        facts.append(("imported", data.imported.summary()))
+    if headline is None:
+        headline = "Not enough data to locate a bottleneck." if data.fine is None else "No verdict."
+    return Summary(headline=headline, confidence=confidence, look_at=look, facts=facts)
+
+
+def rich_table(summary: Summary) -> Table:
+    """The summary as a Rich table for the terminal."""
+    table = Table(title="tierscope summary", show_header=False, expand=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("Bottleneck", summary.headline)
+    table.add_row("How sure", summary.confidence)
+    for i, line in enumerate(summary.look_at):
+        table.add_row("Look at" if i == 0 else "", line)
+    for key, value in summary.facts:
+        table.add_row(key, value)
+    return table
+
+
+def print_summary(summary: Summary, console: Console | None = None) -> None:
+    (console or Console()).print(rich_table(summary))
