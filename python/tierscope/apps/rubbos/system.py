@@ -1,0 +1,212 @@
+"""The whole 3-tier RUBBoS system on one host: a database server (PostgreSQL or MariaDB) with a
+loaded scale, N gunicorn application servers, and nginx in front.
+
+`bring_up()` starts everything (restoring the scale's snapshot when a fresh one exists, otherwise
+loading and snapshotting) and writes `state.json` in the run directory; `bring_down()` (a later,
+separate process) stops every process listed there. Used by `tierscope rubbos up/down/load` and
+by bench/rubbos.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tierscope.apps.rubbos import datagen, pages, snapshot
+from tierscope.apps.rubbos.dal import DbConfig
+from tierscope.services.appserver import AppServer
+from tierscope.services.base import Service, ServiceError, tcp_answers
+from tierscope.testbed.host import Host
+
+DEFAULT_RUN_DIR = Path(os.environ.get("TIERSCOPE_RUBBOS_DIR", "/tmp/tierscope-rubbos"))
+DEFAULT_DB_PORT = {"postgresql": 25432, "mariadb": 23306}
+
+
+@dataclass
+class Options:
+    dbms: str = "postgresql"
+    scale: str = "tiny"
+    seed: int = 42
+    app_servers: int = 1
+    workers: int = 2
+    threads: int = 8
+    pool_size: int | None = None
+    balance: str = "round_robin"
+    port: int = 8080
+    app_port: int = 9001
+    db_port: int | None = None
+    run_dir: Path = DEFAULT_RUN_DIR
+    fresh: bool = False
+    snapshots: Path = snapshot.DEFAULT_ROOT
+    fsync: bool = False
+    db_memory: str = "256M"
+
+
+@dataclass
+class System:
+    options: Options
+    db: Service
+    db_config: DbConfig
+    apps: list[AppServer] = field(default_factory=list)
+    web: Service | None = None
+    load_report: datagen.LoadReport | None = None
+    restored_from: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.options.port}/rubbos/StoriesOfTheDay"
+
+    def services(self) -> list[Service]:
+        return [self.db, *self.apps, *([self.web] if self.web else [])]
+
+    def stop(self) -> None:
+        for s in reversed(self.services()):
+            try:
+                s.stop()
+            except Exception:
+                pass
+
+
+def make_db(dbms: str, port: int, workdir: Path, fsync: bool = False, memory: str = "256M") -> tuple[Service, DbConfig]:
+    host = Host.loopback("db")
+    if dbms == "postgresql":
+        from tierscope.services.postgres import Postgres
+
+        svc = Postgres(host, port, workdir, fsync=fsync, shared_buffers=memory.replace("M", "MB"), max_connections=300)
+        return svc, DbConfig("postgresql", port=port, user="postgres", password="", database="rubbos")
+    if dbms == "mariadb":
+        from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
+
+        svc = MariaDB(host, port, workdir, durable=fsync, buffer_pool=memory, max_connections=300)
+        return svc, DbConfig("mariadb", port=port, user=LAB_USER, password=LAB_PASSWORD, database="rubbos")
+    raise ValueError(f"dbms: expected postgresql or mariadb, got {dbms!r}")
+
+
+def start_loaded_db(o: Options, workdir: Path, say=print) -> tuple[Service, DbConfig, datagen.LoadReport | None, Path | None]:
+    """A database server with the scale loaded: restored from a fresh snapshot, or loaded now
+    (and snapshotted for next time)."""
+    port = o.db_port or DEFAULT_DB_PORT[o.dbms]
+    db, cfg = make_db(o.dbms, port, workdir, o.fsync, o.db_memory)
+    snap = snapshot.snapshot_for(o.dbms, o.scale, o.seed, o.snapshots)
+    if not o.fresh and snap.fresh():
+        say(f"restoring {o.dbms} {o.scale} from snapshot {snap.path} (loaded {snap.age_s() / 3600:.1f} h ago)")
+        snapshot.copy_tree(snap.data, db.data_dir)
+        db.start()
+        return db, cfg, None, snap.path
+    db.start()
+    try:
+        say(f"loading scale {o.scale} into {o.dbms} ...")
+        report = datagen.load(cfg, o.scale, o.seed, progress=lambda m: say("  " + m))
+        for line in report.lines():
+            say("  " + line)
+        snapshot.take(db, snap, {"dbms": o.dbms, "scale": o.scale, "seed": o.seed, "loaded_at": time.time(),
+                                 "rows": report.rows, "db_size_bytes": report.db_size_bytes})
+        say(f"snapshot saved in {snap.path}")
+    except BaseException:
+        db.stop()
+        raise
+    return db, cfg, report, None
+
+
+def bring_up(o: Options, say=print) -> System:
+    from tierscope.services.nginx import Nginx
+
+    run = Path(o.run_dir)
+    state = run / "state.json"
+    if state.exists() and any(_alive(p["pid"]) for p in json.loads(state.read_text()).get("processes", [])):
+        raise ServiceError(f"a RUBBoS system is already running from {run} (run `tierscope rubbos down` first)")
+    ports = [o.port] + [o.app_port + i for i in range(o.app_servers)]
+    for p in ports:
+        if tcp_answers("127.0.0.1", p, timeout=0.2):
+            raise ServiceError(f"port {p} is already in use (choose another with --port/--app-port)")
+    run.mkdir(parents=True, exist_ok=True)
+    db, cfg, report, restored = start_loaded_db(o, run / o.dbms, say)
+    system = System(o, db, cfg, load_report=report, restored_from=restored)
+    try:
+        for i in range(o.app_servers):
+            app = AppServer(Host.loopback(f"app{i + 1}"), o.app_port + i, run / f"app{i + 1}", db=cfg,
+                            workers=o.workers, threads=o.threads, pool_size=o.pool_size, name=f"app{i + 1}",
+                            events_dir=run / "events")
+            app.start()
+            system.apps.append(app)
+            say(f"app server app{i + 1} on {app.url} ({o.workers} workers x {o.threads} threads)")
+        root = pages.write_static(run / "www")
+        web = Nginx(Host.loopback("web"), o.port, run / "nginx", root=root,
+                    upstreams=[a.address for a in system.apps], balance=o.balance)
+        web.start()
+        system.web = web
+    except BaseException:
+        system.stop()
+        raise
+    write_state(system)
+    return system
+
+
+def write_state(system: System) -> Path:
+    o = system.options
+    procs = []
+    for s in system.services():
+        procs.append({
+            "name": s.name, "kind": s.kind, "pid": s.proc.pid if s.proc else None,
+            "stop_signal": int(s.stop_signal if s.kind != "postgres" else signal.SIGINT),
+            "address": s.address, "logs": {k: str(v) for k, v in s.logs().items()},
+        })
+    state = {
+        "url": system.url, "dbms": o.dbms, "scale": o.scale, "seed": o.seed, "started_at": time.time(),
+        "db": {"host": system.db_config.host, "port": system.db_config.port, "user": system.db_config.user,
+               "database": system.db_config.database},
+        "access_log": str(system.web.access_log) if system.web else None,
+        "events_dir": str(Path(o.run_dir) / "events"),
+        "processes": procs,
+    }
+    path = Path(o.run_dir) / "state.json"
+    path.write_text(json.dumps(state, indent=1))
+    return path
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def bring_down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 30.0, say=print) -> int:
+    """Stop every process `bring_up` recorded in run_dir/state.json (reverse start order);
+    return how many were running."""
+    state_path = Path(run_dir) / "state.json"
+    if not state_path.exists():
+        say(f"nothing to stop: no {state_path}")
+        return 0
+    state = json.loads(state_path.read_text())
+    stopped = 0
+    for p in reversed(state.get("processes", [])):
+        pid = p.get("pid")
+        if not _alive(pid):
+            continue
+        stopped += 1
+        try:
+            os.killpg(pid, signal.SIGCONT)
+        except OSError:
+            pass
+        try:
+            os.kill(pid, int(p.get("stop_signal", signal.SIGTERM)))
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        try:  # leftovers of its session (workers, helpers)
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        say(f"stopped {p['name']} (pid {pid})")
+    state_path.unlink()
+    return stopped
