@@ -64,6 +64,8 @@ def _interval(manifest: dict) -> tuple[int, int] | None:
         point = manifest.get("point")
         phases = point.get("phases") if isinstance(point, dict) and isinstance(point.get("phases"), dict) else None
     run = phases.get("run") if phases else None
+    if run is None and isinstance(manifest.get("start_ns"), int) and isinstance(manifest.get("end_ns"), int):
+        run = [manifest["start_ns"], manifest["end_ns"]]  # the simulator: the measured interval after warm-up
     if isinstance(run, dict):
         start, end = run.get("start_ns", run.get("start")), run.get("end_ns", run.get("end"))
     elif isinstance(run, (list, tuple)) and len(run) == 2:
