@@ -134,44 +134,70 @@ def mmpp_periods(utilization: float, burstiness: float, job: float, peak: float 
     return lam, mean_on, mean_off
 
 
+def work_arrivals(rng: random.Random, lam: float, mean_on: float, mean_off: float):
+    """The burner's schedule, in seconds from its start: yields ("job", t), ("on", t), ("off", t).
+
+    An interrupted Poisson process: jobs at rate `lam` while ON, none while OFF; ON and OFF last
+    exponential times with the given means (mean_on = inf: always ON, a plain Poisson stream).
+    """
+    if math.isinf(mean_on):
+        yield ("on", 0.0)
+        t = 0.0
+        while True:
+            t += rng.expovariate(lam)
+            yield ("job", t)
+    on = rng.random() < mean_on / (mean_on + mean_off)
+    t = 0.0
+    if on:
+        yield ("on", 0.0)
+    while True:
+        end = t + rng.expovariate(1 / (mean_on if on else mean_off))
+        if on:
+            a = t + rng.expovariate(lam)
+            while a < end:
+                yield ("job", a)
+                a += rng.expovariate(lam)
+            yield ("off", end)
+        else:
+            yield ("on", end)
+        on = not on
+        t = end
+
+
 def burn(utilization: float, burstiness: float, job: float, peak: float, seed: int,
          bursts: Path | None, duration: float | None = None) -> None:
-    """The burner's main loop (runs until SIGTERM, or `duration` seconds)."""
-    rng = random.Random(seed)
+    """The burner's main loop (runs until SIGTERM, or `duration` seconds).
+
+    Jobs arrive on the `work_arrivals` schedule; each is `job` seconds of this thread's CPU time,
+    spun in chunks of at most 5 ms; the backlog carries over when the burner falls behind.
+    """
     lam, mean_on, mean_off = mmpp_periods(utilization, burstiness, job, peak)
+    schedule = work_arrivals(random.Random(seed), lam, mean_on, mean_off)
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     log = open(bursts, "a", buffering=1) if bursts else None
-    now = time.monotonic()
-    end = now + duration if duration else math.inf
-    always_on = math.isinf(mean_on)
-    on = True if always_on else rng.random() < mean_on / (mean_on + mean_off)
-    state_end = math.inf if always_on else now + rng.expovariate(1 / (mean_on if on else mean_off))
-    on_since_ns = time.time_ns() if on else None
-    next_arrival = now + rng.expovariate(lam) if on else math.inf
+    t0 = time.monotonic()
+    t0_ns = time.time_ns()
+    end = duration if duration else math.inf
+    on_since: float | None = None
     backlog = 0.0
     cpu = time.thread_time
+    kind, at = next(schedule)
     try:
-        while not stop["now"] and now < end:
-            now = time.monotonic()
-            while True:
-                t = min(state_end, next_arrival)
-                if t > now:
-                    break
-                if next_arrival <= state_end:
+        while not stop["now"]:
+            now = time.monotonic() - t0
+            if now >= end:
+                break
+            while at <= now:
+                if kind == "job":
                     backlog += job
-                    next_arrival += rng.expovariate(lam)
+                elif kind == "on":
+                    on_since = at
                 else:
-                    on = not on
-                    if on:
-                        on_since_ns = time.time_ns()
-                        next_arrival = state_end + rng.expovariate(lam)
-                    else:
-                        if log and on_since_ns:
-                            log.write(f"{on_since_ns} {time.time_ns()}\n")
-                        on_since_ns = None
-                        next_arrival = math.inf
-                    state_end += rng.expovariate(1 / (mean_on if on else mean_off))
+                    if log and on_since is not None:
+                        log.write(f"{t0_ns + int(on_since * 1e9)} {t0_ns + int(at * 1e9)}\n")
+                    on_since = None
+                kind, at = next(schedule)
             if backlog > 0:
                 chunk = min(backlog, 0.005)
                 target = cpu() + chunk
@@ -179,11 +205,11 @@ def burn(utilization: float, burstiness: float, job: float, peak: float, seed: i
                     pass
                 backlog -= chunk
             else:
-                time.sleep(max(0.0, min(min(state_end, next_arrival), end) - time.monotonic()))
+                time.sleep(max(0.0, min(at, end) - (time.monotonic() - t0)))
     finally:
         if log:
-            if on_since_ns:
-                log.write(f"{on_since_ns} {time.time_ns()}\n")
+            if on_since is not None:
+                log.write(f"{t0_ns + int(on_since * 1e9)} {time.time_ns()}\n")
             log.close()
 
 

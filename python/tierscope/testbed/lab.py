@@ -339,6 +339,20 @@ class Testbed:
         if errors:
             raise TestbedError("testbed down left errors: " + "; ".join(errors))
 
+    def detach(self) -> None:
+        """Leave the hosts up after this process exits (`tierscope testbed up`); `from_state` finds them."""
+        try:
+            atexit.unregister(self.down)
+        except Exception:
+            pass
+        if self._prev_sigterm is not None:
+            try:
+                signal.signal(signal.SIGTERM, self._prev_sigterm)
+            except ValueError:
+                pass
+            self._prev_sigterm = None
+        self._cleanups = []
+
     def __enter__(self) -> "Testbed":
         return self
 

@@ -1,0 +1,154 @@
+"""`tierscope testbed up|down|status|clean`: build and remove the hosts of a spec by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+testbed_app = typer.Typer(
+    name="testbed",
+    help="Build the hosts of a spec (network namespaces on a bridge, cgroup limits) and remove "
+    "them.\n\nExample: tierscope testbed up examples/specs/demo.toml",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+LAB_OPTION = typer.Option(0, "--lab", min=0, max=255, help="Lab number: bridge tsbr<N>, subnet 10.77.<N>.0/24.")
+
+
+def _pick_point(spec_path: Path, point: str | None):
+    from tierscope.spec import SpecError, expand, load_spec
+
+    try:
+        points = expand(load_spec(spec_path))
+    except SpecError as err:
+        raise typer.BadParameter(str(err), param_hint="SPEC") from None
+    if point is None:
+        return points[0], len(points)
+    for p in points:
+        if point == p.id or point == str(p.index):
+            return p, len(points)
+    raise typer.BadParameter(
+        f"no point {point!r} in {spec_path}; points are 0..{len(points) - 1} or ids such as {points[0].id}",
+        param_hint="--point",
+    )
+
+
+@testbed_app.command("up")
+def up(
+    spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="The experiment spec (TOML)."),
+    point: str = typer.Option(None, "--point", help="Which sweep point (index or id); default the first."),
+    lab: int = LAB_OPTION,
+    mode: str = typer.Option("auto", "--mode", help="auto, namespaces or loopback."),
+) -> None:
+    """Build the hosts of one point of SPEC and leave them up (state in /run/tierscope).
+
+    Run programs in a host with `ip netns exec tierscope<LAB>-<host> ...`.
+
+    Example: tierscope testbed up examples/specs/demo.toml --point 0
+    """
+    from tierscope.testbed.lab import Testbed, TestbedError
+
+    p, n = _pick_point(spec, point)
+    tb = Testbed(lab=lab, mode=mode)
+    try:
+        tb.up(p)
+    except TestbedError as err:
+        Console(stderr=True).print(f"[red]testbed up failed:[/red] {err}")
+        raise typer.Exit(1) from None
+    tb.detach()
+    console = Console()
+    console.print(f"point {p.index} of {n}: {p.id} ({p.config.notation()})")
+    console.print(tb.describe(), markup=False, highlight=False)
+    console.print(f"state: {tb.state_file}")
+
+
+@testbed_app.command("down")
+def down(lab: int = LAB_OPTION) -> None:
+    """Remove the hosts of a lab built by `tierscope testbed up` (processes, namespaces, cgroups).
+
+    Example: tierscope testbed down --lab 0
+    """
+    from tierscope.testbed.lab import Testbed, TestbedError
+
+    try:
+        tb = Testbed.from_state(lab)
+        tb.down()
+    except TestbedError as err:
+        Console(stderr=True).print(f"[red]testbed down:[/red] {err}")
+        raise typer.Exit(1) from None
+    Console().print(f"lab {lab} is down")
+
+
+@testbed_app.command("status")
+def status() -> None:
+    """Show every lab that is up, and anything tierscope left that no lab claims.
+
+    Example: tierscope testbed status
+    """
+    import json
+
+    from tierscope.testbed import clean as cleaning
+    from tierscope.testbed import network
+    from tierscope.testbed.lab import Testbed, state_dir
+
+    console = Console(highlight=False)
+    files = sorted(state_dir().glob("lab*.json")) if state_dir().exists() else []
+    claimed_ns: set[str] = set()
+    for f in files:
+        try:
+            lab = int(json.loads(f.read_text())["lab"])
+            tb = Testbed.from_state(lab)
+        except Exception as err:
+            console.print(f"{f}: unreadable ({err})")
+            continue
+        tb.detach()
+        console.print(tb.describe(), markup=False)
+        for name, h in tb.hosts.items():
+            if h.netns:
+                claimed_ns.add(h.netns)
+                alive = (network.NETNS_DIR / h.netns).exists()
+                pids = tb.pids(name)
+                console.print(
+                    f"    {name}: netns {'present' if alive else 'MISSING'}, {len(pids)} processes",
+                    markup=False,
+                )
+    if not files:
+        console.print("no lab is up")
+    try:
+        left = cleaning.leftovers()
+    except OSError:
+        left = {}
+    stray_ns = [n for n in left.get("netns", []) if n not in claimed_ns]
+    if stray_ns or (not files and any(left.get(k) for k in ("links", "cgroups", "processes"))):
+        console.print(
+            "left over (remove with `tierscope testbed clean`): "
+            + ", ".join(f"{len(v)} {k}" for k, v in left.items() if v)
+        )
+
+
+@testbed_app.command("clean")
+def clean() -> None:
+    """Remove every namespace, link, cgroup and process tierscope left, and nothing else.
+
+    Example: tierscope testbed clean
+    """
+    from tierscope.testbed.clean import clean as do_clean
+    from tierscope.testbed.lab import state_dir
+
+    out = do_clean(state_dir())
+    console = Console(highlight=False)
+    console.print(
+        f"removed {len(out.processes)} processes, {len(out.netns)} namespaces, {len(out.links)} "
+        f"links, {len(out.cgroups)} cgroup directories, {len(out.state_files)} state files"
+    )
+    for e in out.errors:
+        console.print(f"[red]could not remove:[/red] {e}")
+    if out.errors:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(testbed_app, name="testbed")
