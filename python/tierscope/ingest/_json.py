@@ -24,16 +24,26 @@ def head(path: Path, n: int = HEAD_BYTES) -> bytes:
         return f.read(n)
 
 
+#: A first line longer than this is not taken for NDJSON: the file is streamed as one document.
+NDJSON_LINE_LIMIT = 8 * 2**20
+
+
 def first_line_object(path: Path) -> dict | list | None:
-    """The first non-empty line parsed as JSON, or None when it is not a complete JSON value."""
+    """The first non-empty line parsed as JSON when it is a complete JSON value of at most
+    `NDJSON_LINE_LIMIT` bytes (so the file is NDJSON), else None (stream it as one document)."""
     with open(path, "rb") as f:
-        for raw in f:
+        while True:
+            raw = f.readline(NDJSON_LINE_LIMIT)
+            if not raw:
+                return None
             if raw.strip():
-                try:
-                    return json.loads(raw)
-                except ValueError:
-                    return None
-    return None
+                break
+        if len(raw) >= NDJSON_LINE_LIMIT and not raw.endswith(b"\n"):
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
 
 
 def ndjson_values(path: Path, sink: RequestSink) -> Iterator[tuple[str, Any]]:
@@ -84,12 +94,16 @@ def stream_items(path: Path, prefix: str, sink: RequestSink, fmt: str) -> Iterat
 
 def as_int(value: Any, what: str) -> int:
     """An integer from a JSON number or a decimal string (OTLP writes 64-bit numbers as strings)."""
-    if isinstance(value, bool) or value is None:
-        raise ValueError(f"{what} missing")
-    if isinstance(value, int):
+    kind = type(value)
+    if kind is int:
         return value
-    if isinstance(value, float):
+    if kind is str:
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{what} is {value!r}, expected an integer") from None
+    if kind is float and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if value is None:
+        raise ValueError(f"{what} missing")
     raise ValueError(f"{what} is {value!r}, expected an integer")

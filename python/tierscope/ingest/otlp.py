@@ -53,8 +53,12 @@ def norm_id(value: Any, what: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise ValueError(f"{what} is {value!r}, expected a hex string")
-    if len(value) in (16, 32) and all(c in "0123456789abcdefABCDEF" for c in value):
-        return value.lower()
+    if len(value) in (16, 32):
+        try:
+            int(value, 16)
+            return value.lower()
+        except ValueError:
+            pass
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
