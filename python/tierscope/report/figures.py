@@ -87,7 +87,8 @@ def main_sequence(data: ReportData) -> go.Figure | None:
     for tier, server in servers:
         ns = _n_star_for(data.fine, tier, server)
         value = getattr(ns, "n_star", None)
-        titles.append(f"{server}" + (f" — N* = {value:.1f}" if isinstance(value, (int, float)) else ""))
+        finite = isinstance(value, (int, float)) and np.isfinite(value)
+        titles.append(f"{server}" + (f" — N* = {value:.1f}" if finite else " — no N* (not saturated)"))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.07, vertical_spacing=0.15)
     rng = np.random.default_rng(0)
     for i, (tier, server) in enumerate(servers):

@@ -3,6 +3,7 @@ bottleneck is, how sure tierscope is, and what to look at. Built from whatever a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +42,13 @@ def _fine_lines(fine: Any, window_ms: float) -> tuple[list[str], list[tuple[str,
                         f"(strip chart and timeline)")
     for key, ns in sorted((getattr(fine, "n_star", {}) or {}).items()):
         value = getattr(ns, "n_star", None)
-        if value is not None:
+        if not isinstance(value, (int, float)):
+            continue
+        if math.isfinite(value):
             facts.append((f"N* {key}", f"{value:.1f} requests in the server ({getattr(ns, 'method', '?')}); "
                                        f"max throughput {getattr(ns, 'max_throughput', float('nan')):.0f}/s"))
+        else:
+            facts.append((f"N* {key}", "none: throughput kept growing with load (never saturated in this data)"))
     switches = getattr(fine, "switches_per_s", None)
     if isinstance(switches, (int, float)) and switches > 0:
         facts.append(("saturated tier switches", f"{switches:.2f} per second"))
