@@ -1,0 +1,154 @@
+"""The main sequence (load vs throughput per window) and its saturation point N*.
+
+Operational analysis (Denning & Buzen 1978; seed 001 §3.2): a server's throughput grows with its
+load until its bottleneck resource is busy all the time, then stays at TPmax. N* is the load at
+which that happens; a window whose load exceeds N* is a window in which the server is saturated.
+For a server with k identical CPUs and nothing else limiting it, the asymptotes are
+X = L / S (below) and X = k / S (above), so N* = k.
+
+The estimator (`saturation_point`, method "asymptotes at the extremes") measures each asymptote
+where it holds and intersects them, N* = TPmax / s:
+
+1. Keep windows with load > 0 that are not excluded (windows a known pause touched lie below the
+   main sequence — the paper's "points of interest" — and are not the curve itself).
+2. Slope s (≈ 1 / service time): pooled over the lowest-load decile of windows,
+   s = Σ throughput / Σ load. At low load nothing queues, so Little's law gives X = L / S there.
+3. Plateau TPmax: the *median* throughput of the highest-load decile (medians ignore the odd
+   window a burst or a pause pushed off the curve).
+4. Accept the plateau only if the data show both sides of the knee: the low-load median
+   throughput is at most RISE = 70 % of TPmax (the load varied enough to show the rise), within the
+   top decile the upper half (load ≥ q95) has at most FLAT = 1.15 × the median throughput of the
+   lower half (the curve has flattened), and the top decile's median load is above N*. Otherwise n_star = inf and `method`
+   says which check failed: from such data no saturation point can be read.
+
+Why not a fit through all the windows: at 50 ms, windows whose load is high *because* a long
+service or a queue burst happened inside them have fewer completions than their load suggests,
+so the middle of the scatter is rounded (an M/M/1's window main sequence is close to
+X = L / (S·(1 + L))); a two-segment fit through it lands far from k, while the two extremes are
+unaffected. Measured biases on simulated servers are in docs/analysis.md. The binned medians
+(`bin_load`, `bin_throughput`) are kept for plotting the main sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+METHOD = "asymptotes at the extremes"
+RISE = 0.7  # the low-load windows must run below this share of the plateau throughput
+FLAT = 1.15  # throughput above q95 of load may exceed that of q90–q95 by at most this factor
+
+
+@dataclass(frozen=True)
+class NStar:
+    """The saturation point of one server's main sequence."""
+
+    n_star: float  # load at which throughput stops growing (inf: no plateau in the data)
+    method: str  # estimator and outcome, e.g. "binned-median hinge" or "... : no plateau"
+    max_throughput: float  # plateau level (requests/s); the highest bin median if no plateau
+    slope: float = math.nan  # throughput per unit of load below N* (≈ 1 / service time, 1/s)
+    plateau_found: bool = False
+    windows_used: int = 0
+    bin_load: tuple[float, ...] = field(default=(), repr=False)  # the binned main sequence
+    bin_throughput: tuple[float, ...] = field(default=(), repr=False)
+    bin_count: tuple[int, ...] = field(default=(), repr=False)
+
+
+def saturation_point(
+    load: np.ndarray,
+    throughput: np.ndarray,
+    *,
+    exclude: np.ndarray | None = None,
+    bins: int = 30,
+    min_windows: int = 40,
+) -> NStar:
+    """N* of one server from its per-window load and throughput (method in the module docstring).
+
+    `load` and `throughput` are per-window arrays of equal length; `exclude` marks windows to
+    leave out (e.g. those a known pause touched: they lie below the main sequence).
+    """
+    load = np.asarray(load, np.float64)
+    throughput = np.asarray(throughput, np.float64)
+    if load.shape != throughput.shape:
+        raise ValueError(f"load and throughput differ in length: {load.shape} vs {throughput.shape}")
+    load_all = np.nan_to_num(load)
+    keep = np.isfinite(load) & np.isfinite(throughput) & (load > 0)
+    if exclude is not None:
+        keep &= ~np.asarray(exclude, bool)
+    x, y = load[keep], throughput[keep]
+    method = METHOD
+    if x.size < min_windows:
+        return NStar(math.inf, f"{method}: too few windows with load ({x.size} < {min_windows})",
+                     float(np.max(y)) if y.size else 0.0, windows_used=int(x.size))
+    bx, by, bn = _binned(x, y, bins)
+    common = dict(windows_used=int(x.size), bin_load=bx, bin_throughput=by, bin_count=bn)
+    # select the low-load windows by their neighbours' load, not their own: a window's own load
+    # and completions share its service-time noise (short services = low load and many
+    # completions), its neighbours' do not, while the workload state they reflect persists
+    padded = np.r_[load_all[:1], load_all, load_all[-1:]]
+    around = ((padded[:-2] + padded[2:]) / 2)[keep]
+    q10, q90, q95 = np.quantile(x, [0.10, 0.90, 0.95])
+    low, high = around <= np.quantile(around, 0.10), x >= q90
+    mid, top = high & (x < q95), x >= q95
+    slope = float(y[low].sum() / x[low].sum()) if x[low].sum() > 0 else math.nan
+    tp_max = float(np.median(y[high]))
+    tp_low = float(np.median(y[low]))
+    tp_mid = float(np.median(y[mid])) if mid.any() else tp_max
+    tp_top = float(np.median(y[top])) if top.any() else tp_max
+    if not slope > 0 or tp_max <= 0:
+        return NStar(math.inf, f"{method}: no completions at low or high load", tp_max, **common)
+    n_star = tp_max / slope
+    load_high = float(np.median(x[high]))
+    reasons = []
+    if tp_low > RISE * tp_max:
+        reasons.append(
+            f"throughput at low load ({tp_low:.0f}/s) is already {tp_low / tp_max:.0%} of that at high load: "
+            "the load never varied enough to show the rise to a plateau"
+        )
+    if tp_top > FLAT * tp_mid:
+        reasons.append(f"throughput still rising at the highest loads ({tp_mid:.0f}/s -> {tp_top:.0f}/s)")
+    if n_star >= load_high:
+        reasons.append(f"the highest loads ({load_high:.2f}) do not pass the knee ({n_star:.2f})")
+    if reasons:
+        return NStar(math.inf, f"{method}: no plateau: " + "; ".join(reasons), tp_max, slope, False,
+                     **common)
+    return NStar(n_star, method, tp_max, slope, True, **common)
+
+
+def _binned(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[tuple, tuple, tuple]:
+    """Median load and throughput per load bin (geometric bins between q0.5 % and q99.5 %)."""
+    bottom, top = (float(v) for v in np.quantile(x, [0.005, 0.995]))
+    if top <= bottom:
+        return (float(np.median(x)),), (float(np.median(y)),), (int(x.size),)
+    edges = np.geomspace(bottom, top, bins + 1)
+    which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+    need = max(3, int(0.002 * x.size))
+    bx, by, bn = [], [], []
+    for b in range(bins):
+        sel = which == b
+        n = int(sel.sum())
+        if n >= need:
+            bx.append(float(np.median(x[sel])))
+            by.append(float(np.median(y[sel])))
+            bn.append(n)
+    return tuple(bx), tuple(by), tuple(bn)
+
+
+def saturated_windows(load: np.ndarray, n_star: float) -> np.ndarray:
+    """Windows whose load exceeds N* (bool per window)."""
+    return np.asarray(load, np.float64) > n_star
+
+
+def episodes(saturated: np.ndarray, window_start_ns: np.ndarray, window_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """Maximal runs of consecutive saturated windows: (start_ns, end_ns) arrays."""
+    sat = np.asarray(saturated, bool)
+    if not sat.any():
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    d = np.diff(np.r_[0, sat.astype(np.int8), 0])
+    first = np.flatnonzero(d == 1)
+    last = np.flatnonzero(d == -1) - 1
+    starts = np.asarray(window_start_ns, np.int64)
+    return starts[first], starts[last] + np.int64(window_ns)

@@ -1,0 +1,581 @@
+"""Per-server load and throughput in fixed time windows (the raw material of the main sequence).
+
+Definitions (seed 001 §3.2; docs/analysis.md):
+
+* A window is the half-open interval ``[base + k·W, base + (k+1)·W)`` in integer nanoseconds.
+* A request is in its server during ``[arrival_ns, departure_ns)``.
+* **load** of a window = time-weighted mean number of requests in the server
+  = Σ overlap(request, window) / W.
+* **load_max** = the largest number of requests in the server at any instant of the window.
+* **overlap** (optional) = how many requests touch the window at all (the WED-Make count).
+* **throughput** = completions (departures) in the window per second.
+* **throughput_normalised** (optional) = Σ over completions of median_service(label) / median
+  service of the server, per second: a completion of a heavy label counts more than a light one,
+  so windows with a different mix compare.
+* **exclusive** load: where ``parent_id`` links a request to its upstream request, the time the
+  upstream request spent waiting on its downstream calls (the union of its children's intervals,
+  clipped to its own) is not counted at the upstream server.
+
+All arithmetic is integer nanoseconds relative to ``base_ns`` (a multiple of the window, so windows
+of different tables line up); floating point appears only in the final division by W.
+
+The algorithm is O(n + windows): the integral of the number-in-server over window k is
+``Σ_{arrivals in k} ((k+1)W - t) - Σ_{departures in k} ((k+1)W - t) + W·(arrived before k -
+departed before k)`` — a handful of ``np.bincount`` calls and one cumulative sum, no sort and no
+per-window loop. ``load_max`` needs the events in time order per server and costs a sort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+DEFAULT_WINDOW_NS = 50_000_000
+
+#: Columns of the table `window_series` returns (optional ones only when asked).
+SERIES_COLUMNS = (
+    "tier",
+    "server",
+    "window_start_ns",
+    "load",
+    "load_max",
+    "overlap",
+    "throughput",
+    "throughput_normalised",
+)
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """Intervals on a server code axis, already relative to the base (int64 ns)."""
+
+    server: np.ndarray  # int32 code of the server
+    start: np.ndarray  # int64 ns since base
+    end: np.ndarray  # int64 ns since base
+    sign: int = 1  # +1 for requests, -1 for time subtracted (exclusive load)
+
+
+def floor_base(min_ns: int, window_ns: int) -> int:
+    """The largest multiple of `window_ns` not after `min_ns` (integer floor, exact on epoch ns)."""
+    return (int(min_ns) // window_ns) * window_ns
+
+
+def _check_window(window_ns: int) -> int:
+    window_ns = int(window_ns)
+    if window_ns <= 0:
+        raise ValueError(f"window_ns must be a positive number of nanoseconds, got {window_ns}")
+    return window_ns
+
+
+def _dict_codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """Dictionary codes (int64) and the dictionary of a string column, without string copies."""
+    if isinstance(column, pa.ChunkedArray):
+        if not pa.types.is_dictionary(column.type):
+            column = pc.dictionary_encode(column)
+        column = column.combine_chunks()  # unifies the chunks' dictionaries
+    elif not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    codes = column.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return codes, [str(v) for v in column.dictionary.to_pylist()]
+
+
+def _server_codes(requests: pa.Table) -> tuple[np.ndarray, list[str], list[str]]:
+    """Integer code per row for (tier, server), and the tier and server name of each code.
+
+    Codes are ordered by (tier, server) name so outputs are stable and readable.
+    """
+    tier = requests.column("tier")
+    server = requests.column("server")
+    if requests.num_rows == 0:
+        return np.zeros(0, np.int32), [], []
+    if tier.null_count or server.null_count:
+        raise ValueError("requests: tier and server must not be null")
+    t_codes, t_names = _dict_codes(tier)
+    s_codes, s_names = _dict_codes(server)
+    pair = t_codes * len(s_names) + s_codes
+    present = np.flatnonzero(np.bincount(pair, minlength=len(t_names) * len(s_names)))
+    named = sorted(
+        ((t_names[p // len(s_names)], s_names[p % len(s_names)], p) for p in present.tolist()),
+    )
+    lookup = np.full(len(t_names) * len(s_names), -1, np.int32)
+    for i, (_, _, p) in enumerate(named):
+        lookup[p] = i
+    return lookup[pair], [t for t, _, _ in named], [s for _, s, _ in named]
+
+
+def _int64(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    if col.null_count:
+        raise ValueError(f"requests: column {name!r} has {col.null_count} null values")
+    return col.to_numpy().astype(np.int64, copy=False)
+
+
+def accumulate_intervals(
+    parts: list[Intervals], n_servers: int, n_windows: int, window_ns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Integral of the number-in-server per (server, window), and the level at each window start.
+
+    Returns (integral_ns, level_start), both flat float64/int64 arrays of size n_servers·n_windows
+    indexed server·n_windows + window. Intervals must lie inside [0, n_windows·W].
+    """
+    size = n_servers * n_windows
+    integral = np.zeros(size, np.float64)
+    counts = np.zeros(size, np.int64)
+    w = np.int64(window_ns)
+    for part in parts:
+        for times, sign in ((part.start, part.sign), (part.end, -part.sign)):
+            if times.size == 0:
+                continue
+            k = times // w
+            idx = part.server.astype(np.int64) * n_windows + k
+            tail = (w - (times - k * w)).astype(np.float64)  # ((k+1)W - t), exact below 2^53
+            integral += sign * np.bincount(idx, weights=tail, minlength=size)
+            counts += sign * np.bincount(idx, minlength=size)
+    counts = counts.reshape(n_servers, n_windows)
+    # level at the start of window k = net arrivals in windows < k (per server)
+    level_start = np.zeros_like(counts)
+    np.cumsum(counts[:, :-1], axis=1, out=level_start[:, 1:])
+    integral += level_start.ravel().astype(np.float64) * float(window_ns)
+    return integral, level_start.ravel()
+
+
+def max_in_windows(parts: list[Intervals], n_servers: int, n_windows: int, window_ns: int) -> np.ndarray:
+    """Largest number-in-server at any instant of each window (flat, server·n_windows + window).
+
+    Every interval end point becomes one int64 key ``(server·span + t)·2 + up`` where ``up`` is 1
+    for an increase of the level and 0 for a decrease; one unstable sort orders the events of each
+    server by time with decreases first at equal instants (intervals are half-open), the running
+    level is a cumulative sum of ±1, and its maximum per window is one ``reduceat``. The level at
+    the first instant of a window (for windows with no event inside) comes from per-window counts.
+    """
+    size = n_servers * n_windows
+    w = np.int64(window_ns)
+    span = np.int64(n_windows) * w + 1
+    if int(span) * max(n_servers, 1) * 2 >= 2**62:
+        raise ValueError("time span too long for load_max at this window; use a coarser window")
+    net = np.zeros(size, np.int64)  # net change of the level from events inside each window
+    edge = np.zeros(size, np.int64)  # the part of it exactly on the window's left edge
+    keys = []
+    for part in parts:
+        srv = part.server.astype(np.int64)
+        for times, delta in ((part.start, part.sign), (part.end, -part.sign)):
+            k = times // w
+            idx = srv * n_windows + k
+            net += delta * np.bincount(idx, minlength=size)
+            edge += delta * np.bincount(idx[times == k * w], minlength=size)
+            del k, idx
+            key = srv * span
+            key += times
+            key *= 2
+            if delta > 0:
+                key += 1
+            keys.append(key)
+    net = net.reshape(n_servers, n_windows)
+    before = np.zeros_like(net)
+    np.cumsum(net[:, :-1], axis=1, out=before[:, 1:])
+    out = before.ravel() + edge  # the level at instant base + k·W, after the events there
+    key = np.concatenate(keys)
+    del keys
+    if key.size == 0:
+        return out
+    key.sort()
+    # one server at a time keeps the temporaries small
+    bounds = np.searchsorted(key, np.arange(n_servers + 1, dtype=np.int64) * span * 2)
+    for srv in range(n_servers):
+        chunk = key[bounds[srv] : bounds[srv + 1]]
+        if chunk.size == 0:
+            continue
+        level = np.cumsum((chunk & 1).astype(np.int32) * 2 - 1, dtype=np.int32)
+        k = ((chunk >> 1) - srv * span) // w
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        peak = np.maximum.reduceat(level, starts)
+        # the level carried into this server's chunk from earlier servers is zero (each sums to 0)
+        cells = srv * n_windows + k[starts]
+        out[cells] = np.maximum(out[cells], peak)
+    return out
+
+
+def _window_count(max_rel_end: int, window_ns: int) -> int:
+    # Windows cover [0, max_end]; an end exactly on an edge still opens that window for bookkeeping.
+    return int(max_rel_end // window_ns) + 1
+
+
+def exclusive_children(
+    request_id: pa.ChunkedArray | pa.Array,
+    parent_id: pa.ChunkedArray | pa.Array,
+    arrival: np.ndarray,
+    departure: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The time each request spent waiting on its downstream calls, as merged intervals.
+
+    Returns (parent_row, start, end): for every parent row, the union of its children's
+    [arrival, departure) intervals clipped to the parent's own interval. Children whose parent
+    is not in the table are ignored (their parent was not observed).
+    """
+    import pandas as pd
+
+    if isinstance(request_id, pa.ChunkedArray):
+        request_id = request_id.combine_chunks()
+    if isinstance(parent_id, pa.ChunkedArray):
+        parent_id = parent_id.combine_chunks()
+    child_rows = np.flatnonzero(pc.is_valid(parent_id).to_numpy(zero_copy_only=False))
+    if child_rows.size == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    found = pc.index_in(parent_id.take(pa.array(child_rows)), value_set=request_id)
+    known = pc.is_valid(found).to_numpy(zero_copy_only=False)
+    child_rows = child_rows[known]
+    parent_row = found.filter(pa.array(known)).to_numpy(zero_copy_only=False).astype(np.int64)
+    s = np.maximum(arrival[child_rows], arrival[parent_row])
+    e = np.minimum(departure[child_rows], departure[parent_row])
+    good = e > s
+    parent_row, s, e = parent_row[good], s[good], e[good]
+    if parent_row.size == 0:
+        return parent_row, s, e
+    # union of intervals per parent: sort by (parent, start); a new run starts where the start
+    # passes the running maximum end of the previous intervals of the same parent
+    order = np.lexsort((s, parent_row))
+    parent_row, s, e = parent_row[order], s[order], e[order]
+    running = pd.Series(e).groupby(parent_row).cummax().to_numpy()
+    prev_max = np.r_[np.int64(-1), running[:-1]]
+    new_parent = np.r_[True, parent_row[1:] != parent_row[:-1]]
+    new_run = new_parent | (s > prev_max)
+    first = np.flatnonzero(new_run)
+    run_end = np.maximum.reduceat(e, first)
+    return parent_row[first], s[first], run_end
+
+
+def window_series(
+    requests: pa.Table,
+    window_ns: int = DEFAULT_WINDOW_NS,
+    base_ns: int | None = None,
+    exclusive: bool = False,
+    *,
+    with_max: bool = True,
+    with_overlap: bool = False,
+    normalised: bool = False,
+    end_ns: int | None = None,
+) -> pa.Table:
+    """Per-server load and throughput in windows of `window_ns` nanoseconds.
+
+    Returns one row per (tier, server, window) over the common time axis of all servers, with
+    columns tier, server, window_start_ns (int64, epoch ns), load (float: Σ overlap / W),
+    load_max (int, when `with_max`), overlap (int, when `with_overlap`), throughput
+    (completions per second), throughput_normalised (when `normalised`).
+
+    `base_ns` is the start of window 0 (default: the earliest arrival floored to a multiple of
+    the window); requests before it are clipped to it. `end_ns` ends the axis (default: the last
+    departure). `exclusive=True` subtracts from each request the time its children (rows whose
+    parent_id is its request_id) were in progress downstream.
+    """
+    window_ns = _check_window(window_ns)
+    for name in ("tier", "server", "arrival_ns", "departure_ns"):
+        if name not in requests.column_names:
+            raise ValueError(f"requests: required column {name!r} is missing")
+    arrival = _int64(requests, "arrival_ns")
+    departure = _int64(requests, "departure_ns")
+    bad = departure < arrival
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"requests: {int(bad.sum())} rows have departure_ns < arrival_ns (first: row {i}, "
+            f"arrival {arrival[i]}, departure {departure[i]})"
+        )
+    codes, tiers, servers = _server_codes(requests)
+    if requests.num_rows == 0:
+        return _empty_series(with_max, with_overlap, normalised)
+    if base_ns is None:
+        base_ns = floor_base(int(arrival.min()), window_ns)
+    base = np.int64(base_ns)
+    rel_a = np.maximum(arrival - base, 0)
+    rel_d = np.maximum(departure - base, 0)
+    del arrival, departure
+    last = int(rel_d.max()) if end_ns is None else int(end_ns) - int(base_ns) - 1
+    if last < 0:
+        raise ValueError(f"end_ns {end_ns} is before base_ns {base_ns}")
+    n_windows = _window_count(last, window_ns)
+    limit = np.int64(n_windows) * np.int64(window_ns)
+    if end_ns is not None:
+        rel_a = np.minimum(rel_a, limit)
+        rel_d = np.minimum(rel_d, limit)
+    n_servers = len(tiers)
+    # the upper edge of the last window is bookkept in one extra window, dropped at the end
+    n_cells = n_windows + 1
+    parts = [Intervals(codes, rel_a, rel_d, +1)]
+    if exclusive and {"request_id", "parent_id"} <= set(requests.column_names):
+        prow, cs, ce = exclusive_children(
+            requests.column("request_id"), requests.column("parent_id"), rel_a + base, rel_d + base
+        )
+        if prow.size:
+            parts.append(Intervals(codes[prow], cs - base, ce - base, -1))
+    integral, level_start = accumulate_intervals(parts, n_servers, n_cells, window_ns)
+    integral = integral.reshape(n_servers, n_cells)[:, :n_windows]
+    seconds = window_ns / 1e9
+    done_idx = codes.astype(np.int64) * n_cells + rel_d // np.int64(window_ns)
+    done = np.bincount(done_idx, minlength=n_servers * n_cells).reshape(n_servers, n_cells)
+    columns: dict[str, np.ndarray] = {
+        "load": (integral / window_ns).ravel(),
+    }
+    if with_max:
+        peak = max_in_windows(parts, n_servers, n_cells, window_ns)
+        columns["load_max"] = peak.reshape(n_servers, n_cells)[:, :n_windows].ravel()
+    if with_overlap:
+        columns["overlap"] = _overlap_count(codes, rel_a, rel_d, n_servers, n_cells, window_ns)[
+            :, :n_windows
+        ].ravel()
+    columns["throughput"] = (done[:, :n_windows] / seconds).ravel()
+    if normalised:
+        weights = _label_weights(requests, codes, rel_d - rel_a)
+        wdone = np.bincount(done_idx, weights=weights, minlength=n_servers * n_cells)
+        columns["throughput_normalised"] = (
+            wdone.reshape(n_servers, n_cells)[:, :n_windows] / seconds
+        ).ravel()
+    starts = base + np.arange(n_windows, dtype=np.int64) * np.int64(window_ns)
+    tier_col = pa.DictionaryArray.from_arrays(
+        np.repeat(np.arange(n_servers, dtype=np.int32), n_windows), pa.array(tiers)
+    )
+    server_col = pa.DictionaryArray.from_arrays(
+        np.repeat(np.arange(n_servers, dtype=np.int32), n_windows), pa.array(servers)
+    )
+    data = {
+        "tier": tier_col.cast(pa.string()),
+        "server": server_col.cast(pa.string()),
+        "window_start_ns": pa.array(np.tile(starts, n_servers), pa.int64()),
+    }
+    for name, values in columns.items():
+        data[name] = pa.array(values)
+    return pa.table(data)
+
+
+def _overlap_count(
+    codes: np.ndarray, rel_a: np.ndarray, rel_d: np.ndarray, n_servers: int, n_cells: int, w: int
+) -> np.ndarray:
+    """Requests touching each window: arrived before its end and departed after its start."""
+    size = n_servers * n_cells
+    srv = codes.astype(np.int64) * n_cells
+    ka = rel_a // np.int64(w)
+    # last window touched: the one containing departure - 1 ns (half-open), at least ka
+    kd = np.maximum((rel_d - 1) // np.int64(w), ka)
+    diff = np.bincount(srv + ka, minlength=size) - np.bincount(srv + kd + 1, minlength=size + 1)[:size]
+    return np.cumsum(diff.reshape(n_servers, n_cells), axis=1)
+
+
+def _label_weights(requests: pa.Table, codes: np.ndarray, service_ns: np.ndarray) -> np.ndarray:
+    """Weight of each completion: median service time of its (server, label) / of its server."""
+    import pandas as pd
+
+    if "label" in requests.column_names:
+        label = requests.column("label").fill_null("").to_numpy(zero_copy_only=False)
+    else:
+        label = np.full(requests.num_rows, "", object)
+    frame = pd.DataFrame({"s": codes, "l": label, "t": service_ns.astype(np.float64)})
+    per_label = frame.groupby(["s", "l"])["t"].transform("median").to_numpy()
+    per_server = frame.groupby("s")["t"].transform("median").to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = np.where(per_server > 0, per_label / per_server, 1.0)
+    return weight
+
+
+def _empty_series(with_max: bool, with_overlap: bool, normalised: bool) -> pa.Table:
+    fields = [
+        pa.field("tier", pa.string()),
+        pa.field("server", pa.string()),
+        pa.field("window_start_ns", pa.int64()),
+        pa.field("load", pa.float64()),
+    ]
+    if with_max:
+        fields.append(pa.field("load_max", pa.int64()))
+    if with_overlap:
+        fields.append(pa.field("overlap", pa.int64()))
+    fields.append(pa.field("throughput", pa.float64()))
+    if normalised:
+        fields.append(pa.field("throughput_normalised", pa.float64()))
+    return pa.schema(fields).empty_table()
+
+
+def interval_ratio(
+    start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int, n_windows: int, window_ns: int
+) -> np.ndarray:
+    """Share of each window covered by the given intervals (summed, so overlaps add), length n_windows."""
+    if start_ns.size == 0:
+        return np.zeros(n_windows)
+    limit = np.int64(n_windows) * np.int64(window_ns)
+    s = np.clip(start_ns.astype(np.int64) - np.int64(base_ns), 0, limit)
+    e = np.clip(end_ns.astype(np.int64) - np.int64(base_ns), 0, limit)
+    e = np.maximum(e, s)
+    part = Intervals(np.zeros(s.size, np.int32), s, e, +1)
+    integral, _ = accumulate_intervals([part], 1, n_windows + 1, window_ns)
+    return integral[:n_windows] / window_ns
+
+
+def _parquet_bounds(pf) -> tuple[int | None, int | None]:
+    """min(arrival_ns), max(departure_ns) from the row groups' statistics, or None if absent."""
+    meta = pf.metadata
+    names = pf.schema_arrow.names
+    ia, idp = names.index("arrival_ns"), names.index("departure_ns")
+    lo = hi = None
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        sa, sd = rg.column(ia).statistics, rg.column(idp).statistics
+        if sa is None or sd is None or not sa.has_min_max or not sd.has_min_max:
+            return None, None
+        lo = sa.min if lo is None else min(lo, sa.min)
+        hi = sd.max if hi is None else max(hi, sd.max)
+    return lo, hi
+
+
+def window_series_file(
+    path: str,
+    window_ns: int = DEFAULT_WINDOW_NS,
+    base_ns: int | None = None,
+    *,
+    batch_rows: int = 1 << 20,
+) -> pa.Table:
+    """`window_series` (load and throughput) over a requests Parquet file, in bounded memory.
+
+    Reads the file in batches of `batch_rows` (only tier, server, arrival_ns, departure_ns, with
+    the string columns as dictionaries) and adds each batch's contribution to per-(server, window)
+    accumulators: the window integral is additive, so memory is O(batch + servers·windows). The
+    time axis comes from the row-group statistics (or one extra pass over the two time columns).
+    No load_max here: it needs a global sort (use `window_series` on a table for it).
+    """
+    import pyarrow.parquet as pq
+
+    window_ns = _check_window(window_ns)
+    pf = pq.ParquetFile(path, read_dictionary=["tier", "server"])
+    missing = {"tier", "server", "arrival_ns", "departure_ns"} - set(pf.schema_arrow.names)
+    if missing:
+        raise ValueError(f"{path}: required columns missing: {sorted(missing)}")
+    lo, hi = _parquet_bounds(pf)
+    if lo is None:
+        lo, hi = None, None
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=["arrival_ns", "departure_ns"]):
+            mn, mx = pc.min(batch.column(0)).as_py(), pc.max(batch.column(1)).as_py()
+            lo = mn if lo is None or (mn is not None and mn < lo) else lo
+            hi = mx if hi is None or (mx is not None and mx > hi) else hi
+    if lo is None:
+        return _empty_series(False, False, False)
+    if base_ns is None:
+        base_ns = floor_base(int(lo), window_ns)
+    base = np.int64(base_ns)
+    n_windows = _window_count(max(int(hi) - int(base_ns), 0), window_ns)
+    n_cells = n_windows + 1
+    w = np.int64(window_ns)
+    names: dict[tuple[str, str], int] = {}
+    integral = np.zeros((0, n_cells))
+    counts = np.zeros((0, n_cells), np.int64)
+    done = np.zeros((0, n_cells), np.int64)
+    row = 0
+    for batch in pf.iter_batches(
+        batch_size=batch_rows, columns=["tier", "server", "arrival_ns", "departure_ns"]
+    ):
+        t_codes, t_names = _dict_codes(batch.column(0))
+        s_codes, s_names = _dict_codes(batch.column(1))
+        pair = t_codes * len(s_names) + s_codes
+        present = np.flatnonzero(np.bincount(pair, minlength=len(t_names) * len(s_names)))
+        lookup = np.full(len(t_names) * len(s_names), -1, np.int64)
+        for p in present.tolist():
+            key = (t_names[p // len(s_names)], s_names[p % len(s_names)])
+            lookup[p] = names.setdefault(key, len(names))
+        if len(names) > integral.shape[0]:
+            grow = len(names) - integral.shape[0]
+            integral = np.vstack([integral, np.zeros((grow, n_cells))])
+            counts = np.vstack([counts, np.zeros((grow, n_cells), np.int64)])
+            done = np.vstack([done, np.zeros((grow, n_cells), np.int64)])
+        srv = lookup[pair] * n_cells
+        a = batch.column(2).to_numpy().astype(np.int64, copy=False) - base
+        d = batch.column(3).to_numpy().astype(np.int64, copy=False) - base
+        if (d < a).any():
+            i = int(np.flatnonzero(d < a)[0])
+            raise ValueError(f"{path}: row {row + i}: departure_ns < arrival_ns")
+        np.maximum(a, 0, out=a)
+        np.maximum(d, 0, out=d)
+        size = integral.size
+        for times, sign in ((a, 1), (d, -1)):
+            k = times // w
+            idx = srv + k
+            tail = (w - (times - k * w)).astype(np.float64)
+            integral.ravel()[:] += sign * np.bincount(idx, weights=tail, minlength=size)
+            counts.ravel()[:] += sign * np.bincount(idx, minlength=size)
+        done.ravel()[:] += np.bincount(srv + d // w, minlength=size)
+        row += batch.num_rows
+    before = np.zeros_like(counts)
+    np.cumsum(counts[:, :-1], axis=1, out=before[:, 1:])
+    integral += before * float(window_ns)
+    order = sorted(names, key=lambda k: k)
+    rows = np.asarray([names[k] for k in order], np.int64)
+    n_servers = len(order)
+    starts = base + np.arange(n_windows, dtype=np.int64) * w
+    return pa.table(
+        {
+            "tier": pa.array(np.repeat([k[0] for k in order], n_windows).tolist(), pa.string()),
+            "server": pa.array(np.repeat([k[1] for k in order], n_windows).tolist(), pa.string()),
+            "window_start_ns": pa.array(np.tile(starts, n_servers)),
+            "load": pa.array((integral[rows, :n_windows] / window_ns).ravel()),
+            "throughput": pa.array((done[rows, :n_windows] / (window_ns / 1e9)).ravel()),
+        }
+    )
+
+
+def window_series_sql(
+    source: str,
+    window_ns: int = DEFAULT_WINDOW_NS,
+    base_ns: int | None = None,
+    *,
+    connection=None,
+    memory_limit: str | None = None,
+) -> pa.Table:
+    """The same load and throughput as `window_series`, computed by DuckDB on a Parquet file/glob.
+
+    For inputs larger than memory: DuckDB streams the file and spills its aggregation to disk.
+    Each request is exploded into the windows it touches (`range`/`unnest`), its overlap with each
+    one summed; departures are counted per window. Integer arithmetic on ns relative to the base.
+    Windows a server never touches are absent (not zero-filled) in this variant.
+    """
+    import duckdb
+
+    window_ns = _check_window(window_ns)
+    con = connection or duckdb.connect()
+    if memory_limit:
+        con.execute(f"SET memory_limit='{memory_limit}'")
+    src = "read_parquet(" + _sql_literal(source) + ")"
+    if base_ns is None:
+        lo = con.execute(f"SELECT min(arrival_ns) FROM {src}").fetchone()[0]
+        if lo is None:
+            return _empty_series(False, False, False)
+        base_ns = floor_base(int(lo), window_ns)
+    query = sql_query(src, window_ns, base_ns)
+    return con.execute(query).fetch_arrow_table()
+
+
+def _sql_literal(text: str) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def sql_query(src: str, window_ns: int, base_ns: int) -> str:
+    """The one-query DuckDB formulation (explode into touched windows, then group)."""
+    w, b = int(window_ns), int(base_ns)
+    return f"""
+WITH r AS (
+  SELECT tier, server, arrival_ns - {b} AS a, departure_ns - {b} AS d FROM {src}
+),
+touched AS (
+  SELECT tier, server, a, d, unnest(range(a // {w}, greatest(a // {w}, (d - 1) // {w}) + 1)) AS k FROM r
+),
+load AS (
+  SELECT tier, server, k,
+         sum(least(d, (k + 1) * {w}) - greatest(a, k * {w})) / {w}::DOUBLE AS load
+  FROM touched GROUP BY ALL
+),
+done AS (
+  SELECT tier, server, d // {w} AS k, count(*) * 1e9 / {w} AS throughput FROM r GROUP BY ALL
+)
+SELECT coalesce(load.tier, done.tier) AS tier, coalesce(load.server, done.server) AS server,
+       {b} + coalesce(load.k, done.k) * {w} AS window_start_ns,
+       coalesce(load.load, 0.0) AS load, coalesce(done.throughput, 0.0) AS throughput
+FROM load FULL OUTER JOIN done USING (tier, server, k)
+ORDER BY tier, server, window_start_ns
+"""
