@@ -13,7 +13,8 @@ distribution of each resource's utilisation at each workload level, not its aver
   "past that workload the majority of values lay in the top five percent utilisation interval".
 
 Utilisation metrics are the `resources` rows with unit ``percent``; ``cpu_user`` + ``cpu_system``
-of the same host and sample time are also summed into a derived ``cpu`` metric (capped at 100).
+of the same host and sample time are also summed into a derived ``cpu`` metric (capped at 100) when a
+host reports both and no ``cpu`` of its own.
 """
 
 from __future__ import annotations
@@ -53,9 +54,13 @@ def utilisation_samples(resources: pa.Table) -> dict[tuple[str, str], np.ndarray
         out.setdefault((h, m), []).append(v)
         if m in ("cpu_user", "cpu_system"):
             cpu_parts[(h, int(s))] = cpu_parts.get((h, int(s)), 0.0) + float(v)
-    if cpu_parts and not any(m == "cpu" for _, m in out):
-        for (h, _s), v in sorted(cpu_parts.items()):
-            out.setdefault((h, "cpu"), []).append(min(v, 100.0))
+    both = {h for h, m in out if m == "cpu_user"} & {h for h, m in out if m == "cpu_system"}
+    for (h, _s), v in sorted(cpu_parts.items()):
+        if h in both and (h, "cpu") not in out:
+            out.setdefault((h, "cpu*"), []).append(min(v, 100.0))
+    for h in both:
+        if (h, "cpu*") in out:
+            out[(h, "cpu")] = out.pop((h, "cpu*"))
     return {k: np.asarray(v, float) for k, v in out.items()}
 
 

@@ -6,7 +6,10 @@ The manifest is read tolerantly: the workload level is the first ``users`` found
 ``{"point": {"users": 300}}``), the configuration the first ``topology`` (a string in #W/#A/#C/#D
 notation, or a mapping), the think time the first ``think_time_s`` / ``think_time``, and the
 measured interval the ``run`` phase (``{"phases": {"run": {"start_ns": .., "end_ns": ..}}}`` or a
-``[start_ns, end_ns]`` pair). Missing pieces leave the matching analyses out, with a note.
+``[start_ns, end_ns]`` pair, or the manifest's own ``start_ns``/``end_ns`` as the simulator writes).
+Without a topology in the manifest, the directory above the point names its configuration when
+several runs are given (``DIR/<configuration>/<point>/``). Missing pieces leave the matching
+analyses out, with a note.
 """
 
 from __future__ import annotations
@@ -145,5 +148,8 @@ def find_points(root: Path, max_depth: int = 3) -> list[Point]:
 
     walk(root, 0)
     points = [read_point(p) for p in found]
+    for p in points:  # DIR/<configuration>/<point>/ without a topology in the manifest: the directory names it
+        if p.config is None and p.path.parent != root and p.path != root:
+            p.config = p.path.parent.name
     points.sort(key=lambda p: (p.config or "", p.users if p.users is not None else float("inf"), p.name))
     return points

@@ -1,0 +1,73 @@
+"""Coarse analyses and the report on simulated sweeps, against queueing arithmetic.
+
+Two configurations of a closed 3-tier system (think time Z = 0.2 s), each swept over users:
+  A: app 2 ms on 1 core (500/s), db 4 ms on 1 core (250/s)  -> db bottleneck, X_max = 250/s
+  B: the same with 4 database cores (1000/s)                 -> app bottleneck, X_max = 500/s
+Asymptotic bounds give the knee N* = (D + Z) * X_max with D = 0.3 + 2 + 4 ms.
+"""
+
+import json
+
+import pytest
+
+sim = pytest.importorskip("tierscope.simulate")
+
+from tierscope.report import build_summary, collect_run, render_html  # noqa: E402
+
+Z = 0.2
+D = 0.0063
+LEVELS = [5, 20, 40, 60, 80, 120, 160, 200]
+CONFIGS = {"A-1db-core": (1, 250.0, "db1"), "B-4db-cores": (4, 500.0, "app1")}
+
+
+def _spec(users: int, db_cores: int) -> dict:
+    return {"seed": users, "duration_s": 12, "warmup_s": 2,
+            "workload": {"users": users, "think_time_s": Z},
+            "tier": [{"name": "web", "threads": 400, "cores": 2, "service_ms": 0.3},
+                     {"name": "app", "threads": 400, "cores": 1, "service_ms": 2.0},
+                     {"name": "db", "threads": 400, "cores": db_cores, "service_ms": 4.0}]}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sim") / "grid"
+    for config, (cores, _x, _b) in CONFIGS.items():
+        for users in LEVELS:
+            result = sim.simulate(sim.parse_spec(_spec(users, cores)))
+            result.write(root / config / f"u{users:04d}")
+    return root
+
+
+def test_knee_max_throughput_and_bottleneck_from_simulation(sweep):
+    data = collect_run(sweep)
+    assert sorted(data.blackbox) == sorted(CONFIGS)
+    for config, (_cores, xmax, bottleneck) in CONFIGS.items():
+        bb = data.blackbox[config]
+        n_star = (D + Z) * xmax
+        assert bb.max_throughput == pytest.approx(xmax, rel=0.06), config
+        assert bb.knee_bounds.users == pytest.approx(n_star, rel=0.15), config
+        # Kneedle picks a measured level; the nearest levels around N* qualify
+        below = max(u for u in LEVELS if u <= n_star)
+        above = min(u for u in LEVELS if u >= n_star)
+        assert below <= bb.knee.users <= above + (above - below), (config, bb.knee, n_star)
+        wb = data.whitebox[config]
+        top = max(LEVELS)
+        assert [h for h, _m in wb.saturated[float(top)]] == [bottleneck], (config, wb.saturated[float(top)])
+        assert wb.saturated[5.0] == []
+    m = {r["config"]: r for r in data.bmap.to_pylist()}
+    assert m["A-1db-core"]["bottleneck"] == "db cpu_user" and m["B-4db-cores"]["bottleneck"] == "app cpu_user"
+    assert (m["A-1db-core"]["group"], m["B-4db-cores"]["group"]) == (1, 2)
+
+
+def test_report_of_simulated_sweep(sweep):
+    data = collect_run(sweep)
+    summary = build_summary(data)
+    page = render_html(data, summary)
+    for sid in ("load-curve", "density", "bottleneck-map"):
+        assert f'id="{sid}"' in page
+    if data.fine is not None:  # the fine-grained sections, once the analysis is there
+        for sid in ("timeline", "main-sequence", "strip"):
+            assert f'id="{sid}"' in page
+        assert summary.headline == data.fine.verdict.text
+    manifest = json.loads(next(sweep.rglob("manifest.json")).read_text())
+    assert manifest["kind"] == "simulation"
