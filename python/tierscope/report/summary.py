@@ -7,6 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
 
@@ -52,6 +55,22 @@ def _fine_lines(fine: Any, window_ms: float) -> tuple[list[str], list[tuple[str,
     switches = getattr(fine, "switches_per_s", None)
     if isinstance(switches, (int, float)) and switches > 0:
         facts.append(("saturated tier switches", f"{switches:.2f} per second"))
+    episodes = getattr(fine, "episodes", None)
+    if isinstance(episodes, pa.Table) and episodes.num_rows and {"tier", "duration_ns"} <= set(episodes.column_names):
+        for tier in sorted(set(episodes.column("tier").to_pylist())):
+            d = np.asarray(episodes.filter(pc.equal(episodes.column("tier"), tier)).column("duration_ns")
+                           .to_numpy(zero_copy_only=False), float) / 1e6
+            facts.append((f"saturation episodes {tier}", f"{len(d)}, median {np.median(d):.0f} ms, "
+                                                         f"longest {d.max():.0f} ms"))
+    pauses = getattr(fine, "pauses", None)
+    if isinstance(pauses, pa.Table) and pauses.num_rows and "paused_share" in pauses.column_names:
+        for r in pauses.to_pylist():
+            if r.get("paused_share", 0) > 0:
+                corr = r.get("corr_load_vs_pause_ratio")
+                corr_text = f"; correlation of its load with the pause ratio {corr:.2f}" if isinstance(
+                    corr, float) and math.isfinite(corr) else ""
+                look.append(f"{r['server']} was paused (GC, freezes) {_pct(r['paused_share'])} of the time"
+                            f"{corr_text}")
     return look, facts
 
 
@@ -64,7 +83,11 @@ def build_summary(data: ReportData) -> Summary:
     verdict = getattr(data.fine, "verdict", None) if data.fine is not None else None
     if verdict is not None:
         headline = getattr(verdict, "text", None) or str(verdict)
+        headline = headline[:1].upper() + headline[1:] + ("" if headline.endswith(".") else ".")
         confidence = confidence_words(getattr(verdict, "confidence", None))
+        evidence = getattr(verdict, "evidence", None)
+        if evidence:
+            facts.append(("evidence", str(evidence)))
         if data.fine_point:
             facts.append(("fine-grained analysis of", data.fine_point))
         lines, more = _fine_lines(data.fine, window_ms)
