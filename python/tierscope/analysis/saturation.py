@@ -18,7 +18,8 @@ where it holds and intersects them, N* = TPmax / s:
 4. Accept the plateau only if the data show both sides of the knee: the low-load median
    throughput is at most RISE = 70 % of TPmax (the load varied enough to show the rise), within the
    top decile the upper half (load ≥ q95) has at most FLAT = 1.15 × the median throughput of the
-   lower half (the curve has flattened), and the top decile's median load is above N*. Otherwise n_star = inf and `method`
+   lower half (the curve has flattened), and the top decile's median load is at least BEYOND = 2 × N* (queues really
+   built up; a stationary server's noise around its mean load does not qualify). Otherwise n_star = inf and `method`
    says which check failed: from such data no saturation point can be read.
 
 Why not a fit through all the windows: at 50 ms, windows whose load is high *because* a long
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 METHOD = "asymptotes at the extremes"
+BEYOND = 2.0  # the top decile's median load must be at least this multiple of N*
 RISE = 0.7  # the low-load windows must run below this share of the plateau throughput
 FLAT = 1.15  # throughput above q95 of load may exceed that of q90–q95 by at most this factor
 
@@ -109,8 +111,11 @@ def saturation_point(
         )
     if tp_top > FLAT * tp_mid:
         reasons.append(f"throughput still rising at the highest loads ({tp_mid:.0f}/s -> {tp_top:.0f}/s)")
-    if n_star >= load_high:
-        reasons.append(f"the highest loads ({load_high:.2f}) do not pass the knee ({n_star:.2f})")
+    if load_high < BEYOND * n_star:
+        reasons.append(
+            f"the highest loads (median {load_high:.2f}) are not well past the knee ({n_star:.2f}): "
+            "a queue that never builds up is noise, not saturation"
+        )
     if reasons:
         return NStar(math.inf, f"{method}: no plateau: " + "; ".join(reasons), tp_max, slope, False,
                      **common)

@@ -198,6 +198,78 @@ def max_in_windows(parts: list[Intervals], n_servers: int, n_windows: int, windo
     return out
 
 
+def share_above(
+    parts: list[Intervals], thresholds: np.ndarray, n_servers: int, n_windows: int, window_ns: int
+) -> np.ndarray:
+    """Share of each window during which a server held more than its threshold of requests.
+
+    `thresholds[server]` may be inf (never above). Returns shape (n_servers, n_windows). The level
+    is swept in time order per server (as in `max_in_windows`); the stretches where it exceeds the
+    threshold become intervals whose overlap with each window is accumulated exactly.
+    """
+    w = np.int64(window_ns)
+    span = np.int64(n_windows) * w + 1
+    keys = []
+    for part in parts:
+        srv = part.server.astype(np.int64)
+        for times, delta in ((part.start, part.sign), (part.end, -part.sign)):
+            key = srv * span
+            key += times
+            key *= 2
+            if delta > 0:
+                key += 1
+            keys.append(key)
+    out = np.zeros((n_servers, n_windows))
+    if not keys:
+        return out
+    key = np.concatenate(keys)
+    key.sort()
+    bounds = np.searchsorted(key, np.arange(n_servers + 1, dtype=np.int64) * span * 2)
+    seg_srv, seg_a, seg_b = [], [], []
+    for srv in range(n_servers):
+        thr = float(thresholds[srv])
+        chunk = key[bounds[srv] : bounds[srv + 1]]
+        if chunk.size < 2 or not np.isfinite(thr):
+            continue
+        level = np.cumsum((chunk & 1).astype(np.int32) * 2 - 1, dtype=np.int32)
+        t = (chunk >> 1) - srv * span
+        above = level[:-1] > thr
+        a, b = t[:-1][above], t[1:][above]
+        keep = b > a
+        seg_srv.append(np.full(int(keep.sum()), srv, np.int32))
+        seg_a.append(a[keep])
+        seg_b.append(b[keep])
+    if not seg_srv:
+        return out
+    part = Intervals(np.concatenate(seg_srv), np.concatenate(seg_a), np.concatenate(seg_b), +1)
+    integral, _ = accumulate_intervals([part], n_servers, n_windows + 1, window_ns)
+    return integral.reshape(n_servers, n_windows + 1)[:, :n_windows] / window_ns
+
+
+def request_intervals(
+    requests: pa.Table, base_ns: int, exclusive: bool, end_ns: int | None = None
+) -> tuple[list[Intervals], list[str], list[str]]:
+    """The +1 intervals of the requests (and −1 intervals of their children when `exclusive`),
+    relative to `base_ns`, with the tier and server name of each server code."""
+    arrival = _int64(requests, "arrival_ns")
+    departure = _int64(requests, "departure_ns")
+    codes, tiers, servers = _server_codes(requests)
+    base = np.int64(base_ns)
+    rel_a = np.maximum(arrival - base, 0)
+    rel_d = np.maximum(departure - base, 0)
+    if end_ns is not None:
+        limit = np.int64(end_ns) - base
+        rel_a, rel_d = np.minimum(rel_a, limit), np.minimum(rel_d, limit)
+    parts = [Intervals(codes, rel_a, rel_d, +1)]
+    if exclusive and {"request_id", "parent_id"} <= set(requests.column_names):
+        prow, cs, ce = exclusive_children(
+            requests.column("request_id"), requests.column("parent_id"), rel_a + base, rel_d + base
+        )
+        if prow.size:
+            parts.append(Intervals(codes[prow], cs - base, ce - base, -1))
+    return parts, tiers, servers
+
+
 def _window_count(max_rel_end: int, window_ns: int) -> int:
     # Windows cover [0, max_end]; an end exactly on an edge still opens that window for bookkeeping.
     return int(max_rel_end // window_ns) + 1

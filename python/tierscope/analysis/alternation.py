@@ -1,0 +1,159 @@
+"""Alternation between tiers: load correlations, one-without-the-other shares, switches, the verdict.
+
+Inputs are per-tier series on one common window axis (a tier's load is the sum over its servers;
+a tier is saturated in a window when at least half of its servers are). Rules (docs/analysis.md):
+
+* A tier *takes part* when it is saturated in at least `min_share` (2 %) of the windows and in at
+  least a tenth of the share of the most saturated tier.
+* No tier takes part → "none": no saturated tier.
+* One tier → "single": single bottleneck at X.
+* Two or more: they *alternate* when they are rarely saturated together — the windows where both
+  are saturated are fewer than `together_max` (1/3) of the smaller tier's saturated windows —
+  for the two leading tiers; then "alternating" between them (plus any other participant that
+  also alternates with the leader). Otherwise "several": several saturated at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+import pyarrow as pa
+
+MIN_SHARE = 0.02
+RELATIVE_SHARE = 0.1
+TOGETHER_MAX = 1 / 3
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where the bottleneck is, in plain words."""
+
+    kind: str  # "single", "alternating", "none", "several"
+    tiers: list[str]
+    text: str  # e.g. "single bottleneck at db", "bottleneck alternating between app and db"
+    confidence: float  # 0..1
+    evidence: str  # the numbers behind it
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation; NaN when either series is constant."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if a.size < 2 or np.std(a) == 0 or np.std(b) == 0:
+        return math.nan
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def pair_table(
+    tiers: list[str],
+    load_inclusive: dict[str, np.ndarray],
+    load_exclusive: dict[str, np.ndarray],
+    saturated: dict[str, np.ndarray],
+) -> pa.Table:
+    """For every pair of tiers: load correlations and the shares of windows one is saturated alone."""
+    rows: dict[str, list] = {k: [] for k in ("tier_a", "tier_b", "corr_inclusive", "corr_exclusive",
+                                            "a_without_b_share", "b_without_a_share", "both_share")}
+    for a, b in combinations(tiers, 2):
+        sa, sb = saturated[a], saturated[b]
+        n = max(sa.size, 1)
+        rows["tier_a"].append(a)
+        rows["tier_b"].append(b)
+        rows["corr_inclusive"].append(pearson(load_inclusive[a], load_inclusive[b]))
+        rows["corr_exclusive"].append(pearson(load_exclusive[a], load_exclusive[b]))
+        rows["a_without_b_share"].append(float((sa & ~sb).sum() / n))
+        rows["b_without_a_share"].append(float((sb & ~sa).sum() / n))
+        rows["both_share"].append(float((sa & sb).sum() / n))
+    return pa.table(
+        {
+            "tier_a": pa.array(rows["tier_a"], pa.string()),
+            "tier_b": pa.array(rows["tier_b"], pa.string()),
+            "corr_inclusive": pa.array(rows["corr_inclusive"], pa.float64()),
+            "corr_exclusive": pa.array(rows["corr_exclusive"], pa.float64()),
+            "a_without_b_share": pa.array(rows["a_without_b_share"], pa.float64()),
+            "b_without_a_share": pa.array(rows["b_without_a_share"], pa.float64()),
+            "both_share": pa.array(rows["both_share"], pa.float64()),
+        }
+    )
+
+
+def switches_per_second(tiers: list[str], saturated: dict[str, np.ndarray], window_ns: int) -> float:
+    """How often the saturated tier changes: over the windows where exactly one tier is saturated,
+    in time order, the number of changes of that tier, per second of the whole series."""
+    if not tiers:
+        return 0.0
+    stack = np.vstack([saturated[t] for t in tiers])
+    n_windows = stack.shape[1]
+    if n_windows == 0:
+        return 0.0
+    alone = stack.sum(0) == 1
+    who = np.argmax(stack[:, alone], axis=0)
+    changes = int((who[1:] != who[:-1]).sum()) if who.size > 1 else 0
+    return changes / (n_windows * window_ns / 1e9)
+
+
+def verdict(
+    tiers: list[str],
+    saturated: dict[str, np.ndarray],
+    switches: float,
+    *,
+    min_share: float = MIN_SHARE,
+    together_max: float = TOGETHER_MAX,
+    window_ns: int = 50_000_000,
+    n_star_text: dict[str, str] | None = None,
+) -> Verdict:
+    """The verdict in words from per-tier saturated-window indicators (rules in the module docstring)."""
+    shares = {t: float(saturated[t].mean()) if saturated[t].size else 0.0 for t in tiers}
+    n_windows = max((saturated[t].size for t in tiers), default=0)
+    ranked = sorted(tiers, key=lambda t: -shares[t])
+    lead = shares[ranked[0]] if ranked else 0.0
+    part = [t for t in ranked if shares[t] >= min_share and shares[t] >= RELATIVE_SHARE * lead]
+    ms = window_ns / 1e6
+    share_text = ", ".join(
+        f"{t} {shares[t]:.1%}" + (f" ({n_star_text[t]})" if n_star_text and t in n_star_text else "")
+        for t in ranked
+    )
+    evidence = f"saturated share of {n_windows} windows of {ms:g} ms: {share_text}"
+    if not part:
+        conf = 1.0 - (lead / min_share if min_share > 0 else 0.0) * 0.5
+        return Verdict("none", [], "no saturated tier", _clip(conf), evidence)
+    if len(part) == 1:
+        t = part[0]
+        runner = shares[ranked[1]] if len(ranked) > 1 else 0.0
+        conf = min(1.0, shares[t] / (min_share * 5)) * (1.0 - runner / max(shares[t], 1e-12))
+        return Verdict("single", [t], f"single bottleneck at {t}", _clip(conf), evidence)
+    a = part[0]
+    alternating = [a]
+    together_ratios = []
+    for b in part[1:]:
+        both = float((saturated[a] & saturated[b]).sum())
+        smaller = float(min(saturated[a].sum(), saturated[b].sum()))
+        ratio = both / smaller if smaller else 1.0
+        together_ratios.append((b, ratio))
+        if ratio < together_max:
+            alternating.append(b)
+    together_text = "; ".join(f"{a} and {b} saturated together in {r:.0%} of the smaller one's windows"
+                              for b, r in together_ratios)
+    evidence += f"; {together_text}; the saturated tier switches {switches:.1f} times per second"
+    if len(alternating) >= 2:
+        worst = max(r for b, r in together_ratios if b in alternating)
+        conf = (1.0 - worst / together_max) * min(1.0, switches / 0.5)
+        names = sorted(alternating, key=tiers.index)
+        text = "bottleneck alternating between " + _join(names)
+        return Verdict("alternating", names, text, _clip(0.5 + 0.5 * conf), evidence)
+    names = sorted(part, key=tiers.index)
+    best = min(r for _, r in together_ratios)
+    conf = min(1.0, (best - together_max) / (1 - together_max) + 0.5)
+    return Verdict("several", names, "several tiers saturated at once: " + _join(names), _clip(conf), evidence)
+
+
+def _join(names: list[str]) -> str:
+    if len(names) <= 2:
+        return " and ".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _clip(x: float) -> float:
+    return float(min(1.0, max(0.0, x)))

@@ -1,0 +1,191 @@
+"""Fine-grained bottleneck analysis in one call: windows, N*, saturated windows, alternation, pauses.
+
+    from tierscope.analysis.fine import analyze_fine
+    fg = analyze_fine(requests, events)          # pyarrow tables (tierscope.tables schemas)
+    print(fg.verdict.text, fg.verdict.confidence)
+
+Per server: load and throughput per window (`windows.window_series`); when parent/child links
+exist, the *exclusive* load (time waiting on downstream calls removed) is the load that decides
+saturation, because a synchronous caller's inclusive load rises whenever its callee is slow. N*
+per server (`saturation.saturation_point`, windows touched by a pause excluded from the fit); a
+window is saturated when the number of requests in the server (exclusive when links exist)
+exceeded N* for at least half of the window (`share_above_n_star` >= 0.5) — the window's mean
+load exceeding N* would also flag windows in which a saturation only began or ended. A tier is saturated in a window when at least half
+of its servers are. Then pairs, switches and the verdict (`alternation`), and pauses vs load.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import alternation, pauses, saturation
+from .alternation import Verdict
+from .saturation import NStar
+from .windows import DEFAULT_WINDOW_NS, floor_base, request_intervals, share_above, window_series
+
+#: A window is saturated when the server's load exceeded N* for at least this share of it.
+SATURATED_SHARE = 0.5
+
+
+@dataclass
+class FineGrained:
+    """The result of `analyze_fine`."""
+
+    series: pa.Table  # per (tier, server, window): load, load_max, throughput, ... , saturated
+    n_star: dict[str, NStar]  # per server
+    episodes: pa.Table  # tier, server, start_ns, end_ns, duration_ns
+    saturated_share: dict[str, float]  # per tier: share of windows in which the tier is saturated
+    pairs: pa.Table  # tier_a, tier_b, corr_inclusive, corr_exclusive, a_without_b_share, ...
+    switches_per_s: float
+    pauses: pa.Table  # tier, server, host, paused_share, paused_windows, corr_load_vs_pause_ratio
+    verdict: Verdict
+    window_ns: int = DEFAULT_WINDOW_NS
+    base_ns: int = 0
+    n_windows: int = 0
+    exclusive: bool = False  # whether the saturation decisions used exclusive load
+    tiers: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was skipped or could not be matched
+
+    def tier_saturated(self) -> dict[str, np.ndarray]:
+        """Per tier: bool per window, saturated when at least half of its servers are."""
+        return _tier_saturated(self.series, self.tiers, self.n_windows)
+
+
+def _tier_saturated(series: pa.Table, tiers: list[str], n_windows: int) -> dict[str, np.ndarray]:
+    out = {}
+    tier_col = series.column("tier").to_numpy(zero_copy_only=False)
+    sat = series.column("saturated").to_numpy(zero_copy_only=False)
+    for t in tiers:
+        rows = sat[tier_col == t].reshape(-1, n_windows)
+        out[t] = rows.sum(0) >= math.ceil(rows.shape[0] / 2)
+    return out
+
+
+def _has_links(requests: pa.Table) -> bool:
+    if not {"request_id", "parent_id"} <= set(requests.column_names):
+        return False
+    parents = requests.column("parent_id")
+    if parents.null_count == len(parents):
+        return False
+    return bool(pc.any(pc.is_in(parents, value_set=requests.column("request_id").combine_chunks())).as_py())
+
+
+def analyze_fine(
+    requests: pa.Table,
+    events: pa.Table | None = None,
+    window_ns: int = DEFAULT_WINDOW_NS,
+) -> FineGrained:
+    """Fine-grained analysis of a requests table (and optional events) at `window_ns` windows."""
+    notes: list[str] = []
+    if requests.num_rows == 0:
+        raise ValueError("requests: the table is empty; nothing to analyse")
+    arrival = requests.column("arrival_ns")
+    base_ns = floor_base(pc.min(arrival).as_py(), window_ns)
+    end_ns = int(pc.max(requests.column("departure_ns")).as_py()) + 1
+    has_labels = "label" in requests.column_names
+    series = window_series(requests, window_ns, base_ns, exclusive=False, end_ns=end_ns,
+                           normalised=has_labels)
+    exclusive = _has_links(requests)
+    if exclusive:
+        excl = window_series(requests, window_ns, base_ns, exclusive=True, with_max=False, end_ns=end_ns)
+        series = series.append_column("load_exclusive", excl.column("load"))
+    else:
+        notes.append("no parent/child links: saturation decided on inclusive load")
+        series = series.append_column("load_exclusive", series.column("load"))
+
+    tier_col = series.column("tier").to_numpy(zero_copy_only=False)
+    server_col = series.column("server").to_numpy(zero_copy_only=False)
+    keys: list[tuple[str, str]] = []
+    for t, s in zip(tier_col, server_col):
+        if not keys or keys[-1] != (t, s):
+            keys.append((t, s))
+    n_servers = len(keys)
+    n_windows = series.num_rows // n_servers
+    tiers = []
+    for t, _ in keys:
+        if t not in tiers:
+            tiers.append(t)
+
+    ratios, unmatched = pauses.pause_ratio_by_server(events, keys, base_ns, n_windows, window_ns)
+    if unmatched:
+        notes.append(f"pause events of hosts matching no server or tier were ignored: {', '.join(unmatched)}")
+    pause_col = np.zeros(series.num_rows)
+    for i, key in enumerate(keys):
+        if key in ratios:
+            pause_col[i * n_windows : (i + 1) * n_windows] = ratios[key]
+    series = series.append_column("pause_ratio", pa.array(pause_col))
+
+    used = np.asarray(series.column("load_exclusive" if exclusive else "load"), np.float64)
+    thr = np.asarray(series.column("throughput"), np.float64)
+    saturated_col = np.zeros(series.num_rows, bool)
+    n_star: dict[str, NStar] = {}
+    ep = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
+    starts = np.asarray(series.column("window_start_ns"), np.int64)
+    load_by_key = {}
+    for i, (tier, server) in enumerate(keys):
+        sl = slice(i * n_windows, (i + 1) * n_windows)
+        n_star[server] = saturation.saturation_point(used[sl], thr[sl], exclude=pause_col[sl] > 0)
+    # a window is saturated when the server held more than N* requests for at least half of it
+    parts, p_tiers, p_servers = request_intervals(requests, base_ns, exclusive, end_ns)
+    if list(zip(p_tiers, p_servers)) != keys:
+        raise AssertionError("server order differs between series and intervals")
+    thresholds = np.asarray([n_star[s].n_star for _, s in keys])
+    above = share_above(parts, thresholds, n_servers, n_windows, window_ns)
+    series = series.append_column("share_above_n_star", pa.array(above.ravel()))
+    for i, (tier, server) in enumerate(keys):
+        sl = slice(i * n_windows, (i + 1) * n_windows)
+        sat = above[i] >= SATURATED_SHARE
+        saturated_col[sl] = sat
+        load_by_key[(tier, server)] = used[sl]
+        a, b = saturation.episodes(sat, starts[sl], window_ns)
+        ep["tier"] += [tier] * a.size
+        ep["server"] += [server] * a.size
+        ep["start_ns"] += a.tolist()
+        ep["end_ns"] += b.tolist()
+    series = series.append_column("saturated", pa.array(saturated_col))
+    episodes = pa.table(
+        {
+            "tier": pa.array(ep["tier"], pa.string()),
+            "server": pa.array(ep["server"], pa.string()),
+            "start_ns": pa.array(ep["start_ns"], pa.int64()),
+            "end_ns": pa.array(ep["end_ns"], pa.int64()),
+            "duration_ns": pa.array(np.asarray(ep["end_ns"], np.int64) - np.asarray(ep["start_ns"], np.int64)),
+        }
+    )
+
+    tier_sat = _tier_saturated(series, tiers, n_windows)
+    incl = np.asarray(series.column("load"), np.float64)
+    tier_incl, tier_excl = {}, {}
+    for t in tiers:
+        rows = tier_col == t
+        tier_incl[t] = incl[rows].reshape(-1, n_windows).sum(0)
+        tier_excl[t] = used[rows].reshape(-1, n_windows).sum(0)
+    pairs = alternation.pair_table(tiers, tier_incl, tier_excl, tier_sat)
+    switches = alternation.switches_per_second(tiers, tier_sat, window_ns)
+    n_star_text = {}
+    for t in tiers:
+        values = [n_star[s] for (tt, s) in keys if tt == t]
+        finite = [v.n_star for v in values if math.isfinite(v.n_star)]
+        n_star_text[t] = ("N*=" + "/".join(f"{v:.1f}" for v in finite)) if finite else "no plateau"
+    verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text)
+    return FineGrained(
+        series=series,
+        n_star=n_star,
+        episodes=episodes,
+        saturated_share={t: float(tier_sat[t].mean()) for t in tiers},
+        pairs=pairs,
+        switches_per_s=switches,
+        pauses=pauses.pause_table(ratios, load_by_key, window_ns),
+        verdict=verdict,
+        window_ns=window_ns,
+        base_ns=base_ns,
+        n_windows=n_windows,
+        exclusive=exclusive,
+        tiers=tiers,
+        notes=notes,
+    )

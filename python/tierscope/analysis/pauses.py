@@ -1,0 +1,81 @@
+"""Pauses (GC, injected stop-the-world freezes) against load, per window (seed 001 Fig. 6b).
+
+The *pause ratio* of a window is the share of it covered by a host's pause events (the "GC
+running ratio"). A host is matched to servers by name: an events host equal to a server name
+belongs to that server; equal to a tier name, to every server of the tier.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .alternation import pearson
+from .windows import interval_ratio
+
+#: Event kinds that stop a server's work.
+PAUSE_KINDS = ("gc", "injected_pause", "pause", "freeze")
+
+
+def pause_ratio_by_server(
+    events: pa.Table | None,
+    servers: list[tuple[str, str]],
+    base_ns: int,
+    n_windows: int,
+    window_ns: int,
+) -> tuple[dict[tuple[str, str], np.ndarray], list[str]]:
+    """Per (tier, server): the pause ratio of every window; and the event hosts matching no server."""
+    out: dict[tuple[str, str], np.ndarray] = {}
+    if events is None or events.num_rows == 0:
+        return out, []
+    for name in ("start_ns", "end_ns", "host", "kind"):
+        if name not in events.column_names:
+            raise ValueError(f"events: required column {name!r} is missing")
+    kinds = pc.is_in(events.column("kind"), value_set=pa.array(PAUSE_KINDS))
+    pauses = events.filter(kinds)
+    hosts = pauses.column("host").to_pylist()
+    start = pauses.column("start_ns").to_numpy().astype(np.int64)
+    end = pauses.column("end_ns").to_numpy().astype(np.int64)
+    unmatched = set()
+    for host in sorted(set(hosts)):
+        sel = np.asarray([h == host for h in hosts])
+        targets = [key for key in servers if key[1] == host] or [key for key in servers if key[0] == host]
+        if not targets:
+            unmatched.add(host)
+            continue
+        ratio = np.minimum(interval_ratio(start[sel], end[sel], base_ns, n_windows, window_ns), 1.0)
+        for key in targets:
+            out[key] = np.maximum(out.get(key, 0.0), ratio)
+    return out, sorted(unmatched)
+
+
+def pause_table(
+    ratios: dict[tuple[str, str], np.ndarray],
+    load: dict[tuple[str, str], np.ndarray],
+    window_ns: int,
+) -> pa.Table:
+    """One row per paused server: pause count proxy, paused share of time, corr(load, pause ratio)."""
+    rows = {"tier": [], "server": [], "host": [], "paused_share": [], "paused_windows": [],
+            "corr_load_vs_pause_ratio": []}
+    for (tier, server), ratio in sorted(ratios.items()):
+        series = load.get((tier, server))
+        corr = pearson(series, ratio) if series is not None else math.nan
+        rows["tier"].append(tier)
+        rows["server"].append(server)
+        rows["host"].append(server)
+        rows["paused_share"].append(float(ratio.mean()) if ratio.size else 0.0)
+        rows["paused_windows"].append(int((ratio > 0).sum()))
+        rows["corr_load_vs_pause_ratio"].append(corr)
+    return pa.table(
+        {
+            "tier": pa.array(rows["tier"], pa.string()),
+            "server": pa.array(rows["server"], pa.string()),
+            "host": pa.array(rows["host"], pa.string()),
+            "paused_share": pa.array(rows["paused_share"], pa.float64()),
+            "paused_windows": pa.array(rows["paused_windows"], pa.int64()),
+            "corr_load_vs_pause_ratio": pa.array(rows["corr_load_vs_pause_ratio"], pa.float64()),
+        }
+    )
