@@ -28,6 +28,7 @@ def up(
     seed: int = typer.Option(42, help="data generator seed"),
     fresh: bool = typer.Option(False, help="reload the data even if a fresh snapshot exists"),
     run_dir: Path = typer.Option(None, help="where configs, logs and state go (default /tmp/tierscope-rubbos)"),
+    snapshots: Path = typer.Option(None, help="snapshot directory (default ~/.cache/tierscope/rubbos/snapshots)"),
 ) -> None:
     """Start the database (restoring or loading the scale), N app servers and nginx; print the URL.
 
@@ -49,6 +50,8 @@ def up(
         pool_size=pool_size or None, balance=balance, port=port, app_port=app_port, db_port=db_port or None,
         run_dir=run_dir or system.DEFAULT_RUN_DIR, fresh=fresh,
     )
+    if snapshots:
+        o.snapshots = snapshots
     try:
         s = system.bring_up(o, say=typer.echo)
     except (ServiceError, OSError, ValueError) as err:
@@ -77,6 +80,7 @@ def load(
     seed: int = typer.Option(42),
     db_port: int = typer.Option(0, help="database port (0 = default)"),
     run_dir: Path = typer.Option(None, help="scratch directory for the database server"),
+    snapshots: Path = typer.Option(None, help="snapshot directory (default ~/.cache/tierscope/rubbos/snapshots)"),
 ) -> None:
     """Generate and bulk-load a scale into a fresh database server, report rows per table and the
     database size, and save the snapshot that `up` restores.
@@ -91,6 +95,8 @@ def load(
         raise typer.BadParameter(f"expected one of {', '.join(PRESETS)}, got {scale!r}", param_hint="--scale")
     o = system.Options(dbms=dbms, scale=scale, seed=seed, db_port=db_port or None, fresh=True,
                        run_dir=run_dir or system.DEFAULT_RUN_DIR.with_name("tierscope-rubbos-load"))
+    if snapshots:
+        o.snapshots = snapshots
     import shutil
 
     work = Path(o.run_dir) / dbms
