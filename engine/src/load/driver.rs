@@ -1,0 +1,789 @@
+//! Drives the workload: emulated users (closed loop) or arrivals (open loop) on a single-threaded
+//! tokio runtime. Users are cheap state machines (one task each, asleep on the timer wheel
+//! while thinking); every request goes to the log and the statistics.
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Map, Value};
+use tokio::sync::Semaphore;
+use tokio::task::LocalSet;
+
+use super::arrivals::Arrivals;
+use super::clock;
+use super::http::{self, Conn, ErrorKind, ExchangeError, Target};
+use super::log::{LogWriter, Record};
+use super::markov::{Move, Target as To, Walker};
+use super::params::{encode_into, Fallback};
+use super::progress::Stats;
+use super::think::Think;
+use super::workload::{Method, Policy, Unit, Workload};
+
+/// A rendered request: path (with query) and form body; what history remembers for BACK.
+#[derive(Clone, Debug)]
+pub struct Req {
+    pub path: Arc<str>,
+    pub form: Option<Arc<str>>,
+}
+
+const BODY_CAP: usize = 4 << 20;
+const BATCH: usize = 4096;
+
+struct Pool {
+    sem: Semaphore,
+    idle: RefCell<Vec<Conn>>,
+}
+
+struct Ctx {
+    wl: Workload,
+    target: Target,
+    t0: Instant,
+    t0_ns: i64,
+    end_s: f64,
+    stop: Cell<bool>,
+    stats: RefCell<Stats>,
+    batch: RefCell<Vec<Record>>,
+    log: RefCell<Option<Sender<Vec<Record>>>>,
+    active_users: Cell<u64>,
+    in_flight: Cell<u64>,
+    sessions: Cell<u64>,
+    think: RefCell<Think>,
+    pool: Option<Pool>,
+    words: Arc<Vec<String>>,
+    static_paths: Vec<Option<Arc<str>>>,
+    var_names: Vec<Vec<Arc<str>>>,
+    needs_body: bool,
+    seed: u64,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    policy: Policy,
+    /// the largest think-time mean of any page (the truncation point is 10x this)
+    max_think_mean: f64,
+}
+
+fn mix(seed: u64, k: u64) -> u64 {
+    // splitmix64
+    let mut z = seed.wrapping_add(k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Ctx {
+    #[inline]
+    fn now_s(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+    #[inline]
+    fn ns_at(&self, s: f64) -> i64 {
+        self.t0_ns + (s * 1e9) as i64
+    }
+    fn phase_at(&self, s: f64) -> u8 {
+        if s < self.wl.ramp_up_s {
+            0
+        } else if s < self.wl.ramp_up_s + self.wl.run_s {
+            1
+        } else {
+            2
+        }
+    }
+    async fn sleep_until_s(&self, s: f64) {
+        if s > self.now_s() {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(self.t0 + Duration::from_secs_f64(s))).await;
+        }
+    }
+    fn emit(&self, rec: Record) {
+        self.stats.borrow_mut().add(&rec);
+        let mut b = self.batch.borrow_mut();
+        b.push(rec);
+        if b.len() >= BATCH {
+            self.flush_batch_locked(&mut b);
+        }
+    }
+    fn flush_batch_locked(&self, b: &mut Vec<Record>) {
+        let full = std::mem::replace(b, Vec::with_capacity(BATCH));
+        if let Some(tx) = self.log.borrow().as_ref() {
+            let _ = tx.send(full);
+        }
+    }
+    fn flush_batch(&self) {
+        let mut b = self.batch.borrow_mut();
+        if !b.is_empty() {
+            self.flush_batch_locked(&mut b);
+        }
+    }
+
+    /// Session variables drawn when a session starts.
+    fn draw_vars(&self, stype: usize, rng: &mut SmallRng) -> Vec<(Arc<str>, String)> {
+        let st = &self.wl.session_types[stype];
+        st.vars
+            .iter()
+            .zip(&self.var_names[stype])
+            .map(|((_, p), name)| {
+                let mut v = String::new();
+                let _ = p.value(&[], b"", &self.words, rng, &mut v);
+                (name.clone(), v)
+            })
+            .collect()
+    }
+
+    /// Render page `i` (URL and form) from the session variables and the previous body.
+    fn render(&self, i: usize, vars: &[(Arc<str>, String)], body: &[u8], rng: &mut SmallRng) -> Result<Req, Fallback> {
+        if let Some(p) = &self.static_paths[i] {
+            return Ok(Req { path: p.clone(), form: None });
+        }
+        let page = &self.wl.pages[i];
+        let mut path = String::with_capacity(64);
+        path.push_str(&self.target.prefix);
+        let mut tmp = String::new();
+        for part in &page.url.parts {
+            match part {
+                super::params::Part::Lit(s) => path.push_str(s),
+                super::params::Part::Var(name) => {
+                    tmp.clear();
+                    self.lookup(page, name, vars, body, rng, &mut tmp)?;
+                    encode_into(&tmp, &mut path);
+                }
+            }
+        }
+        let form = if page.method == Method::Post {
+            let mut f = String::new();
+            for (k, p) in &page.form {
+                if !f.is_empty() {
+                    f.push('&');
+                }
+                encode_into(k, &mut f);
+                f.push('=');
+                tmp.clear();
+                p.value(vars, body, &self.words, rng, &mut tmp)?;
+                encode_into(&tmp, &mut f);
+            }
+            Some(Arc::from(f))
+        } else {
+            None
+        };
+        Ok(Req { path: Arc::from(path), form })
+    }
+
+    fn lookup(&self, page: &super::workload::Page, name: &str, vars: &[(Arc<str>, String)], body: &[u8], rng: &mut SmallRng, out: &mut String) -> Result<(), Fallback> {
+        if let Some((_, p)) = page.params.iter().chain(page.form.iter()).find(|(k, _)| k == name) {
+            return p.value(vars, body, &self.words, rng, out);
+        }
+        if let Some((_, v)) = vars.iter().find(|(k, _)| &**k == name) {
+            out.push_str(v);
+        }
+        Ok(())
+    }
+
+    fn request_bytes(&self, page: usize, req: &Req, close: bool) -> Vec<u8> {
+        let method = self.wl.pages[page].method;
+        let form_len = req.form.as_ref().map_or(0, |f| f.len());
+        let mut b = Vec::with_capacity(96 + req.path.len() + self.target.host_header.len() + form_len);
+        b.extend_from_slice(if method == Method::Post { b"POST " } else { b"GET " });
+        b.extend_from_slice(req.path.as_bytes());
+        b.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        b.extend_from_slice(self.target.host_header.as_bytes());
+        b.extend_from_slice(b"\r\nUser-Agent: tierscope\r\n");
+        if close {
+            b.extend_from_slice(b"Connection: close\r\n");
+        }
+        if let Some(f) = &req.form {
+            b.extend_from_slice(b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: ");
+            b.extend_from_slice(f.len().to_string().as_bytes());
+            b.extend_from_slice(b"\r\n\r\n");
+            b.extend_from_slice(f.as_bytes());
+        } else {
+            b.extend_from_slice(b"\r\n");
+        }
+        b
+    }
+}
+
+/// Logs a request that was cut off (run end, Ctrl-C) when its future is dropped.
+struct InFlight<'a> {
+    ctx: &'a Ctx,
+    rec: Option<Record>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.ctx.in_flight.set(self.ctx.in_flight.get() - 1);
+        if let Some(mut rec) = self.rec.take() {
+            rec.end_ns = clock::now_ns();
+            rec.error = Some(ErrorKind::Cancelled);
+            self.ctx.emit(rec);
+        }
+    }
+}
+
+/// The previous request of this user and the think time drawn after it.
+#[derive(Clone, Copy, Default)]
+struct Prev {
+    end_ns: i64,
+    think_s: f64,
+    uncensored: bool,
+}
+
+struct Outcome {
+    error: Option<ErrorKind>,
+    end_s: f64,
+    end_ns: i64,
+    force_back: bool,
+    body: Option<Vec<u8>>,
+}
+
+/// Send one request under the connection policy and log it.
+#[allow(clippy::too_many_arguments)]
+async fn request(ctx: &Ctx, user: u32, session: u64, page: usize, req: &Req, intended_s: f64, own: &mut Option<Conn>, prev: Prev) -> Outcome {
+    let close = ctx.policy == Policy::PerRequest;
+    let bytes = ctx.request_bytes(page, req, close);
+    let intended_ns = ctx.ns_at(intended_s);
+    ctx.in_flight.set(ctx.in_flight.get() + 1);
+    let mut guard = InFlight {
+        ctx,
+        rec: Some(Record {
+            user,
+            session,
+            state: page as u16,
+            path: req.path.clone(),
+            intended_ns,
+            start_ns: intended_ns,
+            first_byte_ns: 0,
+            end_ns: 0,
+            status: 0,
+            bytes: 0,
+            error: None,
+            phase: ctx.phase_at(intended_s),
+        }),
+    };
+    let permit = match &ctx.pool {
+        Some(p) => p.sem.acquire().await.ok(),
+        None => None,
+    };
+    let mut conn = match (ctx.policy, &ctx.pool) {
+        (Policy::Pool, Some(p)) => p.idle.borrow_mut().pop(),
+        (Policy::PerUser, _) => own.take(),
+        _ => None,
+    };
+    let start_ns = clock::now_ns();
+    if let Some(r) = guard.rec.as_mut() {
+        r.start_ns = start_ns;
+    }
+    // realized think time (end of the previous request to this start), counted only for think
+    // times that began early enough that none could be cut off by the run's end (no censoring)
+    if prev.end_ns > 0 && prev.uncensored {
+        let mut st = ctx.stats.borrow_mut();
+        st.think_real_sum += (start_ns - prev.end_ns) as f64 / 1e9;
+        st.think_pair_drawn_sum += prev.think_s;
+        st.think_real_n += 1;
+    }
+    let mut body = if ctx.needs_body { Some(Vec::new()) } else { None };
+    let mut attempt = 0;
+    let result: Result<http::Response, ErrorKind> = loop {
+        attempt += 1;
+        let mut c = match conn.take() {
+            Some(c) => c,
+            None => match http::connect(ctx.target.addr, ctx.connect_timeout).await {
+                Ok(c) => c,
+                Err(e) => break Err(e),
+            },
+        };
+        let res = tokio::time::timeout(ctx.request_timeout, c.exchange(&bytes, body.as_mut(), BODY_CAP)).await;
+        match res {
+            Err(_) => break Err(ErrorKind::Timeout),
+            Ok(Ok(r)) => {
+                if r.keep_alive && !close {
+                    conn = Some(c);
+                }
+                break Ok(r);
+            }
+            Ok(Err(ExchangeError::ClosedBeforeResponse)) if attempt == 1 => {
+                // a stale kept-alive connection: retry once on a new one (as browsers do)
+                if let Some(b) = body.as_mut() {
+                    b.clear();
+                }
+                continue;
+            }
+            Ok(Err(ExchangeError::ClosedBeforeResponse)) => break Err(ErrorKind::Reset),
+            Ok(Err(ExchangeError::Kind(k))) => break Err(k),
+        }
+    };
+    // give the connection back
+    if let Some(c) = conn {
+        match (ctx.policy, &ctx.pool) {
+            (Policy::Pool, Some(p)) => p.idle.borrow_mut().push(c),
+            (Policy::PerUser, _) => *own = Some(c),
+            _ => {}
+        }
+    }
+    drop(permit);
+    let end_ns = clock::now_ns();
+    let mut rec = guard.rec.take().unwrap();
+    drop(guard);
+    rec.end_ns = end_ns;
+    let mut force_back = false;
+    match result {
+        Ok(r) => {
+            rec.status = r.status;
+            rec.bytes = r.bytes;
+            rec.first_byte_ns = r.first_byte_ns;
+            if r.status >= 500 {
+                rec.error = Some(ErrorKind::Http5xx);
+            } else if let Some(b) = &body {
+                if ctx.wl.error_markers.iter().any(|m| contains(b, m)) {
+                    rec.error = Some(ErrorKind::Marker);
+                } else if ctx.wl.back_on.iter().any(|m| contains(b, m)) {
+                    force_back = true;
+                }
+            }
+        }
+        Err(k) => {
+            rec.error = Some(k);
+            body = None;
+        }
+    }
+    let error = rec.error;
+    ctx.emit(rec);
+    Outcome { error, end_s: (end_ns - ctx.t0_ns) as f64 / 1e9, end_ns, force_back, body }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn pick_type(ctx: &Ctx, rng: &mut SmallRng) -> usize {
+    let types = &ctx.wl.session_types;
+    if types.len() == 1 {
+        return 0;
+    }
+    let total: f64 = types.iter().map(|t| t.weight).sum();
+    let mut u = rng.gen::<f64>() * total;
+    for (i, t) in types.iter().enumerate() {
+        if u < t.weight {
+            return i;
+        }
+        u -= t.weight;
+    }
+    types.len() - 1
+}
+
+fn think_for(ctx: &Ctx, page: usize, at_s: f64, rng: &mut SmallRng) -> f64 {
+    let mean = ctx.wl.pages[page].think_mean_s.unwrap_or(ctx.wl.think_mean_s);
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    let z = ctx.think.borrow_mut().draw(mean, at_s, rng);
+    let mut st = ctx.stats.borrow_mut();
+    st.think_drawn_sum += z;
+    st.think_drawn_n += 1;
+    z
+}
+
+/// Walk one session starting at `intended` (s). Returns the instant the next session may start
+/// (after the final think time), or None when the run is over.
+async fn session(ctx: &Ctx, user: u32, stype: usize, rng: &mut SmallRng, own: &mut Option<Conn>, mut intended: f64, prev: &mut Prev) -> Option<f64> {
+    let chain = &ctx.wl.chains[ctx.wl.session_types[stype].chain];
+    let start = ctx.wl.start;
+    let sid = ctx.sessions.get();
+    ctx.sessions.set(sid + 1);
+    let vars = ctx.draw_vars(stype, rng);
+    let mut walker: Walker<Req> = Walker::new(start);
+    let mut cur = ctx.render(start, &vars, b"", rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None });
+    let mut n = 0u32;
+    loop {
+        if ctx.stop.get() || intended >= ctx.end_s {
+            return None;
+        }
+        let out = request(ctx, user, sid, walker.current, &cur, intended, own, *prev).await;
+        n += 1;
+        let z = think_for(ctx, walker.current, out.end_s, rng);
+        *prev = Prev { end_ns: out.end_ns, think_s: z, uncensored: out.end_s + 10.0 * ctx.max_think_mean <= ctx.end_s };
+        let next = out.end_s + z;
+        let mut ended = false;
+        if out.error.is_some() {
+            // RUBBoS: an error restarts the session at the start page (same session)
+            walker.restart(start);
+            cur = ctx.render(start, &vars, b"", rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None });
+        } else if n >= ctx.wl.max_transitions {
+            ended = true;
+        } else {
+            let body: &[u8] = out.body.as_deref().unwrap_or(b"");
+            let mut t = walker.draw(chain, out.force_back, rng);
+            let mut rendered = None;
+            if let To::Page(j) = t {
+                match ctx.render(j, &vars, body, rng) {
+                    Ok(r) => rendered = Some(r),
+                    Err(Fallback::Back) => t = To::Back,
+                    Err(Fallback::Restart) => {
+                        walker.restart(start);
+                        t = To::Page(start);
+                        rendered = Some(ctx.render(start, &vars, b"", rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None }));
+                    }
+                }
+            }
+            match walker.apply(chain, t, &cur) {
+                Move::Go(_) => cur = rendered.expect("rendered page"),
+                Move::Back(_, r) => cur = r,
+                Move::Restart => {
+                    walker.restart(start);
+                    cur = ctx.render(start, &vars, b"", rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None });
+                }
+                Move::End => ended = true,
+            }
+        }
+        drop(out);
+        if next >= ctx.end_s || ctx.stop.get() {
+            return None;
+        }
+        if ended {
+            return Some(next);
+        }
+        ctx.sleep_until_s(next).await;
+        intended = next;
+    }
+}
+
+impl Ctx {
+    fn static_or_empty(&self, i: usize) -> Arc<str> {
+        self.static_paths[i].clone().unwrap_or_else(|| Arc::from(format!("{}{}", self.target.prefix, self.wl.pages[i].url.literal())))
+    }
+}
+
+struct Active<'a>(&'a Ctx);
+impl<'a> Active<'a> {
+    fn new(ctx: &'a Ctx) -> Active<'a> {
+        ctx.active_users.set(ctx.active_users.get() + 1);
+        Active(ctx)
+    }
+}
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active_users.set(self.0.active_users.get() - 1);
+    }
+}
+
+async fn closed_user(ctx: Rc<Ctx>, user: u32, first_at: f64) {
+    let ctx = &*ctx;
+    let mut rng = SmallRng::seed_from_u64(mix(ctx.seed, user as u64));
+    let stype = pick_type(ctx, &mut rng);
+    let mut own: Option<Conn> = None;
+    ctx.sleep_until_s(first_at).await;
+    let _active = Active::new(ctx);
+    let mut at = first_at;
+    let mut prev = Prev::default();
+    while let Some(next) = session(ctx, user, stype, &mut rng, &mut own, at, &mut prev).await {
+        ctx.sleep_until_s(next).await;
+        at = next;
+    }
+}
+
+async fn open_arrival(ctx: Rc<Ctx>, k: u64, at: f64) {
+    let ctx = &*ctx;
+    let mut rng = SmallRng::seed_from_u64(mix(ctx.seed, k));
+    let stype = pick_type(ctx, &mut rng);
+    let mut own: Option<Conn> = None;
+    let _active = Active::new(ctx);
+    let mut prev = Prev::default();
+    match ctx.wl.arrivals.as_ref().map(|a| a.unit) {
+        Some(Unit::Session) => {
+            let _ = session(ctx, k as u32, stype, &mut rng, &mut own, at, &mut prev).await;
+        }
+        _ => {
+            let sid = ctx.sessions.get();
+            ctx.sessions.set(sid + 1);
+            let vars = ctx.draw_vars(stype, &mut rng);
+            let start = ctx.wl.start;
+            let req = ctx.render(start, &vars, b"", &mut rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None });
+            let _ = request(ctx, k as u32, sid, start, &req, at, &mut own, Prev::default()).await;
+        }
+    }
+}
+
+async fn open_loop(ctx: Rc<Ctx>) {
+    let a = ctx.wl.arrivals.clone().expect("arrivals");
+    let mut arr = Arrivals::new(a.rate_per_s, a.dispersion, a.contrast, ctx.seed);
+    let mut k = 0u64;
+    loop {
+        let t = arr.next();
+        if t >= ctx.end_s || ctx.stop.get() {
+            break;
+        }
+        ctx.sleep_until_s(t).await;
+        if ctx.stop.get() {
+            break;
+        }
+        tokio::task::spawn_local(open_arrival(ctx.clone(), k, t));
+        k += 1;
+    }
+}
+
+async fn progress(ctx: Rc<Ctx>, quiet: bool) {
+    let mut next = 1.0;
+    let mut last = 0.0;
+    loop {
+        ctx.sleep_until_s(next).await;
+        let now = ctx.now_s();
+        let line = ctx.stats.borrow_mut().tick(now, ctx.phase_at(now.min(ctx.end_s - 1e-9)), ctx.active_users.get(), ctx.in_flight.get(), now - last);
+        ctx.flush_batch();
+        if !quiet {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+        last = now;
+        next += 1.0;
+    }
+}
+
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: bool) -> Result<i32> {
+    let names: Vec<String> = wl.pages.iter().map(|p| p.name.clone()).collect();
+    let writer = match log {
+        Some(p) => Some(LogWriter::create(p, names.clone())?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (t0, t0_ns) = {
+        let _ = clock::base();
+        let t0 = Instant::now();
+        (t0, clock::now_ns())
+    };
+    let static_paths = wl
+        .pages
+        .iter()
+        .map(|p| if p.url.is_literal() && p.method == Method::Get { Some(Arc::from(format!("{}{}", target.prefix, p.url.literal()))) } else { None })
+        .collect();
+    let var_names = wl.session_types.iter().map(|t| t.vars.iter().map(|(n, _)| Arc::from(n.as_str())).collect()).collect();
+    let policy = match (wl.policy, wl.arrivals.as_ref().map(|a| a.unit)) {
+        (Policy::PerUser, Some(Unit::Request)) => Policy::PerRequest,
+        (p, _) => p,
+    };
+    let nominal_rate = if wl.think_mean_s > 0.0 { wl.users as f64 / wl.think_mean_s } else { 0.0 };
+    let think = Think::new(if wl.arrivals.is_some() { 1.0 } else { wl.think_dispersion }, wl.think_contrast, nominal_rate, seed);
+    let end_s = wl.ramp_up_s + wl.run_s + wl.ramp_down_s;
+    let ctx = Rc::new(Ctx {
+        target,
+        t0,
+        t0_ns,
+        end_s,
+        stop: Cell::new(false),
+        stats: RefCell::new(Stats::new(names)),
+        batch: RefCell::new(Vec::with_capacity(BATCH)),
+        log: RefCell::new(writer.as_ref().map(|w| w.sender())),
+        active_users: Cell::new(0),
+        in_flight: Cell::new(0),
+        sessions: Cell::new(0),
+        think: RefCell::new(think),
+        pool: if policy == Policy::Pool { Some(Pool { sem: Semaphore::new(wl.pool_size), idle: RefCell::new(Vec::with_capacity(wl.pool_size)) }) } else { None },
+        words: super::workload::builtin_words(),
+        static_paths,
+        var_names,
+        needs_body: wl.needs_body(),
+        seed,
+        connect_timeout: Duration::from_secs_f64(wl.connect_timeout_s),
+        request_timeout: Duration::from_secs_f64(wl.request_timeout_s),
+        policy,
+        max_think_mean: wl.pages.iter().filter_map(|p| p.think_mean_s).fold(wl.think_mean_s, f64::max),
+        wl,
+    });
+    ctx.stats.borrow_mut().from_intended = ctx.wl.arrivals.is_some();
+    let local = LocalSet::new();
+    let signal = local.block_on(&rt, async {
+        if ctx.wl.arrivals.is_some() {
+            tokio::task::spawn_local(open_loop(ctx.clone()));
+        } else {
+            let n = ctx.wl.users;
+            for u in 0..n {
+                let at = if n > 0 { ctx.wl.ramp_up_s * u as f64 / n as f64 } else { 0.0 };
+                tokio::task::spawn_local(closed_user(ctx.clone(), u, at));
+            }
+        }
+        tokio::task::spawn_local(progress(ctx.clone(), quiet));
+        let sig = tokio::select! {
+            _ = ctx.sleep_until_s(ctx.end_s) => None,
+            s = interrupted() => Some(s),
+        };
+        ctx.stop.set(true);
+        // let requests in flight finish (bounded), then cut the rest off (logged as cancelled)
+        let grace = ctx.request_timeout.min(Duration::from_secs(2));
+        let grace_end = Instant::now() + grace;
+        let wait = async {
+            while ctx.in_flight.get() > 0 && Instant::now() < grace_end {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        let sig2 = tokio::select! {
+            _ = wait => None,
+            s = interrupted() => Some(s),
+        };
+        sig.or(sig2)
+    });
+    let elapsed = ctx.now_s();
+    drop(local); // drops every task: requests still in flight are logged as cancelled
+    ctx.flush_batch();
+    ctx.log.borrow_mut().take();
+    let mut extra = Map::new();
+    extra.insert("workload".into(), json!(ctx.wl.name));
+    extra.insert("elapsed_s".into(), json!(elapsed));
+    extra.insert("interrupted".into(), json!(signal.is_some()));
+    extra.insert("sessions".into(), json!(ctx.sessions.get()));
+    if let Some(w) = writer {
+        let path = w.path.display().to_string();
+        let rows = w.finish()?;
+        extra.insert("log".into(), json!({"path": path, "rows": rows}));
+    }
+    let run_s = (elapsed.min(ctx.wl.ramp_up_s + ctx.wl.run_s) - ctx.wl.ramp_up_s).max(0.0);
+    println!("{}", ctx.stats.borrow().summary(run_s, extra));
+    drop(rt);
+    Ok(match signal {
+        Some("SIGINT") => 130,
+        Some(_) => 143,
+        None => 0,
+    })
+}
+
+/// `--dry-run N`: walk sessions for N requests without sending anything (empty responses,
+/// so extraction takes its `otherwise`). Counts per page, sessions, BACK/END moves.
+pub fn simulate(wl: &Workload, requests: u64, seed: u64) -> String {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let words = super::workload::builtin_words();
+    let mut counts = vec![0u64; wl.pages.len()];
+    let (mut sessions, mut backs, mut ends, mut restarts, mut capped) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut think_sum = 0.0;
+    let mut done = 0u64;
+    let prefix = "";
+    let render = |i: usize, vars: &[(Arc<str>, String)], rng: &mut SmallRng| -> Result<String, Fallback> {
+        let page = &wl.pages[i];
+        let mut path = String::from(prefix);
+        let mut tmp = String::new();
+        for part in &page.url.parts {
+            match part {
+                super::params::Part::Lit(s) => path.push_str(s),
+                super::params::Part::Var(name) => {
+                    tmp.clear();
+                    if let Some((_, p)) = page.params.iter().chain(page.form.iter()).find(|(k, _)| k == name) {
+                        if p.is_extract() {
+                            tmp.push('1'); // a dry run assumes every extraction finds a link
+                        } else {
+                            p.value(vars, b"", &words, rng, &mut tmp)?;
+                        }
+                    } else if let Some((_, v)) = vars.iter().find(|(k, _)| &**k == name) {
+                        tmp.push_str(v);
+                    }
+                    encode_into(&tmp, &mut path);
+                }
+            }
+        }
+        for (_, p) in &page.form {
+            tmp.clear();
+            if !p.is_extract() {
+                p.value(vars, b"", &words, rng, &mut tmp)?;
+            }
+        }
+        Ok(path)
+    };
+    let total_w: f64 = wl.session_types.iter().map(|t| t.weight).sum();
+    while done < requests {
+        let mut u = rng.gen::<f64>() * total_w;
+        let mut stype = 0;
+        for (i, t) in wl.session_types.iter().enumerate() {
+            stype = i;
+            if u < t.weight {
+                break;
+            }
+            u -= t.weight;
+        }
+        let st = &wl.session_types[stype];
+        let chain = &wl.chains[st.chain];
+        let vars: Vec<(Arc<str>, String)> = st
+            .vars
+            .iter()
+            .map(|(n, p)| {
+                let mut v = String::new();
+                let _ = p.value(&[], b"", &words, &mut rng, &mut v);
+                (Arc::from(n.as_str()), v)
+            })
+            .collect();
+        sessions += 1;
+        let mut walker: Walker<String> = Walker::new(wl.start);
+        let mut cur = render(wl.start, &vars, &mut rng).unwrap_or_default();
+        let mut n = 0;
+        loop {
+            counts[walker.current] += 1;
+            done += 1;
+            n += 1;
+            let mean = wl.pages[walker.current].think_mean_s.unwrap_or(wl.think_mean_s);
+            think_sum += super::think::truncated_exp(mean, &mut rng);
+            if done >= requests {
+                break;
+            }
+            if n >= wl.max_transitions {
+                capped += 1;
+                break;
+            }
+            let mut t = walker.draw(chain, false, &mut rng);
+            let mut rendered = None;
+            if let To::Page(j) = t {
+                match render(j, &vars, &mut rng) {
+                    Ok(r) => rendered = Some(r),
+                    Err(Fallback::Back) => t = To::Back,
+                    Err(Fallback::Restart) => {
+                        walker.restart(wl.start);
+                        t = To::Page(wl.start);
+                        rendered = Some(render(wl.start, &vars, &mut rng).unwrap_or_default());
+                    }
+                }
+            }
+            match walker.apply(chain, t, &cur) {
+                Move::Go(_) => cur = rendered.unwrap_or_default(),
+                Move::Back(_, r) => {
+                    backs += 1;
+                    cur = r;
+                }
+                Move::Restart => {
+                    backs += 1;
+                    restarts += 1;
+                    walker.restart(wl.start);
+                    cur = render(wl.start, &vars, &mut rng).unwrap_or_default();
+                }
+                Move::End => {
+                    ends += 1;
+                    break;
+                }
+            }
+        }
+    }
+    let mut pages = Map::new();
+    for (i, c) in counts.iter().enumerate() {
+        pages.insert(wl.pages[i].name.clone(), json!(c));
+    }
+    json!({"dry_run": {
+        "requests": done,
+        "sessions": sessions,
+        "pages": Value::Object(pages),
+        "back": backs,
+        "end": ends,
+        "restart_on_empty_history": restarts,
+        "capped_sessions": capped,
+        "mean_pages_per_session": done as f64 / sessions.max(1) as f64,
+        "think_mean_s": think_sum / done.max(1) as f64,
+    }})
+    .to_string()
+}

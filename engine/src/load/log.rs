@@ -1,0 +1,217 @@
+//! The per-request log: the `client_requests` table (python/tierscope/tables.py CLIENT_REQUESTS)
+//! as Parquet, written by a background thread in row groups so the event loop only appends to
+//! a batch. Written with the `parquet` crate's low-level column writers (no Arrow).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use anyhow::{anyhow, Context, Result};
+use parquet::basic::Compression;
+use parquet::data_type::{ByteArray, ByteArrayType, Int32Type, Int64Type};
+use parquet::file::properties::WriterProperties;
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::parser::parse_message_type;
+
+use super::http::ErrorKind;
+
+pub const PHASES: [&str; 3] = ["ramp_up", "run", "ramp_down"];
+
+/// One request as logged (times in ns since the Unix epoch).
+#[derive(Clone, Debug)]
+pub struct Record {
+    pub user: u32,
+    pub session: u64,
+    pub state: u16,
+    pub path: Arc<str>,
+    pub intended_ns: i64,
+    pub start_ns: i64,
+    /// 0 = no byte received
+    pub first_byte_ns: i64,
+    pub end_ns: i64,
+    /// 0 = no response
+    pub status: u16,
+    pub bytes: u64,
+    pub error: Option<ErrorKind>,
+    pub phase: u8,
+}
+
+const SCHEMA: &str = "message client_requests {
+  required int64 user;
+  required int64 session;
+  required binary state (UTF8);
+  optional binary path (UTF8);
+  optional int64 intended_ns;
+  required int64 start_ns;
+  optional int64 first_byte_ns;
+  required int64 end_ns;
+  optional int32 status;
+  optional int64 bytes;
+  optional binary error (UTF8);
+  required binary phase (UTF8);
+}";
+
+/// Rows per row group.
+const ROW_GROUP: usize = 128 * 1024;
+
+pub struct LogWriter {
+    tx: Option<mpsc::Sender<Vec<Record>>>,
+    handle: Option<JoinHandle<Result<u64>>>,
+    pub path: PathBuf,
+}
+
+impl LogWriter {
+    pub fn create(path: &Path, states: Vec<String>) -> Result<LogWriter> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).with_context(|| format!("--log {}: cannot create directory", path.display()))?;
+            }
+        }
+        let file = File::create(path).with_context(|| format!("--log {}: cannot create", path.display()))?;
+        let schema = Arc::new(parse_message_type(SCHEMA)?);
+        let props = Arc::new(WriterProperties::builder().set_compression(Compression::SNAPPY).set_created_by("tierscope-engine load".into()).build());
+        let mut writer = SerializedFileWriter::new(file, schema, props)?;
+        let (tx, rx) = mpsc::channel::<Vec<Record>>();
+        let handle = std::thread::Builder::new().name("log-writer".into()).spawn(move || -> Result<u64> {
+            let names: Vec<ByteArray> = states.iter().map(|s| ByteArray::from(s.as_str())).collect();
+            let mut pending: Vec<Record> = Vec::with_capacity(ROW_GROUP);
+            let mut rows = 0u64;
+            let flush = |pending: &mut Vec<Record>, writer: &mut SerializedFileWriter<File>| -> Result<()> {
+                if pending.is_empty() {
+                    return Ok(());
+                }
+                write_group(writer, pending, &names)?;
+                pending.clear();
+                Ok(())
+            };
+            while let Ok(batch) = rx.recv() {
+                rows += batch.len() as u64;
+                pending.extend(batch);
+                if pending.len() >= ROW_GROUP {
+                    flush(&mut pending, &mut writer)?;
+                }
+            }
+            flush(&mut pending, &mut writer)?;
+            writer.close()?;
+            Ok(rows)
+        })?;
+        Ok(LogWriter { tx: Some(tx), handle: Some(handle), path: path.to_path_buf() })
+    }
+
+    pub fn sender(&self) -> mpsc::Sender<Vec<Record>> {
+        self.tx.clone().expect("log writer open")
+    }
+
+    /// Close the file (writes the footer); returns the number of rows.
+    pub fn finish(mut self) -> Result<u64> {
+        drop(self.tx.take());
+        let h = self.handle.take().unwrap();
+        h.join().map_err(|_| anyhow!("log writer thread panicked"))?.with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+fn write_group(writer: &mut SerializedFileWriter<File>, recs: &[Record], names: &[ByteArray]) -> Result<()> {
+    let mut rg = writer.next_row_group()?;
+    let n = recs.len();
+    let all_def = vec![1i16; n];
+    let mut col = 0;
+    while let Some(mut cw) = rg.next_column()? {
+        match col {
+            0 => {
+                let v: Vec<i64> = recs.iter().map(|r| r.user as i64).collect();
+                cw.typed::<Int64Type>().write_batch(&v, None, None)?;
+            }
+            1 => {
+                let v: Vec<i64> = recs.iter().map(|r| r.session as i64).collect();
+                cw.typed::<Int64Type>().write_batch(&v, None, None)?;
+            }
+            2 => {
+                let v: Vec<ByteArray> = recs.iter().map(|r| names[r.state as usize].clone()).collect();
+                cw.typed::<ByteArrayType>().write_batch(&v, None, None)?;
+            }
+            3 => {
+                let v: Vec<ByteArray> = recs.iter().map(|r| ByteArray::from(r.path.as_bytes().to_vec())).collect();
+                cw.typed::<ByteArrayType>().write_batch(&v, Some(&all_def), None)?;
+            }
+            4 => {
+                let v: Vec<i64> = recs.iter().map(|r| r.intended_ns).collect();
+                cw.typed::<Int64Type>().write_batch(&v, Some(&all_def), None)?;
+            }
+            5 => {
+                let v: Vec<i64> = recs.iter().map(|r| r.start_ns).collect();
+                cw.typed::<Int64Type>().write_batch(&v, None, None)?;
+            }
+            6 => {
+                let def: Vec<i16> = recs.iter().map(|r| (r.first_byte_ns != 0) as i16).collect();
+                let v: Vec<i64> = recs.iter().filter(|r| r.first_byte_ns != 0).map(|r| r.first_byte_ns).collect();
+                cw.typed::<Int64Type>().write_batch(&v, Some(&def), None)?;
+            }
+            7 => {
+                let v: Vec<i64> = recs.iter().map(|r| r.end_ns).collect();
+                cw.typed::<Int64Type>().write_batch(&v, None, None)?;
+            }
+            8 => {
+                let v: Vec<i32> = recs.iter().map(|r| r.status as i32).collect();
+                cw.typed::<Int32Type>().write_batch(&v, Some(&all_def), None)?;
+            }
+            9 => {
+                let v: Vec<i64> = recs.iter().map(|r| r.bytes as i64).collect();
+                cw.typed::<Int64Type>().write_batch(&v, Some(&all_def), None)?;
+            }
+            10 => {
+                let def: Vec<i16> = recs.iter().map(|r| r.error.is_some() as i16).collect();
+                let v: Vec<ByteArray> = recs.iter().filter_map(|r| r.error).map(|e| ByteArray::from(e.name())).collect();
+                cw.typed::<ByteArrayType>().write_batch(&v, Some(&def), None)?;
+            }
+            11 => {
+                let v: Vec<ByteArray> = recs.iter().map(|r| ByteArray::from(PHASES[r.phase as usize])).collect();
+                cw.typed::<ByteArrayType>().write_batch(&v, None, None)?;
+            }
+            _ => unreachable!(),
+        }
+        cw.close()?;
+        col += 1;
+    }
+    rg.close()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_a_readable_file_with_nulls() {
+        let dir = std::env::temp_dir().join(format!("tierscope-log-{}", std::process::id()));
+        let path = dir.join("x.parquet");
+        let w = LogWriter::create(&path, vec!["Home".into(), "Item".into()]).unwrap();
+        let tx = w.sender();
+        let p: Arc<str> = Arc::from("/index.html");
+        let recs: Vec<Record> = (0..1000)
+            .map(|i| Record {
+                user: i % 7,
+                session: i as u64,
+                state: (i % 2) as u16,
+                path: p.clone(),
+                intended_ns: 1,
+                start_ns: 2,
+                first_byte_ns: if i % 3 == 0 { 0 } else { 3 },
+                end_ns: 4,
+                status: 200,
+                bytes: 10,
+                error: if i % 3 == 0 { Some(ErrorKind::Connect) } else { None },
+                phase: 1,
+            })
+            .collect();
+        tx.send(recs).unwrap();
+        drop(tx);
+        assert_eq!(w.finish().unwrap(), 1000);
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let r = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        assert_eq!(r.metadata().file_metadata().num_rows(), 1000);
+        assert_eq!(r.metadata().file_metadata().schema_descr().num_columns(), 12);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,221 @@
+"""Run the native workload generator (`tierscope-engine load`) and show what it reports.
+
+The engine prints one JSON object per second (progress) and a final object with `"summary"`
+(docs/workload.md, Outputs). `run_load` drives it and hands progress to a callback; `LiveView`
+renders a Rich live display; `summary_table` the final per-page table.
+Ctrl-C is forwarded to the engine, which stops, flushes its Parquet log and still prints the
+summary; the result then says `interrupted` and the exit status is non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from tierscope.engine import engine_path
+
+
+class LoadError(RuntimeError):
+    """The generator could not run (bad workload file, bad target, engine missing...)."""
+
+
+@dataclass
+class LoadResult:
+    returncode: int
+    summary: dict[str, Any] | None
+    progress: list[dict[str, Any]] = field(default_factory=list)
+    stderr: str = ""
+    interrupted: bool = False
+
+
+def engine_args(
+    workload: str | Path,
+    *,
+    target: str | None = None,
+    log: str | Path | None = None,
+    users: int | None = None,
+    rate: float | None = None,
+    duration: str | None = None,
+    ramp_up: str | None = None,
+    ramp_down: str | None = None,
+    think: float | None = None,
+    policy: str | None = None,
+    pool_size: int | None = None,
+    connect_timeout: float | None = None,
+    request_timeout: float | None = None,
+    seed: int | None = None,
+    dry_run: int | None = None,
+    quiet: bool = False,
+) -> list[str]:
+    """The engine's argv for these options (None = as in the workload file)."""
+    argv = [str(engine_path()), "load", str(workload)]
+    options: list[tuple[str, Any]] = [
+        ("--target", target),
+        ("--log", log),
+        ("--users", users),
+        ("--rate", rate),
+        ("--duration", duration),
+        ("--ramp-up", ramp_up),
+        ("--ramp-down", ramp_down),
+        ("--think", think),
+        ("--policy", policy),
+        ("--pool-size", pool_size),
+        ("--connect-timeout", connect_timeout),
+        ("--request-timeout", request_timeout),
+        ("--seed", seed),
+        ("--dry-run", dry_run),
+    ]
+    for flag, value in options:
+        if value is not None:
+            argv += [flag, str(value)]
+    if quiet:
+        argv.append("--quiet")
+    return argv
+
+
+def run_load(
+    argv: Sequence[str],
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    stderr_to: Any = subprocess.PIPE,
+) -> LoadResult:
+    """Run the engine with `argv`, calling `on_progress` for every progress line.
+
+    On KeyboardInterrupt the engine gets SIGINT (once more, in case the terminal did not send
+    it), we keep reading until it has written its summary, and the result says interrupted.
+    """
+    proc = subprocess.Popen(
+        list(argv), stdout=subprocess.PIPE, stderr=stderr_to, text=True, bufsize=1,
+        start_new_session=False,
+    )
+    result = LoadResult(returncode=-1, summary=None)
+    interrupted = False
+    assert proc.stdout is not None
+    while True:
+        try:
+            line = proc.stdout.readline()
+        except KeyboardInterrupt:
+            interrupted = True
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            continue
+        if not line:
+            break
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "summary" in obj:
+            result.summary = obj["summary"]
+        elif "dry_run" in obj:
+            result.summary = obj
+        else:
+            result.progress.append(obj)
+            if on_progress is not None:
+                try:
+                    on_progress(obj)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    if proc.poll() is None:
+                        proc.send_signal(signal.SIGINT)
+    while True:
+        try:
+            result.returncode = proc.wait()
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+            proc.send_signal(signal.SIGINT)
+    if proc.stderr is not None and stderr_to is subprocess.PIPE:
+        result.stderr = proc.stderr.read()
+    result.interrupted = interrupted or bool(result.summary and result.summary.get("interrupted"))
+    if result.summary is None and result.returncode not in (0, 130, 143):
+        raise LoadError(result.stderr.strip() or f"tierscope-engine load exited with {result.returncode}")
+    return result
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+class LiveView:
+    """A Rich renderable of the latest progress line plus a short requests/s history."""
+
+    BARS = " ▁▂▃▄▅▆▇█"
+
+    def __init__(self, title: str):
+        self.title = title
+        self.last: dict[str, Any] | None = None
+        self.history: list[float] = []
+
+    def update(self, line: dict[str, Any]) -> None:
+        self.last = line
+        self.history = (self.history + [float(line.get("rps") or 0.0)])[-60:]
+
+    def spark(self) -> str:
+        if not self.history:
+            return ""
+        top = max(self.history) or 1.0
+        return "".join(self.BARS[min(8, int(round(8 * x / top)))] for x in self.history)
+
+    def __rich__(self) -> Group:
+        t = Table(title=self.title, show_edge=False, expand=False)
+        for col in ("t (s)", "phase", "active users", "in flight", "req/s", "p50 ms", "p90 ms",
+                    "p99 ms", "errors/s", "requests", "errors"):
+            t.add_column(col, justify="right")
+        p = self.last
+        if p is None:
+            t.add_row(*(["-"] * 11))
+        else:
+            t.add_row(
+                f"{p['t']:.0f}", p["phase"], f"{p['active_users']:,}", f"{p.get('in_flight', 0):,}",
+                f"{p['rps']:,.1f}", _ms(p.get("p50_ms")), _ms(p.get("p90_ms")), _ms(p.get("p99_ms")),
+                f"{p['errors']:,}", f"{p.get('requests_total', 0):,}", f"{p.get('errors_total', 0):,}",
+            )
+        return Group(t, Text(f"req/s (last {len(self.history)} s): {self.spark()}", style="cyan"))
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """Per page and total over the run phase: count, errors, mean, p50, p90, p99, p99.9, max, X."""
+    t = Table(title=f"run phase: {summary.get('run_s', 0):.1f} s, "
+                    f"throughput {summary.get('throughput_rps') or 0:,.1f} req/s (completed)")
+    for col in ("page", "count", "errors", "mean ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms",
+                "max ms", "req/s"):
+        t.add_column(col, justify="left" if col == "page" else "right")
+
+    def row(name: str, s: dict[str, Any], style: str | None = None) -> None:
+        kinds = ", ".join(f"{k} {v}" for k, v in s.get("errors_by_kind", {}).items())
+        errors = f"{s['errors']:,}" + (f" ({kinds})" if kinds else "")
+        t.add_row(name, f"{s['count']:,}", errors, _ms(s.get("mean_ms")), _ms(s.get("p50_ms")),
+                  _ms(s.get("p90_ms")), _ms(s.get("p99_ms")), _ms(s.get("p999_ms")),
+                  _ms(s.get("max_ms")), _ms(s.get("throughput_rps")), style=style)
+
+    for name, s in sorted(summary.get("pages", {}).items(), key=lambda kv: -kv[1]["count"]):
+        row(name, s)
+    if "total" in summary:
+        row("total", summary["total"], style="bold")
+    return t
+
+
+def describe_all_phases(summary: dict[str, Any]) -> str:
+    """One line on every phase: requests, errors by kind, the log file."""
+    a = summary.get("all_phases", {})
+    errs = {k: v for k, v in a.get("errors_by_kind", {}).items() if v}
+    parts = [f"all phases: {a.get('requests', 0):,} requests (ramp-up {a.get('ramp_up', 0):,}, "
+             f"run {a.get('run', 0):,}, ramp-down {a.get('ramp_down', 0):,})",
+             "errors: " + (", ".join(f"{k} {v:,}" for k, v in errs.items()) if errs else "none")]
+    if "log" in summary:
+        parts.append(f"log: {summary['log']['path']} ({summary['log']['rows']:,} rows)")
+    if summary.get("interrupted"):
+        parts.append("INTERRUPTED")
+    return "; ".join(parts)
