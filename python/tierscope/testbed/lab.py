@@ -78,6 +78,7 @@ class Testbed:
         self._injectors: list[PauseInjector] = []
         self._burners: list[NoisyNeighbourProcess] = []
         self._prev_sigterm = None
+        self._owns_state = False  # True once this object wrote (or adopted) the lab's state file
 
     # --- building -------------------------------------------------------------------------------
 
@@ -130,8 +131,11 @@ class Testbed:
                     self.hosts[name] = Host(name=name, address=f"127.77.{self.lab}.{i + 2}")
                     self.node_types[name] = nt
             self._save_state()
+        except (cgroups.CgroupError, network.NetworkError, OSError) as err:
+            self._down_quietly()
+            raise TestbedError(f"cannot build the hosts of lab {self.lab}: {err}") from err
         except BaseException:
-            self.down()
+            self._down_quietly()
             raise
         return dict(self.hosts)
 
@@ -196,6 +200,7 @@ class Testbed:
             },
         }
         self.state_file.write_text(json.dumps(state, indent=2))
+        self._owns_state = True
 
     @classmethod
     def from_state(cls, lab: int = 0) -> "Testbed":
@@ -207,6 +212,7 @@ class Testbed:
             raise TestbedError(f"no testbed state for lab {lab} ({f}: {err})") from err
         tb = cls(lab=lab, workdir=state.get("workdir"), mode=state["mode"])
         tb.mode = state["mode"]
+        tb._owns_state = True
         tb.lost = state.get("lost", [])
         tb.fallback_reason = state.get("fallback_reason")
         for name, h in state["hosts"].items():
@@ -318,14 +324,9 @@ class Testbed:
                 errors.append(str(err))
         self._cleanups = []
         self.hosts = {}
-        if self.mode is not None:
-            try:
-                if self.state_file.exists():
-                    state = json.loads(self.state_file.read_text())
-                    if state.get("pid") in (os.getpid(), None) or not _alive(state.get("pid")):
-                        self.state_file.unlink()
-            except (OSError, ValueError):
-                pass
+        if self._owns_state:
+            self.state_file.unlink(missing_ok=True)
+            self._owns_state = False
         try:
             atexit.unregister(self.down)
         except Exception:
@@ -338,6 +339,12 @@ class Testbed:
             self._prev_sigterm = None
         if errors:
             raise TestbedError("testbed down left errors: " + "; ".join(errors))
+
+    def _down_quietly(self) -> None:
+        try:
+            self.down()
+        except TestbedError:
+            pass
 
     def detach(self) -> None:
         """Leave the hosts up after this process exits (`tierscope testbed up`); `from_state` finds them."""

@@ -1,0 +1,345 @@
+"""Hosts on one machine: limits are enforced, the bridge connects hosts, the monitor's numbers
+match arithmetic, pauses stop processes, and the loopback fallback works without root.
+
+Ground truth: cpuacct's own counter for CPU, the kernel's OOM kill for memory, a byte count we
+send ourselves for the network, timestamps written by the paused process for pauses.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tierscope.spec import Pause, expand, parse_spec
+from tierscope.testbed.host import Host
+from tierscope.testbed.interference import PauseInjector, mmpp_periods, work_arrivals
+from tierscope.testbed.lab import Testbed, namespaces_unavailable
+
+LAB = 7  # tests use their own lab (bridge tsbr7, 10.77.7.0/24); `testbed up` by hand uses 0
+
+SPEC = """
+topology = "1/1/0/1X"
+[node_types.X]
+description = "a fifth of a core, 64 MiB"
+cpu = 0.2
+memory = "64MiB"
+[node_types.S]
+cpu = 1.0
+memory = "512MiB"
+[workload]
+users = [1]
+"""
+
+
+def _point():
+    return expand(parse_spec(SPEC, where="test"))[0]
+
+
+def _needs_namespaces():
+    reason = namespaces_unavailable()
+    if reason:
+        pytest.skip(f"namespaced hosts unavailable: {reason}")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    _needs_namespaces()
+    tb = Testbed(lab=LAB, workdir=tmp_path_factory.mktemp("lab"))
+    tb.up(_point())
+    yield tb
+    tb.down()
+
+
+def _spawn(host: Host, code: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(host.wrap([sys.executable, "-c", code]), start_new_session=True, **kw)
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.kill()
+    p.wait(timeout=10)
+
+
+def _usage_ns(tb: Testbed, host: str) -> int:
+    return int(Path(f"/sys/fs/cgroup/cpuacct/{tb.hosts[host].cgroup}/cpuacct.usage").read_text())
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+
+def test_cpu_quota_is_enforced_and_the_monitor_sees_it(lab, tmp_path):
+    """A busy loop in a host with a 20 % quota gets 20 % +- 3 % of a core (cpuacct over ~3 s);
+    the monitor at 50 ms reports the same, and its own cost stays under 2 % of one core."""
+    mon = lab.start_monitor(0.05, tmp_path / "resources.parquet")
+    burner = _spawn(lab.hosts["db1"], "while True: pass")
+    try:
+        time.sleep(0.5)  # let the first quota periods settle
+        u0, t0 = _usage_ns(lab, "db1"), time.monotonic_ns()
+        time.sleep(3.0)
+        u1, t1 = _usage_ns(lab, "db1"), time.monotonic_ns()
+    finally:
+        _stop(burner)
+    table = mon.stop()
+    share = (u1 - u0) / (t1 - t0)
+    print(f"\ncpu share under a 0.2-core quota: {share:.3f} cores")
+    assert share == pytest.approx(0.20, abs=0.03)
+
+    df = table.to_pandas()
+    win = df[(df.ts_ns > time.time_ns() - 10**10)]
+    db = win[(win.host == "db1")]
+    busy = db[db.metric == "cpu_util"].value
+    busy = busy[busy > 50]  # the samples while the burner ran
+    assert len(busy) >= 40, "the burner's 3.5 s should span at least 40 samples of 50 ms"
+    # over the burner's life, user + system time per sample averages the quota
+    burn = db[db.metric.isin(["cpu_user", "cpu_system"])].groupby("ts_ns").value.sum()
+    burn = burn[burn > 5]
+    print(f"monitor: db1 mean cpu while burning {burn.mean():.1f} % of a core over {len(burn)} samples")
+    assert burn.mean() == pytest.approx(20.0, abs=3.0)
+    assert busy.mean() == pytest.approx(100.0, abs=15.0)  # 20 % of a core = the whole allowance
+    throttled = db[db.metric == "cpu_throttled"].value
+    assert throttled.max() > 50  # a busy loop under a 20 % quota is throttled most of the time
+    idle = win[(win.host == "app1") & (win.metric == "cpu_user")].value
+    assert idle.mean() < 2.0  # nothing runs in app1
+    cost = mon.summary["cost_percent_core"]
+    print(f"monitor cost at 50 ms, {len(lab.hosts)} hosts: {cost:.2f} % of one core "
+          f"({mon.summary['samples']} samples, {mon.summary['late']} late)")
+    assert (df.metric == "monitor_cpu").sum() == 1
+    assert cost < 2.0
+    assert mon.summary["late"] <= 2
+
+
+def test_memory_hog_is_contained(lab):
+    """A process touching 256 MiB in a 64 MiB host is killed by the OOM killer, and the group
+    never went past its limit."""
+    code = (
+        "import sys\nchunks=[]\n"
+        "for i in range(256):\n"
+        "    chunks.append(bytearray(1 << 20))\n"
+        "print('survived', flush=True)\n"
+    )
+    memdir = Path(f"/sys/fs/cgroup/memory/{lab.hosts['db1'].cgroup}")
+    (memdir / "memory.max_usage_in_bytes").write_text("0")
+    hog = _spawn(lab.hosts["db1"], code, stdout=subprocess.PIPE)
+    out, _ = hog.communicate(timeout=60)
+    limit = int((memdir / "memory.limit_in_bytes").read_text())
+    peak = int((memdir / "memory.max_usage_in_bytes").read_text())
+    assert limit == 64 * 2**20
+    assert b"survived" not in out
+    assert hog.returncode == -signal.SIGKILL
+    assert peak <= limit
+    oom = dict(line.split() for line in (memdir / "memory.oom_control").read_text().splitlines())
+    assert int(oom.get("oom_kill", "1")) >= 1
+
+
+# --- the bridge --------------------------------------------------------------------------------
+
+
+def test_bridge_connects_hosts_and_the_monitor_counts_the_bytes(lab, tmp_path):
+    """An HTTP transfer of a 4 MiB file from web1 to client1 arrives intact, and the monitor's
+    network bytes for web1 (tx) and client1 (rx) add up to the payload plus TCP/IP overhead."""
+    payload = random.Random(5).randbytes(4 * 2**20)
+    (tmp_path / "blob").write_bytes(payload)
+    web = lab.hosts["web1"]
+    server = subprocess.Popen(
+        web.wrap([sys.executable, "-m", "http.server", "8000", "--bind", web.address,
+                  "--directory", str(tmp_path)]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    mon = None
+    try:
+        deadline = time.monotonic() + 10
+        fetch = (
+            "import sys, urllib.request, time\n"
+            f"url = 'http://{web.address}:8000/blob'\n"
+            "for i in range(100):\n"
+            "    try:\n"
+            "        data = urllib.request.urlopen(url, timeout=5).read(); break\n"
+            "    except OSError:\n"
+            "        time.sleep(0.1)\n"
+            "sys.stdout.buffer.write(data)\n"
+        )
+        # wait for the server (the probe's bytes come before the monitor starts)
+        while time.monotonic() < deadline:
+            probe = subprocess.run(lab.hosts["client1"].wrap(
+                [sys.executable, "-c", f"import socket; socket.create_connection(('{web.address}', 8000), 1)"]),
+                capture_output=True)  # fmt: skip
+            if probe.returncode == 0:
+                break
+            time.sleep(0.1)
+        mon = lab.start_monitor(0.1, tmp_path / "resources.parquet")
+        time.sleep(0.3)
+        got = subprocess.run(lab.hosts["client1"].wrap([sys.executable, "-c", fetch]),
+                             capture_output=True, timeout=60)  # fmt: skip
+        time.sleep(0.5)
+        table = mon.stop()
+    finally:
+        if mon is not None and mon.proc is not None:
+            mon.stop()
+        _stop(server)
+    assert got.returncode == 0, got.stderr.decode()[-500:]
+    assert got.stdout == payload
+
+    df = table.to_pandas().sort_values("ts_ns")
+
+    def total_bytes(host, metric):
+        rows = df[(df.host == host) & (df.metric == metric)]
+        dt = np.diff(np.concatenate([[rows.ts_ns.iloc[0] - 100_000_000], rows.ts_ns.values])) / 1e9
+        return float((rows.value.values * dt).sum())
+
+    sent = total_bytes("web1", "net_tx_bytes")
+    received = total_bytes("client1", "net_rx_bytes")
+    n = len(payload)
+    print(f"\n4 MiB over the bridge: web1 tx {sent:.0f} B, client1 rx {received:.0f} B "
+          f"({100 * (sent / n - 1):.1f} % overhead)")
+    for value in (sent, received):
+        assert n <= value <= n * 1.10  # payload + headers of ~3,000 segments and the HTTP exchange
+    assert total_bytes("app1", "net_tx_bytes") < 20_000  # app1 was not involved
+
+
+def test_every_host_has_its_own_namespace_address_and_cgroup(lab):
+    addrs = {h.address for h in lab.hosts.values()}
+    assert addrs == {f"10.77.{LAB}.{i}" for i in range(2, 6)}
+    assert list(lab.hosts) == ["web1", "app1", "db1", "client1"]
+    for name, h in lab.hosts.items():
+        out = subprocess.run(h.wrap(["ip", "-4", "-o", "addr", "show", "dev", "eth0"]),
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        assert f"{h.address}/24" in out.stdout
+        cg = subprocess.run(h.wrap(["cat", "/proc/self/cgroup"]), capture_output=True, text=True, check=True)
+        assert f"cpu:/tierscope/{LAB}/{name}" in cg.stdout.replace("cpu,cpuacct", "cpu")
+    quota = Path(f"/sys/fs/cgroup/cpu/tierscope/{LAB}/db1/cpu.cfs_quota_us").read_text().strip()
+    period = Path(f"/sys/fs/cgroup/cpu/tierscope/{LAB}/db1/cpu.cfs_period_us").read_text().strip()
+    assert (int(quota), int(period)) == (20_000, 100_000)
+    assert Path(f"/sys/fs/cgroup/cpu/tierscope/{LAB}/client1/cpu.cfs_quota_us").read_text().strip() == "-1"
+
+
+# --- interference ------------------------------------------------------------------------------
+
+
+def test_pauses_stop_the_hosts_processes_and_are_recorded(lab, tmp_path):
+    """A process stamping the clock every 5 ms shows gaps exactly where the events say it was
+    stopped: 3 pauses of 200 ms every 500 ms."""
+    stamps = tmp_path / "stamps"
+    code = (
+        "import time\n"
+        f"f = open({str(stamps)!r}, 'w', buffering=1)\n"
+        "while True:\n"
+        "    f.write(f'{time.time_ns()}\\n'); time.sleep(0.005)\n"
+    )
+    ticker = _spawn(lab.hosts["app1"], code)
+    try:
+        time.sleep(0.3)
+        pause = Pause(tier="app", period="500ms", duration="200ms", start="100ms")
+        inj = PauseInjector("app1", pause, lambda: lab.pids("app1")).start()
+        time.sleep(1.45)
+        events = inj.stop().to_pylist()
+        time.sleep(0.1)
+    finally:
+        _stop(ticker)
+    assert len(events) == 3
+    assert {e["kind"] for e in events} == {"injected_pause"}
+    assert all(e["host"] == "app1" for e in events)
+    for e in events:
+        assert (e["end_ns"] - e["start_ns"]) / 1e6 == pytest.approx(200, abs=30)
+        assert "of 1 processes" in e["detail"]
+    t = np.array([int(x) for x in stamps.read_text().split()])
+    gaps = np.diff(t)
+    big = t[1:][gaps > 100e6]  # stamps that ended a gap longer than 100 ms
+    assert len(big) == 3
+    for e, resumed in zip(events, big):
+        assert abs(resumed - e["end_ns"]) < 30e6  # the process resumed when SIGCONT was sent
+    assert np.all(gaps[gaps > 100e6] / 1e6 == pytest.approx(200, abs=35))
+
+
+def test_noisy_neighbour_burns_its_mean_demand_in_the_host(lab, tmp_path):
+    """A Poisson (I = 1) burner asking 0.1 cores in the 1-core app1 uses 0.1 +- 0.03 cores."""
+    from tierscope.spec import NoisyNeighbour
+    from tierscope.testbed.interference import NoisyNeighbourProcess
+
+    nn = NoisyNeighbourProcess(
+        lab.hosts["app1"], NoisyNeighbour(tier="app", utilization=0.1, burstiness=1.0), tmp_path, seed=3
+    ).start()
+    try:
+        time.sleep(0.5)
+        u0, t0 = _usage_ns(lab, "app1"), time.monotonic_ns()
+        time.sleep(3.0)
+        u1, t1 = _usage_ns(lab, "app1"), time.monotonic_ns()
+        assert nn.pid in lab.pids("app1")
+    finally:
+        events = nn.stop()
+    share = (u1 - u0) / (t1 - t0)
+    print(f"\nburner asking 0.1 cores used {share:.3f} cores")
+    assert share == pytest.approx(0.10, abs=0.03)
+    assert events.num_rows == 1  # I = 1: one ON period spanning the whole run
+    assert events.column("kind").to_pylist() == ["noisy_neighbour_burst"]
+
+
+def test_burner_schedule_has_the_requested_mean_and_index_of_dispersion():
+    """Arithmetic, no root: counts of the MMPP schedule in 5 s windows have mean u/job per second
+    and variance/mean = I."""
+    for burstiness in (1.0, 20.0):
+        lam, on, off = mmpp_periods(0.3, burstiness, 0.001)
+        horizon, w = 2000.0, 5.0
+        times = []
+        for kind, t in work_arrivals(random.Random(11), lam, on, off):
+            if t > horizon:
+                break
+            if kind == "job":
+                times.append(t)
+        counts = np.histogram(times, bins=np.arange(0, horizon + w / 2, w))[0]
+        assert len(times) / horizon == pytest.approx(300, rel=0.05)
+        assert counts.var() / counts.mean() == pytest.approx(burstiness, rel=0.25)
+
+
+# --- without root ------------------------------------------------------------------------------
+
+
+def test_loopback_fallback_gives_each_host_an_address_and_says_what_is_lost(tmp_path):
+    with Testbed(lab=LAB, workdir=tmp_path, mode="loopback") as tb:
+        hosts = tb.up(_point())
+        assert tb.mode == "loopback"
+        assert [h.address for h in hosts.values()] == [f"127.77.{LAB}.{i}" for i in range(2, 6)]
+        assert all(h.netns is None and h.cgroup is None for h in hosts.values())
+        assert any("no CPU, memory or disk limits" in x for x in tb.lost)
+        assert "lost:" in tb.describe()
+        assert tb.capture_interface == "lo"
+        assert tb.monitor_targets() == []
+        web = hosts["web1"]
+        server = subprocess.Popen(
+            web.wrap([sys.executable, "-m", "http.server", "8011", "--bind", web.address,
+                      "--directory", str(tmp_path)]),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            (tmp_path / "hello").write_text("hello")
+            for _ in range(100):
+                try:
+                    body = urllib.request.urlopen(f"http://{web.address}:8011/hello", timeout=2).read()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            assert body == b"hello"
+        finally:
+            _stop(server)
+        with pytest.raises(Exception) as info:
+            tb.start_interference(expand(parse_spec(
+                SPEC + '[[interference.pause]]\ntier="app"\nperiod="1s"\nduration="100ms"\n'))[0])  # fmt: skip
+        assert "loopback fallback" in str(info.value)
+    assert not tb.state_file.exists()
+
+
+def test_host_wrap_joins_cgroups_before_entering_the_namespace():
+    h = Host(name="db1", address="10.77.0.4", netns="tierscope0-db1", cgroup="tierscope/0/db1")
+    argv = h.wrap(["postgres", "-D", "x"])
+    assert argv[0] == "sh"
+    assert argv[argv.index("tierscope-host") + 1:] == ["ip", "netns", "exec", "tierscope0-db1", "postgres", "-D", "x"]
+    assert "/sys/fs/cgroup/cpuacct/tierscope/0/db1/cgroup.procs" in argv[2]
+    assert Host.loopback().wrap(["true"]) == ["true"]

@@ -1,0 +1,109 @@
+"""`tierscope testbed up/status/down/clean` by hand: clean removes everything tierscope left and
+nothing else. Runs after test_testbed.py (whose lab is down by then); needs root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tierscope.testbed.lab import namespaces_unavailable
+
+BIN = Path(sys.executable).parent
+TINY = Path(__file__).resolve().parent.parent / "examples" / "specs" / "tiny.toml"
+LAB = 8
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "tierscope"), "testbed", *args], capture_output=True, text=True, timeout=120)
+
+
+def netns() -> list[str]:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+
+
+def tierscope_cgroups() -> list[Path]:
+    return [p for p in Path("/sys/fs/cgroup").glob("*/tierscope") if p.is_dir()]
+
+
+@pytest.fixture
+def needs_namespaces():
+    reason = namespaces_unavailable()
+    if reason:
+        pytest.skip(f"namespaced hosts unavailable: {reason}")
+
+
+def test_up_status_down_by_hand(needs_namespaces):
+    up = cli("up", str(TINY), "--lab", str(LAB), "--point", "1")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "point 1 of 2" in up.stdout
+        assert f"tierscope{LAB}-db1" in " ".join(netns())
+        assert f"10.77.{LAB}.4" in up.stdout and "cpu 0.5 cores" in up.stdout
+        again = cli("up", str(TINY), "--lab", str(LAB))
+        assert again.returncode == 1 and "already up" in again.stderr
+        st = cli("status")
+        assert st.returncode == 0 and f"lab {LAB}: namespaces (bridge tsbr{LAB})" in st.stdout
+        assert "db1: netns present, 0 processes" in st.stdout
+    finally:
+        down = cli("down", "--lab", str(LAB))
+    assert down.returncode == 0, down.stderr
+    assert not any(n.startswith(f"tierscope{LAB}-") for n in netns())
+    assert not Path(f"/sys/class/net/tsbr{LAB}").exists()
+    assert not Path(f"/sys/fs/cgroup/cpu/tierscope/{LAB}").exists()
+    assert "no lab is up" in cli("status").stdout or f"lab {LAB}" not in cli("status").stdout
+
+
+def test_clean_removes_everything_tierscope_left_and_nothing_else(needs_namespaces):
+    up = cli("up", str(TINY), "--lab", str(LAB))
+    assert up.returncode == 0, up.stderr
+    # a process left running in a host (as a crashed run would leave a server)
+    from tierscope.testbed.lab import Testbed
+
+    tb = Testbed.from_state(LAB)
+    tb.detach()
+    orphan = subprocess.Popen(tb.hosts["app1"].wrap(["sleep", "300"]), start_new_session=True)
+    # things that look similar but are not tierscope's: they must survive
+    other_ns = f"tsother{os.getpid()}"
+    other_link = f"tsdummy{os.getpid() % 10000}"
+    other_cg = Path(f"/sys/fs/cgroup/cpu/tsother{os.getpid()}")
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        subprocess.run(["ip", "netns", "add", other_ns], check=True)
+        subprocess.run(["ip", "link", "add", other_link, "type", "veth", "peer", "name", other_link + "p"],
+                       check=True)  # fmt: skip
+        other_cg.mkdir()
+        time.sleep(0.2)
+        assert orphan.poll() is None
+        out = cli("clean")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "removed 1 processes, 4 namespaces" in out.stdout
+        orphan.wait(timeout=10)
+        assert orphan.returncode == -9
+        # nothing of tierscope's is left
+        assert not [n for n in netns() if n.startswith("tierscope")]
+        links = subprocess.run(["ip", "-d", "link"], capture_output=True, text=True).stdout
+        assert f"tsbr{LAB}" not in links and "alias tierscope" not in links
+        assert tierscope_cgroups() == []
+        assert not list(Path("/run/tierscope").glob(f"lab{LAB}.json"))
+        # and nothing else was touched
+        assert other_ns in " ".join(netns())
+        assert Path(f"/sys/class/net/{other_link}").exists()
+        assert other_cg.is_dir()
+        assert bystander.poll() is None
+        again = cli("clean")
+        assert "removed 0 processes, 0 namespaces, 0 links, 0 cgroup directories" in again.stdout
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+        bystander.kill()
+        bystander.wait()
+        subprocess.run(["ip", "netns", "del", other_ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", other_link], capture_output=True)
+        if other_cg.exists():
+            other_cg.rmdir()
+        cli("down", "--lab", str(LAB))
