@@ -620,7 +620,9 @@ def window_series_sql(
             return _empty_series(False, False, False)
         base_ns = floor_base(int(lo), window_ns)
     query = sql_query(src, window_ns, base_ns)
-    return con.execute(query).fetch_arrow_table()
+    result = con.execute(query)
+    fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+    return fetch()
 
 
 def _sql_literal(text: str) -> str:

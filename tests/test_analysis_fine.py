@@ -1,0 +1,162 @@
+"""Fine-grained analysis on simulated systems whose truth is known (queueing arithmetic + the
+simulator's own record of when each server was saturated)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tierscope.analysis.fine import analyze_fine
+from tierscope.analysis.saturation import saturation_point
+from tierscope.analysis.windows import interval_ratio, window_series
+from tierscope.simulate import parse_spec, simulate
+
+
+def one_tier(cores: int, service_ms: float, distribution: str, users: int, seed: int = 5):
+    """A single server with `cores` CPUs; bursty users (MMPP, I = 200) so that its windows cover
+    both sides of the knee: ~0.43 of capacity between surges, ~2.1x capacity in surges."""
+    return parse_spec(
+        {
+            "seed": seed,
+            "duration_s": 30,
+            "warmup_s": 1,
+            "workload": {"users": users, "think_time_s": 1.0, "index_of_dispersion": 200},
+            "tier": [{"name": "db", "cores": cores, "threads": 100_000, "service_ms": service_ms,
+                      "distribution": distribution}],
+        }
+    )
+
+
+@pytest.mark.parametrize("distribution", ["exponential", "deterministic"])
+def test_n_star_matches_queueing_theory(distribution):
+    cores, service_s = 4, 0.002
+    # Asymptotic bounds of one station with k servers (Denning & Buzen): X <= L / S while the
+    # load L is below k (nothing waits), X <= k / S once all k CPUs are busy; the two meet at
+    # L = k. That is N*; TPmax = k / S.
+    expected_n_star = cores
+    expected_tp_max = cores / service_s
+    sim = simulate(one_tier(cores, service_s * 1e3, distribution, users=1200))
+    s = window_series(sim.requests)
+    ns = saturation_point(np.asarray(s["load"]), np.asarray(s["throughput"]))
+    assert ns.plateau_found, ns.method
+    assert abs(ns.n_star - expected_n_star) <= 0.15 * expected_n_star, ns
+    assert abs(ns.max_throughput - expected_tp_max) <= 0.05 * expected_tp_max, ns
+
+
+def test_no_plateau_when_the_server_never_saturates():
+    # 300 users thinking 1 s on a server good for 2000/s: utilisation ~0.15, no knee to find
+    sim = simulate(one_tier(4, 2.0, "exponential", users=300))
+    s = window_series(sim.requests)
+    ns = saturation_point(np.asarray(s["load"]), np.asarray(s["throughput"]))
+    assert math.isinf(ns.n_star) and not ns.plateau_found
+    assert "no plateau" in ns.method
+
+
+def test_saturation_point_on_a_hand_made_main_sequence():
+    # windows on X = min(L, 3) * 100 with ±5 % noise; the load drifts slowly (as a workload
+    # does from window to window) between 0.2 and 12: the knee is at 3
+    rng = np.random.default_rng(1)
+    t = np.arange(800)
+    load = 0.2 + 11.8 * (0.5 + 0.5 * np.sin(2 * np.pi * t / 200)) ** 2 * rng.normal(1, 0.03, t.size)
+    thr = np.minimum(load, 3.0) * 100 * rng.normal(1, 0.05, load.size)
+    ns = saturation_point(load, thr)
+    assert ns.n_star == pytest.approx(3.0, rel=0.1)
+    assert ns.max_throughput == pytest.approx(300, rel=0.05)
+    few = saturation_point(load[:10], thr[:10])
+    assert math.isinf(few.n_star) and "too few windows" in few.method
+
+
+def three_tiers(users: int, app_freeze: bool, db_service_ms: float, index: float, seed: int = 11):
+    app = {"name": "app", "cores": 2, "threads": 2000, "service_ms": 1.0}
+    if app_freeze:
+        # a stop-the-world pause of 250 ms every second (±20 %), like the JDK 1.5 GC of seed 001
+        app["freeze"] = {"period_s": 1.0, "duration_s": 0.25}
+    return parse_spec(
+        {
+            "seed": seed,
+            "duration_s": 30,
+            "warmup_s": 1,
+            "workload": {"users": users, "think_time_s": 1.0, "index_of_dispersion": index},
+            "tier": [
+                {"name": "web", "cores": 2, "threads": 2000, "service_ms": 0.2},
+                app,
+                {"name": "db", "cores": 2, "threads": 2000, "service_ms": db_service_ms},
+            ],
+        }
+    )
+
+
+def precision_recall(fg, truth, tier: str) -> tuple[float, float, float]:
+    """Window-level precision and recall of the tier's saturated windows against the truth:
+    a window is truly saturated when the simulator recorded saturation for at least half of it."""
+    rows = truth.filter(np.asarray(truth["tier"]) == tier)
+    share = interval_ratio(np.asarray(rows["start_ns"]), np.asarray(rows["end_ns"]), fg.base_ns,
+                           fg.n_windows, fg.window_ns)
+    true = share >= 0.5
+    found = fg.tier_saturated()[tier]
+    tp = float((true & found).sum())
+    precision = tp / max(found.sum(), 1)
+    recall = tp / max(true.sum(), 1)
+    return precision, recall, float(true.mean())
+
+
+def test_freezes_at_the_app_tier_make_an_alternating_bottleneck():
+    sim = simulate(three_tiers(600, app_freeze=True, db_service_ms=2.0, index=1))
+    fg = analyze_fine(sim.requests, sim.events)
+    assert fg.exclusive
+    for tier in ("app", "db"):
+        precision, recall, true_share = precision_recall(fg, sim.saturation_truth, tier)
+        assert true_share > 0.15, f"the scenario must saturate {tier} for a while"
+        assert precision >= 0.9 and recall >= 0.9, (tier, precision, recall)
+    assert fg.verdict.kind == "alternating", fg.verdict
+    assert fg.verdict.tiers == ["app", "db"]
+    assert fg.verdict.text == "bottleneck alternating between app and db"
+    # the pauses explain the app's load (seed 001 Fig. 6b)
+    pauses = fg.pauses.to_pylist()
+    assert [p["server"] for p in pauses] == ["app1"]
+    assert pauses[0]["corr_load_vs_pause_ratio"] > 0.5
+    assert pauses[0]["paused_share"] == pytest.approx(0.25, abs=0.05)
+    # exclusive loads of app and db move against each other (seed 001 Fig. 6a)
+    pair = [p for p in fg.pairs.to_pylist() if {p["tier_a"], p["tier_b"]} == {"app", "db"}][0]
+    assert pair["corr_exclusive"] < 0
+    assert fg.switches_per_s > 1.0  # about two switches per freeze cycle of one second
+    # the web tier is never the bottleneck
+    assert fg.saturated_share["web"] < 0.02
+    # episodes tile the saturated windows
+    eps = fg.episodes.filter(np.asarray(fg.episodes["tier"]) == "app")
+    total = int(np.asarray(eps["duration_ns"]).sum())
+    assert total == int(fg.tier_saturated()["app"].sum()) * fg.window_ns
+
+
+def test_one_slow_tier_is_named_as_the_single_bottleneck():
+    # db: 2 cores x 2.6 ms = 770/s; bursty users offer ~600/s on average, 2.1x that in surges
+    sim = simulate(three_tiers(600, app_freeze=False, db_service_ms=2.6, index=200))
+    fg = analyze_fine(sim.requests, sim.events)
+    assert fg.verdict.kind == "single", fg.verdict
+    assert fg.verdict.tiers == ["db"]
+    assert fg.verdict.text == "single bottleneck at db"
+    precision, recall, true_share = precision_recall(fg, sim.saturation_truth, "db")
+    assert true_share > 0.15 and precision >= 0.9 and recall >= 0.9
+    assert fg.n_star["db1"].max_throughput == pytest.approx(2 / 0.0026, rel=0.05)
+
+
+def test_a_lightly_loaded_system_has_no_saturated_tier():
+    sim = simulate(three_tiers(300, app_freeze=False, db_service_ms=2.0, index=1))
+    fg = analyze_fine(sim.requests, sim.events)
+    assert fg.verdict.kind == "none", fg.verdict
+    assert fg.verdict.text == "no saturated tier"
+    assert all(share == 0 for share in fg.saturated_share.values())
+
+
+def test_series_columns_for_the_report():
+    sim = simulate(three_tiers(200, app_freeze=True, db_service_ms=1.0, index=1))
+    fg = analyze_fine(sim.requests, sim.events)
+    names = set(fg.series.column_names)
+    assert {"tier", "server", "window_start_ns", "load", "load_max", "throughput",
+            "throughput_normalised", "load_exclusive", "pause_ratio", "saturated"} <= names
+    assert fg.series.num_rows == 3 * fg.n_windows
+    assert set(fg.n_star) == {"web1", "app1", "db1"}
+    # requests: 3 tiers x completed client requests (each client request visits every tier once)
+    assert fg.series.column("window_start_ns")[0].as_py() == fg.base_ns
