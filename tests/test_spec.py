@@ -294,3 +294,15 @@ def test_example_specs_load(name):
         assert 4 * per_point < 240  # leaves time for start/stop and the data load within 5 min
     if name == "demo-alternating.toml":
         assert pts[0].config.interference.pause[0].tier == "app"
+
+
+def test_the_complete_example_in_the_docs_is_valid():
+    doc = (EXAMPLES.parent.parent / "docs" / "spec.md").read_text()
+    section = doc.split("## A complete example", 1)[1]
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    pts = expand(parse_spec(toml, where="docs/spec.md"))
+    assert len(pts) == 7  # as the text below the example says
+    c = pts[0].config
+    assert c.client.node_type == "G" and c.node_types["G"].cpus == "1"
+    assert c.node_types["S"].cpu == 0.5 and c.node_types["S"].memory == 2 * 2**30
+    assert "changed: cpu=0.5" in c.node_types["S"].description

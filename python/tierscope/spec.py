@@ -505,7 +505,13 @@ class PointConfig(_Model):
                     "(those are DBMS letters)"
                 )
             if isinstance(table, dict) and name in merged:
-                merged[name] = {**merged[name], **table}
+                changed = {k: v for k, v in table.items() if k != "description"}
+                base = dict(merged[name])
+                if changed and "description" not in table:
+                    base["description"] = f"built-in {name}, changed: " + ", ".join(
+                        f"{k}={v}" for k, v in changed.items()
+                    )
+                merged[name] = {**base, **table}
             else:
                 merged[name] = table
         return merged
