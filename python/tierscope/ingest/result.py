@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tierscope.tables import REQUESTS
+from tierscope.tables import REQUESTS, conform
 
 #: How many skipped-record locations an import keeps (the count is always complete).
 MAX_LOCATIONS = 5
@@ -62,7 +62,11 @@ class ImportResult:
         return text
 
 
-_WORK_SCHEMA = pa.schema(list(REQUESTS) + [pa.field(_KIND, pa.string()), pa.field(_SPAN, pa.string())])
+#: The columns importers fill (the rest of `REQUESTS`, e.g. the tracer's, are added as nulls at the end).
+_FILLED = ("tier", "server", "request_id", "parent_id", "label", "arrival_ns", "departure_ns", "status", "bytes_in",
+           "bytes_out", "client", "conn", "source")
+_WORK_SCHEMA = pa.schema([REQUESTS.field(n) for n in _FILLED]
+                         + [pa.field(_KIND, pa.string()), pa.field(_SPAN, pa.string())])
 
 
 class RequestSink:
@@ -73,6 +77,7 @@ class RequestSink:
         self.batch_rows = batch_rows
         self._cols: dict[str, list] = {f.name: [] for f in _WORK_SCHEMA}
         self._batches: list[pa.RecordBatch] = []
+        self._tables: list[pa.Table] = []  # rows that came as whole requests tables (Parquet)
         self._links: dict[str, str | None] = {}  # span id -> parent span id, every span seen
         self.records = 0
         self.skipped = 0
@@ -134,11 +139,8 @@ class RequestSink:
 
     def add_table(self, table: pa.Table) -> None:
         """Rows that are already a requests table (Parquet input)."""
-        self._flush()
         self.records += table.num_rows
-        extra = [pa.nulls(table.num_rows, pa.string()), pa.nulls(table.num_rows, pa.string())]
-        work = pa.Table.from_arrays(list(table.columns) + extra, schema=_WORK_SCHEMA)
-        self._batches.extend(work.to_batches())
+        self._tables.append(conform(table, "requests"))
 
     # -- the end ---------------------------------------------------------------------------
     def _flush(self) -> None:
@@ -177,9 +179,12 @@ class RequestSink:
             table = table.set_column(
                 table.schema.get_field_index("parent_id"), "parent_id", pa.array(resolved, pa.string())
             )
-        table = table.drop_columns([_KIND, _SPAN])
+        table = conform(table.drop_columns([_KIND, _SPAN]), "requests")
+        if self._tables:
+            table = pa.concat_tables([table, *self._tables])
+            self._tables = []
         return ImportResult(
-            requests=table.cast(REQUESTS),
+            requests=table,
             formats={file_label: format_name},
             records=self.records,
             skipped=self.skipped,

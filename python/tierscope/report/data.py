@@ -58,7 +58,8 @@ def run_fine(requests: pa.Table, events: pa.Table | None, window_ns: int) -> tup
     servers = requests.filter(pc.not_equal(requests.column("tier"), "client"))
     if servers.num_rows == 0:
         return None, "no requests at any server tier (only the client's own log)"
-    return analyze_fine(servers, events=events, window_ns=window_ns), None
+    fine = analyze_fine(servers, events=events, window_ns=window_ns)
+    return fine, ("; ".join(fine.notes) if getattr(fine, "notes", None) else None)
 
 
 def _heavy(data: ReportData, requests: pa.Table) -> None:
