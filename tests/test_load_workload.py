@@ -1,0 +1,215 @@
+"""Workload files: clear errors for bad input, and the sampled page mix (`--dry-run`, no HTTP)
+against the stationary mix computed here from the table with numpy."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tierscope.engine import engine_path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "static-site.toml"
+
+GOOD = """\
+[workload]
+start = "Home"
+
+[think]
+mean_s = 2.0
+
+[[pages]]
+name = "Home"
+url = "/"
+
+[[pages]]
+name = "List"
+url = "/list?page={p}"
+[pages.params]
+p = { uniform = [0, 3] }
+
+[[pages]]
+name = "Item"
+url = "/item?id={id}"
+[pages.params]
+id = { uniform = [1, 100] }
+
+[transitions]
+Home = { List = 0.7, Item = 0.2, END = 0.1 }
+List = { Item = 0.5, Home = 0.2, List = 0.2 }
+Item = { Home = 0.6, List = 0.3, END = 0.05 }
+"""
+
+
+def engine(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(engine_path()), "load", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def dry_run(path: Path, n: int, *extra: str) -> dict:
+    out = engine(str(path), "--dry-run", str(n), *extra)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["dry_run"]
+
+
+def line_of(text: str, needle: str) -> int:
+    """1-based line of the first line containing needle (ground truth for the error messages)."""
+    for i, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            return i
+    raise AssertionError(needle)
+
+
+@pytest.mark.parametrize(
+    "old, new, needle, expect",
+    [
+        ("List = 0.7", "Lits = 0.7", "Home = {", ["unknown state 'Lits'", "row 'Home'"]),
+        ("Item = 0.5", "Item = -0.5", "List = {", ["negative probability", "row 'List'"]),
+        ("Home = 0.6, List = 0.3", "Home = 0.6, List = 0.5", "Item = {", ["sum to 1.15", "row 'Item'"]),
+        ('url = "/item?id={id}"\n', "", 'name = "Item"', ["page 'Item' has no url"]),
+        ("Item = { Home", "Itme = { Home", "Itme = {", ["unknown state 'Itme'"]),
+        ("mean_s = 2.0", "mean_s = -1", "mean_s", ["[think] mean_s", "expected a number >= 0"]),
+        ('[workload]\n', '[workload]\nmax_transitons = 5\n', "max_transitons", ["unknown key 'max_transitons'"]),
+        ("p = { uniform = [0, 3] }", "q = { uniform = [0, 3] }", 'name = "List"', ["placeholder {p}"]),
+    ],
+)
+def test_bad_workload_names_file_line_and_state(tmp_path, old, new, needle, expect):
+    text = GOOD.replace(old, new, 1)
+    assert text != GOOD
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    out = engine(str(path), "--dry-run", "10")
+    assert out.returncode == 2, out.stdout
+    where = f"{path}:{line_of(text, needle)}:"
+    assert where in out.stderr, out.stderr
+    for e in expect:
+        assert e in out.stderr, out.stderr
+
+
+def test_toml_syntax_error_names_the_line(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text(GOOD.replace("[think]", "[think"))
+    out = engine(str(path), "--dry-run", "10")
+    assert out.returncode == 2
+    assert str(path) in out.stderr and "line 4" in out.stderr, out.stderr
+
+
+def stationary(doc: dict, start: str) -> tuple[list[str], np.ndarray]:
+    """Page mix of the chain where END restarts at `start` and slack stays (no BACK in table)."""
+    names = [p["name"] for p in doc["pages"]]
+    idx = {n: i for i, n in enumerate(names)}
+    n = len(names)
+    P = np.zeros((n, n))
+    for src, row in doc["transitions"].items():
+        i = idx[src]
+        for dst, p in row.items():
+            assert dst != "BACK"
+            P[i, idx[start] if dst == "END" else idx[dst]] += p
+        P[i, i] += 1.0 - sum(row.values())
+    # solve pi P = pi, sum pi = 1
+    A = np.vstack([P.T - np.eye(n), np.ones(n)])
+    b = np.zeros(n + 1)
+    b[-1] = 1.0
+    pi = np.linalg.lstsq(A, b, rcond=None)[0]
+    return names, pi
+
+
+def test_dry_run_page_mix_matches_the_table(tmp_path):
+    path = tmp_path / "good.toml"
+    path.write_text(GOOD)
+    doc = tomllib.loads(GOOD)
+    names, pi = stationary(doc, "Home")
+    n = 400_000
+    result = dry_run(path, n, "--seed", "3")
+    assert result["requests"] == n
+    counts = np.array([result["pages"][x] for x in names], dtype=float)
+    observed = counts / n
+    # consecutive pages are correlated, so no plain chi-square here (the Rust test thins the
+    # walk for that); the total variation distance of 400k steps of this fast-mixing chain is
+    # well under 0.01, while a wrong sampler (e.g. ignoring the self-loop slack) is > 0.03
+    tv = 0.5 * np.abs(observed - pi).sum()
+    assert tv < 0.01, (dict(zip(names, observed)), dict(zip(names, pi)))
+    # the implicit self-loop matters: List keeps 0.1 slack + 0.2 explicit
+    wrong = doc["transitions"]["List"].copy()
+    assert math.isclose(sum(wrong.values()), 0.9)
+    # sessions end only at END: expected session length = 1 / P(END per step)
+    p_end = pi[names.index("Home")] * 0.1 + pi[names.index("Item")] * 0.05
+    assert abs(result["mean_pages_per_session"] - 1 / p_end) / (1 / p_end) < 0.03
+    assert result["back"] == 0
+
+
+BACKTABLE = """\
+[workload]
+start = "A"
+max_transitions = 1000
+[[pages]]
+name = "A"
+url = "/a"
+[[pages]]
+name = "B"
+url = "/b"
+[[pages]]
+name = "C"
+url = "/c"
+[transitions]
+A = { B = 1.0 }
+B = { C = 1.0 }
+C = { BACK = 0.5, END = 0.5 }
+"""
+
+
+def test_back_and_end_on_a_hand_made_table(tmp_path):
+    """A -> B -> C; at C: BACK or END (RUBBoS history rule).
+
+    Entering B clears the stack (B's own BACK probability is 0); entering C pushes B. At C, BACK
+    pops B, and B -> C pushes B again: every BACK returns to B, and a session is A B C (B C)^k
+    with P(k) = 2^-(k+1).
+    Expected pages per session: 3 + 2 E[k] = 5; share of A = 1/5, B = 2/5, C = 2/5.
+    """
+    path = tmp_path / "back.toml"
+    path.write_text(BACKTABLE)
+    n = 200_000
+    r = dry_run(path, n, "--seed", "9")
+    mix = {k: v / n for k, v in r["pages"].items()}
+    assert abs(mix["A"] - 0.2) < 0.01 and abs(mix["B"] - 0.4) < 0.01 and abs(mix["C"] - 0.4) < 0.01, mix
+    assert abs(r["mean_pages_per_session"] - 5.0) < 0.1
+    # BACK from C never finds an empty stack here
+    assert r["restart_on_empty_history"] == 0
+    # every session ends at END: one END per session (except the last, cut by n)
+    assert r["sessions"] - 1 <= r["end"] <= r["sessions"]
+    # BACKs per session = E[k] = 1
+    assert abs(r["back"] / r["sessions"] - 1.0) < 0.05
+
+
+def test_back_with_empty_history_restarts(tmp_path):
+    """Make A have BACK: A -> BACK with an empty stack restarts at A (counted)."""
+    text = BACKTABLE.replace("A = { B = 1.0 }", "A = { B = 0.5, BACK = 0.5 }")
+    path = tmp_path / "back2.toml"
+    path.write_text(text)
+    r = dry_run(path, 50_000, "--seed", "4")
+    assert r["restart_on_empty_history"] > 0
+    assert r["restart_on_empty_history"] <= r["back"]
+
+
+def test_think_mean_of_the_truncated_exponential():
+    """The example's pages think 1 s (About: 2 s); the sample mean over 400k draws vs the
+    truncated-exponential mean computed from the page mix."""
+    doc = tomllib.loads(EXAMPLE.read_text())
+    r = dry_run(EXAMPLE, 400_000, "--seed", "5")
+    n = r["requests"]
+    z = doc["think"]["mean_s"]
+    means = {p["name"]: p.get("think_mean_s", z) for p in doc["pages"]}
+    expected = sum(r["pages"][k] * m for k, m in means.items()) / n * (1 - math.exp(-10))
+    second = sum(r["pages"][k] * 2 * m * m for k, m in means.items()) / n
+    se = math.sqrt(second - expected**2) / math.sqrt(n)
+    assert abs(r["think_mean_s"] - expected) < 4 * se, (r["think_mean_s"], expected, se)
+
+
+def test_example_workload_parses_and_walks_every_page():
+    r = dry_run(EXAMPLE, 20_000)
+    assert all(v > 0 for v in r["pages"].values()), r["pages"]
