@@ -7,6 +7,9 @@ a tier is saturated in a window when at least half of its servers are). Rules (d
   least a tenth of the share of the most saturated tier.
 * No tier takes part → "none": no saturated tier.
 * One tier → "single": single bottleneck at X.
+* A participant A that calls a participant B (parent/child links) and is saturated mostly
+  (>= 2/3 of its saturated windows) while B is, with B saturated at least as often, is dropped:
+  its saturation is B's queue amplified upstream (Wang et al., Lightning in the Cloud).
 * Two or more: they *alternate* when they are rarely saturated together — the windows where both
   are saturated are fewer than `together_max` (1/3) of the smaller tier's saturated windows —
   for the two leading tiers; then "alternating" between them (plus any other participant that
@@ -25,6 +28,7 @@ import pyarrow as pa
 MIN_SHARE = 0.02
 RELATIVE_SHARE = 0.1
 TOGETHER_MAX = 1 / 3
+INHERITED = 2 / 3
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ def verdict(
     together_max: float = TOGETHER_MAX,
     window_ns: int = 50_000_000,
     n_star_text: dict[str, str] | None = None,
+    calls: set[tuple[str, str]] | None = None,
 ) -> Verdict:
     """The verdict in words from per-tier saturated-window indicators (rules in the module docstring)."""
     shares = {t: float(saturated[t].mean()) if saturated[t].size else 0.0 for t in tiers}
@@ -110,12 +115,23 @@ def verdict(
     ranked = sorted(tiers, key=lambda t: -shares[t])
     lead = shares[ranked[0]] if ranked else 0.0
     part = [t for t in ranked if shares[t] >= min_share and shares[t] >= RELATIVE_SHARE * lead]
+    inherited = []
+    for a in list(part):
+        for b in part:
+            if a != b and calls and (a, b) in calls:
+                inside = float((saturated[a] & saturated[b]).sum()) / max(float(saturated[a].sum()), 1.0)
+                if inside >= INHERITED and shares[b] >= shares[a]:
+                    inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls")
+                    part.remove(a)
+                    break
     ms = window_ns / 1e6
     share_text = ", ".join(
         f"{t} {shares[t]:.1%}" + (f" ({n_star_text[t]})" if n_star_text and t in n_star_text else "")
         for t in ranked
     )
     evidence = f"saturated share of {n_windows} windows of {ms:g} ms: {share_text}"
+    if inherited:
+        evidence += "; not counted (queue amplification from downstream): " + "; ".join(inherited)
     if not part:
         conf = 1.0 - (lead / min_share if min_share > 0 else 0.0) * 0.5
         return Verdict("none", [], "no saturated tier", _clip(conf), evidence)

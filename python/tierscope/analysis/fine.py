@@ -75,6 +75,18 @@ def _has_links(requests: pa.Table) -> bool:
     return bool(pc.any(pc.is_in(parents, value_set=requests.column("request_id").combine_chunks())).as_py())
 
 
+def _tier_calls(requests: pa.Table) -> set[tuple[str, str]]:
+    """(caller tier, callee tier) pairs seen in the parent/child links."""
+    rid = requests.column("request_id").combine_chunks()
+    parent = requests.column("parent_id").combine_chunks()
+    idx = pc.index_in(parent, value_set=rid)
+    valid = pc.is_valid(idx)
+    child_tier = requests.column("tier").combine_chunks().filter(valid)
+    parent_tier = requests.column("tier").combine_chunks().take(idx.filter(valid))
+    pairs = pa.table({"a": parent_tier, "b": child_tier}).group_by(["a", "b"]).aggregate([])
+    return {(a, b) for a, b in zip(pairs.column("a").to_pylist(), pairs.column("b").to_pylist()) if a != b}
+
+
 def analyze_fine(
     requests: pa.Table,
     events: pa.Table | None = None,
@@ -172,7 +184,8 @@ def analyze_fine(
         values = [n_star[s] for (tt, s) in keys if tt == t]
         finite = [v.n_star for v in values if math.isfinite(v.n_star)]
         n_star_text[t] = ("N*=" + "/".join(f"{v:.1f}" for v in finite)) if finite else "no plateau"
-    verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text)
+    verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text,
+                                  calls=_tier_calls(requests) if exclusive else None)
     return FineGrained(
         series=series,
         n_star=n_star,

@@ -17,7 +17,7 @@ where it holds and intersects them, N* = TPmax / s:
    window a burst or a pause pushed off the curve).
 4. Accept the plateau only if the data show both sides of the knee: the low-load median
    throughput is at most RISE = 70 % of TPmax (the load varied enough to show the rise), within the
-   top decile the upper half (load ≥ q95) has at most FLAT = 1.15 × the median throughput of the
+   top decile the upper half (load ≥ q95) has at most FLAT = 1.25 × the median throughput of the
    lower half (the curve has flattened), and the top decile's median load is at least BEYOND = 2 × N* (queues really
    built up; a stationary server's noise around its mean load does not qualify). Otherwise n_star = inf and `method`
    says which check failed: from such data no saturation point can be read.
@@ -40,7 +40,7 @@ import numpy as np
 METHOD = "asymptotes at the extremes"
 BEYOND = 2.0  # the top decile's median load must be at least this multiple of N*
 RISE = 0.7  # the low-load windows must run below this share of the plateau throughput
-FLAT = 1.15  # throughput above q95 of load may exceed that of q90–q95 by at most this factor
+FLAT = 1.25  # throughput above q95 of load may exceed that of q90–q95 by at most this factor
 
 
 @dataclass(frozen=True)
