@@ -81,6 +81,7 @@ def build_summary(data: ReportData) -> Summary:
     look: list[str] = []
     facts: list[tuple[str, str]] = []
     verdict = getattr(data.fine, "verdict", None) if data.fine is not None else None
+    fine_says_none = verdict is not None and getattr(verdict, "kind", None) == "none"
     if verdict is not None:
         headline = getattr(verdict, "text", None) or str(verdict)
         headline = headline[:1].upper() + headline[1:] + ("" if headline.endswith(".") else ".")
@@ -108,12 +109,16 @@ def build_summary(data: ReportData) -> Summary:
                 names = ", ".join(f"{h} {m}" for h, m in sat)
                 look.append(f"at {bb.max_throughput_users:g} users{tag}, {names} spent most of the time above 95 % "
                             f"(utilisation densities)")
-                if headline is None:
+                if headline is None or fine_says_none:
                     host, metric = sat[0]
                     share = max(r["share_above"] for r in wb.shares.to_pylist()
                                 if r["host"] == host and r["metric"] == metric and r["users"] == bb.max_throughput_users)
                     headline = f"Bottleneck at {host} ({metric}): above 95 % utilisation in {_pct(share)} of the " \
                                f"samples at maximum throughput{tag}."
+                    if fine_says_none:  # the coarse grain found what the analysed point did not show
+                        headline += f" (The fine-grained analysis of {data.fine_point or 'the traced point'} " \
+                                    f"found no saturated tier.)"
+                        fine_says_none = False
                     confidence = confidence_words(share)
             elif headline is None:
                 headline = (f"No resource is saturated at maximum throughput{tag}: the limit is elsewhere (software "
