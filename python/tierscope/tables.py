@@ -27,6 +27,18 @@ REQUESTS = pa.schema(
         pa.field("client", pa.string()),  # client address:port
         pa.field("conn", pa.int64()),  # connection id within the source
         pa.field("source", pa.string()),  # trace, otlp, jaeger, zipkin, nginx, apache, simulate...
+        # Filled by the passive tracer (null from other sources):
+        pa.field("protocol", pa.string()),  # http, postgres, mysql
+        pa.field("server_addr", pa.string()),
+        pa.field("server_port", pa.int32()),
+        pa.field("client_addr", pa.string()),
+        pa.field("client_port", pa.int32()),
+        pa.field("inferred", pa.bool_()),  # times or pairing inferred (see flags)
+        pa.field("truncated", pa.bool_()),  # payload cut by the snapshot length: label is partial
+        pa.field("flags", pa.string()),  # comma list: mid_stream, pipelined, delimited_by_turn, ...
+        # Filled by cross-tier linking (tierscope.trace.link):
+        pa.field("link", pa.string()),  # how parent_id was found: request_id, time_containment, ...
+        pa.field("transaction", pa.string()),  # the root request's id (or row key) of this row's tree
     ]
 )
 

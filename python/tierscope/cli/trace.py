@@ -1,0 +1,95 @@
+"""`tierscope trace`: every request at every tier from one packet capture."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+
+def trace(
+    capture: Optional[Path] = typer.Argument(None, help="Capture file (pcap/pcapng) written by tcpdump."),
+    output: Path = typer.Option(Path("requests.parquet"), "-o", "--output", help="Requests table to write (Parquet)."),
+    server_map: Optional[Path] = typer.Option(
+        None, "--server-map", help="Server map file: lines `address:port tier server protocol` (protocol optional: http, postgres, mysql; `*` = any address)."
+    ),
+    live: Optional[str] = typer.Option(None, "--live", help="Capture live from this interface (e.g. lo) with tcpdump."),
+    filter: str = typer.Option("tcp", "--filter", help="BPF filter for --live, e.g. 'tcp port 80 or tcp port 5432'."),
+    duration: float = typer.Option(10.0, "--duration", help="Seconds to capture with --live."),
+    snaplen: int = typer.Option(0, "--snaplen", help="Bytes kept per packet with --live (0 = whole packets)."),
+    keep_capture: Optional[Path] = typer.Option(None, "--keep-capture", help="With --live: keep the pcap file here."),
+    link: bool = typer.Option(True, "--link/--no-link", help="Link rows across tiers (parent_id, transaction)."),
+) -> None:
+    """Turn a packet capture into the requests table: one row per request/response exchange at
+    every server (HTTP/1.x, PostgreSQL, MySQL/MariaDB), with arrival and departure times from the
+    capture's single clock, labels (URL templates, SQL fingerprints), status and bytes.
+
+    Example: tierscope trace capture.pcap -o requests.parquet --server-map servers.txt
+
+    Example: tierscope trace --live lo --filter 'tcp port 8080 or tcp port 5432' --duration 30 -o requests.parquet
+    """
+    from tierscope import tables
+    from tierscope.trace import LiveCapture, TraceError, link_transactions, trace_capture
+    from tierscope.trace.capture import CaptureError
+
+    console = Console(stderr=True)
+    if (capture is None) == (live is None):
+        console.print("[red]error:[/red] give a CAPTURE file or --live IFACE (one of them)")
+        raise typer.Exit(2)
+    tmpdir = None
+    if live is not None:
+        if duration <= 0:
+            console.print("[red]error:[/red] --duration must be > 0 seconds")
+            raise typer.Exit(2)
+        if keep_capture is not None:
+            capture = keep_capture
+        else:
+            tmpdir = tempfile.TemporaryDirectory(prefix="tierscope-trace-")
+            capture = Path(tmpdir.name) / "live.pcap"
+        cap = LiveCapture(live, capture, filter=filter, snaplen=snaplen)
+        try:
+            cap.start()
+            console.print(f"capturing on {live} ({filter!r}) for {duration:g} s ...")
+            try:
+                time.sleep(duration)
+            except KeyboardInterrupt:
+                console.print("interrupted: stopping the capture")
+            stats = cap.stop()
+        except CaptureError as err:
+            console.print(f"[red]error:[/red] {err}")
+            raise typer.Exit(2)
+        finally:
+            cap.stop()
+        dropped = stats.dropped_by_kernel or 0
+        console.print(f"tcpdump: {stats.captured} packets captured, {dropped} dropped by the kernel")
+    assert capture is not None
+    if not capture.exists():
+        console.print(f"[red]error:[/red] capture file {capture} does not exist")
+        raise typer.Exit(2)
+    try:
+        result = trace_capture(capture, output, server_map)
+    except TraceError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2)
+    finally:
+        pass
+    for line in result.messages.strip().splitlines():
+        console.print(line, markup=False, highlight=False)
+    if link and result.rows > 0:
+        table = tables.read(output, "requests")
+        linked = link_transactions(table)
+        tables.write(linked, output, "requests")
+        methods = linked.column("link").value_counts().to_pylist()
+        counts = ", ".join(f"{m['count']} by {m['values']}" for m in methods if m["values"])
+        console.print(f"linked across tiers: {counts or 'no parents found'}")
+    console.print(f"wrote {result.rows} rows to {output}")
+    if tmpdir is not None:
+        tmpdir.cleanup()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("trace")(trace)
