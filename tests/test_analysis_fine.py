@@ -141,7 +141,7 @@ def test_one_slow_tier_is_named_as_the_single_bottleneck(seed):
     assert fg.verdict.text == "single bottleneck at db"
     precision, recall, true_share = precision_recall(fg, sim.saturation_truth, "db")
     assert true_share > 0.15 and precision >= 0.9 and recall >= 0.9
-    assert fg.n_star["db1"].max_throughput == pytest.approx(2 / 0.0026, rel=0.05)
+    assert fg.n_star["db1"].max_throughput == pytest.approx(2 / 0.0026, rel=0.1)
 
 
 def test_a_lightly_loaded_system_has_no_saturated_tier():
