@@ -7,6 +7,7 @@ Asymptotic bounds give the knee N* = (D + Z) * X_max with D = 0.3 + 2 + 4 ms.
 """
 
 import json
+import re
 
 import pytest
 
@@ -75,3 +76,40 @@ def test_report_of_simulated_sweep(sweep):
             assert summary.headline.lower().startswith(data.fine.verdict.text.lower())
     manifest = json.loads(next(sweep.rglob("manifest.json")).read_text())
     assert manifest["kind"] == "simulation"
+
+
+def _alternating_spec() -> dict:
+    """Seed 001 in miniature: 250 ms stop-the-world pauses every second at the app tier push the
+    queue down to the database when the app resumes, so the two take turns being saturated."""
+    return {"seed": 11, "duration_s": 12, "warmup_s": 1,
+            "workload": {"users": 600, "think_time_s": 1.0},
+            "tier": [{"name": "web", "cores": 2, "threads": 2000, "service_ms": 0.2},
+                     {"name": "app", "cores": 2, "threads": 2000, "service_ms": 1.0,
+                      "freeze": {"period_s": 1.0, "duration_s": 0.25}},
+                     {"name": "db", "cores": 2, "threads": 2000, "service_ms": 2.0}]}
+
+
+def test_alternating_point_report_renders_fine_grained_sections(tmp_path):
+    pytest.importorskip("tierscope.analysis.fine")
+    from test_report import CHROMIUM, dump_dom
+
+    from tierscope.report import write_report
+
+    sim.simulate(sim.parse_spec(_alternating_spec())).write(tmp_path / "alt" / "p600")
+    data = collect_run(tmp_path / "alt")
+    assert data.fine.verdict.kind == "alternating" and sorted(data.fine.verdict.tiers) == ["app", "db"]
+    summary = build_summary(data)
+    assert summary.headline.startswith("Bottleneck alternating between app and db")
+    assert any("app1 was paused" in line for line in summary.look_at)  # the freezes, from the events table
+    path = write_report(data, tmp_path / "alt.html", summary)
+    page = path.read_text()
+    for sid in ("timeline", "main-sequence", "strip", "correlation"):
+        assert f'id="{sid}"' in page
+    assert 'id="load-curve"' not in page  # one workload level: no curve to draw
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (Debian package chromium)")
+    dom = dump_dom(path)
+    lines = re.findall(r'class="js-line"[^>]*d="M([^"]+)"', dom)
+    assert len([d for d in lines if len(d) > 100]) >= 6  # load and throughput of 3 servers (legend lines are short)
+    assert dom.count('class="point"') >= 100  # main-sequence dots
+    assert dom.count("<image") >= 2  # strip chart and correlation heatmaps rasterised by Plotly

@@ -152,7 +152,7 @@ def blackbox(curve: pa.Table, think_time_s: float | None = None, response_time: 
     i = int(np.nanargmax(np.where(finite, x, -np.inf)))
     knee = knee_kneedle(users, curve.column(response_time).to_numpy(zero_copy_only=False))
     bounds = None
-    if think_time_s is not None:
+    if think_time_s is not None and curve.num_rows >= 2:  # a light load and a heavy one are needed
         r0 = float(np.nanmin(curve.column("rt_mean").to_numpy(zero_copy_only=False)))
         bounds = knee_bounds(r0, float(x[i]), think_time_s)
     return BlackBox(curve, knee, float(x[i]), float(users[i]), bounds)

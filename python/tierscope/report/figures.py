@@ -169,7 +169,7 @@ def correlation_matrix(data: ReportData) -> go.Figure | None:
 
 def load_curve(data: ReportData) -> go.Figure | None:
     """Throughput and 90th-percentile response time against users, with the knee."""
-    if not data.blackbox:
+    if not any(bb.curve.num_rows >= 2 for bb in data.blackbox.values()):
         return None
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for config, bb in data.blackbox.items():

@@ -37,7 +37,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[ReportData], go.Figure | None], st
     ("load-curve", "Response time and throughput against workload",
      "The black-box view: throughput and 90th-percentile response time per workload level. The knee (dashed) is "
      "where response time starts to climb: the system reaches its capacity there.",
-     figures.load_curve, "needs a run with workload levels (users) and the generator's client_requests"),
+     figures.load_curve, "needs a run with two or more workload levels (users) and the generator's client_requests"),
     ("density", "Utilisation densities",
      "How much of the time each resource spent at each utilisation, per workload level (seed 000 Fig. 1). A "
      "bright band at the right edge means the resource is saturated at that workload.",
