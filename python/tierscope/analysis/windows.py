@@ -620,8 +620,8 @@ def window_series_sql(
             return _empty_series(False, False, False)
         base_ns = floor_base(int(lo), window_ns)
     query = sql_query(src, window_ns, base_ns)
-    result = con.execute(query)
-    fetch = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+    relation = con.sql(query)
+    fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
     return fetch()
 
 
