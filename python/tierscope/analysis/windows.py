@@ -615,7 +615,7 @@ def window_series_sql(
         con.execute(f"SET memory_limit='{memory_limit}'")
     src = "read_parquet(" + _sql_literal(source) + ")"
     if base_ns is None:
-        lo = con.sql(f"SELECT min(arrival_ns) FROM {src}").fetchone()[0]
+        lo = con.sql(f"SELECT min(arrival_ns) FROM {src}").fetchall()[0][0]
         if lo is None:
             return _empty_series(False, False, False)
         base_ns = floor_base(int(lo), window_ns)
