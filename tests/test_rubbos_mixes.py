@@ -132,3 +132,33 @@ def test_simulated_back_returns_to_the_previous_page():
     counts = mixes.simulate_mix({**rows, "C": {}}, 1001, start="A")
     # A -> B -> back to A -> B ...: alternates exactly
     assert counts == Counter({"A": 501, "B": 500})
+
+
+@pytest.mark.parametrize("mix, digest", [("browse_only", DIGEST_BROWSE_ONLY), ("read_write", DIGEST_READ_WRITE)])
+def test_the_generators_own_walk_gives_the_digests_mix(mix, digest):
+    """A peer's count: `tierscope-engine load --dry-run` walks the workload file without sending."""
+    import json
+    import subprocess
+
+    try:
+        from tierscope.engine import engine_path
+
+        exe = str(engine_path())
+    except Exception as err:  # noqa: BLE001
+        pytest.skip(f"tierscope-engine not found: {err}")
+    help_text = subprocess.run([exe, "load", "--help"], capture_output=True, text=True).stdout
+    if "--dry-run" not in help_text:
+        pytest.skip("this tierscope-engine has no `load --dry-run` yet (rebuild with make setup)")
+    path = mixes.WORKLOAD_DIR / f"{mix}.toml"
+    out = subprocess.run([exe, "load", str(path), "--dry-run", "300000", "--seed", "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])["dry_run"]
+    n = result["requests"]
+    assert set(result["pages"]) == set(digest)
+    for page, pct in digest.items():
+        p = pct / 100
+        bound = 0.1 + 4 * 100 * math.sqrt(p * (1 - p) / n * 15)  # sessions of ~15 correlated pages
+        assert abs(100 * result["pages"][page] / n - pct) <= bound, (page, 100 * result["pages"][page] / n, pct)
+    if mix == "browse_only":
+        assert abs(result["mean_pages_per_session"] - 11.8) < 0.3  # digest §2.3
