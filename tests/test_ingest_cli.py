@@ -51,3 +51,13 @@ def test_analyze_rejects_unknown_file_with_one_error(tmp_path):
     forced = _run("analyze", str(bad), "--format", "nginx", "-o", str(tmp_path / "out"))
     assert forced.returncode == 2 and "not an nginx access log" in forced.stderr
     assert not (tmp_path / "out" / "requests.parquet").exists()
+
+
+def test_report_of_plain_trace_files(tmp_path):
+    src = tmp_path / "spans.json"
+    _zipkin(src, 50)
+    out = _run("report", str(src), "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 0, out.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "tierscope report: spans.json" in page and "skipped 1 malformed record" in page
+    assert "workload-level analyses" in page  # the note saying why the coarse sections are missing

@@ -91,10 +91,7 @@ def collect_files(paths: Sequence[str | Path], format: str | None = None, window
 
 
 def _point_requests(point: Point) -> pa.Table | None:
-    parts = []
-    if "requests" in point.tables and point.tables["requests"].num_rows:
-        parts.append(point.tables["requests"])
-    return pa.concat_tables(parts) if parts else None
+    return point.tables["requests"] if point.tables.rows("requests") else None
 
 
 def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str | None = None,
@@ -154,7 +151,7 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
         if chosen is None:
             raise ValueError(f"no point named {point!r}; points: {', '.join(p.name for p in points)}")
     else:
-        with_requests = [p for p in points if _point_requests(p) is not None]
+        with_requests = [p for p in points if p.tables.rows("requests")]
         config = next(iter(data.blackbox), None)
         knee = data.blackbox[config].knee if config else None
         if knee is not None:

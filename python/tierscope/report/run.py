@@ -20,10 +20,44 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tierscope import tables
 
 TABLE_NAMES = ("requests", "client_requests", "resources", "events")
+
+
+class LazyTables:
+    """A point's tables by name, each read from its Parquet file on first use (big `requests`
+    tables of points that are not analysed are never loaded)."""
+
+    def __init__(self, files: dict[str, Path] | None = None) -> None:
+        self.files: dict[str, Path] = dict(files or {})
+        self._loaded: dict[str, pa.Table] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.files or name in self._loaded
+
+    def __getitem__(self, name: str) -> pa.Table:
+        if name not in self._loaded:
+            if name not in self.files:
+                raise KeyError(name)
+            self._loaded[name] = tables.read(self.files[name], name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, table: pa.Table) -> None:
+        self._loaded[name] = table
+
+    def get(self, name: str, default: pa.Table | None = None) -> pa.Table | None:
+        return self[name] if name in self else default
+
+    def rows(self, name: str) -> int:
+        """Row count without reading the table (Parquet metadata); 0 when absent."""
+        if name in self._loaded:
+            return self._loaded[name].num_rows
+        if name in self.files:
+            return pq.ParquetFile(self.files[name]).metadata.num_rows
+        return 0
 
 
 @dataclass
@@ -37,7 +71,7 @@ class Point:
     think_time_s: float | None = None
     run_interval_ns: tuple[int, int] | None = None
     manifest: dict = field(default_factory=dict)
-    tables: dict[str, pa.Table] = field(default_factory=dict)
+    tables: LazyTables = field(default_factory=LazyTables)
 
     @property
     def seconds(self) -> float | None:
@@ -125,10 +159,7 @@ def read_point(path: Path) -> Point:
         except (ImportError, ValueError):
             pass
     point.run_interval_ns = _interval(manifest)
-    for name in TABLE_NAMES:
-        f = path / f"{name}.parquet"
-        if f.is_file():
-            point.tables[name] = tables.read(f, name)
+    point.tables = LazyTables({n: path / f"{n}.parquet" for n in TABLE_NAMES if (path / f"{n}.parquet").is_file()})
     return point
 
 
