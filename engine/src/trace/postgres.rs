@@ -161,6 +161,12 @@ impl Pg {
             Mode::PgUntyped => self.c.cap = 8,
             _ => {}
         }
+        if self.phase == Phase::Auth && self.c.mode == Mode::PgTyped && typ != b'p' {
+            // A query after authentication: the server's ReadyForQuery was sent but not seen
+            // (cut by the snapshot length along with the parameter status messages).
+            self.phase = Phase::Ready;
+            self.s.reset();
+        }
         if self.phase != Phase::Ready || self.c.mode != Mode::PgTyped {
             return;
         }
@@ -341,6 +347,15 @@ impl Pg {
                                 self.pending.finish_front(ctx);
                             } else {
                                 ctx.counters.responses_without_request += 1;
+                            }
+                        }
+                        (Phase::Ready, b'C' | b'D' | b's' | b'I') => {
+                            // the statement ran: OK unless an error follows (kept if the
+                            // ReadyForQuery is cut away by the snapshot length)
+                            if let Some(f) = self.pending.front() {
+                                if f.status == Status::None {
+                                    f.status = Status::Ok;
+                                }
                             }
                         }
                         (Phase::Auth | Phase::Startup, b'Z') => self.phase = Phase::Ready,
