@@ -70,8 +70,13 @@ def _write_point(root: Path, config: str, users: int, rng, with_requests: bool) 
                 rows["arrival_ns"].append(a + int(lo * span))
                 rows["departure_ns"].append(a + int(hi * span))
         tables.write(pa.table(rows), point / "requests.parquet", "requests")
-    manifest = {"point": {"users": users, "topology": config}, "spec": {"workload": {"think_time_s": Z}},
-                "phases": {"run": {"start_ns": int(t0), "end_ns": int(t0 + RUN_S * S)}}}
+    # the shape tierscope.runner.write_manifest writes
+    manifest = {"status": "done", "reason": None,
+                "point": {"id": point.name, "params": {"workload.users": users}, "users": users, "think_time_s": Z},
+                "topology": config,
+                "phases": {"ramp_up": {"start_ns": int(t0 - S), "end_ns": int(t0)},
+                           "run": {"start_ns": int(t0), "end_ns": int(t0 + RUN_S * S)}},
+                "config": {"workload": {"users": [users], "think_time": Z}}}
     (point / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -82,6 +87,10 @@ def run_dir(tmp_path_factory):
     for config in CONFIGS:
         for users in LEVELS:
             _write_point(root, config, users, rng, with_requests=(config == "1/1/0/1" and users == 140))
+    broken = root / "c1101-u9999"  # a point whose run failed: left out, with a note
+    broken.mkdir()
+    (broken / "manifest.json").write_text(json.dumps({"status": "failed", "reason": "tier died during the run: db1",
+                                                      "point": {"users": 9999}, "topology": "1/1/0/1"}))
     return root
 
 
@@ -102,6 +111,8 @@ def test_collect_run_finds_knee_saturation_and_map(run_dir):
     # the fine-grained point: the first level at or past the knee of the first configuration
     assert data.fine_point is not None and "140 users" in data.fine_point
     assert data.heavy is not None
+    assert "point c1101-u9999 failed (tier died during the run: db1) and is left out" in data.notes
+    assert 9999.0 not in data.blackbox["1/1/0/1"].curve.column("users").to_pylist()
 
 
 def test_summary_names_the_bottleneck(run_dir):

@@ -102,7 +102,15 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
     if not points:
         raise FileNotFoundError(f"{root}: no experiment points found (expected <point>/manifest.json or "
                                 f"<point>/requests.parquet up to three levels below)")
+    failed = [p for p in points if p.manifest.get("status") == "failed"]
+    points = [p for p in points if p.manifest.get("status") != "failed"]
+    if not points:
+        raise FileNotFoundError(f"{root}: every point failed; nothing to report")
     data = ReportData(title=root.name, window_ns=window_ns, points=points)
+    for p in failed[:5]:
+        data.notes.append(f"point {p.name} failed ({p.manifest.get('reason') or 'no reason given'}) and is left out")
+    if len(failed) > 5:
+        data.notes.append(f"{len(failed) - 5} more failed points are left out")
     by_config: dict[str, list[Point]] = {}
     for p in points:
         by_config.setdefault(p.config or "(this system)", []).append(p)
