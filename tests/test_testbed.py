@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -25,6 +26,7 @@ from tierscope.testbed.interference import PauseInjector, mmpp_periods, work_arr
 from tierscope.testbed.lab import Testbed, namespaces_unavailable
 
 LAB = 7  # tests use their own lab (bridge tsbr7, 10.77.7.0/24); `testbed up` by hand uses 0
+LAB2 = 6  # for tests that build a testbed of their own while LAB is up
 
 SPEC = """
 topology = "1/1/0/1X"
@@ -83,9 +85,9 @@ def test_cpu_quota_is_enforced_and_the_monitor_sees_it(lab, tmp_path):
     burner = _spawn(lab.hosts["db1"], "while True: pass")
     try:
         time.sleep(0.5)  # let the first quota periods settle
-        u0, t0 = _usage_ns(lab, "db1"), time.monotonic_ns()
+        u0, t0, w0 = _usage_ns(lab, "db1"), time.monotonic_ns(), time.time_ns()
         time.sleep(3.0)
-        u1, t1 = _usage_ns(lab, "db1"), time.monotonic_ns()
+        u1, t1, w1 = _usage_ns(lab, "db1"), time.monotonic_ns(), time.time_ns()
     finally:
         _stop(burner)
     table = mon.stop()
@@ -94,27 +96,29 @@ def test_cpu_quota_is_enforced_and_the_monitor_sees_it(lab, tmp_path):
     assert share == pytest.approx(0.20, abs=0.03)
 
     df = table.to_pandas()
-    win = df[(df.ts_ns > time.time_ns() - 10**10)]
-    db = win[(win.host == "db1")]
-    busy = db[db.metric == "cpu_util"].value
-    busy = busy[busy > 50]  # the samples while the burner ran
-    assert len(busy) >= 40, "the burner's 3.5 s should span at least 40 samples of 50 ms"
-    # over the burner's life, user + system time per sample averages the quota
-    burn = db[db.metric.isin(["cpu_user", "cpu_system"])].groupby("ts_ns").value.sum()
-    burn = burn[burn > 5]
-    print(f"monitor: db1 mean cpu while burning {burn.mean():.1f} % of a core over {len(burn)} samples")
-    assert burn.mean() == pytest.approx(20.0, abs=3.0)
-    assert busy.mean() == pytest.approx(100.0, abs=15.0)  # 20 % of a core = the whole allowance
-    throttled = db[db.metric == "cpu_throttled"].value
-    assert throttled.max() > 50  # a busy loop under a 20 % quota is throttled most of the time
-    idle = win[(win.host == "app1") & (win.metric == "cpu_user")].value
+    during = df[(df.ts_ns > w0 + 50_000_000) & (df.ts_ns <= w1)]
+    db = during[during.host == "db1"]
+    cpu = db[db.metric.isin(["cpu_user", "cpu_system"])].groupby("ts_ns").value.sum()
+    util = db[db.metric == "cpu_util"].value
+    print(f"monitor: db1 cpu {cpu.mean():.1f} % of a core over {len(cpu)} samples of 50 ms "
+          f"(max {cpu.max():.0f} %: the 20 ms quota of each 100 ms period is spent in one burst)")
+    assert len(cpu) >= 50  # 3 s at 50 ms = 60 samples
+    assert cpu.mean() == pytest.approx(20.0, abs=3.0)
+    assert util.mean() == pytest.approx(100.0, abs=15.0)  # 20 % of a core = the whole allowance
+    # at 50 ms the quota's bursts show: some samples near 40 % (a 20 ms burst), some near 0
+    assert cpu.max() >= 30.0 and cpu.min() <= 10.0
+    # a busy loop under a quota is throttled in every 100 ms CFS period: ~30 in 3 s
+    periods = db[db.metric == "cpu_nr_throttled"].value.sum()
+    assert periods == pytest.approx(30, abs=5)
+    assert db[db.metric == "cpu_throttled"].value.mean() > 5
+    idle = during[(during.host == "app1") & (during.metric == "cpu_user")].value
     assert idle.mean() < 2.0  # nothing runs in app1
     cost = mon.summary["cost_percent_core"]
     print(f"monitor cost at 50 ms, {len(lab.hosts)} hosts: {cost:.2f} % of one core "
           f"({mon.summary['samples']} samples, {mon.summary['late']} late)")
     assert (df.metric == "monitor_cpu").sum() == 1
     assert cost < 2.0
-    assert mon.summary["late"] <= 2
+    assert mon.summary["late"] <= 3
 
 
 def test_memory_hog_is_contained(lab):
@@ -248,15 +252,18 @@ def test_pauses_stop_the_hosts_processes_and_are_recorded(lab, tmp_path):
     assert {e["kind"] for e in events} == {"injected_pause"}
     assert all(e["host"] == "app1" for e in events)
     for e in events:
-        assert (e["end_ns"] - e["start_ns"]) / 1e6 == pytest.approx(200, abs=30)
+        # at least the planned 200 ms; a loaded machine may wake the injector a little late
+        assert 195 <= (e["end_ns"] - e["start_ns"]) / 1e6 <= 300
         assert "of 1 processes" in e["detail"]
     t = np.array([int(x) for x in stamps.read_text().split()])
     gaps = np.diff(t)
-    big = t[1:][gaps > 100e6]  # stamps that ended a gap longer than 100 ms
-    assert len(big) == 3
-    for e, resumed in zip(events, big):
-        assert abs(resumed - e["end_ns"]) < 30e6  # the process resumed when SIGCONT was sent
-    assert np.all(gaps[gaps > 100e6] / 1e6 == pytest.approx(200, abs=35))
+    long = gaps > 100e6
+    assert long.sum() == 3  # the ticker stopped exactly three times
+    for e, before, after in zip(events, t[:-1][long], t[1:][long]):
+        # each gap lies around a recorded pause: stopped after its last stamp, resumed at SIGCONT
+        assert before <= e["start_ns"] + 5e6
+        assert abs(after - e["end_ns"]) < 40e6
+        assert (after - before) / 1e6 == pytest.approx((e["end_ns"] - e["start_ns"]) / 1e6, abs=40)
 
 
 def test_noisy_neighbour_burns_its_mean_demand_in_the_host(lab, tmp_path):
@@ -343,3 +350,95 @@ def test_host_wrap_joins_cgroups_before_entering_the_namespace():
     assert argv[argv.index("tierscope-host") + 1:] == ["ip", "netns", "exec", "tierscope0-db1", "postgres", "-D", "x"]
     assert "/sys/fs/cgroup/cpuacct/tierscope/0/db1/cgroup.procs" in argv[2]
     assert Host.loopback().wrap(["true"]) == ["true"]
+
+
+# --- disk limits, machine metrics, cleanup on signals ------------------------------------------
+
+DISK_SPEC = """
+topology = "1/1/0/1X"
+[node_types.X]
+disk_write_bps = "10MB"
+disk_read_iops = 200
+[workload]
+users = [1]
+"""
+
+
+def test_disk_limits_are_enforced_and_the_monitor_counts_the_operations(tmp_path_factory):
+    """10 MiB written with O_DIRECT at a 10 MB/s limit take about 1.05 s; 200 direct reads at
+    200 IOPS about 1 s; the monitor's disk bytes and operations add up to what dd did."""
+    _needs_namespaces()
+    work = Path(tempfile.mkdtemp(prefix="tierscope-disk-", dir="/var/tmp"))
+    try:
+        with Testbed(lab=LAB2, workdir=work) as tb:
+            h = tb.up(expand(parse_spec(DISK_SPEC))[0])["db1"]
+            mon = tb.start_monitor(0.1, work / "resources.parquet")
+            t0 = time.monotonic()
+            w = subprocess.run(h.wrap(["dd", "if=/dev/zero", f"of={work}/f", "bs=1M", "count=10",
+                                       "oflag=direct"]), capture_output=True, text=True)  # fmt: skip
+            t_write = time.monotonic() - t0
+            if w.returncode != 0 and "Invalid argument" in w.stderr:
+                pytest.skip(f"O_DIRECT not supported on {work}")
+            assert w.returncode == 0, w.stderr
+            t0 = time.monotonic()
+            r = subprocess.run(h.wrap(["dd", f"if={work}/f", "of=/dev/null", "bs=4k", "count=200",
+                                       "iflag=direct"]), capture_output=True, text=True)  # fmt: skip
+            t_read = time.monotonic() - t0
+            assert r.returncode == 0, r.stderr
+            time.sleep(0.3)
+            df = mon.stop().to_pandas()
+    finally:
+        subprocess.run(["rm", "-rf", str(work)])
+    print(f"\n10 MiB at 10 MB/s: {t_write:.2f} s; 200 reads at 200 IOPS: {t_read:.2f} s")
+    assert 0.85 <= t_write <= 2.5
+    assert 0.8 <= t_read <= 2.5
+    db = df[df.host == "db1"].sort_values("ts_ns")
+
+    def total(metric):
+        rows = db[db.metric == metric]
+        return float(rows.value.sum() * 0.1)  # rates x the 100 ms interval
+
+    written = total("disk_write_bytes")
+    assert written == pytest.approx(10 * 2**20, rel=0.15)
+    assert 195 <= total("disk_read_ops") <= 260  # dd's 200 reads (+ loading dd if not cached)
+
+
+def test_machine_cpu_is_recorded_without_hosts(tmp_path):
+    """The monitor with no hosts (the loopback fallback) still records machine-wide CPU: a busy
+    loop shows up as at least 80 % of a core."""
+    from tierscope.testbed.monitor import Monitor
+
+    mon = Monitor([], 0.1, tmp_path / "r.parquet").start()
+    burner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()+1.5\nwhile time.time()<t: pass"])
+    burner.wait(timeout=30)
+    df = mon.stop().to_pandas()
+    m = df[df.host == "machine"].groupby("ts_ns").value.sum()
+    assert set(df.host) == {"machine", "monitor"}
+    assert m.max() >= 80.0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_killed_run_leaves_no_hosts_behind(sig, tmp_path):
+    """Ctrl-C (SIGINT) or SIGTERM to a process holding a testbed removes its hosts."""
+    _needs_namespaces()
+    code = (
+        "import sys, time\n"
+        "from tierscope.spec import expand, parse_spec\n"
+        "from tierscope.testbed.lab import Testbed\n"
+        f"tb = Testbed(lab={LAB2}, workdir={str(tmp_path)!r})\n"
+        f"tb.up(expand(parse_spec({SPEC!r}))[0])\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "up", p.stderr.read() if p.poll() is not None else ""
+        assert Path(f"/run/netns/tierscope{LAB2}-db1").exists()
+        p.send_signal(sig)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"tierscope{LAB2}-")]
+    assert not Path(f"/sys/class/net/tsbr{LAB2}").exists()
+    assert not Path(f"/sys/fs/cgroup/cpu/tierscope/{LAB2}").exists()

@@ -13,7 +13,7 @@ Metrics per host (value over the interval ending at `ts_ns`; rates are per secon
 |---|---|---|
 | cpu_user, cpu_system | percent_core (100 = one core busy) | cpuacct.usage_user / usage_sys |
 | cpu_util | percent (100 = the host's CPU allowance: quota, cpuset or machine) | the same |
-| cpu_throttled | percent (of wall time the group was throttled) | cpu.stat throttled_time |
+| cpu_throttled | percent (growth of throttled_time over the interval; the kernel sums it over CPUs and adds it when a period ends, so read it as "how hard", and cpu_nr_throttled as "how often") | cpu.stat throttled_time |
 | cpu_nr_throttled | count (periods throttled in the interval) | cpu.stat nr_throttled |
 | mem_usage | bytes | memory.usage_in_bytes |
 | disk_read_ops, disk_write_ops | ops_per_s | blkio.throttle.io_serviced |
@@ -25,7 +25,8 @@ Metrics per host (value over the interval ending at `ts_ns`; rates are per secon
 Host `machine` gets cpu_user and cpu_system (percent_core, from /proc/stat). Host `monitor`
 gets, once at the end, `monitor_cpu` (percent_core: the monitor's own CPU time over its sampling
 time), `monitor_samples` (count) and `monitor_late` (count of samples taken late by more than
-half an interval).
+half an interval) and `monitor_read_errors` (host samples skipped because a file could not be
+read, e.g. the host was removed).
 """
 
 from __future__ import annotations
@@ -231,7 +232,7 @@ def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool
     writer = pq.ParquetWriter(str(out), RESOURCES)
     _table([(0, "warm-up", "m", 0.0, "u")])  # pays pyarrow's lazy imports before the clock starts
     rows: list = []
-    samples = late = 0
+    samples = late = errors = 0
     if ready:
         ready()
     cpu0 = time.process_time()
@@ -246,7 +247,11 @@ def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool
             dt = (t_ns - prev_ns) / 1e9 if prev_ns else interval
             prev_ns = t_ns
             for h in hosts:
-                h.rows(t_ns, dt, h.read(), rows)
+                try:
+                    h.rows(t_ns, dt, h.read(), rows)
+                except (OSError, ValueError):  # the host went away (down, crashed): skip it
+                    h.prev = None
+                    errors += 1
             if mach:
                 mach.rows(t_ns, dt, mach.read(), rows)
             samples += 1
@@ -278,6 +283,7 @@ def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool
         summary = {
             "samples": samples,
             "late": late,
+            "read_errors": errors,
             "wall_s": wall,
             "cpu_s": cpu,
             "cost_percent_core": 100.0 * cpu / wall if wall > 0 else 0.0,
@@ -286,6 +292,7 @@ def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool
         rows.append((end_ns, "monitor", "monitor_cpu", summary["cost_percent_core"], "percent_core"))
         rows.append((end_ns, "monitor", "monitor_samples", float(samples), "count"))
         rows.append((end_ns, "monitor", "monitor_late", float(late), "count"))
+        rows.append((end_ns, "monitor", "monitor_read_errors", float(errors), "count"))
         writer.write_table(_table(rows))
         writer.close()
     return summary
