@@ -442,3 +442,51 @@ def test_a_killed_run_leaves_no_hosts_behind(sig, tmp_path):
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"tierscope{LAB2}-")]
     assert not Path(f"/sys/class/net/tsbr{LAB2}").exists()
     assert not Path(f"/sys/fs/cgroup/cpu/tierscope/{LAB2}").exists()
+
+
+def test_auto_mode_falls_back_to_loopback_and_names_the_reason(tmp_path, monkeypatch):
+    """Where namespaces are refused (here: told so), auto mode builds loopback hosts and keeps the
+    reason; mode="namespaces" refuses instead."""
+    import tierscope.testbed.lab as labmod
+
+    monkeypatch.setattr(labmod, "namespaces_unavailable", lambda: "`ip netns add` was refused: EPERM")
+    with Testbed(lab=LAB2, workdir=tmp_path) as tb:
+        tb.up(_point())
+        assert tb.mode == "loopback"
+        assert tb.fallback_reason == "`ip netns add` was refused: EPERM"
+        assert "fallback because: `ip netns add` was refused" in tb.describe()
+    with pytest.raises(labmod.TestbedError) as info:
+        Testbed(lab=LAB2, workdir=tmp_path, mode="namespaces").up(_point())
+    assert "cannot build namespaced hosts: `ip netns add` was refused" in str(info.value)
+
+
+def test_a_capture_on_the_bridge_sees_traffic_between_hosts(lab, tmp_path):
+    """tcpdump on the lab bridge (promiscuous) sees both directions of a client1 -> web1 exchange:
+    one clock for every tier."""
+    import shutil
+
+    if not shutil.which("tcpdump"):
+        pytest.skip("tcpdump is not installed (apt install tcpdump)")
+    web, client = lab.hosts["web1"], lab.hosts["client1"]
+    server = subprocess.Popen(
+        web.wrap([sys.executable, "-m", "http.server", "8001", "--bind", web.address, "--directory", str(tmp_path)]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    cap = subprocess.Popen(
+        ["tcpdump", "-i", lab.capture_interface, "-nn", "-l", "-c", "4", "tcp port 8001 and tcp[tcpflags] & tcp-syn != 0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1.0)  # tcpdump attaches; the server binds
+        fetch = f"import urllib.request\nfor i in range(2): urllib.request.urlopen('http://{web.address}:8001/').read()"
+        subprocess.run(client.wrap([sys.executable, "-c", fetch]), check=True, capture_output=True, timeout=30)
+        out, _ = cap.communicate(timeout=10)
+    finally:
+        if cap.poll() is None:
+            cap.kill()
+            cap.wait()
+        _stop(server)
+    lines = out.splitlines()
+    assert len(lines) == 4  # SYN and SYN-ACK of two connections
+    assert sum(f"{client.address}." in line.split(">")[0] for line in lines) == 2
+    assert sum(f"{web.address}.8001 >" in line for line in lines) == 2
