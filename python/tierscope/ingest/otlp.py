@@ -71,12 +71,15 @@ def norm_id(value: Any, what: str) -> str | None:
 def _value(v: Any) -> Any:
     if not isinstance(v, dict):
         return v
-    for key in ("stringValue", "string_value", "boolValue", "bool_value", "doubleValue", "double_value"):
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        return int(v["intValue"])
+    for key in ("boolValue", "doubleValue", "string_value", "bool_value", "double_value"):
         if key in v:
             return v[key]
-    for key in ("intValue", "int_value"):
-        if key in v:
-            return int(v[key])
+    if "int_value" in v:
+        return int(v["int_value"])
     return None
 
 
@@ -90,11 +93,19 @@ def attributes(items: Any) -> dict[str, Any]:
 
 
 def _addr(attrs: dict, host_keys: tuple[str, ...], port_keys: tuple[str, ...]) -> str | None:
-    host = next((attrs[k] for k in host_keys if attrs.get(k) not in (None, "")), None)
-    if host is None:
+    if not attrs:
         return None
-    port = next((attrs[k] for k in port_keys if attrs.get(k) not in (None, "")), None)
-    return f"{host}:{port}" if port is not None else str(host)
+    for k in host_keys:
+        host = attrs.get(k)
+        if host not in (None, ""):
+            break
+    else:
+        return None
+    for k in port_keys:
+        port = attrs.get(k)
+        if port not in (None, ""):
+            return f"{host}:{port}"
+    return str(host)
 
 
 def _status(attrs: dict, span: dict) -> str:
@@ -141,15 +152,16 @@ def read_resource_spans(rs: Any, where: str, sink: RequestSink) -> None:
 def _span(span: dict, service: str | None, instance: str | None, sink: RequestSink) -> None:
     if not isinstance(span, dict):
         raise ValueError("span is not an object")
-    span_id = norm_id(_get(span, "spanId", "span_id"), "spanId")
+    get = span.get
+    span_id = norm_id(get("spanId", get("span_id")), "spanId")
     if span_id is None:
         raise ValueError("spanId missing")
-    parent = norm_id(_get(span, "parentSpanId", "parent_span_id"), "parentSpanId")
-    start = _json.as_int(_get(span, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano")
-    end = _json.as_int(_get(span, "endTimeUnixNano", "end_time_unix_nano"), "endTimeUnixNano")
+    parent = norm_id(get("parentSpanId", get("parent_span_id")), "parentSpanId")
+    start = _json.as_int(get("startTimeUnixNano", get("start_time_unix_nano")), "startTimeUnixNano")
+    end = _json.as_int(get("endTimeUnixNano", get("end_time_unix_nano")), "endTimeUnixNano")
     if end < start:
         raise ValueError(f"endTimeUnixNano {end} is before startTimeUnixNano {start}")
-    kind = _KINDS.get(_get(span, "kind", default=0), "unspecified")
+    kind = _KINDS.get(get("kind", 0), "unspecified")
     sink.link(span_id, parent)
     attrs = attributes(span.get("attributes"))
     if kind == "server":
