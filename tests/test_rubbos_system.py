@@ -536,6 +536,17 @@ def test_gc_and_injected_pauses_become_events(rig):
         rig.get(f"/rubbos/ViewStory?storyId={i + 1}", via_app=True)
     with OPENER.open(rig.app.url + "/rubbos/admin/pause?ms=120") as r:
         assert r.status == 200
+    # a pause stops the whole worker: a request arriving meanwhile on another thread waits
+    import threading
+
+    pauser = threading.Thread(target=lambda: OPENER.open(rig.app.url + "/rubbos/admin/pause?ms=600").read())
+    pauser.start()
+    time.sleep(0.15)
+    t1 = time.monotonic()
+    status, _, _ = rig.get("/rubbos/browse.html", via_app=True)  # served by the app itself, no DB
+    stalled = time.monotonic() - t1
+    pauser.join()
+    assert status == 200 and stalled > 0.3, stalled
     t0 = time.monotonic()
     status, _, _ = rig.get("/rubbos/admin/pause?ms=0", via_app=True)
     assert status == 400

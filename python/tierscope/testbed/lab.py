@@ -363,8 +363,14 @@ class Testbed:
     def __enter__(self) -> "Testbed":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.down()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.down()
+            return
+        try:  # an exception is on its way: do not hide it behind a teardown error
+            self.down()
+        except TestbedError as err:
+            exc.add_note(str(err))
 
     def describe(self) -> str:
         """A few lines: mode, what is lost, and each host with its address and limits."""
