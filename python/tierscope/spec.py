@@ -935,6 +935,8 @@ def _make_point(cfg: PointConfig, params: dict, repeat: int, index: int, spec: S
     words = []
     for k, v in params.items():
         short = "users" if k == "workload.users" else k.rsplit(".", 1)[-1]
+        if k == "topology" and not isinstance(v, str):
+            v = cfg.notation()  # an explicit table reads better as its notation
         words.append(f"{short}{_slug(v)}")
     if spec.sweep.repeats > 1:
         words.append(f"r{repeat}")
