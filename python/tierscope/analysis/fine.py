@@ -26,7 +26,17 @@ import pyarrow.compute as pc
 from . import alternation, pauses, saturation
 from .alternation import Verdict
 from .saturation import NStar
-from .windows import DEFAULT_WINDOW_NS, floor_base, request_intervals, share_above, window_series
+from .windows import (
+    DEFAULT_WINDOW_NS,
+    floor_base,
+    request_intervals,
+    service_when_idle,
+    share_above,
+    window_series,
+)
+
+#: Requests that found their server idle needed to take the main sequence's slope from them.
+MIN_IDLE_ARRIVALS = 50
 
 #: A window is saturated when the server's load exceeded N* for at least this share of it.
 SATURATED_SHARE = 0.5
@@ -124,6 +134,7 @@ def analyze_fine(
             tiers.append(t)
 
     ratios, unmatched = pauses.pause_ratio_by_server(events, keys, base_ns, n_windows, window_ns)
+    spans = pauses.pause_spans_by_server(events, keys)
     if unmatched:
         notes.append(f"pause events of hosts matching no server or tier were ignored: {', '.join(unmatched)}")
     pause_col = np.zeros(series.num_rows)
@@ -139,14 +150,25 @@ def analyze_fine(
     ep = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
     starts = np.asarray(series.column("window_start_ns"), np.int64)
     load_by_key = {}
-    for i, (tier, server) in enumerate(keys):
-        sl = slice(i * n_windows, (i + 1) * n_windows)
-        n_star[server] = saturation.saturation_point(used[sl], thr[sl], exclude=pause_col[sl] > 0)
-    # a window is saturated when the server held more than N* requests for at least half of it
     parts, p_tiers, p_servers = request_intervals(requests, base_ns, exclusive, end_ns)
     if list(zip(p_tiers, p_servers)) != keys:
         raise AssertionError("server order differs between series and intervals")
-    thresholds = np.asarray([n_star[s].n_star for _, s in keys])
+    pause_spans = {}
+    for i, key in enumerate(keys):
+        if key in spans:
+            a, b = spans[key]
+            pause_spans[i] = (a - base_ns, b - base_ns)
+    idle = service_when_idle(parts, n_servers, pause_spans)
+    for i, (tier, server) in enumerate(keys):
+        sl = slice(i * n_windows, (i + 1) * n_windows)
+        mean_ns, count = idle[i]
+        service_s = mean_ns / 1e9 if count >= MIN_IDLE_ARRIVALS else None
+        n_star[server] = saturation.saturation_point(used[sl], thr[sl], exclude=pause_col[sl] > 0,
+                                                     service_s=service_s)
+    # a window is saturated when the server held more than N* requests for at least half of it
+    # the level is an integer: more than round(N*) requests present means some wait
+    thresholds = np.asarray([max(1.0, float(np.round(n_star[s].n_star))) if math.isfinite(n_star[s].n_star)
+                             else math.inf for _, s in keys])
     above = share_above(parts, thresholds, n_servers, n_windows, window_ns)
     series = series.append_column("share_above_n_star", pa.array(above.ravel()))
     for i, (tier, server) in enumerate(keys):

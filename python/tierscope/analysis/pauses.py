@@ -52,6 +52,31 @@ def pause_ratio_by_server(
     return out, sorted(unmatched)
 
 
+def pause_spans_by_server(
+    events: pa.Table | None, servers: list[tuple[str, str]]
+) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """Per (tier, server): its pauses as merged, sorted (start_ns, end_ns) arrays (epoch ns)."""
+    out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    if events is None or events.num_rows == 0:
+        return out
+    pauses = events.filter(pc.is_in(events.column("kind"), value_set=pa.array(PAUSE_KINDS)))
+    hosts = pauses.column("host").to_pylist()
+    start = pauses.column("start_ns").to_numpy().astype(np.int64)
+    end = pauses.column("end_ns").to_numpy().astype(np.int64)
+    for host in sorted(set(hosts)):
+        sel = np.asarray([h == host for h in hosts])
+        targets = [key for key in servers if key[1] == host] or [key for key in servers if key[0] == host]
+        for key in targets:
+            a = np.concatenate([out[key][0], start[sel]]) if key in out else start[sel]
+            b = np.concatenate([out[key][1], end[sel]]) if key in out else end[sel]
+            order = np.argsort(a, kind="stable")
+            a, b = a[order], np.maximum.accumulate(b[order])
+            new = np.r_[True, a[1:] > b[:-1]]
+            first = np.flatnonzero(new)
+            out[key] = (a[first], np.maximum.reduceat(b, first))
+    return out
+
+
 def pause_table(
     ratios: dict[tuple[str, str], np.ndarray],
     load: dict[tuple[str, str], np.ndarray],

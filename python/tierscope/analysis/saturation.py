@@ -17,8 +17,8 @@ where it holds and intersects them, N* = TPmax / s:
    window a burst or a pause pushed off the curve).
 4. Accept the plateau only if the data show both sides of the knee: the low-load median
    throughput is at most RISE = 70 % of TPmax (the load varied enough to show the rise), within the
-   top decile the upper half (load ≥ q95) has at most FLAT = 1.25 × the median throughput of the
-   lower half (the curve has flattened), and the top decile's median load is at least BEYOND = 2 × N* (queues really
+   top decile throughput grows with load by at most FLAT = 30 % of the low-load slope (least
+   squares; the curve has flattened), and the top decile's median load is at least BEYOND = 2 × N* (queues really
    built up; a stationary server's noise around its mean load does not qualify). Otherwise n_star = inf and `method`
    says which check failed: from such data no saturation point can be read.
 
@@ -40,7 +40,7 @@ import numpy as np
 METHOD = "asymptotes at the extremes"
 BEYOND = 2.0  # the top decile's median load must be at least this multiple of N*
 RISE = 0.7  # the low-load windows must run below this share of the plateau throughput
-FLAT = 1.25  # throughput above q95 of load may exceed that of q90–q95 by at most this factor
+FLAT = 0.3  # within the top decile, throughput may grow with load at most this share of the low-load slope
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,14 @@ def saturation_point(
     exclude: np.ndarray | None = None,
     bins: int = 30,
     min_windows: int = 40,
+    service_s: float | None = None,
 ) -> NStar:
     """N* of one server from its per-window load and throughput (method in the module docstring).
 
     `load` and `throughput` are per-window arrays of equal length; `exclude` marks windows to
     leave out (e.g. those a known pause touched: they lie below the main sequence).
+    `service_s`, when known (e.g. the mean residence of requests that found the server idle,
+    `windows.service_when_idle`), gives the low-load slope directly: s = 1 / service_s.
     """
     load = np.asarray(load, np.float64)
     throughput = np.asarray(throughput, np.float64)
@@ -91,14 +94,14 @@ def saturation_point(
     # completions), its neighbours' do not, while the workload state they reflect persists
     padded = np.r_[load_all[:1], load_all, load_all[-1:]]
     around = ((padded[:-2] + padded[2:]) / 2)[keep]
-    q10, q90, q95 = np.quantile(x, [0.10, 0.90, 0.95])
+    q90 = np.quantile(x, 0.90)
     low, high = around <= np.quantile(around, 0.10), x >= q90
-    mid, top = high & (x < q95), x >= q95
     slope = float(y[low].sum() / x[low].sum()) if x[low].sum() > 0 else math.nan
+    if service_s is not None and service_s > 0 and math.isfinite(service_s):
+        slope = 1.0 / service_s
+        method = f"{METHOD}, slope from the service time of requests that found the server idle"
     tp_max = float(np.median(y[high]))
     tp_low = float(np.median(y[low]))
-    tp_mid = float(np.median(y[mid])) if mid.any() else tp_max
-    tp_top = float(np.median(y[top])) if top.any() else tp_max
     if not slope > 0 or tp_max <= 0:
         return NStar(math.inf, f"{method}: no completions at low or high load", tp_max, **common)
     n_star = tp_max / slope
@@ -109,8 +112,12 @@ def saturation_point(
             f"throughput at low load ({tp_low:.0f}/s) is already {tp_low / tp_max:.0%} of that at high load: "
             "the load never varied enough to show the rise to a plateau"
         )
-    if tp_top > FLAT * tp_mid:
-        reasons.append(f"throughput still rising at the highest loads ({tp_mid:.0f}/s -> {tp_top:.0f}/s)")
+    top_slope = float(np.polyfit(x[high], y[high], 1)[0]) if np.ptp(x[high]) > 0 else 0.0
+    if top_slope > FLAT * slope:
+        reasons.append(
+            f"throughput still rising at the highest loads ({top_slope:.0f}/s per unit of load, "
+            f"{top_slope / slope:.0%} of the slope at low load)"
+        )
     if load_high < BEYOND * n_star:
         reasons.append(
             f"the highest loads (median {load_high:.2f}) are not well past the knee ({n_star:.2f}): "

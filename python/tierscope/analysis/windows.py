@@ -27,6 +27,7 @@ per-window loop. ``load_max`` needs the events in time order per server and cost
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +57,7 @@ class Intervals:
     start: np.ndarray  # int64 ns since base
     end: np.ndarray  # int64 ns since base
     sign: int = 1  # +1 for requests, -1 for time subtracted (exclusive load)
+    row: np.ndarray | None = None  # for -1 parts: the request row each interval belongs to
 
 
 def floor_base(min_ns: int, window_ns: int) -> int:
@@ -266,8 +268,48 @@ def request_intervals(
             requests.column("request_id"), requests.column("parent_id"), rel_a + base, rel_d + base
         )
         if prow.size:
-            parts.append(Intervals(codes[prow], cs - base, ce - base, -1))
+            parts.append(Intervals(codes[prow], cs - base, ce - base, -1, prow))
     return parts, tiers, servers
+
+
+def service_when_idle(
+    parts: list[Intervals],
+    n_servers: int,
+    pauses: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> list[tuple[float, int]]:
+    """Per server code: the mean own residence (ns) of requests that arrived when no other request
+    was in the server (exclusive of time downstream when `parts` has children), and their count.
+
+    A request that finds its server empty does not queue on arrival, so its residence is its
+    service time: an estimate of S free of queueing, and the slope 1/S of the main sequence.
+    Requests overlapping one of the server's `pauses` (sorted (start, end) arrays relative to the
+    same base) are left out: a pause, not service, made them long.
+    """
+    req = parts[0]
+    own = (req.end - req.start).astype(np.float64)
+    child = parts[1] if len(parts) > 1 else None
+    if child is not None and child.row is not None:
+        own -= np.bincount(child.row, weights=(child.end - child.start).astype(np.float64), minlength=own.size)
+    out = []
+    for srv in range(n_servers):
+        m = req.server == srv
+        t = req.start[m]
+        a, d = np.sort(t), np.sort(req.end[m])
+        level = np.searchsorted(a, t, "left") - np.searchsorted(d, t, "right")
+        if child is not None:
+            cm = child.server == srv
+            cs, ce = np.sort(child.start[cm]), np.sort(child.end[cm])
+            level -= np.searchsorted(cs, t, "left") - np.searchsorted(ce, t, "right")
+        idle = level <= 0
+        if pauses and srv in pauses:
+            ps, pe = pauses[srv]
+            first = np.searchsorted(pe, t, "right")  # the first pause ending after the arrival
+            hit = first < ps.size
+            hit[hit] = ps[first[hit]] < req.end[m][hit]
+            idle &= ~hit
+        vals = own[m][idle]
+        out.append((float(vals.mean()) if vals.size else math.nan, int(vals.size)))
+    return out
 
 
 def _window_count(max_rel_end: int, window_ns: int) -> int:
