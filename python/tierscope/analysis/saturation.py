@@ -11,8 +11,10 @@ where it holds and intersects them, N* = TPmax / s:
 
 1. Keep windows with load > 0 that are not excluded (windows a known pause touched lie below the
    main sequence — the paper's "points of interest" — and are not the curve itself).
-2. Slope s (≈ 1 / service time): pooled over the lowest-load decile of windows,
-   s = Σ throughput / Σ load. At low load nothing queues, so Little's law gives X = L / S there.
+2. Slope s = 1 / S: from `service_s` when given (analyze_fine passes the mean residence of
+   requests that found the server idle), else pooled over the tenth of windows whose neighbours'
+   load is lowest, s = Σ throughput / Σ load (at low load nothing queues, so Little's law gives
+   X = L / S; neighbours, because a window's own load shares its service-time noise).
 3. Plateau TPmax: the *median* throughput of the highest-load decile (medians ignore the odd
    window a burst or a pause pushed off the curve).
 4. Accept the plateau only if the data show both sides of the knee: the low-load median
