@@ -51,7 +51,7 @@ def _fine_lines(fine: Any, window_ms: float) -> tuple[list[str], list[tuple[str,
             facts.append((f"N* {key}", f"{value:.1f} requests in the server ({getattr(ns, 'method', '?')}); "
                                        f"max throughput {getattr(ns, 'max_throughput', float('nan')):.0f}/s"))
         else:
-            facts.append((f"N* {key}", "none: throughput kept growing with load (never saturated in this data)"))
+            facts.append((f"N* {key}", f"none ({getattr(ns, 'method', 'no plateau')})"))
     switches = getattr(fine, "switches_per_s", None)
     if isinstance(switches, (int, float)) and switches > 0:
         facts.append(("saturated tier switches", f"{switches:.2f} per second"))
