@@ -677,3 +677,25 @@ def tcp_busy(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_search_queries_can_use_the_prefix_indexes(rig):
+    """MariaDB's title(10)/subject(10) prefix indexes and PostgreSQL's left(col, 10) expression
+    indexes are usable by the search pages' queries (docs/rubbos.md, 'Prefix indexes')."""
+    if rig.dbms == "postgresql":
+        import psycopg
+
+        with psycopg.connect(rig.db.dsn("rubbos"), autocommit=True) as conn:
+            conn.execute("SET enable_seqscan = off")
+            plan = "\n".join(r[0] for r in conn.execute(
+                "EXPLAIN SELECT id, title, date, writer FROM stories WHERE title LIKE 'bai%' "
+                "AND left(title, 10) LIKE 'bai%' ORDER BY date DESC LIMIT 20"))
+            assert "stories_search" in plan, plan
+            plan = "\n".join(r[0] for r in conn.execute(
+                "EXPLAIN SELECT id FROM old_comments WHERE subject LIKE 'bai%' AND left(subject, 10) LIKE 'bai%'"))
+            assert "old_comments_search" in plan, plan
+    else:
+        for table, col in (("stories", "title"), ("old_comments", "subject")):
+            rows = rig.sql(f"EXPLAIN SELECT id FROM {table} FORCE INDEX (search) WHERE {col} LIKE %s", ("bai%",))
+            assert rows and rows[0][5] and "search" in rows[0][5], rows  # possible_keys
+            assert rig.sql(f"SHOW INDEX FROM {table} WHERE Key_name = 'search'")[0][7] == 10  # Sub_part
