@@ -127,15 +127,17 @@ def accumulate_intervals(
     integral = np.zeros(size, np.float64)
     counts = np.zeros(size, np.int64)
     w = np.int64(window_ns)
+    step = 1 << 20  # slices keep the temporaries small (and in cache)
     for part in parts:
-        for times, sign in ((part.start, part.sign), (part.end, -part.sign)):
-            if times.size == 0:
-                continue
-            k = times // w
-            idx = part.server.astype(np.int64) * n_windows + k
-            tail = (w - (times - k * w)).astype(np.float64)  # ((k+1)W - t), exact below 2^53
-            integral += sign * np.bincount(idx, weights=tail, minlength=size)
-            counts += sign * np.bincount(idx, minlength=size)
+        for times_all, sign in ((part.start, part.sign), (part.end, -part.sign)):
+            for lo in range(0, times_all.size, step):
+                times = times_all[lo : lo + step]
+                srv = part.server[lo : lo + step]
+                k = times // w
+                tail = (w - (times - k * w)).astype(np.float64)  # ((k+1)W - t), exact below 2^53
+                k += srv.astype(np.int64) * n_windows
+                integral += sign * np.bincount(k, weights=tail, minlength=size)
+                counts += sign * np.bincount(k, minlength=size)
     counts = counts.reshape(n_servers, n_windows)
     # level at the start of window k = net arrivals in windows < k (per server)
     level_start = np.zeros_like(counts)
@@ -312,6 +314,14 @@ def service_when_idle(
     return out
 
 
+def _relative(times: np.ndarray, base: np.int64) -> np.ndarray:
+    """times - base, clipped at 0, in place when the array is ours to change."""
+    out = times if times.flags.writeable else np.empty_like(times)
+    np.subtract(times, base, out=out)
+    np.maximum(out, 0, out=out)
+    return out
+
+
 def _window_count(max_rel_end: int, window_ns: int) -> int:
     # Windows cover [0, max_end]; an end exactly on an edge still opens that window for bookkeeping.
     return int(max_rel_end // window_ns) + 1
@@ -404,8 +414,8 @@ def window_series(
     if base_ns is None:
         base_ns = floor_base(int(arrival.min()), window_ns)
     base = np.int64(base_ns)
-    rel_a = np.maximum(arrival - base, 0)
-    rel_d = np.maximum(departure - base, 0)
+    rel_a = _relative(arrival, base)
+    rel_d = _relative(departure, base)
     del arrival, departure
     last = int(rel_d.max()) if end_ns is None else int(end_ns) - int(base_ns) - 1
     if last < 0:
@@ -428,7 +438,8 @@ def window_series(
     integral, level_start = accumulate_intervals(parts, n_servers, n_cells, window_ns)
     integral = integral.reshape(n_servers, n_cells)[:, :n_windows]
     seconds = window_ns / 1e9
-    done_idx = codes.astype(np.int64) * n_cells + rel_d // np.int64(window_ns)
+    done_idx = rel_d // np.int64(window_ns)
+    done_idx += codes.astype(np.int64) * n_cells
     done = np.bincount(done_idx, minlength=n_servers * n_cells).reshape(n_servers, n_cells)
     columns: dict[str, np.ndarray] = {
         "load": (integral / window_ns).ravel(),
