@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import parse_qs, quote_plus
+from urllib.parse import parse_qs
 
 from tierscope.apps.rubbos import pages
 from tierscope.apps.rubbos.dal import Database, DatabaseError, DbConfig, DuplicateKey, PoolTimeout, like_prefix, like_prefix10
