@@ -124,6 +124,12 @@ def bring_up(o: Options, say=print) -> System:
         if tcp_answers("127.0.0.1", p, timeout=0.2):
             raise ServiceError(f"port {p} is already in use (choose another with --port/--app-port)")
     run.mkdir(parents=True, exist_ok=True)
+    # logs and events of an earlier run in the same directory would mix with this one's
+    import shutil
+
+    shutil.rmtree(run / "events", ignore_errors=True)
+    for old in (run / "nginx" / "access.log", run / "nginx" / "error.log"):
+        old.unlink(missing_ok=True)
     db, cfg, report, restored = start_loaded_db(o, run / o.dbms, say)
     system = System(o, db, cfg, load_report=report, restored_from=restored)
     try:
