@@ -182,3 +182,40 @@ def test_series_columns_for_the_report():
     assert set(fg.n_star) == {"web1", "app1", "db1"}
     # requests: 3 tiers x completed client requests (each client request visits every tier once)
     assert fg.series.column("window_start_ns")[0].as_py() == fg.base_ns
+
+
+def test_verdict_rules_on_hand_made_indicators():
+    from tierscope.analysis.alternation import switches_per_second, verdict
+
+    n = 200  # windows of 50 ms: 10 s
+    app = np.zeros(n, bool)
+    db = np.zeros(n, bool)
+    app[0::10] = app[1::10] = True  # app saturated 2 windows in every 10
+    db[5::10] = db[6::10] = db[7::10] = True  # db 3 in every 10, never with app
+    sat = {"web": np.zeros(n, bool), "app": app, "db": db}
+    tiers = ["web", "app", "db"]
+    sw = switches_per_second(tiers, sat, 50_000_000)
+    # the lone saturated tier changes app -> db -> app ... twice per 10 windows (0.5 s), minus the first
+    assert sw == pytest.approx((2 * 20 - 1) / 10.0)
+    v = verdict(tiers, sat, sw)
+    assert (v.kind, v.tiers, v.text) == ("alternating", ["app", "db"], "bottleneck alternating between app and db")
+    # the same shares, but db saturated whenever app is: several at once
+    db2 = db | app
+    v2 = verdict(tiers, {"web": sat["web"], "app": app, "db": db2}, 0.0)
+    assert v2.kind == "several" and v2.tiers == ["app", "db"]
+    # ... unless app calls db: then app's saturation is db's queue amplified upstream
+    v3 = verdict(tiers, {"web": sat["web"], "app": app, "db": db2}, 0.0, calls={("web", "app"), ("app", "db")})
+    assert (v3.kind, v3.tiers) == ("single", ["db"]) and "queue amplification" in v3.evidence
+    # below 2 % of the windows nobody takes part
+    tiny = np.zeros(n, bool)
+    tiny[:3] = True
+    assert verdict(tiers, {"web": tiny, "app": np.zeros(n, bool), "db": np.zeros(n, bool)}, 0.0).kind == "none"
+
+
+def test_without_links_the_inclusive_load_decides_and_a_note_says_so():
+    sim = simulate(three_tiers(300, app_freeze=False, db_service_ms=2.0, index=1))
+    unlinked = sim.requests.drop_columns(["request_id", "parent_id"])
+    fg = analyze_fine(unlinked)
+    assert not fg.exclusive
+    assert any("inclusive" in note for note in fg.notes)
+    assert fg.series.column("load_exclusive").to_pylist() == fg.series.column("load").to_pylist()

@@ -153,3 +153,16 @@ def test_cli_writes_every_table(tmp_path):
     assert len(examples) >= 2
     for example in examples:
         load_spec(example)
+
+
+def test_an_exhausted_thread_pool_is_recorded_as_threads_saturation():
+    # app has 4 threads; each holds its thread while its db call (1 core, 4 ms) is served, so
+    # at 400 req/s offered the db queue fills the app's pool and requests wait for a thread
+    s = spec(tier=[{"name": "app", "cores": 4, "threads": 4, "service_ms": 0.2},
+                   {"name": "db", "cores": 1, "threads": 100, "service_ms": 4.0}],
+             workload={"users": 400, "think_time_s": 1.0})
+    truth = simulate(s).saturation_truth.to_pandas()
+    app = truth[truth.server == "app1"]
+    assert app.cause.str.contains("threads").any()
+    assert not app.cause.str.contains("cpu").any()  # 4 cores for 4 threads: the CPU never queues
+    assert (truth[truth.server == "db1"].cause == "cpu").all()
