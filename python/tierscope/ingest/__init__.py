@@ -31,7 +31,7 @@ def load_file(path: str | Path, format: str | None = None, **options) -> ImportR
     if name not in known:
         raise FormatError(f"unknown format {name!r}; known formats: {', '.join(known)}")
     if not path.is_file():
-        raise FormatError(f"{path}: no such file")
+        raise FormatError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}")
     fmt = known[name]
     sink = RequestSink(source=name)
     fmt.read(path, sink, **options)

@@ -15,6 +15,9 @@ _ORDER = ("parquet", "otlp", "jaeger", "zipkin", "nginx", "apache")
 def detect(path: str | Path) -> str:
     """The name of the format of `path`; FormatError naming the known formats when none fits."""
     path = Path(path)
+    if path.is_dir():
+        raise FormatError(f"{path}: is a directory; give trace or log files (a run directory goes to "
+                          f"`tierscope report {path}`)")
     if not path.is_file():
         raise FormatError(f"{path}: no such file")
     head = _json.head(path)
