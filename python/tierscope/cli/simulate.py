@@ -39,6 +39,18 @@ def simulate(
     )
     for name, path in paths.items():
         console.print(f"  {name}: {path}")
+    truth = sim.saturation_truth.to_pylist()
+    if truth:
+        console.print("ground truth, share of the run each server was saturated:")
+        per: dict[str, list] = {}
+        for row in truth:
+            item = per.setdefault(row["server"], [0, set()])
+            item[0] += row["end_ns"] - row["start_ns"]
+            item[1].update(row["cause"].split("+"))
+        for server, (ns, causes) in per.items():
+            console.print(f"  {server}: {ns / 1e9 / simulated:.1%} ({', '.join(sorted(causes))})")
+    else:
+        console.print("ground truth: no server was ever saturated")
 
 
 def register(app: typer.Typer) -> None:

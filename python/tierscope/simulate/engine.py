@@ -162,7 +162,6 @@ def run(spec: Spec) -> Trace:
     seq = 0
     next_rid = 0
     expo = rng.expovariate
-    choose = rng.choices
     cum_weights = []
     acc = 0.0
     for w in weights:
@@ -308,7 +307,6 @@ def run(spec: Spec) -> Trace:
             label = min(label, len(labels) - 1)
             req = new_request(0, None, label, t, obj, t)
             arrive(req, t)
-    del choose
 
     for s in servers:
         for i, cause in ((0, "cpu"), (1, "threads")):
