@@ -145,14 +145,16 @@ def test_per_exchange_times_agree_with_the_client_log(nginx, tmp_path):
     assert len(rows) == len(log)
     precision = res.stats["timestamp_precision_ns"]
     assert precision == 1  # tcpdump --time-stamp-precision=nano
+    slack = []
     for (path, t0, t1, status), r in zip(log, rows):
         assert r["status"] == str(status)
         # the packet carrying the request left after the client started sending, and the last
         # response packet arrived before the client finished reading (same clock, CLOCK_REALTIME)
         assert t0 - precision <= r["arrival_ns"] <= r["departure_ns"] <= t1 + precision, (path, t0, r, t1)
-        # and the wire saw it within a few ms of the client's own times
-        assert r["arrival_ns"] - t0 < 5_000_000
-        assert t1 - r["departure_ns"] < 5_000_000
+        slack += [r["arrival_ns"] - t0, t1 - r["departure_ns"]]
+    # and the wire saw it close to the client's own times (the median: a busy machine may
+    # deschedule the client now and then)
+    assert sorted(slack)[len(slack) // 2] < 2_000_000
 
 
 def test_snaplen_256_still_delimits_every_exchange(nginx, tmp_path):

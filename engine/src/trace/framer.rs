@@ -60,6 +60,8 @@ pub struct Framer {
     /// MySQL: this packet continues a previous 16 MiB packet
     pub cont: bool,
     next_cont: bool,
+    /// bytes passed over while the framing was lost (callers credit them and reset this)
+    pub skipped: u64,
 }
 
 impl Framer {
@@ -82,6 +84,7 @@ impl Framer {
             lost: false,
             cont: false,
             next_cont: false,
+            skipped: 0,
         }
     }
 
@@ -108,6 +111,7 @@ impl Framer {
 
     pub fn step(&mut self, inp: &mut Input, ts: i64) -> Step {
         if self.lost {
+            self.skipped += inp.d.len() as u64 + inp.gap as u64;
             inp.d = &[];
             inp.gap = 0;
             return Step::More;
@@ -124,6 +128,8 @@ impl Framer {
                     inp.d = rest;
                 } else if inp.gap > 0 {
                     self.lost = true;
+                    self.skipped += self.hdr_len as u64;
+                    self.hdr_len = 0;
                     return Step::Lost;
                 } else {
                     return Step::More;

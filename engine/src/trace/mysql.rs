@@ -146,6 +146,13 @@ impl My {
                 }
             }
         }
+        let skipped = std::mem::take(&mut self.c.skipped);
+        if skipped > 0 {
+            match self.pending.q.back_mut() {
+                Some(e) if self.phase == Phase::Command => e.bytes_in += skipped,
+                _ => ctx.counters.unparsed_bytes += skipped,
+            }
+        }
     }
 
     fn client_start(&mut self, ctx: &mut Ctx) {
@@ -284,6 +291,10 @@ impl My {
                 }
             }
         }
+        let skipped = std::mem::take(&mut self.s.skipped);
+        if skipped > 0 && (self.phase != Phase::Command || !self.pending.credit_out(skipped, ctx.ts)) {
+            ctx.counters.unparsed_bytes += skipped;
+        }
     }
 
     fn server_end(&mut self, ctx: &mut Ctx, b: &[u8]) {
@@ -378,6 +389,9 @@ impl My {
                     let mut o = 0;
                     let n = lenenc(b, &mut o).unwrap_or(0);
                     self.resp = if n == 0 { Resp::Rows } else { Resp::Cols(n) };
+                    if front.status == Status::None {
+                        front.status = Status::Ok; // a result set: OK unless an ERR ends it
+                    }
                 }
             },
             Resp::Cols(n) => {

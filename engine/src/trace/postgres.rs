@@ -153,6 +153,13 @@ impl Pg {
                 }
             }
         }
+        let skipped = std::mem::take(&mut self.c.skipped);
+        if skipped > 0 {
+            match self.cur.as_mut().or(self.batch.ex.as_mut()) {
+                Some(e) => e.bytes_in += skipped,
+                None => ctx.counters.unparsed_bytes += skipped,
+            }
+        }
     }
 
     fn client_start(&mut self, ctx: &mut Ctx) {
@@ -363,6 +370,10 @@ impl Pg {
                     }
                 }
             }
+        }
+        let skipped = std::mem::take(&mut self.s.skipped);
+        if skipped > 0 && (self.phase != Phase::Ready || !self.pending.credit_out(skipped, ctx.ts)) {
+            ctx.counters.unparsed_bytes += skipped;
         }
     }
 
