@@ -106,6 +106,7 @@ def test_alternating_point_report_renders_fine_grained_sections(tmp_path):
     for sid in ("timeline", "main-sequence", "strip", "correlation"):
         assert f'id="{sid}"' in page
     assert 'id="load-curve"' not in page  # one workload level: no curve to draw
+    assert data.truth is not None and "db (truth)" in page and "app (truth)" in page  # the simulator's truth rows
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (Debian package chromium)")
     dom = dump_dom(path)

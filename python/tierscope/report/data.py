@@ -44,6 +44,7 @@ class ReportData:
     bmap: pa.Table | None = None
     heavy: pa.Table | None = None
     heavy_summary: pa.Table | None = None
+    truth: pa.Table | None = None  # the simulator's saturation_truth of the analysed point, if any
     imported: ImportResult | None = None
     points: list[Point] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -177,6 +178,11 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
             data.requests = reqs
             data.fine_point = f"{chosen.config + ' ' if chosen.config else ''}{chosen.name}" + (
                 f" ({chosen.users:g} users)" if chosen.users is not None else "")
+            truth = chosen.path / "saturation_truth.parquet"
+            if truth.is_file():
+                import pyarrow.parquet as pq
+
+                data.truth = pq.read_table(truth)
             data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns)
             if why:
                 data.notes.append(why)

@@ -135,13 +135,28 @@ def saturation_strip(data: ReportData) -> go.Figure | None:
         total = np.bincount(idx[m], minlength=n)
         hits = np.bincount(idx[m], weights=sat[m], minlength=n)
         z.append(np.divide(hits, total, out=np.zeros(n), where=total > 0))
+    labels = list(tiers)
+    truth = data.truth
+    if truth is not None and truth.num_rows and {"tier", "start_ns", "end_ns"} <= set(truth.column_names):
+        # the simulator's ground truth under each tier: the share of each window it was saturated
+        for tier in sorted(set(truth.column("tier").to_pylist())):
+            rows = truth.filter(pc.equal(truth.column("tier"), tier))
+            cover = np.zeros(n)
+            for s0, e0 in zip(_np(rows, "start_ns") - t0, _np(rows, "end_ns") - t0):
+                for k in range(max(int(s0 // w), 0), min(int(e0 // w), n - 1) + 1):
+                    cover[k] += max(0, min(e0, (k + 1) * w) - max(s0, k * w)) / w
+            z.append(np.minimum(cover, 1.0))
+            labels.append(f"{tier} (truth)")
+    order = sorted(range(len(labels)), key=lambda i: (labels[i].replace(" (truth)", ""), "(truth)" not in labels[i]))
+    labels = [labels[i] for i in order]  # each tier's truth row just below its own row
+    z = [z[i] for i in order]
     x = np.arange(n) * w / 1e9
     thinned = [_thin(x, (row, "max")) for row in z]
     x = thinned[0][0]
     z = [t[1] for t in thinned]
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=tiers, zmin=0, zmax=1, colorscale=[[0, "#f4f4f4"], [1, "#d62728"]],
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=labels, zmin=0, zmax=1, colorscale=[[0, "#f4f4f4"], [1, "#d62728"]],
                                colorbar=dict(title="saturated")))
-    fig.update_layout(height=120 + 50 * len(tiers), xaxis_title="seconds since the first window", **LAYOUT)
+    fig.update_layout(height=120 + 50 * len(labels), xaxis_title="seconds since the first window", **LAYOUT)
     return fig
 
 

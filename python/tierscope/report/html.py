@@ -28,7 +28,8 @@ SECTIONS: list[tuple[str, str, str, Callable[[ReportData], go.Figure | None], st
      figures.main_sequence, "needs the fine-grained analysis"),
     ("strip", "Saturated windows, one row per tier",
      "Red where a tier was saturated. Rows that take turns are a bottleneck alternating between tiers; one row "
-     "red most of the time is a single bottleneck.",
+     "red most of the time is a single bottleneck. For simulated runs, rows marked (truth) show when the "
+     "simulator knows the tier was saturated.",
      figures.saturation_strip, "needs the fine-grained analysis"),
     ("correlation", "Correlation of load between tiers",
      "Pearson correlation of the tiers' loads per window. Inclusive load counts time spent waiting on the next "
