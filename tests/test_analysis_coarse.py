@@ -158,3 +158,16 @@ def test_heavy_requests_found_with_counts_and_times():
     tl = heavy_timeline(h)
     assert sum(tl["heavy"].to_pylist()) == len(heavy_idx)
     assert len(heavy_requests(t, factor=20)) == len(heavy_idx) + 1
+
+
+def test_point_summary_counts_errors_apart_and_uses_the_run_phase():
+    from tierscope.analysis.blackbox import point_summary
+
+    t = pa.table({"start_ns": pa.array([0, 0, 0, 0, 0], pa.int64()),
+                  "end_ns": pa.array([1 * S, 2 * S, 3 * S, 4 * S, 9 * S], pa.int64()),
+                  "status": pa.array([200, 503, 0, 200, 200], pa.int32()),
+                  "error": pa.array([None, "http5xx", "connect", None, None], pa.string()),
+                  "phase": ["run", "run", "run", "run", "ramp_down"]})
+    p = point_summary(10, t, seconds=4.0)
+    assert (p["requests"], p["errors"]) == (2, 2)  # the ramp-down row is not counted at all
+    assert p["throughput"] == 0.5 and p["rt_mean"] == pytest.approx(2.5)

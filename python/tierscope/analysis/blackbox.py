@@ -69,8 +69,9 @@ def _times(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if "error" in table.column_names:
         error |= table.column("error").is_valid().to_numpy(zero_copy_only=False)
     if "status" in table.column_names:
-        status = pc.cast(table.column("status"), pa.string()).to_numpy(zero_copy_only=False)
-        error |= np.array([s is not None and (s == "0" or s[:1] == "5" or s == "ERROR") for s in status], bool)
+        status = pc.cast(table.column("status"), pa.string())
+        bad = pc.or_(pc.or_(pc.equal(status, "0"), pc.equal(status, "ERROR")), pc.starts_with(status, "5"))
+        error |= np.asarray(pc.fill_null(bad, False).to_numpy(zero_copy_only=False), bool)
     return (np.asarray(start.to_numpy(zero_copy_only=False), np.int64),
             np.asarray(end.to_numpy(zero_copy_only=False), np.int64), error)
 
