@@ -29,6 +29,7 @@ from .saturation import NStar
 from .windows import (
     DEFAULT_WINDOW_NS,
     floor_base,
+    parent_rows,
     request_intervals,
     service_when_idle,
     share_above,
@@ -76,24 +77,12 @@ def _tier_saturated(series: pa.Table, tiers: list[str], n_windows: int) -> dict[
     return out
 
 
-def _has_links(requests: pa.Table) -> bool:
-    if not {"request_id", "parent_id"} <= set(requests.column_names):
-        return False
-    parents = requests.column("parent_id")
-    if parents.null_count == len(parents):
-        return False
-    return bool(pc.any(pc.is_in(parents, value_set=requests.column("request_id").combine_chunks())).as_py())
-
-
-def _tier_calls(requests: pa.Table) -> set[tuple[str, str]]:
+def _tier_calls(requests: pa.Table, parent_row: np.ndarray) -> set[tuple[str, str]]:
     """(caller tier, callee tier) pairs seen in the parent/child links."""
-    rid = requests.column("request_id").combine_chunks()
-    parent = requests.column("parent_id").combine_chunks()
-    idx = pc.index_in(parent, value_set=rid)
-    valid = pc.is_valid(idx)
-    child_tier = requests.column("tier").combine_chunks().filter(valid)
-    parent_tier = requests.column("tier").combine_chunks().take(idx.filter(valid))
-    pairs = pa.table({"a": parent_tier, "b": child_tier}).group_by(["a", "b"]).aggregate([])
+    child = np.flatnonzero(parent_row >= 0)
+    tier = requests.column("tier").combine_chunks()
+    pairs = pa.table({"a": tier.take(pa.array(parent_row[child])), "b": tier.take(pa.array(child))})
+    pairs = pairs.group_by(["a", "b"]).aggregate([])
     return {(a, b) for a, b in zip(pairs.column("a").to_pylist(), pairs.column("b").to_pylist()) if a != b}
 
 
@@ -112,9 +101,11 @@ def analyze_fine(
     has_labels = "label" in requests.column_names
     series = window_series(requests, window_ns, base_ns, exclusive=False, end_ns=end_ns,
                            normalised=has_labels)
-    exclusive = _has_links(requests)
+    parent_row = parent_rows(requests)
+    exclusive = bool((parent_row >= 0).any())
     if exclusive:
-        excl = window_series(requests, window_ns, base_ns, exclusive=True, with_max=False, end_ns=end_ns)
+        excl = window_series(requests, window_ns, base_ns, exclusive=True, with_max=False, end_ns=end_ns,
+                             parent_row=parent_row)
         series = series.append_column("load_exclusive", excl.column("load"))
     else:
         notes.append("no parent/child links: saturation decided on inclusive load")
@@ -150,7 +141,7 @@ def analyze_fine(
     ep = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
     starts = np.asarray(series.column("window_start_ns"), np.int64)
     load_by_key = {}
-    parts, p_tiers, p_servers = request_intervals(requests, base_ns, exclusive, end_ns)
+    parts, p_tiers, p_servers = request_intervals(requests, base_ns, exclusive, end_ns, parent_row)
     if list(zip(p_tiers, p_servers)) != keys:
         raise AssertionError("server order differs between series and intervals")
     pause_spans = {}
@@ -207,7 +198,7 @@ def analyze_fine(
         finite = [v.n_star for v in values if math.isfinite(v.n_star)]
         n_star_text[t] = ("N*=" + "/".join(f"{v:.1f}" for v in finite)) if finite else "no plateau"
     verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text,
-                                  calls=_tier_calls(requests) if exclusive else None)
+                                  calls=_tier_calls(requests, parent_row) if exclusive else None)
     return FineGrained(
         series=series,
         n_star=n_star,

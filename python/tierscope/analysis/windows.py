@@ -251,7 +251,11 @@ def share_above(
 
 
 def request_intervals(
-    requests: pa.Table, base_ns: int, exclusive: bool, end_ns: int | None = None
+    requests: pa.Table,
+    base_ns: int,
+    exclusive: bool,
+    end_ns: int | None = None,
+    parent_row: np.ndarray | None = None,
 ) -> tuple[list[Intervals], list[str], list[str]]:
     """The +1 intervals of the requests (and −1 intervals of their children when `exclusive`),
     relative to `base_ns`, with the tier and server name of each server code."""
@@ -265,12 +269,11 @@ def request_intervals(
         limit = np.int64(end_ns) - base
         rel_a, rel_d = np.minimum(rel_a, limit), np.minimum(rel_d, limit)
     parts = [Intervals(codes, rel_a, rel_d, +1)]
-    if exclusive and {"request_id", "parent_id"} <= set(requests.column_names):
-        prow, cs, ce = exclusive_children(
-            requests.column("request_id"), requests.column("parent_id"), rel_a + base, rel_d + base
-        )
+    if exclusive:
+        rows = parent_rows(requests) if parent_row is None else parent_row
+        prow, cs, ce = exclusive_children(rows, rel_a, rel_d)
         if prow.size:
-            parts.append(Intervals(codes[prow], cs - base, ce - base, -1, prow))
+            parts.append(Intervals(codes[prow], cs, ce, -1, prow))
     return parts, tiers, servers
 
 
@@ -327,32 +330,41 @@ def _window_count(max_rel_end: int, window_ns: int) -> int:
     return int(max_rel_end // window_ns) + 1
 
 
+def parent_rows(requests: pa.Table) -> np.ndarray:
+    """For every row, the row of its parent request (parent_id = that row's request_id), or -1.
+
+    -1 also when the parent was not observed (not in the table). Computed once per table: the
+    string lookup is the expensive part of everything that uses the links.
+    """
+    n = requests.num_rows
+    out = np.full(n, -1, np.int64)
+    if not {"request_id", "parent_id"} <= set(requests.column_names) or n == 0:
+        return out
+    parent_id = requests.column("parent_id").combine_chunks()
+    if parent_id.null_count == n:
+        return out
+    found = pc.index_in(parent_id, value_set=requests.column("request_id").combine_chunks())
+    valid = pc.is_valid(found).to_numpy(zero_copy_only=False)
+    out[valid] = found.filter(pa.array(valid)).to_numpy(zero_copy_only=False).astype(np.int64)
+    return out
+
+
 def exclusive_children(
-    request_id: pa.ChunkedArray | pa.Array,
-    parent_id: pa.ChunkedArray | pa.Array,
-    arrival: np.ndarray,
-    departure: np.ndarray,
+    parent_row: np.ndarray, arrival: np.ndarray, departure: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The time each request spent waiting on its downstream calls, as merged intervals.
 
-    Returns (parent_row, start, end): for every parent row, the union of its children's
-    [arrival, departure) intervals clipped to the parent's own interval. Children whose parent
-    is not in the table are ignored (their parent was not observed).
+    `parent_row` is `parent_rows(requests)`. Returns (parent_row, start, end): for every parent,
+    the union of its children's [arrival, departure) intervals clipped to the parent's own
+    interval. Children whose parent is not in the table are ignored (their parent was not seen).
     """
     import pandas as pd
 
-    if isinstance(request_id, pa.ChunkedArray):
-        request_id = request_id.combine_chunks()
-    if isinstance(parent_id, pa.ChunkedArray):
-        parent_id = parent_id.combine_chunks()
-    child_rows = np.flatnonzero(pc.is_valid(parent_id).to_numpy(zero_copy_only=False))
+    child_rows = np.flatnonzero(parent_row >= 0)
     if child_rows.size == 0:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
-    found = pc.index_in(parent_id.take(pa.array(child_rows)), value_set=request_id)
-    known = pc.is_valid(found).to_numpy(zero_copy_only=False)
-    child_rows = child_rows[known]
-    parent_row = found.filter(pa.array(known)).to_numpy(zero_copy_only=False).astype(np.int64)
+    parent_row = parent_row[child_rows]
     s = np.maximum(arrival[child_rows], arrival[parent_row])
     e = np.minimum(departure[child_rows], departure[parent_row])
     good = e > s
@@ -382,6 +394,7 @@ def window_series(
     with_overlap: bool = False,
     normalised: bool = False,
     end_ns: int | None = None,
+    parent_row: np.ndarray | None = None,
 ) -> pa.Table:
     """Per-server load and throughput in windows of `window_ns` nanoseconds.
 
@@ -393,7 +406,8 @@ def window_series(
     `base_ns` is the start of window 0 (default: the earliest arrival floored to a multiple of
     the window); requests before it are clipped to it. `end_ns` ends the axis (default: the last
     departure). `exclusive=True` subtracts from each request the time its children (rows whose
-    parent_id is its request_id) were in progress downstream.
+    parent_id is its request_id) were in progress downstream (`parent_row`: the precomputed
+    `parent_rows(requests)`, to share that lookup between calls).
     """
     window_ns = _check_window(window_ns)
     for name in ("tier", "server", "arrival_ns", "departure_ns"):
@@ -429,12 +443,11 @@ def window_series(
     # the upper edge of the last window is bookkept in one extra window, dropped at the end
     n_cells = n_windows + 1
     parts = [Intervals(codes, rel_a, rel_d, +1)]
-    if exclusive and {"request_id", "parent_id"} <= set(requests.column_names):
-        prow, cs, ce = exclusive_children(
-            requests.column("request_id"), requests.column("parent_id"), rel_a + base, rel_d + base
-        )
+    if exclusive:
+        rows = parent_rows(requests) if parent_row is None else parent_row
+        prow, cs, ce = exclusive_children(rows, rel_a, rel_d)
         if prow.size:
-            parts.append(Intervals(codes[prow], cs - base, ce - base, -1))
+            parts.append(Intervals(codes[prow], cs, ce, -1, prow))
     integral, level_start = accumulate_intervals(parts, n_servers, n_cells, window_ns)
     integral = integral.reshape(n_servers, n_cells)[:, :n_windows]
     seconds = window_ns / 1e9
