@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -100,7 +101,6 @@ class _Host:
         self.netdev = self.sockstat = -1
         if t.netns:
             self.netdev, self.sockstat = _open_in_netns(t.netns, ["dev", "sockstat"])
-        self.prev: tuple | None = None
 
     def read(self) -> tuple:
         pr = os.pread
@@ -150,64 +150,119 @@ class _Host:
                     break
         return (user, sysn, nthr, thr, mem, rops, wops, rby, wby, rxb, txb, rxp, txp, tcp, tw)
 
-    def rows(self, t_ns: int, dt_s: float, cur: tuple, out: list) -> None:
-        prev = self.prev
-        self.prev = cur
-        if prev is None:
-            return
-        n = self.name
-        d = [c - p for c, p in zip(cur, prev)]
-        cpu_scale = 100.0 / (dt_s * 1e9)
+    def metrics(self) -> list[tuple[str, str, Callable]]:
+        """(metric, unit, f(deltas, counters, dt_s) -> values) for what this host can report."""
+        cpu = lambda i: lambda d, c, dt: d[:, i] * 100.0 / (dt * 1e9)  # noqa: E731
+        rate = lambda i: lambda d, c, dt: d[:, i] / dt  # noqa: E731
+        level = lambda i: lambda d, c, dt: c[:, i]  # noqa: E731
+        cores = self.cores
+        out: list[tuple[str, str, Callable]] = []
         if self.user >= 0:
-            u, s = d[0] * cpu_scale, d[1] * cpu_scale
-            out.append((t_ns, n, "cpu_user", u, "percent_core"))
-            out.append((t_ns, n, "cpu_system", s, "percent_core"))
-            out.append((t_ns, n, "cpu_util", (u + s) / self.cores, "percent"))
+            out += [
+                ("cpu_user", "percent_core", cpu(0)),
+                ("cpu_system", "percent_core", cpu(1)),
+                ("cpu_util", "percent",
+                 lambda d, c, dt: (d[:, 0] + d[:, 1]) * 100.0 / (dt * 1e9) / cores),
+            ]  # fmt: skip
         if self.cpustat >= 0:
-            out.append((t_ns, n, "cpu_throttled", d[3] * cpu_scale, "percent"))
-            out.append((t_ns, n, "cpu_nr_throttled", float(d[2]), "count"))
+            out += [("cpu_throttled", "percent", cpu(3)),
+                    ("cpu_nr_throttled", "count", lambda d, c, dt: d[:, 2])]  # fmt: skip
         if self.mem >= 0:
-            out.append((t_ns, n, "mem_usage", float(cur[4]), "bytes"))
+            out.append(("mem_usage", "bytes", level(4)))
         if self.ios >= 0:
-            out.append((t_ns, n, "disk_read_ops", d[5] / dt_s, "ops_per_s"))
-            out.append((t_ns, n, "disk_write_ops", d[6] / dt_s, "ops_per_s"))
-            out.append((t_ns, n, "disk_read_bytes", d[7] / dt_s, "bytes_per_s"))
-            out.append((t_ns, n, "disk_write_bytes", d[8] / dt_s, "bytes_per_s"))
+            out += [("disk_read_ops", "ops_per_s", rate(5)), ("disk_write_ops", "ops_per_s", rate(6)),
+                    ("disk_read_bytes", "bytes_per_s", rate(7)),
+                    ("disk_write_bytes", "bytes_per_s", rate(8))]  # fmt: skip
         if self.netdev >= 0:
-            out.append((t_ns, n, "net_rx_bytes", d[9] / dt_s, "bytes_per_s"))
-            out.append((t_ns, n, "net_tx_bytes", d[10] / dt_s, "bytes_per_s"))
-            out.append((t_ns, n, "net_rx_packets", d[11] / dt_s, "packets_per_s"))
-            out.append((t_ns, n, "net_tx_packets", d[12] / dt_s, "packets_per_s"))
-            out.append((t_ns, n, "sockets_tcp", float(cur[13]), "count"))
-            out.append((t_ns, n, "sockets_tcp_tw", float(cur[14]), "count"))
+            out += [("net_rx_bytes", "bytes_per_s", rate(9)), ("net_tx_bytes", "bytes_per_s", rate(10)),
+                    ("net_rx_packets", "packets_per_s", rate(11)),
+                    ("net_tx_packets", "packets_per_s", rate(12)),
+                    ("sockets_tcp", "count", level(13)), ("sockets_tcp_tw", "count", level(14))]  # fmt: skip
+        return out
 
 
 class _Machine:
+    """Machine-wide CPU from /proc/stat (user+nice, system+irq+softirq), in clock ticks."""
+
     def __init__(self):
+        self.name = "machine"
         self.fd = os.open("/proc/stat", os.O_RDONLY)
         self.hz = os.sysconf("SC_CLK_TCK")
-        self.prev: tuple | None = None
 
     def read(self) -> tuple:
         f = os.pread(self.fd, 256, 0).split(b"\n", 1)[0].split()
         return (int(f[1]) + int(f[2]), int(f[3]) + int(f[6]) + int(f[7]))
 
-    def rows(self, t_ns: int, dt_s: float, cur: tuple, out: list) -> None:
-        prev, self.prev = self.prev, cur
-        if prev is None:
-            return
-        scale = 100.0 / (self.hz * dt_s)
-        out.append((t_ns, "machine", "cpu_user", (cur[0] - prev[0]) * scale, "percent_core"))
-        out.append((t_ns, "machine", "cpu_system", (cur[1] - prev[1]) * scale, "percent_core"))
+    def metrics(self) -> list[tuple[str, str, Callable]]:
+        hz = self.hz
+        return [
+            ("cpu_user", "percent_core", lambda d, c, dt: d[:, 0] * 100.0 / (hz * dt)),
+            ("cpu_system", "percent_core", lambda d, c, dt: d[:, 1] * 100.0 / (hz * dt)),
+        ]
 
 
-def _table(rows: list):
+class _Series:
+    """Raw counter samples of one source, turned into rows in bulk (numpy) at each flush.
+
+    The sampling loop only appends (t_ns, counters); a None breaks the series (a failed read), so
+    no rate is computed across it.
+    """
+
+    def __init__(self, source):
+        self.source = source
+        self.spec = source.metrics()
+        self.buf: list = []
+        self.last = None
+
+    def sample(self, t_ns: int) -> None:
+        self.buf.append((t_ns, self.source.read()))
+
+    def gap(self) -> None:
+        self.buf.append(None)
+
+    def drain(self, out: list) -> None:
+        import numpy as np
+
+        buf, self.buf = self.buf, []
+        segment = [self.last] if self.last is not None else []
+        for item in buf + [None]:
+            if item is not None:
+                segment.append(item)
+                continue
+            if len(segment) >= 2:
+                t = np.fromiter((x[0] for x in segment), dtype=np.int64, count=len(segment))
+                c = np.array([x[1] for x in segment], dtype=np.float64)
+                d = np.diff(c, axis=0)
+                dt = np.diff(t) / 1e9
+                ts = t[1:]
+                for metric, unit, f in self.spec:
+                    out.append((ts, self.source.name, metric, np.asarray(f(d, c[1:], dt), dtype=np.float64), unit))
+            segment = []
+        self.last = buf[-1] if buf and buf[-1] is not None else (None if buf else self.last)
+
+
+def _table(chunks: list):
+    """A resources table from (ts array, host, metric, values array, unit) chunks."""
+    import numpy as np
     import pyarrow as pa
 
     from tierscope.tables import RESOURCES
 
-    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
-    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, RESOURCES)], schema=RESOURCES)
+    if not chunks:
+        return RESOURCES.empty_table()
+    ts = np.concatenate([c[0] for c in chunks])
+    values = np.concatenate([c[3] for c in chunks])
+    host, metric, unit = [], [], []
+    for c in chunks:
+        n = len(c[0])
+        host += [c[1]] * n
+        metric += [c[2]] * n
+        unit += [c[4]] * n
+    return pa.Table.from_arrays(
+        [pa.array(ts, pa.int64()), pa.array(host, pa.string()), pa.array(metric, pa.string()),
+         pa.array(values, pa.float64()), pa.array(unit, pa.string())],
+        schema=RESOURCES,
+    )  # fmt: skip
 
 
 def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool = True,
@@ -217,8 +272,9 @@ def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool
 
     from tierscope.tables import RESOURCES
 
-    hosts = [_Host(t) for t in targets]
-    mach = _Machine() if machine else None
+    series = [_Series(_Host(t)) for t in targets]
+    if machine:
+        series.append(_Series(_Machine()))
     stop = {"now": False}
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
@@ -230,8 +286,12 @@ def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     writer = pq.ParquetWriter(str(out), RESOURCES)
-    _table([(0, "warm-up", "m", 0.0, "u")])  # pays pyarrow's lazy imports before the clock starts
-    rows: list = []
+    warm = _Series(_Machine())  # pays numpy's and pyarrow's lazy imports before the clock starts
+    warm.sample(time.time_ns())
+    warm.sample(time.time_ns() + 1)
+    warm.drain(chunks := [])
+    _table(chunks)
+    chunks = []
     samples = late = errors = 0
     if ready:
         ready()
@@ -240,25 +300,22 @@ def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool
     next_t = wall0
     last_flush = wall0
     last_parent_check = wall0
-    prev_ns = None
     try:
         while not stop["now"]:
             t_ns = time.time_ns()
-            dt = (t_ns - prev_ns) / 1e9 if prev_ns else interval
-            prev_ns = t_ns
-            for h in hosts:
+            for ser in series:
                 try:
-                    h.rows(t_ns, dt, h.read(), rows)
+                    ser.sample(t_ns)
                 except (OSError, ValueError):  # the host went away (down, crashed): skip it
-                    h.prev = None
+                    ser.gap()
                     errors += 1
-            if mach:
-                mach.rows(t_ns, dt, mach.read(), rows)
             samples += 1
             now = time.monotonic()
-            if now - last_flush >= FLUSH_EVERY_S and rows:
-                writer.write_table(_table(rows))
-                rows = []
+            if now - last_flush >= FLUSH_EVERY_S:
+                for ser in series:
+                    ser.drain(chunks)
+                writer.write_table(_table(chunks))
+                chunks = []
                 last_flush = now
             if parent and now - last_parent_check >= 1.0:
                 last_parent_check = now
@@ -288,12 +345,19 @@ def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool
             "cpu_s": cpu,
             "cost_percent_core": 100.0 * cpu / wall if wall > 0 else 0.0,
         }
-        end_ns = time.time_ns()
-        rows.append((end_ns, "monitor", "monitor_cpu", summary["cost_percent_core"], "percent_core"))
-        rows.append((end_ns, "monitor", "monitor_samples", float(samples), "count"))
-        rows.append((end_ns, "monitor", "monitor_late", float(late), "count"))
-        rows.append((end_ns, "monitor", "monitor_read_errors", float(errors), "count"))
-        writer.write_table(_table(rows))
+        import numpy as np
+
+        for ser in series:
+            ser.drain(chunks)
+        end = np.array([time.time_ns()], dtype=np.int64)
+        for metric, value, unit in (
+            ("monitor_cpu", summary["cost_percent_core"], "percent_core"),
+            ("monitor_samples", samples, "count"),
+            ("monitor_late", late, "count"),
+            ("monitor_read_errors", errors, "count"),
+        ):
+            chunks.append((end, "monitor", metric, np.array([float(value)]), unit))
+        writer.write_table(_table(chunks))
         writer.close()
     return summary
 
