@@ -144,3 +144,18 @@ def test_not_otlp_is_one_clear_error(tmp_path):
         load_file(path, format="otlp")
     with pytest.raises(FormatError, match="format not recognised"):
         detect(path)
+
+
+def test_tempo_batches_and_legacy_instrumentation_library_spans(spans, tmp_path):
+    """Grafana Tempo's trace-by-id JSON: `batches` in place of resourceSpans, base64 ids, and (older
+    versions) `instrumentationLibrarySpans` in place of scopeSpans; kinds as enum names."""
+    doc = _otlp_dict(spans, hex_ids=False)
+    for rs in doc["resourceSpans"]:
+        rs["instrumentationLibrarySpans"] = rs.pop("scopeSpans")
+        for ss in rs["instrumentationLibrarySpans"]:
+            for span in ss["spans"]:
+                span["kind"] = {1: "SPAN_KIND_INTERNAL", 2: "SPAN_KIND_SERVER", 3: "SPAN_KIND_CLIENT"}[span["kind"]]
+    path = tmp_path / "tempo.json"
+    path.write_text(json.dumps({"batches": doc["resourceSpans"]}, indent=1))
+    assert detect(path) == "otlp"
+    _check(load_file(path))

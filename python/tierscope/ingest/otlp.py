@@ -194,7 +194,7 @@ def sniff(head: bytes) -> bool:
     if head.lstrip()[:1] not in (b"{", b"["):
         return False
     return (b'"resourceSpans"' in head or b'"resource_spans"' in head
-            or (b'"batches"' in head and b'"scopeSpans"' in head))
+            or (b'"batches"' in head and (b'"scopeSpans"' in head or b'"instrumentationLibrarySpans"' in head)))
 
 
 def read(path: Path, sink: RequestSink, **_options) -> None:
