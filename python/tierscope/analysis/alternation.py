@@ -29,6 +29,7 @@ MIN_SHARE = 0.02
 RELATIVE_SHARE = 0.1
 TOGETHER_MAX = 1 / 3
 INHERITED = 2 / 3
+FULL_CONFIDENCE_WINDOWS = 200  # 10 s of 50 ms windows
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,11 @@ def switches_per_second(tiers: list[str], saturated: dict[str, np.ndarray], wind
     return changes / (n_windows * window_ns / 1e9)
 
 
+def _data_weight(n_windows: int) -> float:
+    """Confidence scale for the amount of data: full from FULL_CONFIDENCE_WINDOWS windows on."""
+    return min(1.0, n_windows / FULL_CONFIDENCE_WINDOWS)
+
+
 def verdict(
     tiers: list[str],
     saturated: dict[str, np.ndarray],
@@ -134,12 +140,12 @@ def verdict(
         evidence += "; not counted (queue amplification from downstream): " + "; ".join(inherited)
     if not part:
         conf = 1.0 - (lead / min_share if min_share > 0 else 0.0) * 0.5
-        return Verdict("none", [], "no saturated tier", _clip(conf), evidence)
+        return Verdict("none", [], "no saturated tier", _clip(conf) * _data_weight(n_windows), evidence)
     if len(part) == 1:
         t = part[0]
         runner = shares[ranked[1]] if len(ranked) > 1 else 0.0
         conf = min(1.0, shares[t] / (min_share * 5)) * (1.0 - runner / max(shares[t], 1e-12))
-        return Verdict("single", [t], f"single bottleneck at {t}", _clip(conf), evidence)
+        return Verdict("single", [t], f"single bottleneck at {t}", _clip(conf) * _data_weight(n_windows), evidence)
     a = part[0]
     alternating = [a]
     together_ratios = []
@@ -158,11 +164,11 @@ def verdict(
         conf = (1.0 - worst / together_max) * min(1.0, switches / 0.5)
         names = sorted(alternating, key=tiers.index)
         text = "bottleneck alternating between " + _join(names)
-        return Verdict("alternating", names, text, _clip(0.5 + 0.5 * conf), evidence)
+        return Verdict("alternating", names, text, _clip(0.5 + 0.5 * conf) * _data_weight(n_windows), evidence)
     names = sorted(part, key=tiers.index)
     best = min(r for _, r in together_ratios)
     conf = min(1.0, (best - together_max) / (1 - together_max) + 0.5)
-    return Verdict("several", names, "several tiers saturated at once: " + _join(names), _clip(conf), evidence)
+    return Verdict("several", names, "several tiers saturated at once: " + _join(names), _clip(conf) * _data_weight(n_windows), evidence)
 
 
 def _join(names: list[str]) -> str:
