@@ -121,8 +121,7 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
         for p in levels:
             reqs = p.tables.get("client_requests")
             if reqs is None or reqs.num_rows == 0:
-                front = p.tables.get("requests")
-                reqs = front.filter(pc.equal(front.column("tier"), "web")) if front is not None else None
+                reqs = p.tables.front_tier("web")
             if reqs is not None and reqs.num_rows:
                 curve_pts.append((p.users, reqs, p.seconds))
         if len(curve_pts) >= 1:

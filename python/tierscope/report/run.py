@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
 
 from tierscope import tables
@@ -50,6 +51,16 @@ class LazyTables:
 
     def get(self, name: str, default: pa.Table | None = None) -> pa.Table | None:
         return self[name] if name in self else default
+
+    def front_tier(self, tier: str = "web") -> pa.Table | None:
+        """Only the rows of one tier of `requests`, read column-pruned and filtered, not cached."""
+        if "requests" in self._loaded:
+            t = self._loaded["requests"]
+            return t.filter(pa.compute.equal(t.column("tier"), tier))
+        if "requests" not in self.files:
+            return None
+        columns = ["tier", "arrival_ns", "departure_ns", "status"]
+        return pq.read_table(self.files["requests"], columns=columns, filters=[("tier", "=", tier)])
 
     def rows(self, name: str) -> int:
         """Row count without reading the table (Parquet metadata); 0 when absent."""
