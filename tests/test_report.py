@@ -180,3 +180,15 @@ def test_cli_report(run_dir, tmp_path):
     assert (tmp_path / "r.html").stat().st_size > 1_000_000  # plotly.js is in the file
     bad = subprocess.run([str(exe), "report", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no such file or directory" in bad.stderr
+
+
+def test_load_curve_falls_back_to_the_web_tier(tmp_path):
+    """Without the generator's log, the web tier's requests give the load curve."""
+    rng = np.random.default_rng(3)
+    root = tmp_path / "nocli"
+    for users in (20, 100, 180):
+        _write_point(root, "1/1/0/1", users, rng, with_requests=True)
+        (root / f"c1101-u{users:04d}" / "client_requests.parquet").unlink()
+    curve = collect_run(root).blackbox["1/1/0/1"].curve.to_pylist()
+    for row in curve:  # X = N / (R + Z) with the generator's numbers, now measured at the web tier
+        assert row["throughput"] == pytest.approx(row["users"] / (max(D, row["users"] / 100.0 - Z) + Z), rel=0.1)
