@@ -13,6 +13,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -96,12 +97,23 @@ class Rig:
         ))
 
 
+@pytest.fixture
+def server_dir():
+    """A scratch directory for servers that run as other OS users. Not under pytest's
+    /tmp/pytest-of-<user> (0700, re-tightened by any concurrent pytest session, which would lock
+    the postgres/mysql users out of their data directories mid-test)."""
+    d = Path(tempfile.mkdtemp(prefix="tierscope-rubbos-test-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="module", params=["postgresql", "mariadb"])
-def rig(request, tmp_path_factory):
+def rig(request):
     dbms = request.param
     if dbms == "mariadb" and not os.path.exists("/usr/sbin/mariadbd"):
         pytest.skip("mariadb-server not installed")
-    work = tmp_path_factory.mktemp(f"rubbos-{dbms}")
+    work = Path(tempfile.mkdtemp(prefix=f"tierscope-rubbos-test-{dbms}-"))
+    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
     db, cfg = make_db(dbms, free_port(), work / "db", fsync=False, memory="64M")
     started = []
     try:
@@ -635,7 +647,8 @@ def test_generator_runs_through_nginx_without_errors(rig, mix, tmp_path):
 # --- the command line: up, down, snapshot restore ----------------------------------------------
 
 
-def test_cli_up_loads_and_snapshots_then_restores_and_down_stops_everything(tmp_path):
+def test_cli_up_loads_and_snapshots_then_restores_and_down_stops_everything(server_dir):
+    tmp_path = server_dir
     exe = str(Path(os.sys.executable).parent / "tierscope")
     ports = [free_port() for _ in range(4)]
     args = ["--dbms", "postgresql", "--scale", "tiny", "--app-servers", "2", "--workers", "1", "--threads", "2",
