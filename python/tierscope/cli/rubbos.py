@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 
 rubbos_app = typer.Typer(
-    help="The RUBBoS bulletin board as a real 3-tier system: up, down, load, workloads.",
+    help="The RUBBoS bulletin board as a real 3-tier system: up, down, load, workloads.\n\n"
+    "Example: tierscope rubbos up --dbms mariadb --scale tiny --app-servers 2",
     no_args_is_help=True,
 )
 
