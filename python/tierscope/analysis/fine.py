@@ -93,6 +93,9 @@ def analyze_fine(
 ) -> FineGrained:
     """Fine-grained analysis of a requests table (and optional events) at `window_ns` windows."""
     notes: list[str] = []
+    window_ns = int(window_ns)
+    if window_ns <= 0:
+        raise ValueError(f"window_ns must be a positive number of nanoseconds, got {window_ns}")
     if requests.num_rows == 0:
         raise ValueError("requests: the table is empty; nothing to analyse")
     arrival = requests.column("arrival_ns")
