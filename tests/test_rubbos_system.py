@@ -712,3 +712,52 @@ def test_search_queries_can_use_the_prefix_indexes(rig):
             rows = rig.sql(f"EXPLAIN SELECT id FROM {table} FORCE INDEX (search) WHERE {col} LIKE %s", ("bai%",))
             assert rows and rows[0][5] and "search" in rows[0][5], rows  # possible_keys
             assert rig.sql(f"SHOW INDEX FROM {table} WHERE Key_name = 'search'")[0][7] == 10  # Sub_part
+
+
+def test_the_connection_pool_is_bounded_per_worker(rig, server_dir):
+    """pool_size=1: while one request holds the only connection (blocked on a table lock), a second
+    one waits for the pool, then gets the 500 ERROR page after the pool timeout."""
+    import threading
+
+    app = AppServer(Host.loopback("app2"), free_port(), server_dir / "app2", db=rig.cfg, workers=1, threads=4,
+                    pool_size=1, pool_timeout_s=0.7, name="app2")
+    app.start()
+    try:
+        if rig.dbms == "postgresql":
+            import psycopg
+
+            locker = psycopg.connect(rig.db.dsn("rubbos"))
+            locker.execute("LOCK TABLE categories IN ACCESS EXCLUSIVE MODE")
+            release = locker.commit
+        else:
+            import pymysql
+
+            locker = pymysql.connect(**rig.db.connect_args("rubbos"))
+            locker.cursor().execute("LOCK TABLES categories WRITE")
+            release = lambda: locker.cursor().execute("UNLOCK TABLES")  # noqa: E731
+        first: list = []
+        blocked = threading.Thread(target=lambda: first.append(
+            OPENER.open(app.url + "/rubbos/BrowseCategories", timeout=30).status))
+        blocked.start()
+        time.sleep(0.4)  # the first request now holds the pool's only connection
+        t0 = time.monotonic()
+        status, body, _ = _get(app.url + "/rubbos/StoriesOfTheDay")
+        waited = time.monotonic() - t0
+        release()
+        blocked.join(timeout=30)
+        locker.close()
+        assert status == 500 and "ERROR" in body and "no database connection free" in body
+        assert 0.6 <= waited < 5, waited
+        assert first == [200]  # the blocked request completes once the lock is gone
+        status, body = _get(app.url + "/rubbos/StoriesOfTheDay")[:2]
+        assert status == 200
+    finally:
+        app.stop()
+
+
+def _get(url: str):
+    try:
+        with OPENER.open(url, timeout=30) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
