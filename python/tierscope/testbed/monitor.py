@@ -11,7 +11,7 @@ Metrics per host (value over the interval ending at `ts_ns`; rates are per secon
 
 | metric | unit | from |
 |---|---|---|
-| cpu_user, cpu_system | percent_core (100 = one core busy) | cpuacct.usage_user / usage_sys |
+| cpu_user, cpu_system | percent_core (100 = one core busy) | cpuacct.usage (exact run time), split by the ratio of usage_user / usage_sys (tick-based) |
 | cpu_util | percent (100 = the host's CPU allowance: quota, cpuset or machine) | the same |
 | cpu_throttled | percent (growth of throttled_time over the interval; the kernel sums it over CPUs and adds it when a period ends, so read it as "how hard", and cpu_nr_throttled as "how often") | cpu.stat throttled_time |
 | cpu_nr_throttled | count (periods throttled in the interval) | cpu.stat nr_throttled |
@@ -94,6 +94,7 @@ class _Host:
         op = lambda c, f: os.open(os.path.join(cg[c], f), os.O_RDONLY) if c in cg else -1  # noqa: E731
         self.user = op("cpuacct", "cpuacct.usage_user")
         self.sys = op("cpuacct", "cpuacct.usage_sys")
+        self.usage = op("cpuacct", "cpuacct.usage")
         self.cpustat = op("cpu", "cpu.stat")
         self.mem = op("memory", "memory.usage_in_bytes")
         self.ios = op("blkio", "blkio.throttle.io_serviced")
@@ -148,21 +149,34 @@ class _Host:
                     tcp = int(p[p.index(b"inuse") + 1])
                     tw = int(p[p.index(b"tw") + 1])
                     break
-        return (user, sysn, nthr, thr, mem, rops, wops, rby, wby, rxb, txb, rxp, txp, tcp, tw)
+        usage = int(pr(self.usage, 64, 0)) if self.usage >= 0 else 0
+        return (user, sysn, nthr, thr, mem, rops, wops, rby, wby, rxb, txb, rxp, txp, tcp, tw, usage)
 
     def metrics(self) -> list[tuple[str, str, Callable]]:
         """(metric, unit, f(deltas, counters, dt_s) -> values) for what this host can report."""
+        import numpy as np
+
         cpu = lambda i: lambda d, c, dt: d[:, i] * 100.0 / (dt * 1e9)  # noqa: E731
         rate = lambda i: lambda d, c, dt: d[:, i] / dt  # noqa: E731
         level = lambda i: lambda d, c, dt: c[:, i]  # noqa: E731
         cores = self.cores
+
+        def share(i: int):
+            # cpuacct.usage is the scheduler's exact run time; usage_user/usage_sys come from
+            # clock ticks (biased for bursts shorter than a few ticks), so they only split it
+            def f(d, c, dt):
+                ticks = d[:, 0] + d[:, 1]
+                part = np.where(ticks > 0, d[:, i] / np.where(ticks > 0, ticks, 1), 1.0 - i)
+                return d[:, 15] * part * 100.0 / (dt * 1e9)
+
+            return f
+
         out: list[tuple[str, str, Callable]] = []
         if self.user >= 0:
             out += [
-                ("cpu_user", "percent_core", cpu(0)),
-                ("cpu_system", "percent_core", cpu(1)),
-                ("cpu_util", "percent",
-                 lambda d, c, dt: (d[:, 0] + d[:, 1]) * 100.0 / (dt * 1e9) / cores),
+                ("cpu_user", "percent_core", share(0)),
+                ("cpu_system", "percent_core", share(1)),
+                ("cpu_util", "percent", lambda d, c, dt: d[:, 15] * 100.0 / (dt * 1e9) / cores),
             ]  # fmt: skip
         if self.cpustat >= 0:
             out += [("cpu_throttled", "percent", cpu(3)),
