@@ -231,6 +231,8 @@ def test_point_ids_are_stable_and_change_with_the_configuration():
     assert [p.seed for p in a] == [p.seed for p in b]
     c = points(text.replace('"30s"', '"31s"'))
     assert {p.id for p in a}.isdisjoint({p.id for p in c})
+    d = points('description = "same run, other words"\n' + text)
+    assert [p.id for p in d] == [p.id for p in a]
 
 
 def test_filters_see_spec_keys_and_arithmetic():

@@ -928,9 +928,11 @@ def expand(spec: Spec, where: str | None = None) -> list[Point]:
 
 
 def _make_point(cfg: PointConfig, params: dict, repeat: int, index: int, spec: Spec) -> Point:
-    canonical = json.dumps(
-        {"config": cfg.model_dump(mode="json"), "repeat": repeat}, sort_keys=True
-    )
+    dumped = cfg.model_dump(mode="json")
+    dumped.pop("description", None)  # words do not change what runs: ids survive edits to them
+    for nt in dumped.get("node_types", {}).values():
+        nt.pop("description", None)
+    canonical = json.dumps({"config": dumped, "repeat": repeat}, sort_keys=True)
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     words = []
     for k, v in params.items():

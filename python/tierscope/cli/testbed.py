@@ -59,7 +59,7 @@ def up(
         Console(stderr=True).print(f"[red]testbed up failed:[/red] {err}")
         raise typer.Exit(1) from None
     tb.detach()
-    console = Console()
+    console = Console(soft_wrap=True)
     console.print(f"point {p.index} of {n}: {p.id} ({p.config.notation()})")
     console.print(tb.describe(), markup=False, highlight=False)
     console.print(f"state: {tb.state_file}")
@@ -94,7 +94,7 @@ def status() -> None:
     from tierscope.testbed import network
     from tierscope.testbed.lab import Testbed, state_dir
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     files = sorted(state_dir().glob("lab*.json")) if state_dir().exists() else []
     claimed_ns: set[str] = set()
     for f in files:
