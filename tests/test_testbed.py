@@ -494,3 +494,33 @@ def test_a_capture_on_the_bridge_sees_traffic_between_hosts(lab, tmp_path):
     assert len(lines) == 4  # SYN and SYN-ACK of two connections
     assert sum(f"{client.address}." in line.split(">")[0] for line in lines) == 2
     assert sum(f"{web.address}.8001 >" in line for line in lines) == 2
+
+
+def test_a_lab_left_by_a_dead_process_is_reclaimed(tmp_path):
+    """kill -9 leaves the hosts behind; the next Testbed on that lab removes them and builds anew,
+    while a lab left up on purpose (`tierscope testbed up`) is refused, not taken."""
+    _needs_namespaces()
+    code = (
+        "import time\n"
+        "from tierscope.spec import expand, parse_spec\n"
+        "from tierscope.testbed.lab import Testbed\n"
+        f"Testbed(lab={LAB2}, workdir={str(tmp_path)!r}).up(expand(parse_spec({SPEC!r}))[0])\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "up"
+    p.kill()
+    p.wait()
+    assert Path(f"/run/netns/tierscope{LAB2}-db1").exists()  # left behind
+    with Testbed(lab=LAB2, workdir=tmp_path) as tb:
+        tb.up(_point())
+        assert tb.mode == "namespaces" and len(tb.hosts) == 4
+        tb.detach()  # now it is left up on purpose
+    try:
+        with pytest.raises(Exception) as info:
+            Testbed(lab=LAB2, workdir=tmp_path).up(_point())
+        assert "already up" in str(info.value)
+    finally:
+        Testbed.from_state(LAB2).down()
+    assert not Path(f"/run/netns/tierscope{LAB2}-db1").exists()

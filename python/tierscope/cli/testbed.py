@@ -104,7 +104,6 @@ def status() -> None:
         except Exception as err:
             console.print(f"{f}: unreadable ({err})")
             continue
-        tb.detach()
         console.print(tb.describe(), markup=False)
         for name, h in tb.hosts.items():
             if h.netns:

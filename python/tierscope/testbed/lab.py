@@ -139,7 +139,39 @@ class Testbed:
             raise
         return dict(self.hosts)
 
+    def _reclaim_stale(self) -> None:
+        """Remove a lab left by a process that died (kill -9, crash) without taking it down.
+
+        A lab left up on purpose by `tierscope testbed up` (detached) is never touched.
+        """
+        state = None
+        if self.state_file.exists():
+            try:
+                state = json.loads(self.state_file.read_text())
+            except (OSError, ValueError):
+                state = {}
+            if state.get("detached") or _alive(state.get("pid")):
+                return
+            try:
+                Testbed.from_state(self.lab).down()
+            except TestbedError:
+                pass
+        elif not network.link_exists(network.bridge_name(self.lab)):
+            return
+        prefix = network.netns_name(self.lab, "")
+        for ns in network.marked_netns():
+            if ns.startswith(prefix):
+                network.ip("netns", "del", ns, check=False)
+        network.remove_bridge(self.lab)
+        parent = f"{cgroups.TOP}/{self.lab}"
+        try:
+            cgroups.remove(parent)
+        except cgroups.CgroupError:
+            pass
+        self.state_file.unlink(missing_ok=True)
+
     def _up_namespaces(self, plan: list[tuple[str, NodeType | None]]) -> None:
+        self._reclaim_stale()
         if self.state_file.exists() or network.link_exists(network.bridge_name(self.lab)):
             raise TestbedError(
                 f"lab {self.lab} is already up (bridge {network.bridge_name(self.lab)} or "
@@ -359,6 +391,11 @@ class Testbed:
                 pass
             self._prev_sigterm = None
         self._cleanups = []
+        if self._owns_state and self.state_file.exists():
+            state = json.loads(self.state_file.read_text())
+            state["detached"] = True
+            self.state_file.write_text(json.dumps(state, indent=2))
+        self._owns_state = False
 
     def __enter__(self) -> "Testbed":
         return self
