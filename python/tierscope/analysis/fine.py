@@ -47,7 +47,10 @@ SATURATED_SHARE = 0.5
 class FineGrained:
     """The result of `analyze_fine`."""
 
-    series: pa.Table  # per (tier, server, window): load, load_max, throughput, ... , saturated
+    # per (tier, server, window): load, load_max, throughput, throughput_normalised, load_exclusive,
+    # pause_ratio, share_above_n_star, saturated. N* and `saturated` refer to `load_exclusive`
+    # (= load without parent/child links): plot the main sequence against that column.
+    series: pa.Table
     n_star: dict[str, NStar]  # per server
     episodes: pa.Table  # tier, server, start_ns, end_ns, duration_ns
     saturated_share: dict[str, float]  # per tier: share of windows in which the tier is saturated
