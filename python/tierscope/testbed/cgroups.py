@@ -71,20 +71,23 @@ def block_device(spec: str | None, workdir: Path) -> str:
     if spec and ":" in spec and not spec.startswith("/"):
         return spec
     if spec:
-        st = os.stat(spec)
-        dev = st.st_rdev
-    else:
-        dev = os.stat(workdir).st_dev
-    majmin = f"{os.major(dev)}:{os.minor(dev)}"
-    sysdir = Path("/sys/dev/block") / majmin
-    if (sysdir / "partition").exists():  # throttling applies to the whole disk
-        majmin = _read(sysdir.resolve().parent / "dev")
-    if not sysdir.exists():
-        raise CgroupError(
-            f"disk limits: {spec or workdir} is not on a block device ({majmin}); set "
-            "disk_device in the node type"
-        )
-    return majmin
+        try:
+            devs = [os.stat(spec).st_rdev]
+        except OSError as err:
+            raise CgroupError(f"disk limits: disk_device {spec}: {err.strerror or err}") from err
+    else:  # the work dir's disk; when that is tmpfs (e.g. /run), the root file system's
+        devs = [os.stat(workdir).st_dev, os.stat("/").st_dev]
+    for dev in devs:
+        majmin = f"{os.major(dev)}:{os.minor(dev)}"
+        sysdir = Path("/sys/dev/block") / majmin
+        if not sysdir.exists():
+            continue
+        if (sysdir / "partition").exists():  # throttling applies to the whole disk
+            majmin = _read(sysdir.resolve().parent / "dev")
+        return majmin
+    raise CgroupError(
+        f"disk limits: {spec or workdir} is not on a block device; set disk_device in the node type"
+    )
 
 
 def controllers_for(node_type: NodeType | None) -> tuple[str, ...]:
