@@ -86,6 +86,9 @@ def build_summary(data: ReportData) -> Summary:
         headline = getattr(verdict, "text", None) or str(verdict)
         headline = headline[:1].upper() + headline[1:] + ("" if headline.endswith(".") else ".")
         confidence = confidence_words(getattr(verdict, "confidence", None))
+        n_windows = getattr(data.fine, "n_windows", 0) or 0
+        if 0 < n_windows < 100:
+            confidence += f", but from only {n_windows} windows of {window_ms:g} ms: collect a longer trace"
         evidence = getattr(verdict, "evidence", None)
         if evidence:
             facts.append(("evidence", str(evidence)))
