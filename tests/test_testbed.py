@@ -524,3 +524,66 @@ def test_a_lab_left_by_a_dead_process_is_reclaimed(tmp_path):
     finally:
         Testbed.from_state(LAB2).down()
     assert not Path(f"/run/netns/tierscope{LAB2}-db1").exists()
+
+
+def test_start_interference_runs_the_points_pauses_and_neighbours(lab, tmp_path):
+    """The runner's entry point: a point's pauses (app tier) and noisy neighbour (db1) start in the
+    right hosts and come back as one events table."""
+    extra = (
+        '[[interference.pause]]\ntier = "app"\nperiod = "400ms"\nduration = "100ms"\nstart = "100ms"\n'
+        '[[interference.noisy_neighbour]]\nserver = "db1"\nutilization = 0.05\nburstiness = 1\n'
+    )
+    point = expand(parse_spec(SPEC + extra))[0]
+    sleeper = _spawn(lab.hosts["app1"], "import time; time.sleep(30)")
+    try:
+        time.sleep(0.2)
+        running = lab.start_interference(point, seed=1)
+        time.sleep(0.5)
+        burner_pids = [b.pid for b in running.burners]
+        assert burner_pids and burner_pids[0] in lab.pids("db1")
+        time.sleep(0.5)
+        events = running.stop().to_pylist()
+    finally:
+        _stop(sleeper)
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("injected_pause") in (2, 3)  # at 0.1 s and 0.5 s (0.9 s if late)
+    assert kinds.count("noisy_neighbour_burst") == 1
+    assert {e["host"] for e in events if e["kind"] == "injected_pause"} == {"app1"}
+    assert all("of 1 processes" in e["detail"] for e in events if e["kind"] == "injected_pause")
+    assert not [p for p in burner_pids if Path(f"/proc/{p}").exists()]
+
+
+def test_monitor_series_turn_counters_into_rates_and_break_at_gaps():
+    """Arithmetic on the monitor's bulk conversion: counters sampled at known times give the
+    rates by hand, a series continues across flushes, and a failed read breaks it."""
+    from tierscope.testbed.monitor import _Series, _table
+
+    class Counter:
+        name = "h1"
+
+        def __init__(self):
+            self.values = iter([0, 10, 30, 60, 100, 150])
+
+        def read(self):
+            return (next(self.values),)
+
+        def metrics(self):
+            return [("x_rate", "per_s", lambda d, c, dt: d[:, 0] / dt),
+                    ("x_level", "count", lambda d, c, dt: c[:, 0])]  # fmt: skip
+
+    ser = _Series(Counter())
+    out: list = []
+    ser.sample(0)
+    ser.sample(100_000_000)  # +10 in 0.1 s
+    ser.drain(out)
+    ser.sample(300_000_000)  # +20 in 0.2 s, across a flush
+    ser.gap()  # a failed read: no rate across it
+    ser.sample(400_000_000)  # 60
+    ser.sample(500_000_000)  # 100: +40 in 0.1 s
+    ser.drain(out)
+    t = _table(out).to_pylist()
+    rate = [(r["ts_ns"], r["value"]) for r in t if r["metric"] == "x_rate"]
+    assert rate == [(100_000_000, pytest.approx(100.0)), (300_000_000, pytest.approx(100.0)),
+                    (500_000_000, pytest.approx(400.0))]  # fmt: skip
+    assert [r["value"] for r in t if r["metric"] == "x_level"] == [10.0, 30.0, 100.0]
+    assert {r["host"] for r in t} == {"h1"} and {r["unit"] for r in t} == {"per_s", "count"}
