@@ -1,0 +1,80 @@
+"""`tierscope run SPEC`: run every point of an experiment spec, then analyse and report."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+
+def run(
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Experiment spec (TOML); see docs/spec.md."),
+    out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/<run>/<point>/."),
+    resume: bool = typer.Option(False, "--resume", help="Skip points that finished in an earlier run."),
+    run_name: str | None = typer.Option(None, "--name", help="Run name (default: the spec's name)."),
+    loopback: bool = typer.Option(False, "--loopback", help="Run every server on loopback without limits "
+                                  "(what is lost is printed), instead of namespaced hosts."),
+    no_report: bool = typer.Option(False, "--no-report", help="Do not analyse nor write report.html."),
+) -> None:
+    """Run an experiment: for each sweep point build the hosts, start the tiers, drive the
+    workload, capture and monitor, collect the tables; then write report.html and name the
+    bottleneck. Ctrl-C stops cleanly and keeps finished points (continue with --resume).
+
+    Example: [bold]tierscope run examples/specs/tiny.toml -o results[/bold]
+    """
+    code = execute(spec_path, out, resume=resume, run_name=run_name, mode="loopback" if loopback else "auto",
+                   report=not no_report)
+    raise typer.Exit(code)
+
+
+def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str | None = None, mode: str = "auto",
+            report: bool = True) -> int:
+    """Load the spec, run it with the live display, print the outcome; returns the exit status."""
+    from tierscope.cli._live import LiveDisplay
+    from tierscope.runner import Progress, run_experiment
+    from tierscope.spec import SpecError, load_spec
+
+    console = Console()
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}")
+        return 2
+    progress = Progress()
+    stop = threading.Event()
+
+    def on_sigint(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        progress.say("Ctrl-C: stopping the current point cleanly (press again to abort)")
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with LiveDisplay(progress, enabled=sys.stdout.isatty()):
+            result = run_experiment(spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress,
+                                    report=report, stop=stop)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    console.print(f"run directory: {result.dir}")
+    console.print(f"points: {len(result.done)} done, {len(result.failed)} failed, {len(result.skipped)} skipped")
+    for pid, reason in result.failed:
+        console.print(f"  [red]failed[/red] {pid}: {reason}")
+    if result.interrupted:
+        console.print("[yellow]interrupted[/yellow]: finished points are kept; continue with --resume")
+        return 130
+    if result.report is not None:
+        from tierscope.report import print_summary
+
+        print_summary(result.summary, console)
+        console.print(f"report: {result.report}")
+    return 0 if not result.failed else 1
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

@@ -1,0 +1,580 @@
+"""The experiment runner: every point of a spec's sweep, one after the other, start to finish.
+
+For each point: build the hosts (testbed), restore the database from its snapshot, start the
+tiers and wait for health, start the capture, the resource monitor and the interference, drive the
+workload (ramp-up, run, ramp-down), then stop everything and collect: the generator's log, the
+capture traced into `requests`, `resources`, `events`, the servers' logs, and `manifest.json`.
+Results go to `OUT/<run>/<point>/`. A point whose tier dies is recorded as failed with the reason
+and the sweep goes on; Ctrl-C stops cleanly, keeps finished points and leaves nothing running.
+At the end the analysis runs over the whole run and `report.html` is written.
+
+The stages are small functions over a `PointContext`; I/O is here, the analysis is elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tierscope import __version__, tables
+from tierscope.engine import engine_path
+from tierscope.spec import Point, Spec, expand
+
+#: ports the tiers listen on inside their hosts (every host has its own address)
+WEB_PORT, APP_PORT = 8000, 9000
+DB_PORT = {"postgres": 5432, "mariadb": 3306}
+DBMS_NAME = {"postgres": "postgresql", "mariadb": "mariadb"}
+
+DONE, FAILED = "done", "failed"
+
+
+class PointFailed(RuntimeError):
+    """A point could not finish (a tier died, a service did not start); the sweep goes on."""
+
+
+@dataclass
+class Progress:
+    """What the live display shows; updated by the runner, read by the display thread."""
+
+    points_total: int = 0
+    point_index: int = 0
+    point_id: str = ""
+    phase: str = "starting"
+    users: int = 0
+    active_users: int = 0
+    rps: float = 0.0
+    p90_ms: float | None = None
+    errors: int = 0
+    point_started: float = 0.0
+    point_seconds: float = 0.0
+    finished: list[tuple[str, str, str]] = field(default_factory=list)  # (id, status, note)
+    messages: list[str] = field(default_factory=list)
+
+    def say(self, message: str) -> None:
+        self.messages.append(message)
+        del self.messages[:-6]
+
+
+@dataclass
+class PointContext:
+    """Everything one point starts, so that teardown can stop exactly that, in reverse."""
+
+    point: Point
+    dir: Path
+    testbed: object | None = None
+    hosts: dict = field(default_factory=dict)
+    services: list = field(default_factory=list)
+    capture: object | None = None
+    monitor: object | None = None
+    interference: object | None = None
+    phases: dict = field(default_factory=dict)
+    events: list[pa.Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    server_map: list[tuple[str, str, str, str]] = field(default_factory=list)  # addr:port tier name proto
+
+
+# --- data: one loaded snapshot per (dbms, scale, seed) ----------------------------------------
+
+
+def scale_name(scale: float | str) -> str:
+    """The RUBBoS data preset for a spec's `scale` (a preset name, or a fraction of the paper's)."""
+    if isinstance(scale, str):
+        return scale
+    if scale <= 0.01:
+        return "tiny"
+    if scale < 0.5:
+        return "small"
+    return "paper"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prepare_data(points: list[Point], work: Path, say: Callable[[str], None]) -> dict[tuple, Path]:
+    """Load (or reuse) the database snapshot every point starts from; returns their data dirs."""
+    from tierscope.apps.rubbos import snapshot, system
+
+    out: dict[tuple, Path] = {}
+    for p in points:
+        c = p.config
+        key = (c.dbms, scale_name(c.scale), c.seed)
+        if key in out:
+            continue
+        snap = snapshot.snapshot_for(DBMS_NAME[c.dbms], key[1], c.seed)
+        if not snap.fresh():
+            say(f"loading RUBBoS data: {DBMS_NAME[c.dbms]}, scale {key[1]} (once; later runs reuse the snapshot)")
+            opts = system.Options(dbms=DBMS_NAME[c.dbms], scale=key[1], seed=c.seed, db_port=free_port(),
+                                  run_dir=work / "prepare")
+            db, _cfg, report, _restored = system.start_loaded_db(opts, work / "prepare" / key[1], say=say)
+            db.stop()
+            if report is not None:
+                say(f"loaded {sum(report.rows.values()):,} rows in {report.seconds:.1f} s")
+            shutil.rmtree(work / "prepare", ignore_errors=True)
+        out[key] = snap.data
+    return out
+
+
+# --- the stages of one point -------------------------------------------------------------------
+
+
+def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progress) -> str:
+    """Start the database, the app servers and nginx in their hosts; return the system's URL."""
+    from tierscope.apps.rubbos import pages, snapshot
+    from tierscope.apps.rubbos.dal import DbConfig
+    from tierscope.services.appserver import AppServer
+    from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
+    from tierscope.services.nginx import Nginx
+    from tierscope.services.postgres import Postgres
+
+    c = ctx.point.config
+    hosts = ctx.hosts
+    dbs = c.tier_servers("db")
+    if len(dbs) != 1:
+        raise PointFailed(f"RUBBoS runs on one database server here; the topology has {len(dbs)}")
+    db_server = dbs[0]
+    db_host = hosts[db_server.name]
+    port = DB_PORT[c.dbms]
+    cache = f"{max(16, c.soft.db.cache // 2**20)}MB"
+    progress.phase = "starting database"
+    if c.dbms == "postgres":
+        db = Postgres(db_host, port, ctx.dir / db_server.name, fsync=False, shared_buffers=cache,
+                      max_connections=c.soft.db.max_connections, name=db_server.name)
+        cfg = DbConfig("postgresql", host=db_host.address, port=port, user="postgres", password="",
+                       database="rubbos")
+        proto = "postgres"
+    else:
+        db = MariaDB(db_host, port, ctx.dir / db_server.name, durable=False, buffer_pool=cache.replace("MB", "M"),
+                     max_connections=c.soft.db.max_connections, name=db_server.name)
+        cfg = DbConfig("mariadb", host=db_host.address, port=port, user=LAB_USER, password=LAB_PASSWORD,
+                       database="rubbos")
+        proto = "mysql"
+    snapshot.copy_tree(data_dirs[(c.dbms, scale_name(c.scale), c.seed)], db.data_dir)
+    ctx.services.append(db)
+    db.start()
+    ctx.server_map.append((db.address, "db", db_server.name, proto))
+
+    progress.phase = "starting app servers"
+    apps = []
+    for s in c.tier_servers("app"):
+        app = AppServer(hosts[s.name], APP_PORT, ctx.dir / s.name, db=cfg, workers=c.soft.app.workers,
+                        threads=c.soft.app.threads, pool_size=c.soft.app.db_pool,
+                        events_dir=ctx.dir / "app-events" / s.name, name=s.name)
+        ctx.services.append(app)
+        app.start()
+        apps.append(app)
+        ctx.server_map.append((app.address, "app", s.name, "http"))
+
+    progress.phase = "starting web server"
+    webs = c.tier_servers("web")
+    root = pages.write_static(ctx.dir / "www")
+    web = None
+    for s in webs:
+        web = Nginx(hosts[s.name], WEB_PORT, ctx.dir / s.name, root=root, upstreams=[a.address for a in apps],
+                    workers=c.soft.web.workers, worker_connections=c.soft.web.connections, name=s.name)
+        ctx.services.append(web)
+        web.start()
+        ctx.server_map.append((web.address, "web", s.name, "http"))
+    if len(webs) > 1:
+        ctx.notes.append(f"{len(webs)} web servers: the generator drives the first one only")
+    return f"http://{hosts[webs[0].name].address}:{WEB_PORT}"
+
+
+def start_capture(ctx: PointContext) -> None:
+    """tcpdump on the bridge (one clock for every tier), written to capture.pcap."""
+    from tierscope.trace.capture import LiveCapture
+
+    c = ctx.point.config
+    ctx.capture = LiveCapture(ctx.testbed.capture_interface, ctx.dir / "capture.pcap",  # type: ignore[union-attr]
+                              filter="tcp", snaplen=c.monitor.snaplen).start()
+
+
+def workload_file(mix: str) -> Path:
+    from tierscope.apps.rubbos import mixes
+
+    path = Path(mixes.__file__).parent / "workloads" / f"{mix}.toml"
+    if not path.exists():
+        raise PointFailed(f"no workload file for mix {mix!r} ({path})")
+    return path
+
+
+def drive(ctx: PointContext, url: str, progress: Progress, stop: threading.Event) -> dict:
+    """Run the generator from the client host; return its final summary."""
+    c = ctx.point.config
+    w = c.workload
+    users = _users_of(ctx.point)
+    argv = [
+        str(engine_path()), "load", str(workload_file(c.mix)),
+        "--target", url,
+        "--log", str(ctx.dir / "client_requests.parquet"),
+        "--users", str(users),
+        "--ramp-up", f"{w.ramp_up}s", "--duration", f"{w.run}s", "--ramp-down", f"{w.ramp_down}s",
+        "--think", str(w.think_time),
+        "--seed", str(ctx.point.seed),
+    ]
+    if w.dispersion > 1:
+        argv += ["--think-dispersion", str(w.dispersion)]
+    client = ctx.hosts.get("client1")
+    cmd = client.wrap(argv) if client is not None else argv
+    progress.users = users
+    progress.phase = "ramp_up"
+    t0 = time.time_ns()
+    ctx.phases["load_start_ns"] = t0
+    stderr = open(ctx.dir / "generator.stderr.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
+    summary: dict = {}
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if stop.is_set():
+                proc.send_signal(signal.SIGINT)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "summary" in msg:
+                summary = msg
+                continue
+            progress.phase = msg.get("phase", progress.phase)
+            progress.active_users = int(msg.get("active_users", 0))
+            progress.rps = float(msg.get("rps", 0.0))
+            progress.p90_ms = msg.get("p90_ms")
+            progress.errors = int(msg.get("errors", progress.errors))
+        proc.wait()
+    except BaseException:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    finally:
+        stderr.close()
+    ctx.phases.update(_phase_times(t0, w.ramp_up, w.run, w.ramp_down))
+    if stop.is_set():
+        raise KeyboardInterrupt
+    if proc.returncode != 0:
+        err = (ctx.dir / "generator.stderr.log").read_text()[-2000:]
+        raise PointFailed(f"the workload generator exited with status {proc.returncode}: {err.strip()}")
+    return summary
+
+
+def _users_of(point: Point) -> int:
+    w = point.config.workload
+    for key in ("workload.users", "users"):
+        if key in point.params and isinstance(point.params[key], int):
+            return point.params[key]
+    return int(w.users[0])
+
+
+def _phase_times(t0: int, ramp_up: float, run: float, ramp_down: float) -> dict:
+    s = lambda x: int(x * 1e9)  # noqa: E731
+    return {
+        "ramp_up": {"start_ns": t0, "end_ns": t0 + s(ramp_up)},
+        "run": {"start_ns": t0 + s(ramp_up), "end_ns": t0 + s(ramp_up + run)},
+        "ramp_down": {"start_ns": t0 + s(ramp_up + run), "end_ns": t0 + s(ramp_up + run + ramp_down)},
+    }
+
+
+def check_tiers_alive(ctx: PointContext) -> None:
+    """Raise PointFailed naming every tier whose program has died."""
+    dead = [s.name for s in ctx.services if not s.running()]
+    if dead:
+        raise PointFailed(f"tier died during the run: {', '.join(dead)}")
+
+
+def collect(ctx: PointContext) -> dict:
+    """Stop what runs and gather every table of the point; returns counts per table."""
+    counts: dict[str, int] = {}
+    if ctx.interference is not None:
+        ctx.events.append(ctx.interference.stop())  # type: ignore[attr-defined]
+        ctx.interference = None
+    if ctx.monitor is not None:
+        ctx.monitor.stop()  # type: ignore[attr-defined]
+        ctx.monitor = None
+    if ctx.capture is not None:
+        ctx.capture.stop()  # type: ignore[attr-defined]
+        ctx.capture = None
+    stop_services(ctx)
+    from tierscope.apps.rubbos import events as app_events
+
+    ev_dir = ctx.dir / "app-events"
+    if ev_dir.exists():
+        for d in sorted(ev_dir.iterdir()):
+            ctx.events.append(app_events.collect(d))
+    events = pa.concat_tables([tables.conform(t, "events") for t in ctx.events]) if ctx.events else tables.empty("events")
+    tables.write(events, ctx.dir / "events.parquet", "events")
+    counts["events"] = events.num_rows
+    pcap = ctx.dir / "capture.pcap"
+    if pcap.exists():
+        counts["requests"] = trace_point_capture(ctx, pcap)
+    for name in ("client_requests", "resources"):
+        f = ctx.dir / f"{name}.parquet"
+        if f.exists():
+            counts[name] = pq.read_metadata(f).num_rows
+    return counts
+
+
+def trace_point_capture(ctx: PointContext, pcap: Path) -> int:
+    """The capture traced into requests.parquet with the point's server map; returns the rows."""
+    from tierscope.trace.run import TraceError, trace_capture
+    from tierscope.trace.servermap import ServerEntry, write_server_map
+
+    entries = []
+    for address, tier, name, proto in ctx.server_map:
+        addr, port = address.rsplit(":", 1)
+        entries.append(ServerEntry(addr, int(port), tier, name, proto))
+    smap = write_server_map(entries, ctx.dir / "servers.map")
+    try:
+        result = trace_capture(pcap, ctx.dir / "requests.parquet", smap)
+    except TraceError as err:
+        ctx.notes.append(f"tracing the capture failed: {err}")
+        return 0
+    (ctx.dir / "trace.json").write_text(json.dumps(result.stats, indent=1))
+    if result.stopped_early:
+        ctx.notes.append(f"the capture was read partly: {result.stopped_early}")
+    return pq.read_metadata(ctx.dir / "requests.parquet").num_rows
+
+
+def stop_services(ctx: PointContext) -> None:
+    for svc in reversed(ctx.services):
+        try:
+            svc.stop()
+        except Exception as err:  # keep stopping the others
+            ctx.notes.append(f"stopping {svc.name}: {err}")
+    for svc in ctx.services:
+        logs_dir = ctx.dir / "logs" / svc.name
+        for name, path in svc.logs().items():
+            logs_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copy(path, logs_dir / f"{name}.log")
+            except OSError:
+                pass
+    ctx.services = []
+
+
+def machine() -> dict:
+    return {
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict:
+    def first_line(argv: list[str]) -> str | None:
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        text = (out.stdout or out.stderr).strip().splitlines()
+        return text[0] if text else None
+
+    from tierscope.engine import engine_version
+
+    return {
+        "tierscope": __version__,
+        "tierscope-engine": engine_version(),
+        "nginx": first_line(["nginx", "-v"]),
+        "postgres": first_line([str(_pg_bin()), "--version"]) if _pg_bin() else None,
+        "mariadb": first_line(["mariadbd", "--version"]),
+        "tcpdump": first_line(["tcpdump", "--version"]),
+    }
+
+
+def _pg_bin() -> Path | None:
+    try:
+        from tierscope.services.postgres import pg_bindir
+
+        return pg_bindir() / "postgres"
+    except Exception:
+        return None
+
+
+def write_manifest(ctx: PointContext, status: str, reason: str | None, spec: Spec, counts: dict,
+                   summary: dict, vers: dict, seconds: float) -> None:
+    c = ctx.point.config
+    manifest = {
+        "status": status,
+        "reason": reason,
+        "point": {
+            "id": ctx.point.id,
+            "index": ctx.point.index,
+            "repeat": ctx.point.repeat,
+            "params": ctx.point.params,
+            "seed": ctx.point.seed,
+            "users": _users_of(ctx.point),
+            "think_time_s": c.workload.think_time,
+        },
+        "topology": c.notation(),
+        "phases": ctx.phases,
+        "tables": counts,
+        "generator": summary.get("summary") if summary else None,
+        "testbed": {
+            "mode": getattr(ctx.testbed, "mode", None),
+            "lost": getattr(ctx.testbed, "lost", []),
+            "hosts": {n: {"address": h.address, "netns": h.netns, "cgroup": h.cgroup} for n, h in ctx.hosts.items()},
+        },
+        "servers": [{"address": a, "tier": t, "server": n, "protocol": p} for a, t, n, p in ctx.server_map],
+        "notes": ctx.notes,
+        "seconds": round(seconds, 3),
+        "config": c.model_dump(mode="json"),
+        "spec_path": spec.path,
+        "versions": vers,
+        "machine": machine(),
+    }
+    (ctx.dir / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
+
+
+def point_status(point_dir: Path) -> str | None:
+    """done / failed / None (never finished) from a point's manifest."""
+    try:
+        return json.loads((point_dir / "manifest.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+# --- the whole run -----------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    dir: Path
+    done: list[str]
+    failed: list[tuple[str, str]]
+    skipped: list[str]
+    interrupted: bool = False
+    report: Path | None = None
+    summary: object | None = None  # tierscope.report.Summary of the whole run
+
+
+def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: str, progress: Progress,
+              stop: threading.Event, vers: dict) -> tuple[str, str | None]:
+    """Run one point start to finish; always tears down; returns (status, reason)."""
+    from tierscope.testbed.lab import Testbed
+
+    pdir = run_dir / point.id
+    if pdir.exists():
+        shutil.rmtree(pdir)
+    pdir.mkdir(parents=True)
+    ctx = PointContext(point, pdir)
+    started = time.monotonic()
+    status, reason, counts, summary = FAILED, None, {}, {}
+    interrupted = False
+    try:
+        progress.phase = "building hosts"
+        ctx.testbed = Testbed(lab=0, workdir=pdir / "testbed", mode=mode)
+        ctx.hosts = ctx.testbed.up(point)  # type: ignore[attr-defined]
+        url = start_tiers(ctx, data_dirs, progress)
+        c = point.config
+        if c.monitor.capture:
+            start_capture(ctx)
+        ctx.monitor = ctx.testbed.start_monitor(c.monitor.interval, pdir / "resources.parquet")  # type: ignore[attr-defined]
+        if c.interference.pause or c.interference.noisy_neighbour:
+            pids = {s.name: s.pids for s in ctx.services}
+            ctx.interference = ctx.testbed.start_interference(point, seed=point.seed, pids=pids)  # type: ignore[attr-defined]
+        summary = drive(ctx, url, progress, stop)
+        check_tiers_alive(ctx)
+        status = DONE
+    except KeyboardInterrupt:
+        interrupted = True
+        reason = "interrupted"
+    except Exception as err:  # the point fails, the sweep goes on
+        reason = f"{type(err).__name__}: {err}"
+    finally:
+        progress.phase = "collecting"
+        try:
+            counts = collect(ctx)
+        except Exception as err:
+            ctx.notes.append(f"collect: {err}")
+            if status == DONE:
+                status, reason = FAILED, f"collect failed: {err}"
+        finally:
+            stop_services(ctx)
+            if ctx.testbed is not None:
+                try:
+                    ctx.testbed.down()  # type: ignore[attr-defined]
+                except Exception as err:
+                    ctx.notes.append(f"testbed down: {err}")
+        if status == DONE and counts.get("client_requests", 0) == 0:
+            status, reason = FAILED, "the generator logged no request"
+        if not interrupted:
+            write_manifest(ctx, status, reason, spec, counts, summary, vers, time.monotonic() - started)
+    if interrupted:
+        shutil.rmtree(pdir, ignore_errors=True)  # an unfinished point is not a result
+        raise KeyboardInterrupt
+    return status, reason
+
+
+def run_experiment(spec: Spec, out: Path, *, resume: bool = False, mode: str = "auto", run_name: str | None = None,
+                   progress: Progress | None = None, report: bool = True,
+                   stop: threading.Event | None = None) -> RunResult:
+    """Run every point of `spec` into `out/<run>/`; then analyse and write report.html."""
+    progress = progress or Progress()
+    stop = stop or threading.Event()
+    points = expand(spec)
+    run_dir = Path(out) / (run_name or spec.name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.json").write_text(json.dumps(spec.model_dump(mode="json"), indent=1, default=str))
+    result = RunResult(run_dir, [], [], [])
+    todo = []
+    for p in points:
+        if resume and point_status(run_dir / p.id) == DONE:
+            result.skipped.append(p.id)
+            progress.finished.append((p.id, "skipped", "finished in an earlier run"))
+        else:
+            todo.append(p)
+    progress.points_total = len(points)
+    vers = versions()
+    try:
+        data_dirs = prepare_data(todo, run_dir / ".work", progress.say) if todo else {}
+        for p in todo:
+            progress.point_index = points.index(p) + 1
+            progress.point_id = p.id
+            progress.point_started = time.monotonic()
+            w = p.config.workload
+            progress.point_seconds = w.ramp_up + w.run + w.ramp_down
+            progress.errors = 0
+            status, reason = run_point(p, spec, run_dir, data_dirs, mode, progress, stop, vers)
+            if status == DONE:
+                result.done.append(p.id)
+            else:
+                result.failed.append((p.id, reason or "failed"))
+            progress.finished.append((p.id, status, reason or ""))
+    except KeyboardInterrupt:
+        result.interrupted = True
+        return result
+    finally:
+        shutil.rmtree(run_dir / ".work", ignore_errors=True)
+    if report and (result.done or result.skipped):
+        progress.phase = "analysing"
+        result.report, result.summary = write_run_report(run_dir, spec)
+    return result
+
+
+def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object]:
+    """Analyse the run and write run_dir/report.html; returns its path and the summary."""
+    from tierscope.report import build_summary, collect_run, write_report
+
+    points = expand(spec)
+    window_ns = int(round(points[0].config.monitor.window * 1e9)) if points else 50_000_000
+    data = collect_run(run_dir, window_ns=window_ns)
+    summary = build_summary(data)
+    return write_report(data, run_dir / "report.html", summary), summary
