@@ -102,14 +102,14 @@ def test_clean_removes_everything_tierscope_left_and_nothing_else(needs_namespac
         links = subprocess.run(["ip", "-d", "link"], capture_output=True, text=True).stdout
         assert f"tsbr{LAB}" not in links and "alias tierscope" not in links
         assert tierscope_cgroups() == []
-        assert not list(Path("/run/tierscope").glob(f"lab{LAB}.json"))
+        assert not list(Path("/run/tierscope").glob(f"lab{LAB}*"))  # state file and work dir
         # and nothing else was touched
         assert other_ns in " ".join(netns())
         assert Path(f"/sys/class/net/{other_link}").exists()
         assert other_cg.is_dir()
         assert bystander.poll() is None
         again = cli("clean")
-        assert "removed 0 processes, 0 namespaces, 0 links, 0 cgroup directories" in again.stdout
+        assert "removed 0 processes, 0 namespaces, 0 links, 0 cgroup directories, 0 state" in again.stdout
     finally:
         if orphan.poll() is None:
             orphan.kill()

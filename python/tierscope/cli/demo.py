@@ -11,10 +11,12 @@ def preset(name: str) -> Path:
     """The path of a preset spec shipped with the package (`demo`, `demo-alternating`, `tiny`)."""
     import tierscope
 
-    path = Path(tierscope.__file__).parent / "presets" / f"{name}.toml"
-    if not path.exists():
-        raise FileNotFoundError(f"no preset {name!r} at {path}")
-    return path
+    package = Path(tierscope.__file__).parent
+    for folder in (package / "presets", package.parent.parent / "examples" / "specs"):
+        path = folder / f"{name}.toml"
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"no preset {name!r} in {package / 'presets'}")
 
 
 def demo(

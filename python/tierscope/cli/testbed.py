@@ -141,7 +141,7 @@ def clean() -> None:
     console = Console(highlight=False)
     console.print(
         f"removed {len(out.processes)} processes, {len(out.netns)} namespaces, {len(out.links)} "
-        f"links, {len(out.cgroups)} cgroup directories, {len(out.state_files)} state files"
+        f"links, {len(out.cgroups)} cgroup directories, {len(out.state_files)} state files and work dirs"
     )
     for e in out.errors:
         console.print(f"[red]could not remove:[/red] {e}")

@@ -126,7 +126,12 @@ def clean(state_dir: Path | None = None) -> Cleaned:
                     out.errors.append(f"cgroup {d}: {err.strerror}")
                 time.sleep(0.05)
     if state_dir is not None and state_dir.exists():
-        for f in sorted(state_dir.glob("lab*.json")):
-            f.unlink(missing_ok=True)
+        import shutil
+
+        for f in sorted(state_dir.glob("lab*")):  # state files and default work dirs
+            if f.is_dir():
+                shutil.rmtree(f, ignore_errors=True)
+            else:
+                f.unlink(missing_ok=True)
             out.state_files.append(str(f))
     return out

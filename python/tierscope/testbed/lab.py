@@ -68,6 +68,8 @@ class Testbed:
         self.lab = lab
         self.requested_mode = mode
         self.mode: str | None = None
+        #: the default work dir (under the state dir) is disposable and removed by down()
+        self._own_workdir = workdir is None
         self.workdir = Path(workdir or state_dir() / f"lab{lab}").absolute()
         self.hosts: dict[str, Host] = {}
         self.node_types: dict[str, NodeType | None] = {}
@@ -243,6 +245,7 @@ class Testbed:
         except (OSError, ValueError) as err:
             raise TestbedError(f"no testbed state for lab {lab} ({f}: {err})") from err
         tb = cls(lab=lab, workdir=state.get("workdir"), mode=state["mode"])
+        tb._own_workdir = tb.workdir == (state_dir() / f"lab{lab}").absolute()
         tb.mode = state["mode"]
         tb._owns_state = True
         tb.lost = state.get("lost", [])
@@ -359,6 +362,10 @@ class Testbed:
         if self._owns_state:
             self.state_file.unlink(missing_ok=True)
             self._owns_state = False
+            if self._own_workdir:
+                import shutil
+
+                shutil.rmtree(self.workdir, ignore_errors=True)
         try:
             atexit.unregister(self.down)
         except Exception:

@@ -127,9 +127,24 @@ class Generator:
         self.now = (now or datetime.now()).replace(microsecond=0)
         words = load_words()
         self.text = Text(random.Random(seed), words)
-        self.n_new_stories = 0
-        self.n_old_stories = 0
-        self.n_comments = {"comments": 0, "old_comments": 0}
+        sc = scale
+        # Story times and comment counts first (own random streams), so ids can be laid out as
+        # if stories had moved from `stories` to `old_stories` over time: old stories take the
+        # lower ids, new stories follow (a story id names one story in either table, as
+        # ViewStory assumes); likewise old comments, then comments.
+        self.times = {
+            "old_stories": self._story_times("old_stories", sc.new_days, sc.old_days, sc.old_stories_per_day),
+            "stories": self._story_times("stories", 0, sc.new_days, sc.stories_per_day),
+        }
+        self.first_story_id = {"old_stories": 1, "stories": len(self.times["old_stories"]) + 1}
+        limit = int(2 * sc.comments_per_story)
+        self.thread_sizes = {}
+        for table, story_table in (("old_comments", "old_stories"), ("comments", "stories")):
+            r = self.rng(f"{table}:sizes")
+            self.thread_sizes[table] = [r.randint(0, limit) for _ in self.times[story_table]]
+        n_old_comments = sum(self.thread_sizes["old_comments"])
+        self.first_comment_id = {"old_comments": 1, "comments": n_old_comments + 1}
+        self.n_comments = {t: sum(s) for t, s in self.thread_sizes.items()}
 
     def rng(self, table: str) -> random.Random:
         """An independent stream per table, so tables can be generated alone."""
@@ -156,44 +171,38 @@ class Generator:
                 f"{r.randint(-5, 20)}\t{access}\t{fmt(created)}"
             )
 
-    def _story_times(self, r: random.Random, first_day: int, days: int, per_day: float) -> list[datetime]:
+    def _story_times(self, table: str, first_day: int, days: int, per_day: float) -> list[datetime]:
         """Times of stories over `days` days ending `first_day` days before now, oldest first."""
+        r = self.rng(f"{table}:times")
         n = max(1, round(days * per_day))
         span = days * DAY
         end = self.now - timedelta(days=first_day)
         offsets = sorted((r.random() * span for _ in range(n)), reverse=True)
         return [end - timedelta(seconds=int(o) + 1) for o in offsets]
 
-    def _stories(self, table: str, first_day: int, days: int, per_day: float) -> Iterator[str]:
+    def _stories(self, table: str) -> Iterator[str]:
         r = self.rng(table)
         t, sc = self.text, self.scale
-        times = self._story_times(r, first_day, days, per_day)
-        self._times = getattr(self, "_times", {})
-        self._times[table] = times
-        for i, d in enumerate(times, start=1):
+        for i, d in enumerate(self.times[table], start=self.first_story_id[table]):
             yield f"{i}\t{t(10, 99)}\t{t(*sc.story_body)}\t{fmt(d)}\t{r.randint(1, sc.users)}\t{r.randrange(N_CATEGORIES)}"
 
     def stories(self) -> Iterator[str]:
-        yield from self._stories("stories", 0, self.scale.new_days, self.scale.stories_per_day)
-        self.n_new_stories = len(self._times["stories"])
+        yield from self._stories("stories")
 
     def old_stories(self) -> Iterator[str]:
-        sc = self.scale
-        yield from self._stories("old_stories", sc.new_days, sc.old_days, sc.old_stories_per_day)
-        self.n_old_stories = len(self._times["old_stories"])
+        yield from self._stories("old_stories")
 
     def _comments(self, table: str, story_table: str) -> Iterator[str]:
         """Comment trees: per story, each comment replies to the story (parent 0) or to an earlier
         comment of the same story; `childs` is counted before the rows are written."""
         r = self.rng(table)
         t, sc = self.text, self.scale
-        times = self._times[story_table]
-        next_id = 1
-        limit = 2 * sc.comments_per_story
-        for story_id, story_time in enumerate(times, start=1):
-            n = r.randint(0, int(limit))
+        next_id = self.first_comment_id[table]
+        first_story = self.first_story_id[story_table]
+        for k, (story_time, n) in enumerate(zip(self.times[story_table], self.thread_sizes[table])):
             if n == 0:
                 continue
+            story_id = first_story + k
             parents = [0] * n
             for j in range(1, n):
                 if r.random() >= 0.35:
@@ -213,7 +222,6 @@ class Generator:
                     f"{t(10, 99)}\t{t(*sc.comment_body)}"
                 )
             next_id += n
-        self.n_comments[table] = next_id - 1
 
     def comments(self) -> Iterator[str]:
         yield from self._comments("comments", "stories")
@@ -229,12 +237,14 @@ class Generator:
             yield f"{i}\t{t(10, 99)}\t{t(*sc.story_body)}\t{fmt(d)}\t{r.randint(1, sc.users)}\t{r.randrange(N_CATEGORIES)}"
 
     def moderator_log(self) -> Iterator[str]:
+        """Moderations of (new) comments by authors."""
         r = self.rng("moderator_log")
-        n_comments = max(1, self.n_comments["comments"])
+        lo = self.first_comment_id["comments"]
+        hi = lo + max(1, self.n_comments["comments"]) - 1
         authors = self.author_ids()
         for i in range(1, self.scale.moderator_log + 1):
             d = self.now - timedelta(seconds=r.randrange(1, 30 * DAY))
-            yield f"{i}\t{r.choice(authors)}\t{r.randint(1, n_comments)}\t{r.choice((-1, 0, 1))}\t{fmt(d)}"
+            yield f"{i}\t{r.choice(authors)}\t{r.randint(lo, hi)}\t{r.choice((-1, 0, 1))}\t{fmt(d)}"
 
     def tables(self) -> list[tuple[str, Callable[[], Iterator[str]]]]:
         """(table, row iterator) in load order (stories before their comments)."""
