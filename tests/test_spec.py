@@ -153,6 +153,10 @@ users = 5
         (MIN + '[sweep]\nfilters = ["users > 100"]\n', "t.toml: sweep.filters: no point is left after the filters"),
         (MIN + "[sweep]\nrepeats = 0\n", "t.toml: sweep.repeats: Input should be greater than or equal to 1"),
         (MIN + "[sweep]\nrepeat = 2\n", "t.toml: sweep.repeat: unknown key (expected one of: matrix, filters, repeats)"),
+        (MIN + "[node_types.X]\ncpuu = 1\n",
+         "t.toml: node_types.X.cpuu: unknown key (expected one of: description, cpu, cpus, cpu_period, memory,"),
+        (MIN + '[[interference.pause]]\ntier = "app"\nperiod = "1s"\nduration = "1ms"\nlength = 2\n',
+         "t.toml: interference.pause[0].length: unknown key (expected one of: tier, server, period, duration,"),
         ("colour = 1\n" + MIN, "t.toml: colour: unknown key"),
     ],
 )

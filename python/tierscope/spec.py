@@ -624,39 +624,33 @@ def _loc_str(loc: tuple) -> str:
 
 def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
     """The model class found by following the key path `loc` from `model` (None when unknown)."""
+    import typing
+
+    skip_key = False  # the next part is a key of a dict of models (e.g. a node type's letter)
     for part in loc:
-        if model is None or not isinstance(part, str):
-            if isinstance(part, int) or (isinstance(part, str) and model is None):
-                continue
-            return None
-        field = model.model_fields.get(part)
+        if isinstance(part, int):
+            continue
+        if skip_key:
+            skip_key = False
+            continue
+        field = model.model_fields.get(part) if model is not None else None
         if field is None:
-            if model is PointConfig and part == "node_types":
-                return None
             return None
-        ann = field.annotation
-        found = None
-        for cand in _classes_in(ann):
-            found = cand
-            break
-        model = found
+        models = _classes_in(field.annotation)
+        model = models[0] if models else None
+        skip_key = typing.get_origin(field.annotation) is dict
     return model
 
 
 def _classes_in(ann: Any) -> list[type[BaseModel]]:
+    """The pydantic model classes named in a type annotation (list[X], dict[str, X], X | None)."""
     out = []
     stack = [ann]
     while stack:
         a = stack.pop()
         if isinstance(a, type) and issubclass(a, BaseModel):
             out.append(a)
-        for sub in getattr(a, "__args__", ()) or ():
-            stack.append(sub)
-        for sub in getattr(a, "__metadata__", ()) or ():
-            pass
-        origin = getattr(a, "__origin__", None)
-        if origin is not None and origin is not a:
-            stack.append(origin)
+        stack.extend(getattr(a, "__args__", ()) or ())
     return out
 
 
