@@ -66,6 +66,11 @@ struct Ctx {
     policy: Policy,
     /// the largest think-time mean of any page (the truncation point is 10x this)
     max_think_mean: f64,
+    /// closed-loop wake-ups are aligned to this grid (s; 0 = exact)
+    quantum_s: f64,
+    deadlines: RefCell<Deadlines>,
+    /// pre-built request bytes of pages with a literal URL and no body
+    static_requests: Vec<Option<Arc<[u8]>>>,
 }
 
 fn mix(seed: u64, k: u64) -> u64 {
@@ -84,6 +89,14 @@ impl Ctx {
     #[inline]
     fn ns_at(&self, s: f64) -> i64 {
         self.t0_ns + (s * 1e9) as i64
+    }
+    #[inline]
+    fn align(&self, s: f64) -> f64 {
+        if self.quantum_s > 0.0 {
+            (s / self.quantum_s).round() * self.quantum_s
+        } else {
+            s
+        }
     }
     fn phase_at(&self, s: f64) -> u8 {
         if s < self.wl.ramp_up_s {
@@ -182,7 +195,14 @@ impl Ctx {
         Ok(())
     }
 
-    fn request_bytes(&self, page: usize, req: &Req, close: bool) -> Vec<u8> {
+    fn request_bytes(&self, page: usize, req: &Req, close: bool) -> ReqBytes {
+        if let Some(b) = &self.static_requests[page] {
+            return ReqBytes::Shared(b.clone());
+        }
+        ReqBytes::Owned(self.build_request(page, req, close))
+    }
+
+    fn build_request(&self, page: usize, req: &Req, close: bool) -> Vec<u8> {
         let method = self.wl.pages[page].method;
         let form_len = req.form.as_ref().map_or(0, |f| f.len());
         let mut b = Vec::with_capacity(96 + req.path.len() + self.target.host_header.len() + form_len);
@@ -203,6 +223,110 @@ impl Ctx {
             b.extend_from_slice(b"\r\n");
         }
         b
+    }
+}
+
+/// Request bytes: shared for pages whose request never changes, built otherwise.
+enum ReqBytes {
+    Shared(Arc<[u8]>),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for ReqBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReqBytes::Shared(a) => a,
+            ReqBytes::Owned(v) => v,
+        }
+    }
+}
+
+/// Request timeouts without a timer-wheel entry per request: a pending request sits in a slot
+/// with its deadline and waker; a watchdog task scans the slots every 10 ms and wakes the
+/// expired ones, which then resolve to a timeout. (Timeout precision: about 10 ms.)
+#[derive(Default)]
+struct Deadlines {
+    slots: Vec<Option<(Instant, std::task::Waker)>>,
+    free: Vec<usize>,
+}
+
+struct Deadline<'a, 'b, F> {
+    ctx: &'a Ctx,
+    fut: std::pin::Pin<&'b mut F>,
+    at: Instant,
+    slot: Option<usize>,
+}
+
+impl<'a, 'b, F: std::future::Future> Deadline<'a, 'b, F> {
+    fn new(ctx: &'a Ctx, fut: std::pin::Pin<&'b mut F>) -> Deadline<'a, 'b, F> {
+        Deadline { ctx, fut, at: Instant::now() + ctx.request_timeout, slot: None }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for Deadline<'_, '_, F> {
+    type Output = Result<F::Output, ()>;
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        if this.slot.is_some() && Instant::now() >= this.at {
+            return Poll::Ready(Err(()));
+        }
+        let at = this.at;
+        let mut d = this.ctx.deadlines.borrow_mut();
+        match this.slot {
+            Some(i) => {
+                if let Some((_, w)) = &d.slots[i] {
+                    if !w.will_wake(cx.waker()) {
+                        d.slots[i] = Some((at, cx.waker().clone()));
+                    }
+                }
+            }
+            None => {
+                let entry = Some((at, cx.waker().clone()));
+                let i = match d.free.pop() {
+                    Some(i) => {
+                        d.slots[i] = entry;
+                        i
+                    }
+                    None => {
+                        d.slots.push(entry);
+                        d.slots.len() - 1
+                    }
+                };
+                drop(d);
+                this.slot = Some(i);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl<F> Drop for Deadline<'_, '_, F> {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot.take() {
+            let mut d = self.ctx.deadlines.borrow_mut();
+            d.slots[i] = None;
+            d.free.push(i);
+        }
+    }
+}
+
+async fn watchdog(ctx: Rc<Ctx>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let d = ctx.deadlines.borrow();
+        for (at, w) in d.slots.iter().flatten() {
+            if *at <= now {
+                w.wake_by_ref();
+            }
+        }
     }
 }
 
@@ -295,7 +419,10 @@ async fn request(ctx: &Ctx, user: u32, session: u64, page: usize, req: &Req, int
                 Err(e) => break Err(e),
             },
         };
-        let res = tokio::time::timeout(ctx.request_timeout, c.exchange(&bytes, body.as_mut(), BODY_CAP)).await;
+        let res = {
+            let exchange = std::pin::pin!(c.exchange(&bytes, body.as_mut(), BODY_CAP));
+            Deadline::new(ctx, exchange).await
+        };
         match res {
             Err(_) => break Err(ErrorKind::Timeout),
             Ok(Ok(r)) => {
@@ -405,7 +532,10 @@ async fn session(ctx: &Ctx, user: u32, stype: usize, rng: &mut SmallRng, own: &m
         n += 1;
         let z = think_for(ctx, walker.current, out.end_s, rng);
         *prev = Prev { end_ns: out.end_ns, think_s: z, uncensored: out.end_s + 10.0 * ctx.max_think_mean <= ctx.end_s };
-        let next = out.end_s + z;
+        // the next request is scheduled on the timer grid (rounded to the nearest multiple of
+        // the quantum: the mean think time is unchanged, and users due in the same quantum
+        // share one wake-up of the event loop)
+        let next = ctx.align(out.end_s + z);
         let mut ended = false;
         if out.error.is_some() {
             // RUBBoS: an error restarts the session at the start page (same session)
@@ -474,6 +604,7 @@ async fn closed_user(ctx: Rc<Ctx>, user: u32, first_at: f64) {
     let mut rng = SmallRng::seed_from_u64(mix(ctx.seed, user as u64));
     let stype = pick_type(ctx, &mut rng);
     let mut own: Option<Conn> = None;
+    let first_at = ctx.align(first_at);
     ctx.sleep_until_s(first_at).await;
     let _active = Active::new(ctx);
     let mut at = first_at;
@@ -600,10 +731,23 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
         connect_timeout: Duration::from_secs_f64(wl.connect_timeout_s),
         request_timeout: Duration::from_secs_f64(wl.request_timeout_s),
         policy,
+        quantum_s: wl.think_quantum_ms / 1000.0,
+        deadlines: RefCell::new(Deadlines::default()),
+        static_requests: vec![],
         max_think_mean: wl.pages.iter().filter_map(|p| p.think_mean_s).fold(wl.think_mean_s, f64::max),
         wl,
     });
     ctx.stats.borrow_mut().from_intended = ctx.wl.arrivals.is_some();
+    let static_requests = (0..ctx.wl.pages.len())
+        .map(|i| {
+            ctx.static_paths[i].as_ref().map(|p| {
+                let req = Req { path: p.clone(), form: None };
+                Arc::from(ctx.build_request(i, &req, ctx.policy == Policy::PerRequest))
+            })
+        })
+        .collect();
+    let mut ctx = ctx;
+    Rc::get_mut(&mut ctx).expect("ctx not shared yet").static_requests = static_requests;
     let local = LocalSet::new();
     let signal = local.block_on(&rt, async {
         if ctx.wl.arrivals.is_some() {
@@ -616,6 +760,7 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
             }
         }
         tokio::task::spawn_local(progress(ctx.clone(), quiet));
+        tokio::task::spawn_local(watchdog(ctx.clone()));
         let sig = tokio::select! {
             _ = ctx.sleep_until_s(ctx.end_s) => None,
             s = interrupted() => Some(s),

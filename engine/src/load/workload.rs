@@ -72,6 +72,7 @@ pub struct Workload {
     pub think_mean_s: f64,
     pub think_dispersion: f64,
     pub think_contrast: f64,
+    pub think_quantum_ms: f64,
     pub users: u32,
     pub arrivals: Option<Arrivals>,
     pub ramp_up_s: f64,
@@ -256,11 +257,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
     // [think]
     let th = section("think")?;
     if let Some(t) = th.t {
-        check_keys(&src, t, "[think]", &["mean_s", "dispersion", "contrast"])?;
+        check_keys(&src, t, "[think]", &["mean_s", "dispersion", "contrast", "quantum_ms"])?;
     }
     let think_mean_s = th.f64("mean_s", 7.0, 0.0)?;
     let think_dispersion = th.f64("dispersion", 1.0, 1.0)?;
     let think_contrast = th.f64("contrast", 0.8, 0.0)?;
+    let think_quantum_ms = th.f64("quantum_ms", 5.0, 0.0)?;
     if think_contrast >= 1.0 {
         return Err(th.err("contrast", "a number in [0, 1)"));
     }
@@ -509,6 +511,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
         think_mean_s,
         think_dispersion,
         think_contrast,
+        think_quantum_ms,
         users,
         arrivals,
         ramp_up_s,
