@@ -173,6 +173,15 @@ class Testbed:
         self.state_file.unlink(missing_ok=True)
 
     def _up_namespaces(self, plan: list[tuple[str, NodeType | None]]) -> None:
+        import fcntl
+
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.state_file.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two processes never build the same lab at once
+            self._build_namespaces(plan)
+            self._save_state()
+
+    def _build_namespaces(self, plan: list[tuple[str, NodeType | None]]) -> None:
         self._reclaim_stale()
         if self.state_file.exists() or network.link_exists(network.bridge_name(self.lab)):
             raise TestbedError(
