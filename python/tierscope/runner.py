@@ -365,6 +365,10 @@ def stop_services(ctx: PointContext) -> None:
                 shutil.copy(path, logs_dir / f"{name}.log")
             except OSError:
                 pass
+        data_dir = getattr(svc, "data_dir", None)
+        if data_dir is not None:  # a copy of the snapshot: not a result, and large at paper scale
+            shutil.rmtree(data_dir, ignore_errors=True)
+            shutil.rmtree(svc.workdir / "sock", ignore_errors=True)
     ctx.services = []
 
 

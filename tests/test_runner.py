@@ -1,0 +1,131 @@
+"""End to end: `tierscope run` on a tiny two-point sweep, in real namespaced hosts (or loopback).
+
+Ground truth: the generator's own log (client_requests) against what the tracer saw at the web
+tier on the wire; the manifest's status against what the test did to the system (killing a tier).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import shutil
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from tierscope.runner import DONE, FAILED, Progress, run_experiment
+from tierscope.spec import load_spec, spec_from_dict
+
+TINY = Path(__file__).resolve().parent.parent / "examples" / "specs" / "tiny.toml"
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab starts PostgreSQL as its own OS user: needs root"),
+    pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    spec = load_spec(TINY)
+    result = run_experiment(spec, out)
+    return spec, result
+
+
+def test_every_point_finishes_with_every_table(tiny_run):
+    spec, result = tiny_run
+    assert result.failed == [] and not result.interrupted
+    assert len(result.done) == 2
+    for pid in result.done:
+        d = result.dir / pid
+        manifest = json.loads((d / "manifest.json").read_text())
+        assert manifest["status"] == DONE
+        for table in ("requests", "client_requests", "resources", "events"):
+            assert (d / f"{table}.parquet").exists(), table
+        phases = manifest["phases"]
+        assert phases["ramp_up"]["end_ns"] == phases["run"]["start_ns"]
+        assert phases["run"]["end_ns"] - phases["run"]["start_ns"] == 5_000_000_000
+        assert manifest["point"]["users"] in (5, 10)
+        assert manifest["topology"] == "1S/1S/0/1S-P"
+
+
+def test_requests_traced_at_the_web_tier_match_the_generator_log(tiny_run):
+    _, result = tiny_run
+    for pid in result.done:
+        d = result.dir / pid
+        client = pq.read_table(d / "client_requests.parquet")
+        requests = pq.read_table(d / "requests.parquet")
+        web = requests.filter(pc.equal(requests["tier"], "web"))
+        assert client.num_rows > 10
+        assert web.num_rows == client.num_rows
+        tiers = set(requests.column("tier").to_pylist())
+        assert {"web", "app", "db"} <= tiers
+
+
+def test_more_users_more_throughput(tiny_run):
+    _, result = tiny_run
+    counts = {}
+    for pid in result.done:
+        m = json.loads((result.dir / pid / "manifest.json").read_text())
+        counts[m["point"]["users"]] = m["tables"]["client_requests"]
+    # closed loop far from saturation: throughput grows with users (X = N / (R + Z))
+    assert counts[10] > counts[5] * 1.3
+
+
+def test_report_is_written(tiny_run):
+    _, result = tiny_run
+    assert result.report is not None and result.report.stat().st_size > 100_000
+    assert "plotly" in result.report.read_text()[:2_000_000].lower()
+
+
+def test_resume_runs_only_what_is_missing(tiny_run, tmp_path):
+    spec, result = tiny_run
+    run_dir = tmp_path / "tiny"
+    shutil.copytree(result.dir, run_dir)
+    first, second = sorted(result.done)
+    (run_dir / second / "manifest.json").unlink()
+    before = (run_dir / first / "manifest.json").stat().st_mtime_ns
+    again = run_experiment(spec, tmp_path, resume=True, report=False)
+    assert again.skipped == [first]
+    assert again.done == [second]
+    assert (run_dir / first / "manifest.json").stat().st_mtime_ns == before
+
+
+def test_a_tier_killed_mid_run_gives_a_failed_point_and_the_sweep_goes_on(tmp_path):
+    raw = tomllib.loads(TINY.read_text())
+    raw["workload"]["users"] = [5, 6]
+    raw["workload"]["run"] = "6s"
+    spec = spec_from_dict(raw, where="killed", name="killed")
+    progress = Progress()
+    killed: list[int] = []
+
+    def killer():
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not killed:
+            if progress.point_index == 1 and progress.phase == "run":
+                for pidfile in tmp_path.glob("*/*/app1/gunicorn.pid"):
+                    pid = int(pidfile.read_text())
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.1)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    result = run_experiment(spec, tmp_path, progress=progress, report=False)
+    t.join(timeout=5)
+    assert killed, "the test never saw the app server running"
+    assert len(result.failed) == 1 and len(result.done) == 1
+    pid, reason = result.failed[0]
+    assert "app1" in reason
+    manifest = json.loads((result.dir / pid / "manifest.json").read_text())
+    assert manifest["status"] == FAILED and "app1" in manifest["reason"]
+    # nothing of the lab is left running
+    assert not any(os.path.exists(f"/proc/{p}") for p in killed)
+    leftovers = [n for n in os.popen("ip netns list").read().split() if n.startswith("tierscope0-")]
+    assert leftovers == []
