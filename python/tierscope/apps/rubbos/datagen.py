@@ -30,6 +30,9 @@ from typing import Callable, Iterator
 
 from tierscope.apps.rubbos.dal import DbConfig
 
+#: bumped when the same (scale, seed) would give different rows; older snapshots are reloaded
+GENERATOR_VERSION = 2
+
 HERE = Path(__file__).parent
 DICTIONARY = HERE / "workloads" / "dictionary.txt"
 N_CATEGORIES = 85
@@ -95,7 +98,8 @@ def load_words(path: Path = DICTIONARY) -> list[str]:
 
 class Text:
     """Cheap deterministic text: substrings of one long string of dictionary words, starting at
-    a word boundary (so titles and subjects begin with a dictionary word)."""
+    a word boundary (so titles and subjects begin with a dictionary word). `for_table` gives a
+    table its own random stream over the shared pool."""
 
     def __init__(self, rng: random.Random, words: list[str], size: int = 1 << 20):
         parts, starts, pos = [], [], 0
@@ -106,12 +110,14 @@ class Text:
             pos += len(w) + 1
         self.pool = " ".join(parts) + " " + " ".join(parts[:200])
         self.starts = starts
-        self.rng = rng
 
-    def __call__(self, lo: int, hi: int) -> str:
-        n = self.rng.randint(lo, hi)
-        s = self.starts[self.rng.randrange(len(self.starts))]
+    def take(self, rng: random.Random, lo: int, hi: int) -> str:
+        n = rng.randint(lo, hi)
+        s = self.starts[rng.randrange(len(self.starts))]
         return self.pool[s : s + n].rstrip() or "rubbos"
+
+    def for_table(self, rng: random.Random) -> Callable[[int, int], str]:
+        return lambda lo, hi: self.take(rng, lo, hi)
 
 
 def fmt(d: datetime) -> str:
@@ -182,7 +188,7 @@ class Generator:
 
     def _stories(self, table: str) -> Iterator[str]:
         r = self.rng(table)
-        t, sc = self.text, self.scale
+        t, sc = self.text.for_table(self.rng(f"{table}:text")), self.scale
         for i, d in enumerate(self.times[table], start=self.first_story_id[table]):
             yield f"{i}\t{t(10, 99)}\t{t(*sc.story_body)}\t{fmt(d)}\t{r.randint(1, sc.users)}\t{r.randrange(N_CATEGORIES)}"
 
@@ -196,7 +202,7 @@ class Generator:
         """Comment trees: per story, each comment replies to the story (parent 0) or to an earlier
         comment of the same story; `childs` is counted before the rows are written."""
         r = self.rng(table)
-        t, sc = self.text, self.scale
+        t, sc = self.text.for_table(self.rng(f"{table}:text")), self.scale
         next_id = self.first_comment_id[table]
         first_story = self.first_story_id[story_table]
         for k, (story_time, n) in enumerate(zip(self.times[story_table], self.thread_sizes[table])):
@@ -231,7 +237,7 @@ class Generator:
 
     def submissions(self) -> Iterator[str]:
         r = self.rng("submissions")
-        t, sc = self.text, self.scale
+        t, sc = self.text.for_table(self.rng("submissions:text")), self.scale
         for i in range(1, sc.submissions + 1):
             d = self.now - timedelta(seconds=r.randrange(1, 7 * DAY))
             yield f"{i}\t{t(10, 99)}\t{t(*sc.story_body)}\t{fmt(d)}\t{r.randint(1, sc.users)}\t{r.randrange(N_CATEGORIES)}"

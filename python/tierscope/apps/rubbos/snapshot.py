@@ -44,7 +44,11 @@ class Snapshot:
         return time.time() - float(self.meta.get("loaded_at", 0))
 
     def fresh(self, max_age_s: float = 86400.0) -> bool:
-        return self.exists() and self.age_s() < max_age_s
+        """Exists, is younger than `max_age_s` and was made by this data generator version."""
+        from tierscope.apps.rubbos.datagen import GENERATOR_VERSION
+
+        return (self.exists() and self.age_s() < max_age_s
+                and self.meta.get("generator") == GENERATOR_VERSION)
 
 
 def snapshot_for(dbms: str, scale: str, seed: int, root: Path = DEFAULT_ROOT) -> Snapshot:

@@ -104,6 +104,7 @@ def start_loaded_db(o: Options, workdir: Path, say=print) -> tuple[Service, DbCo
         for line in report.lines():
             say("  " + line)
         snapshot.take(db, snap, {"dbms": o.dbms, "scale": o.scale, "seed": o.seed, "loaded_at": time.time(),
+                                 "generator": datagen.GENERATOR_VERSION,
                                  "rows": report.rows, "db_size_bytes": report.db_size_bytes})
         say(f"snapshot saved in {snap.path}")
     except BaseException:
