@@ -157,6 +157,9 @@ users = 5
          "t.toml: node_types.X.cpuu: unknown key (expected one of: description, cpu, cpus, cpu_period, memory,"),
         (MIN + '[[interference.pause]]\ntier = "app"\nperiod = "1s"\nduration = "1ms"\nlength = 2\n',
          "t.toml: interference.pause[0].length: unknown key (expected one of: tier, server, period, duration,"),
+        ("scale = -1\n" + MIN, "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of paper, small, tiny, got -1"),
+        ('scale = "huge"\n' + MIN, "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of tiny, small, paper, got 'huge'"),
+        ("scale = true\n" + MIN, "t.toml: scale: expected a fraction"),
         ("colour = 1\n" + MIN, "t.toml: colour: unknown key"),
     ],
 )
@@ -312,3 +315,14 @@ def test_the_complete_example_in_the_docs_is_valid():
     assert c.client.node_type == "G" and c.node_types["G"].cpus == "1"
     assert c.node_types["S"].cpu == 0.5 and c.node_types["S"].memory == 2 * 2**30
     assert "changed: cpu=0.5" in c.node_types["S"].description
+
+
+def test_scale_is_a_fraction_or_a_preset_the_data_generator_knows():
+    (p,) = points('scale = "small"\n' + MIN)
+    assert p.config.scale == "small"
+    (q,) = points("scale = 0.5\n" + MIN)
+    assert q.config.scale == 0.5
+    from tierscope.spec import SCALE_PRESETS
+
+    datagen = pytest.importorskip("tierscope.apps.rubbos.datagen")
+    assert set(SCALE_PRESETS["rubbos"]) == set(datagen.PRESETS)

@@ -41,6 +41,8 @@ DBMS_LETTER = {v: k for k, v in DBMS.items()}
 #: node-type letters must not collide with DBMS letters in the notation
 RESERVED_LETTERS = set(DBMS)
 MIXES = {"rubbos": ("browse_only", "read_write")}
+#: named data sets per benchmark (tierscope.apps.rubbos.datagen.PRESETS)
+SCALE_PRESETS = {"rubbos": ("tiny", "small", "paper")}
 
 BUILTIN_NODE_TYPES: dict[str, dict[str, Any]] = {
     "S": {"cpu": 1.0, "memory": "2GiB", "description": "standard (normal) node: one core, 2 GiB"},
@@ -142,6 +144,19 @@ def _parse_users(value: Any) -> list[int]:
             raise ValueError(f"expected from <= to and step > 0 in the users range, got {value!r}")
         return list(range(start, stop + 1, step))
     raise ValueError(f"expected users as a number, a list or a range, got {value!r}")
+
+
+def _parse_scale(value: Any) -> float | str:
+    """A data scale: a fraction of the paper's data set (0 < scale <= 100) or a preset name."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 100:
+        return float(value)
+    names = sorted({n for p in SCALE_PRESETS.values() for n in p})
+    raise ValueError(
+        f"expected a fraction of the paper's data set (0 < scale <= 100) or one of "
+        f"{', '.join(names)}, got {value!r}"
+    )
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -472,7 +487,7 @@ class PointConfig(_Model):
     seed: int = Field(default=1, ge=0)
     benchmark: Literal["rubbos"] = "rubbos"
     mix: str = "browse_only"
-    scale: float = Field(default=0.01, gt=0, le=100)
+    scale: Annotated[float | str, BeforeValidator(_parse_scale)] = 0.01  # fraction of the paper's, or a preset
     dbms: Literal["postgres", "mariadb"] = "postgres"
     default_node_type: str = "S"
     topology: Annotated[Topology, BeforeValidator(_topology_input)] = Field(
@@ -521,6 +536,12 @@ class PointConfig(_Model):
         allowed = MIXES[self.benchmark]
         if self.mix not in allowed:
             raise ValueError(f"mix: expected one of {', '.join(allowed)}, got {self.mix!r}")
+        presets = SCALE_PRESETS[self.benchmark]
+        if isinstance(self.scale, str) and self.scale not in presets:
+            raise ValueError(
+                f"scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of "
+                f"{', '.join(presets)}, got {self.scale!r}"
+            )
         if self.topology.db.dbms is None:
             self.topology.db.dbms = self.dbms
         for tier in TIERS:
