@@ -127,7 +127,7 @@ def accumulate_intervals(
     integral = np.zeros(size, np.float64)
     counts = np.zeros(size, np.int64)
     w = np.int64(window_ns)
-    step = 1 << 20  # slices keep the temporaries small (and in cache)
+    step = max(1 << 20, size)  # slices keep temporaries small; never smaller than the output
     for part in parts:
         for times_all, sign in ((part.start, part.sign), (part.end, -part.sign)):
             for lo in range(0, times_all.size, step):
