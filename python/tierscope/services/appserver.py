@@ -2,8 +2,10 @@
 
 The soft resources the seed papers turn are parameters: `workers` (processes), `threads` per
 worker (like Tomcat's maxThreads: requests in service at once per worker) and `pool_size`, the
-bounded database connection pool of each worker (like the servlets' connection pool). `backlog`
-bounds the accept queue. The app records its GC pauses and injected pauses as `events` rows in
+bounded database connection pool of each worker (like the servlets' connection pool). `connections`
+bounds the open client connections per worker (gthread's worker_connections: accepted requests
+beyond `threads` wait for a thread, like Tomcat's acceptCount) and `backlog` the kernel's accept
+queue. The app records its GC pauses and injected pauses as `events` rows in
 `events_dir` (one JSON-lines file per worker; `events()` reads them as one table).
 """
 
@@ -46,6 +48,7 @@ class AppServer(Service):
         pool_size: int | None = None,
         pool_timeout_s: float = 10.0,
         backlog: int = 2048,
+        connections: int = 1000,
         keepalive_s: int = 75,
         timeout_s: int = 60,
         access_log: bool = False,
@@ -63,6 +66,7 @@ class AppServer(Service):
         self.threads = int(threads)
         self.db = replace(db, pool_size=int(pool_size or threads), pool_timeout_s=pool_timeout_s)
         self.backlog = backlog
+        self.connections = int(connections)
         self.keepalive_s = keepalive_s
         self.timeout_s = timeout_s
         self.access_log_enabled = access_log
@@ -117,6 +121,7 @@ class AppServer(Service):
             "--threads", str(self.threads),
             "--bind", f"{self.host.address}:{self.port}",
             "--backlog", str(self.backlog),
+            "--worker-connections", str(self.connections),
             "--keep-alive", str(self.keepalive_s),
             "--timeout", str(self.timeout_s),
             "--graceful-timeout", "10",
