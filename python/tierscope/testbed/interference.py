@@ -32,8 +32,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tierscope.spec import NoisyNeighbour, Pause
-from tierscope.testbed.host import Host
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the burner process starts fast: no pydantic import on its path
+    from tierscope.spec import NoisyNeighbour, Pause
+    from tierscope.testbed.host import Host
 
 MARKER_ENV = "TIERSCOPE_MARKER"
 
@@ -171,13 +174,15 @@ def burn(utilization: float, burstiness: float, job: float, peak: float, seed: i
     Jobs arrive on the `work_arrivals` schedule; each is `job` seconds of this thread's CPU time,
     spun in chunks of at most 5 ms; the backlog carries over when the burner falls behind.
     """
-    lam, mean_on, mean_off = mmpp_periods(utilization, burstiness, job, peak)
-    schedule = work_arrivals(random.Random(seed), lam, mean_on, mean_off)
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    lam, mean_on, mean_off = mmpp_periods(utilization, burstiness, job, peak)
+    schedule = work_arrivals(random.Random(seed), lam, mean_on, mean_off)
     log = open(bursts, "a", buffering=1) if bursts else None
     t0 = time.monotonic()
     t0_ns = time.time_ns()
+    if log:
+        log.write(f"start {t0_ns}\n")  # the parent waits for this line: the burner runs
     end = duration if duration else math.inf
     on_since: float | None = None
     backlog = 0.0
@@ -193,9 +198,11 @@ def burn(utilization: float, burstiness: float, job: float, peak: float, seed: i
                     backlog += job
                 elif kind == "on":
                     on_since = at
+                    if log:
+                        log.write(f"on {t0_ns + int(at * 1e9)}\n")
                 else:
                     if log and on_since is not None:
-                        log.write(f"{t0_ns + int(on_since * 1e9)} {t0_ns + int(at * 1e9)}\n")
+                        log.write(f"off {t0_ns + int(at * 1e9)}\n")
                     on_since = None
                 kind, at = next(schedule)
             if backlog > 0:
@@ -209,7 +216,7 @@ def burn(utilization: float, burstiness: float, job: float, peak: float, seed: i
     finally:
         if log:
             if on_since is not None:
-                log.write(f"{t0_ns + int(on_since * 1e9)} {time.time_ns()}\n")
+                log.write(f"off {time.time_ns()}\n")
             log.close()
 
 
@@ -221,7 +228,7 @@ class NoisyNeighbourProcess:
         self.spec = spec
         self.workdir = Path(workdir)
         self.seed = seed
-        self.bursts = self.workdir / f"noisy-{host.name}.bursts"
+        self.bursts = self.workdir / f"noisy-{host.name}-{seed}.bursts"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -238,10 +245,20 @@ class NoisyNeighbourProcess:
             "--bursts", str(self.bursts),
         ]  # fmt: skip
         env = dict(os.environ, **{MARKER_ENV: "noisy_neighbour"})
+        self.bursts.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
             self.host.wrap(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, start_new_session=True, env=env,
         )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not (self.bursts.exists() and self.bursts.read_text().startswith("start ")):
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.stderr else ""
+                raise RuntimeError(f"noisy neighbour in {self.host.name} exited at start: {err}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"noisy neighbour in {self.host.name} did not start within 30 s")
+            time.sleep(0.02)
         return self
 
     def stop(self):
@@ -254,14 +271,25 @@ class NoisyNeighbourProcess:
                 self.proc.kill()
                 self.proc.wait()
             self.proc = None
-        rows = []
-        if self.bursts.exists():
-            for line in self.bursts.read_text().splitlines():
-                a, _, b = line.partition(" ")
-                if a.isdigit() and b.isdigit():
-                    rows.append((int(a), int(b), self.host.name, "noisy_neighbour_burst",
-                                 f"burner at {self.spec.peak:g} cores, I={self.spec.burstiness:g}"))  # fmt: skip
-        return events_table(rows)
+        return events_table(self._bursts(time.time_ns()))
+
+    def _bursts(self, now_ns: int) -> list[tuple[int, int, str, str, str]]:
+        """ON periods from the burner's log; one still open (burner killed) ends at `now_ns`."""
+        rows, on = [], None
+        detail = f"burner at {self.spec.peak:g} cores, I={self.spec.burstiness:g}"
+        text = self.bursts.read_text() if self.bursts.exists() else ""
+        for line in text.splitlines():
+            kind, _, ns = line.partition(" ")
+            if not ns.isdigit():
+                continue
+            if kind == "on":
+                on = int(ns)
+            elif kind == "off" and on is not None:
+                rows.append((on, int(ns), self.host.name, "noisy_neighbour_burst", detail))
+                on = None
+        if on is not None:
+            rows.append((on, now_ns, self.host.name, "noisy_neighbour_burst", detail))
+        return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--job", type=float, default=0.001, help="CPU seconds per job")
     b.add_argument("--peak", type=float, default=1.0, help="demand while ON, cores (<= 1)")
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--bursts", type=Path, default=None, help="append ON periods here (ns ns)")
+    b.add_argument("--bursts", type=Path, default=None, help="log 'start|on|off <ns>' lines here")
     b.add_argument("--duration", type=float, default=None, help="seconds (default: until SIGTERM)")
     args = ap.parse_args(argv)
     burn(args.utilization, args.burstiness, args.job, args.peak, args.seed, args.bursts, args.duration)

@@ -323,25 +323,25 @@ class Testbed:
         targets = lambda item: (  # noqa: E731
             [s.name for s in config.tier_servers(item.tier)] if item.tier else [item.server]
         )
-        k = 0
-        for pause in config.interference.pause:
+        for pause in config.interference.pause:  # check before starting anything
             for name in targets(pause):
-                src = (pids or {}).get(name)
-                if src is None:
-                    if not self.hosts[name].cgroup:
-                        raise TestbedError(
-                            f"pauses of {name}: in the loopback fallback a host has no cgroup; "
-                            "pass pids={host: callable} with the processes to pause"
-                        )
-                    src = lambda name=name: self.pids(name)  # noqa: E731
-                own = lambda src=src: [p for p in src() if p not in {b.pid for b in self._burners}]  # noqa: E731
-                inj.append(PauseInjector(name, pause, own, seed=seed + k).start())
-                k += 1
+                if (pids or {}).get(name) is None and not self.hosts[name].cgroup:
+                    raise TestbedError(
+                        f"pauses of {name}: in the loopback fallback a host has no cgroup; "
+                        "pass pids={host: callable} with the processes to pause"
+                    )
+        k = 0
         for nn in config.interference.noisy_neighbour:
             for name in targets(nn):
                 b = NoisyNeighbourProcess(self.hosts[name], nn, self.workdir, seed=seed + k)
                 self._burners.append(b)
                 burners.append(b.start())
+                k += 1
+        for pause in config.interference.pause:
+            for name in targets(pause):
+                src = (pids or {}).get(name) or (lambda name=name: self.pids(name))
+                own = lambda src=src: [p for p in src() if p not in {b.pid for b in self._burners}]  # noqa: E731
+                inj.append(PauseInjector(name, pause, own, seed=seed + k).start())
                 k += 1
         self._injectors.extend(inj)
         return Interference(inj, burners)
