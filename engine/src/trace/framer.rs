@@ -118,6 +118,13 @@ impl Framer {
         }
         if !self.in_body {
             let need = self.hdr_need();
+            if self.hdr_len == 0 && inp.d.len() >= need as usize {
+                // fast path: the whole header is in this segment
+                self.msg_ts = ts;
+                self.hdr[..need as usize].copy_from_slice(&inp.d[..need as usize]);
+                self.hdr_len = need;
+                inp.d = &inp.d[need as usize..];
+            }
             while self.hdr_len < need {
                 if let Some((&b, rest)) = inp.d.split_first() {
                     if self.hdr_len == 0 {

@@ -50,12 +50,13 @@ impl Hasher for Fx {
         self.0
     }
 }
-type FxBuild = BuildHasherDefault<Fx>;
+pub type FxBuild = BuildHasherDefault<Fx>;
 
+/// The two endpoints of a connection, lower one first (addresses as integers: cheap to compare).
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct FlowKey {
-    a: Ip,
-    b: Ip,
+    a: u128,
+    b: u128,
     pa: u16,
     pb: u16,
 }
@@ -63,9 +64,8 @@ struct FlowKey {
 impl Hash for FlowKey {
     #[inline]
     fn hash<H: Hasher>(&self, h: &mut H) {
-        h.write_u64(u64::from_le_bytes(self.a[8..16].try_into().unwrap()));
-        h.write_u64(u64::from_le_bytes(self.b[8..16].try_into().unwrap()));
-        h.write_u64(u64::from_le_bytes(self.a[0..8].try_into().unwrap()) ^ u64::from_le_bytes(self.b[0..8].try_into().unwrap()));
+        h.write_u64(self.a as u64 ^ (self.a >> 64) as u64);
+        h.write_u64(self.b as u64 ^ (self.b >> 64) as u64);
         h.write_u64(((self.pa as u64) << 16) | self.pb as u64);
     }
 }
@@ -74,10 +74,12 @@ impl FlowKey {
     /// The canonical key and the index (0 = a, 1 = b) of the segment's sender.
     #[inline]
     fn of(s: &Segment) -> (FlowKey, usize) {
-        if (s.src, s.sport) <= (s.dst, s.dport) {
-            (FlowKey { a: s.src, b: s.dst, pa: s.sport, pb: s.dport }, 0)
+        let src = u128::from_be_bytes(s.src);
+        let dst = u128::from_be_bytes(s.dst);
+        if (src, s.sport) <= (dst, s.dport) {
+            (FlowKey { a: src, b: dst, pa: s.sport, pb: s.dport }, 0)
         } else {
-            (FlowKey { a: s.dst, b: s.src, pa: s.dport, pb: s.sport }, 1)
+            (FlowKey { a: dst, b: src, pa: s.dport, pb: s.sport }, 1)
         }
     }
 }
