@@ -531,11 +531,14 @@ async fn session(ctx: &Ctx, user: u32, stype: usize, rng: &mut SmallRng, own: &m
         let out = request(ctx, user, sid, walker.current, &cur, intended, own, *prev).await;
         n += 1;
         let z = think_for(ctx, walker.current, out.end_s, rng);
-        *prev = Prev { end_ns: out.end_ns, think_s: z, uncensored: out.end_s + 10.0 * ctx.max_think_mean <= ctx.end_s };
+        // realized think times are measured for requests of the run phase whose think time
+        // cannot be cut off by the end of the run (10 x the largest mean before the end)
+        let measured = ctx.phase_at(intended) == 1 && out.end_s + 10.0 * ctx.max_think_mean <= ctx.end_s;
+        *prev = Prev { end_ns: out.end_ns, think_s: z, uncensored: measured };
         // the next request is scheduled on the timer grid (rounded to the nearest multiple of
         // the quantum: the mean think time is unchanged, and users due in the same quantum
         // share one wake-up of the event loop)
-        let next = ctx.align(out.end_s + z);
+        let next = if z > 0.0 { ctx.align(out.end_s + z) } else { out.end_s };
         let mut ended = false;
         if out.error.is_some() {
             // RUBBoS: an error restarts the session at the start page (same session)
