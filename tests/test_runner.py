@@ -127,5 +127,8 @@ def test_a_tier_killed_mid_run_gives_a_failed_point_and_the_sweep_goes_on(tmp_pa
     assert manifest["status"] == FAILED and "app1" in manifest["reason"]
     # nothing of the lab is left running
     assert not any(os.path.exists(f"/proc/{p}") for p in killed)
-    leftovers = [n for n in os.popen("ip netns list").read().split() if n.startswith("tierscope0-")]
-    assert leftovers == []
+    alive_ns = set(os.popen("ip netns list").read().split())
+    for m in result.dir.glob("*/manifest.json"):
+        hosts = json.loads(m.read_text())["testbed"]["hosts"]
+        assert hosts, m
+        assert not {h["netns"] for h in hosts.values() if h["netns"]} & alive_ns

@@ -289,9 +289,12 @@ burstiness = 400
     assert [s.name for s in c.tier_servers("app")] == ["app1", "app2"]
 
 
+PRESETS = Path(__file__).resolve().parent.parent / "python" / "tierscope" / "presets"
+
+
 @pytest.mark.parametrize("name", ["tiny.toml", "demo.toml", "demo-alternating.toml"])
 def test_example_specs_load(name):
-    pts = expand(load_spec(EXAMPLES / name))
+    pts = expand(load_spec((EXAMPLES if name == "tiny.toml" else PRESETS) / name))
     assert pts, name
     if name == "tiny.toml":
         assert len(pts) == 2

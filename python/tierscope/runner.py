@@ -447,6 +447,17 @@ def write_manifest(ctx: PointContext, status: str, reason: str | None, spec: Spe
     (ctx.dir / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
 
 
+def free_lab(first: int = 0, last: int = 63) -> int:
+    """The first lab number with no bridge and no state file (another run or test may hold one)."""
+    from tierscope.testbed import network
+    from tierscope.testbed.lab import state_dir
+
+    for lab in range(first, last + 1):
+        if not network.link_exists(network.bridge_name(lab)) and not (state_dir() / f"lab{lab}.json").exists():
+            return lab
+    raise PointFailed(f"every lab number {first}..{last} is in use (see `tierscope testbed status`)")
+
+
 def point_status(point_dir: Path) -> str | None:
     """done / failed / None (never finished) from a point's manifest."""
     try:
@@ -479,12 +490,13 @@ def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: st
         shutil.rmtree(pdir)
     pdir.mkdir(parents=True)
     ctx = PointContext(point, pdir)
+    ctx.phases["point_start_ns"] = time.time_ns()
     started = time.monotonic()
     status, reason, counts, summary = FAILED, None, {}, {}
     interrupted = False
     try:
         progress.phase = "building hosts"
-        ctx.testbed = Testbed(lab=0, workdir=pdir / "testbed", mode=mode)
+        ctx.testbed = Testbed(lab=free_lab(), workdir=pdir / "testbed", mode=mode)
         ctx.hosts = ctx.testbed.up(point)  # type: ignore[attr-defined]
         url = start_tiers(ctx, data_dirs, progress)
         c = point.config
@@ -536,6 +548,7 @@ def run_experiment(spec: Spec, out: Path, *, resume: bool = False, mode: str = "
     points = expand(spec)
     run_dir = Path(out) / (run_name or spec.name)
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps({"started_ns": time.time_ns(), "spec": spec.path}))
     (run_dir / "spec.json").write_text(json.dumps(spec.model_dump(mode="json"), indent=1, default=str))
     result = RunResult(run_dir, [], [], [])
     todo = []

@@ -10,7 +10,7 @@ from rich.console import Console
 testbed_app = typer.Typer(
     name="testbed",
     help="Build the hosts of a spec (network namespaces on a bridge, cgroup limits) and remove "
-    "them.\n\nExample: tierscope testbed up examples/specs/demo.toml",
+    "them.\n\nExample: tierscope testbed up examples/specs/tiny.toml",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -47,7 +47,7 @@ def up(
 
     Run programs in a host with `ip netns exec tierscope<LAB>-<host> ...`.
 
-    Example: tierscope testbed up examples/specs/demo.toml --point 0
+    Example: tierscope testbed up examples/specs/tiny.toml --point 0
     """
     from tierscope.testbed.lab import Testbed, TestbedError
 
