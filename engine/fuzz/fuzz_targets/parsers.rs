@@ -7,28 +7,18 @@ use libfuzzer_sys::fuzz_target;
 
 // The tracer's modules, compiled here from the engine's own sources (the engine is a binary crate).
 #[allow(dead_code)]
+#[path = "../../src/trace"]
 mod trace {
-    #[path = "../../../src/trace/exchange.rs"]
     pub mod exchange;
-    #[path = "../../../src/trace/framer.rs"]
     pub mod framer;
-    #[path = "../../../src/trace/fuzzing.rs"]
     pub mod fuzzing;
-    #[path = "../../../src/trace/http.rs"]
     pub mod http;
-    #[path = "../../../src/trace/label.rs"]
     pub mod label;
-    #[path = "../../../src/trace/mysql.rs"]
     pub mod mysql;
-    #[path = "../../../src/trace/net.rs"]
     pub mod net;
-    #[path = "../../../src/trace/pcap.rs"]
     pub mod pcap;
-    #[path = "../../../src/trace/postgres.rs"]
     pub mod postgres;
-    #[path = "../../../src/trace/servermap.rs"]
     pub mod servermap;
-    #[path = "../../../src/trace/tcp.rs"]
     pub mod tcp;
 }
 

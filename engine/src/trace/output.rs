@@ -150,11 +150,16 @@ impl ParquetSink {
         let file = File::create(path).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
         let schema = Arc::new(parse_message_type(SCHEMA)?);
         // Statistics only where readers prune on them (times, connection); no dictionary for
-        // the column whose values are all different.
+        // the columns whose values are (nearly) all different.
         let mut props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_statistics_enabled(EnabledStatistics::None)
             .set_column_dictionary_enabled(ColumnPath::from("request_id"), false)
+            .set_column_dictionary_enabled(ColumnPath::from("arrival_ns"), false)
+            .set_column_dictionary_enabled(ColumnPath::from("departure_ns"), false)
+            .set_column_dictionary_enabled(ColumnPath::from("bytes_in"), false)
+            .set_column_dictionary_enabled(ColumnPath::from("bytes_out"), false)
+            .set_column_dictionary_enabled(ColumnPath::from("client_port"), false)
             .set_created_by(format!("tierscope-engine {} trace", env!("CARGO_PKG_VERSION")));
         for c in ["arrival_ns", "departure_ns", "conn"] {
             props = props.set_column_statistics_enabled(ColumnPath::from(c), EnabledStatistics::Chunk);

@@ -50,8 +50,10 @@ pub struct Pg {
     /// a simple Query or FunctionCall being received
     cur: Option<Exchange>,
     batch: Batch,
-    /// prepared statement name -> SQL fingerprint ("" is the unnamed statement)
+    /// prepared statement name -> SQL fingerprint
     stmts: HashMap<Vec<u8>, String>,
+    /// the unnamed statement's fingerprint
+    unnamed: Option<String>,
     c_first: bool,
     s_first: bool,
 }
@@ -70,6 +72,7 @@ impl Pg {
             cur: None,
             batch: Batch::default(),
             stmts: HashMap::new(),
+            unnamed: None,
             c_first: !saw_start,
             s_first: !saw_start,
         }
@@ -258,7 +261,10 @@ impl Pg {
                         b.flags |= flag::TRUNCATED;
                     }
                 }
-                if self.stmts.len() < 10_000 || self.stmts.contains_key(name) {
+                if name.is_empty() {
+                    // the unnamed statement: the common case (one Parse per Sync), kept without a map
+                    self.unnamed = Some(label.clone());
+                } else if self.stmts.len() < 10_000 || self.stmts.contains_key(name) {
                     self.stmts.insert(name.to_vec(), label.clone());
                 }
                 if self.batch.parse_label.is_none() {
@@ -269,8 +275,10 @@ impl Pg {
                 let portal = cstr(body);
                 let stmt = cstr(body.get(portal.len() + 1..).unwrap_or(b""));
                 if self.batch.exec_label.is_none() {
-                    self.batch.exec_label = Some(match self.stmts.get(stmt) {
+                    let known = if stmt.is_empty() { self.unnamed.as_ref() } else { self.stmts.get(stmt) };
+                    self.batch.exec_label = Some(match known {
                         Some(l) => l.clone(),
+                        None if stmt.is_empty() => "EXECUTE (unnamed statement)".into(),
                         None => format!("EXECUTE {}", String::from_utf8_lossy(stmt)),
                     });
                 }
