@@ -213,3 +213,32 @@ def test_think_mean_of_the_truncated_exponential():
 def test_example_workload_parses_and_walks_every_page():
     r = dry_run(EXAMPLE, 20_000)
     assert all(v > 0 for v in r["pages"].values()), r["pages"]
+
+
+def test_cli_runs_against_a_closed_port_and_prints_the_summary(tmp_path):
+    """`tierscope load` end to end without a server: every request is a counted connect error,
+    the per-page table and the all-phases line are printed, the run ends on time."""
+    import os
+    import socket
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "closed.parquet"
+    env = dict(os.environ, TIERSCOPE_ENGINE=str(engine_path()), COLUMNS="160")
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "tierscope"), "load", str(EXAMPLE), "--target",
+         f"http://127.0.0.1:{port}", "--log", str(log), "--users", "3", "--ramp-up", "0",
+         "--duration", "1", "--ramp-down", "0", "--think", "0.1"],
+        capture_output=True, text=True, timeout=60, env=env)
+    assert time.monotonic() - t0 < 10
+    assert out.returncode == 0, out.stderr
+    assert "total" in out.stdout and "connect" in out.stdout
+    from tierscope import tables
+
+    rows = tables.read(log, "client_requests").to_pylist()
+    assert rows and all(r["error"] == "connect" for r in rows)
+    assert f"errors: connect {len(rows)}" in out.stdout.replace("\n", " ")

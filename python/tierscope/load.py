@@ -92,10 +92,23 @@ def run_load(
     On KeyboardInterrupt the engine gets SIGINT (once more, in case the terminal did not send
     it), we keep reading until it has written its summary, and the result says interrupted.
     """
+    # the engine runs in its own session so a terminal's Ctrl-C reaches it exactly once: from us
     proc = subprocess.Popen(
         list(argv), stdout=subprocess.PIPE, stderr=stderr_to, text=True, bufsize=1,
-        start_new_session=False,
+        start_new_session=True,
     )
+    try:
+        return _follow(proc, on_progress, stderr_to)
+    finally:
+        if proc.poll() is None:  # we are failing: stop the engine, it flushes its log
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _follow(proc: subprocess.Popen, on_progress, stderr_to) -> LoadResult:
     result = LoadResult(returncode=-1, summary=None)
     interrupted = False
     assert proc.stdout is not None
