@@ -165,7 +165,8 @@ pub fn sql_fingerprint(sql: &[u8], dialect: Dialect, cut: bool) -> (String, Opti
     while matches!(out.last(), Some(b';') | Some(b' ')) {
         out.pop();
     }
-    let mut s = collapse_in_lists(&String::from_utf8_lossy(&out));
+    let text = String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    let mut s = if text.contains("?,") { collapse_in_lists(&text) } else { text };
     if truncated {
         s.push_str(TRUNCATED_MARK);
     }
@@ -174,9 +175,6 @@ pub fn sql_fingerprint(sql: &[u8], dialect: Dialect, cut: bool) -> (String, Opti
 
 /// `(?, ?, ?)` and `(?,?)` -> `(?+)`.
 fn collapse_in_lists(s: &str) -> String {
-    if !s.contains("?,") {
-        return s.to_string();
-    }
     let b = s.as_bytes();
     let mut out = String::with_capacity(s.len());
     let mut i = 0;
