@@ -1,9 +1,9 @@
 """Live capture: tcpdump on an interface (optionally inside a host's network namespace), started
 and stopped by tierscope.
 
-tcpdump writes packets unbuffered (`-U`) with nanosecond timestamps; it is stopped with SIGINT
-(and waited for) so the file ends on a whole record and tcpdump reports its own counts, including
-packets the kernel dropped, which `CaptureStats` carries.
+tcpdump writes packets with nanosecond timestamps; it is stopped with SIGINT (after the file has
+stopped growing, and waited for) so the file ends on a whole record and tcpdump reports its own
+counts, including packets the kernel dropped, which `CaptureStats` carries.
 """
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ class LiveCapture:
         self._t0 = 0.0
 
     def argv(self) -> list[str]:
-        argv = [tcpdump_binary(), "-i", self.interface, "-n", "-U", "-w", str(self.path)]
+        # Buffered output (no -U: one write per packet would cost the system under test CPU), an
+        # 8 MiB kernel ring so bursts are not dropped; SIGINT makes tcpdump flush and close the file.
+        argv = [tcpdump_binary(), "-i", self.interface, "-n", "-B", "8192", "-w", str(self.path)]
         argv += ["-s", str(self.snaplen if self.snaplen > 0 else 262144)]
         if os.geteuid() == 0:
             argv += ["-Z", "root"]  # keep root: the output directory may not be writable by tcpdump's user
