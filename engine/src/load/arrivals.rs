@@ -22,7 +22,7 @@ pub struct Modulator {
     pub switch_rate: f64,
     pub contrast: f64,
     surge: bool,
-    next_switch: f64,
+    pub(crate) next_switch: f64,
     rng: SmallRng,
 }
 

@@ -709,7 +709,9 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
         (Policy::PerUser, Some(Unit::Request)) => Policy::PerRequest,
         (p, _) => p,
     };
-    let nominal_rate = if wl.think_mean_s > 0.0 { wl.users as f64 / wl.think_mean_s } else { 0.0 };
+    // the think-time MMPP is that of one user (rate 1 / mean, as in Mi et al. 2009); its state
+    // is shared by all users so that their surges coincide
+    let nominal_rate = if wl.think_mean_s > 0.0 { 1.0 / wl.think_mean_s } else { 0.0 };
     let think = Think::new(if wl.arrivals.is_some() { 1.0 } else { wl.think_dispersion }, wl.think_contrast, nominal_rate, seed);
     let end_s = wl.ramp_up_s + wl.run_s + wl.ramp_down_s;
     let ctx = Rc::new(Ctx {

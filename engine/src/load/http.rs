@@ -70,10 +70,13 @@ impl Target {
             format!("{hostport}:80")
         };
         use std::net::ToSocketAddrs;
-        let addr = with_port
-            .to_socket_addrs()
-            .map_err(|e| anyhow!("--target {url}: cannot resolve {with_port}: {e}"))?
-            .next()
+        let addrs: Vec<SocketAddr> = with_port.to_socket_addrs().map_err(|e| anyhow!("--target {url}: cannot resolve {with_port}: {e}"))?.collect();
+        // prefer IPv4 (servers in the lab listen on IPv4 addresses; "localhost" may be ::1 first)
+        let addr = addrs
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or_else(|| addrs.first())
+            .copied()
             .ok_or_else(|| anyhow!("--target {url}: {with_port} has no address"))?;
         Ok(Target { addr, host_header: hostport.to_string(), prefix: prefix.to_string() })
     }
