@@ -242,3 +242,26 @@ def test_cli_runs_against_a_closed_port_and_prints_the_summary(tmp_path):
     rows = tables.read(log, "client_requests").to_pylist()
     assert rows and all(r["error"] == "connect" for r in rows)
     assert f"errors: connect {len(rows)}" in out.stdout.replace("\n", " ")
+
+
+RUBBOS_BROWSE = ROOT / "python" / "tierscope" / "apps" / "rubbos" / "workloads" / "browse_only.toml"
+
+
+@pytest.mark.skipif(not RUBBOS_BROWSE.exists(), reason="the RUBBoS workloads are not in this tree")
+def test_rubbos_browse_only_mix_matches_the_original_algorithm():
+    """The RUBBoS research digest (shared/research/rubbos.md §2.3, §2.5) simulated the original
+    emulator's algorithm (BACK, history stack, END, implicit self-loops) on the browse-only
+    table: 11.8 pages per session; ViewComment 28.0 %, ViewStory 26.7 %, StoriesOfTheDay
+    22.1 %, SearchInStories 3.8 %, Search 3.7 %, Browse 3.7 %, BrowseStoriesInCategory 3.6 %,
+    OlderStories 3.3 %, SearchInComments 2.8 %, BrowseCategories 1.7 %, SearchInUsers 0.7 %."""
+    expected = {"ViewComment": 28.0, "ViewStory": 26.7, "StoriesOfTheDay": 22.1,
+                "SearchInStories": 3.8, "Search": 3.7, "Browse": 3.7,
+                "BrowseStoriesInCategory": 3.6, "OlderStories": 3.3, "SearchInComments": 2.8,
+                "BrowseCategories": 1.7, "SearchInUsers": 0.7}
+    n = 400_000
+    r = dry_run(RUBBOS_BROWSE, n, "--seed", "11")
+    for page, pct in expected.items():
+        # the digest rounds to 0.1 pp; sampling noise at 400k correlated steps is ~0.2 pp
+        assert abs(100 * r["pages"][page] / n - pct) < 0.6, (page, 100 * r["pages"][page] / n, pct)
+    assert abs(r["mean_pages_per_session"] - 11.8) < 0.25
+    assert r["back"] > 0.1 * n  # BACK is exercised (about a fifth of moves)
