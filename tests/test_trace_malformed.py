@@ -5,6 +5,7 @@ capture is the ground truth)."""
 
 from __future__ import annotations
 
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -190,3 +191,16 @@ def test_bad_server_map_names_file_and_line(tmp_path):
     m.write_text("10.0.0.2:8080 web web1\n")
     r = rows(trace_capture(f, tmp_path / "out.parquet", server_map=m))
     assert (r[0]["tier"], r[0]["server"]) == ("web", "web1")
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) not installed")
+def test_pcapng_and_nanosecond_pcap_give_the_same_rows(tmp_path):
+    src = tmp_path / "in.pcap"
+    src.write_bytes(conversation(5).bytes())
+    want = rows(trace_capture(src, tmp_path / "a.parquet"))
+    for fmt in ("pcapng", "nsecpcap"):
+        dst = tmp_path / f"in.{fmt}"
+        subprocess.run(["editcap", "-F", fmt, str(src), str(dst)], check=True, capture_output=True)
+        got = rows(trace_capture(dst, tmp_path / f"{fmt}.parquet"))
+        key = lambda r: (r["arrival_ns"], r["departure_ns"], r["label"], r["status"], r["bytes_in"], r["bytes_out"])
+        assert [key(r) for r in got] == [key(r) for r in want], fmt
