@@ -8,10 +8,12 @@ Per server: load and throughput per window (`windows.window_series`); when paren
 exist, the *exclusive* load (time waiting on downstream calls removed) is the load that decides
 saturation, because a synchronous caller's inclusive load rises whenever its callee is slow. N*
 per server (`saturation.saturation_point`, windows touched by a pause excluded from the fit); a
-window is saturated when the number of requests in the server (exclusive when links exist)
-exceeded N* for at least half of the window (`share_above_n_star` >= 0.5) — the window's mean
-load exceeding N* would also flag windows in which a saturation only began or ended. A tier is saturated in a window when at least half
-of its servers are. Then pairs, switches and the verdict (`alternation`), and pauses vs load.
+window is saturated when, for at least half of the window, the number of requests in the server
+(exclusive when links exist) exceeded N* or the server was paused while holding a request (zero
+capacity: `share_above_n_star`, `share_paused_busy`, their union >= 0.5) — the window's mean
+load exceeding N* would also flag windows in which a saturation only began or ended. A tier is
+saturated in a window when at least half of its servers are. Traced runs share one request id
+along a transaction; `resolve_parent_rows` finds the parent row among the rows of an id. Then pairs, switches and the verdict (`alternation`), and pauses vs load.
 """
 
 from __future__ import annotations
@@ -225,9 +227,19 @@ def analyze_fine(
                              else math.inf for _, s in keys])
     above = share_above(parts, thresholds, n_servers, n_windows, window_ns)
     series = series.append_column("share_above_n_star", pa.array(above.ravel()))
+    # a paused server holding a request has zero capacity: that time counts as saturated too
+    # (union: paused and busy, plus above N*, minus paused and above N*, counted in both)
+    busy_paused = pauses.paused_share_above(parts, pause_spans, np.zeros(n_servers), n_servers, n_windows,
+                                            window_ns)
+    if pause_spans:
+        both = pauses.paused_share_above(parts, pause_spans, thresholds, n_servers, n_windows, window_ns)
+        saturated_time = above + busy_paused - both
+    else:
+        saturated_time = above
+    series = series.append_column("share_paused_busy", pa.array(busy_paused.ravel()))
     for i, (tier, server) in enumerate(keys):
         sl = slice(i * n_windows, (i + 1) * n_windows)
-        sat = above[i] >= SATURATED_SHARE
+        sat = saturated_time[i] >= SATURATED_SHARE
         saturated_col[sl] = sat
         load_by_key[(tier, server)] = used[sl]
         a, b = saturation.episodes(sat, starts[sl], window_ns)

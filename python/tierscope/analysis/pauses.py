@@ -104,3 +104,63 @@ def pause_table(
             "corr_load_vs_pause_ratio": pa.array(rows["corr_load_vs_pause_ratio"], pa.float64()),
         }
     )
+
+
+def paused_share_above(
+    parts: list,
+    pause_spans: dict[int, tuple[np.ndarray, np.ndarray]],
+    thresholds: np.ndarray,
+    n_servers: int,
+    n_windows: int,
+    window_ns: int,
+) -> np.ndarray:
+    """Share of each window during which a server was paused *and* held more than its threshold of
+    requests; shape (n_servers, n_windows).
+
+    `parts` are the `windows.Intervals` of `windows.request_intervals` (relative to a base), and
+    `pause_spans[server code]` the server's merged, sorted pause (start, end) arrays relative to the
+    same base. With threshold 0 this is the time a stopped server held work it could not serve:
+    its capacity was zero, so every request in it waited (the simulator's ground truth counts a
+    frozen server holding a request as saturated).
+    """
+    from .windows import Intervals, accumulate_intervals
+
+    out = np.zeros((n_servers, n_windows))
+    seg_srv, seg_a, seg_b = [], [], []
+    limit = np.int64(n_windows) * np.int64(window_ns)
+    for srv, (ps, pe) in pause_spans.items():
+        thr = float(thresholds[srv])
+        if not np.isfinite(thr) or len(ps) == 0:
+            continue
+        times, deltas = [], []
+        for part in parts:
+            m = part.server == srv
+            times += [part.start[m], part.end[m]]
+            deltas += [np.full(int(m.sum()), part.sign, np.int32), np.full(int(m.sum()), -part.sign, np.int32)]
+        t = np.concatenate(times)
+        d = np.concatenate(deltas)
+        if t.size < 2:
+            continue
+        order = np.lexsort((d, t))  # at one instant, departures before arrivals
+        t, d = t[order], d[order]
+        level = np.cumsum(d)
+        above = level[:-1] > thr
+        a, b = t[:-1][above], t[1:][above]
+        keep = b > a
+        a, b = a[keep], b[keep]  # disjoint, in time order
+        for s, e in zip(np.clip(ps, 0, limit), np.clip(pe, 0, limit)):
+            lo = int(np.searchsorted(b, s, "right"))
+            hi = int(np.searchsorted(a, e, "left"))
+            if hi <= lo:
+                continue
+            ca, cb = np.maximum(a[lo:hi], s), np.minimum(b[lo:hi], e)
+            k = cb > ca
+            seg_srv.append(np.full(int(k.sum()), srv, np.int32))
+            seg_a.append(ca[k])
+            seg_b.append(cb[k])
+    if not seg_srv:
+        return out
+    part = Intervals(np.concatenate(seg_srv), np.concatenate(seg_a).astype(np.int64),
+                     np.concatenate(seg_b).astype(np.int64), +1)
+    integral, _ = accumulate_intervals([part], n_servers, n_windows + 1, window_ns)
+    return integral.reshape(n_servers, n_windows + 1)[:, :n_windows] / window_ns

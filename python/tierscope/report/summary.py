@@ -74,6 +74,66 @@ def _fine_lines(fine: Any, window_ms: float) -> tuple[list[str], list[tuple[str,
     return look, facts
 
 
+def server_tiers(data: ReportData) -> dict[str, str]:
+    """Server (= testbed host) name -> tier, from the analysed requests."""
+    req = data.requests
+    if req is None or not {"tier", "server"} <= set(req.column_names):
+        return {}
+    pairs = req.select(["server", "tier"]).group_by(["server", "tier"]).aggregate([])
+    return dict(zip(pairs.column("server").to_pylist(), pairs.column("tier").to_pylist()))
+
+
+def whitebox_saturated_tiers(data: ReportData) -> tuple[dict[str, list[str]], str]:
+    """Tiers with a resource above 95 % most of the time at the maximum throughput of the analysed
+    configuration: tier -> ["db1 cpu_util (98 %)", ...], and the level in words."""
+    config = data.focus_config if data.focus_config in data.blackbox else next(iter(data.blackbox), None)
+    if config is None or config not in data.whitebox:
+        return {}, ""
+    bb, wb = data.blackbox[config], data.whitebox[config]
+    users = bb.max_throughput_users
+    tiers = server_tiers(data)
+    out: dict[str, list[str]] = {}
+    for host, metric in wb.saturated.get(users) or []:
+        tier = tiers.get(host)
+        if tier is None:
+            continue
+        share = max((r["share_above"] for r in wb.shares.to_pylist()
+                     if r["host"] == host and r["metric"] == metric and r["users"] == users), default=float("nan"))
+        out.setdefault(tier, []).append(f"{host} {metric} above 95 % in {_pct(share)} of the samples")
+    return out, f"at {users:g} users (maximum throughput)"
+
+
+def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str) -> tuple[str | None, str]:
+    """Combine the fine-grained verdict with the white-box saturated resources (docs/analysis.md,
+    "The headline"). Returns (a replacement headline or None, a sentence to append)."""
+    from tierscope.trace.link import tier_rank
+
+    kind, tiers = getattr(verdict, "kind", None), list(getattr(verdict, "tiers", []) or [])
+    if not saturated_tiers or kind not in ("single", "several"):
+        return None, ""
+    names = "; ".join(x for t in sorted(saturated_tiers) for x in saturated_tiers[t])
+    if kind == "single":
+        if set(saturated_tiers) == set(tiers):
+            return None, f" The white box agrees: {names} {level}."
+        return None, f" The white box points elsewhere too: {names} {level}."
+    # several tiers saturated at once, but only one of them has a saturated resource and all the
+    # others are upstream of it: their queues are requests waiting on it, not work of their own
+    if len(saturated_tiers) == 1:
+        (only,) = saturated_tiers
+        others = [t for t in tiers if t != only]
+        if only in tiers and all(tier_rank(t, None) < tier_rank(only, None) for t in others):
+            head = (f"Single bottleneck at {only}: {names} {level}; {_join_names(others)} "
+                    f"{'was' if len(others) == 1 else 'were'} saturated at the same time only as "
+                    f"{'its caller' if len(others) == 1 else 'its callers'} waiting on it, with no saturated "
+                    f"resource of {'its' if len(others) == 1 else 'their'} own.")
+            return head, ""
+    return None, f" The white box: {names} {level}."
+
+
+def _join_names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def build_summary(data: ReportData) -> Summary:
     """The summary for `data` (see the module docstring)."""
     window_ms = data.window_ns / 1e6
@@ -94,6 +154,12 @@ def build_summary(data: ReportData) -> Summary:
             facts.append(("evidence", str(evidence)))
         if data.fine_point:
             facts.append(("fine-grained analysis of", data.fine_point))
+        replaced, more_text = corroborate(verdict, *whitebox_saturated_tiers(data))
+        if replaced:
+            facts.append(("fine-grained verdict", headline))
+            headline = replaced
+        else:
+            headline += more_text
         lines, more = _fine_lines(data.fine, window_ms)
         look += lines
         facts += more

@@ -1,0 +1,173 @@
+"""The rules that make the verdict right on traced runs: parents resolved among rows sharing one
+request id (X-Request-Id / sqlcommenter), a paused server holding requests counts as saturated,
+and the headline combining the fine-grained verdict with the white-box saturated resources.
+
+Ground truth is arithmetic on hand-built tables (every interval chosen here) and the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tierscope.analysis.alternation import Verdict
+from tierscope.analysis.fine import analyze_fine, resolve_parent_rows
+from tierscope.analysis.pauses import paused_share_above
+from tierscope.analysis.windows import Intervals
+from tierscope.report.data import link_if_unlinked
+from tierscope.report.summary import corroborate
+from tierscope.simulate import parse_spec, simulate
+from tierscope.trace.link import link_transactions
+
+MS = 1_000_000
+BASE = 1_700_000_000_000_000_000  # a multiple of 50 ms
+
+
+def traced(rows: list[tuple]) -> pa.Table:
+    """A requests table as the tracer writes it: (tier, server, request_id, arrival_ms, departure_ms)."""
+    proto = {"web": "http", "app": "http", "db": "postgres"}
+    return pa.table({
+        "tier": [r[0] for r in rows],
+        "server": [r[1] for r in rows],
+        "request_id": [r[2] for r in rows],
+        "parent_id": pa.nulls(len(rows), pa.string()),
+        "arrival_ns": pa.array([BASE + int(r[3] * MS) for r in rows], pa.int64()),
+        "departure_ns": pa.array([BASE + int(r[4] * MS) for r in rows], pa.int64()),
+        "protocol": [proto[r[0]] for r in rows],
+        "source": ["trace"] * len(rows),
+    })
+
+
+def test_parents_are_found_among_rows_sharing_one_request_id():
+    # one page: web 0-100 ms, app 5-95 ms, three SQL statements inside; a second page id "b"
+    t = traced([
+        ("db", "db1", "a", 10, 20),
+        ("web", "web1", "a", 0, 100),
+        ("db", "db1", "a", 30, 40),
+        ("app", "app1", "a", 5, 95),
+        ("db", "db1", "a", 50, 60),
+        ("web", "web1", "b", 200, 210),
+        ("app", "app1", "b", 201, 209),
+    ])
+    linked = link_transactions(t)
+    assert linked.column("parent_id").to_pylist() == ["a", None, "a", "a", "a", None, "b"]
+    parents = resolve_parent_rows(linked).tolist()
+    # the SQL rows' parent is the app row (3), the app row's the web row (1), web rows are roots
+    assert parents == [3, -1, 3, 1, 3, -1, 5]
+
+
+def test_unique_ids_keep_the_direct_lookup():
+    t = pa.table({"tier": ["web", "app"], "server": ["w", "a"], "request_id": ["x", "y"],
+                  "parent_id": [None, "x"], "arrival_ns": [BASE, BASE + 1], "departure_ns": [BASE + 9, BASE + 8]})
+    assert resolve_parent_rows(t).tolist() == [-1, 0]
+
+
+def test_exclusive_load_of_a_caller_waiting_on_shared_id_children():
+    # the app request is in its server 0-100 ms and waits on SQL 10-40 and 50-90: its own time is
+    # 10 + 10 + 10 = 30 ms of the first two 50 ms windows: exclusive load 20/50 then 10/50
+    t = traced([
+        ("web", "web1", "a", 0, 100),
+        ("app", "app1", "a", 0, 100),
+        ("db", "db1", "a", 10, 40),
+        ("db", "db1", "a", 50, 90),
+    ])
+    fg = analyze_fine(link_transactions(t))
+    assert fg.exclusive
+    s = fg.series.to_pylist()
+    app = [r for r in s if r["server"] == "app1"]
+    assert [round(r["load"], 6) for r in app] == [1.0, 1.0, 0.0]
+    assert [round(r["load_exclusive"], 6) for r in app] == [0.4, 0.2, 0.0]
+    web = [r for r in s if r["server"] == "web1"]
+    assert [round(r["load_exclusive"], 6) for r in web] == [0.0, 0.0, 0.0]
+
+
+def test_link_if_unlinked_links_traced_tables_only():
+    t = traced([("web", "web1", "a", 0, 100), ("app", "app1", "a", 5, 95)])
+    linked, note = link_if_unlinked(t)
+    assert linked.column("parent_id").to_pylist() == [None, "a"]
+    assert note and "1 of 2 rows linked" in note
+    again, note2 = link_if_unlinked(linked)
+    assert again is linked and note2 is None
+    other = t.set_column(t.column_names.index("source"), "source", pa.array(["otlp", "otlp"]))
+    same, note3 = link_if_unlinked(other)
+    assert same is other and note3 is None
+
+
+def test_paused_share_above_counts_only_paused_time_with_requests_in_the_server():
+    # server 0: requests [0, 100) and [60, 80) ms; pause [20, 70) ms. Windows of 50 ms.
+    # threshold 0: paused and busy 20-50 (30 ms) and 50-70 (20 ms) -> 0.6, 0.4, 0
+    # threshold 1: paused with two requests in the server: 60-70 -> 0, 0.2, 0
+    starts = np.array([0, 60]) * MS
+    ends = np.array([100, 80]) * MS
+    parts = [Intervals(np.zeros(2, np.int32), starts.astype(np.int64), ends.astype(np.int64), +1)]
+    spans = {0: (np.array([20 * MS], np.int64), np.array([70 * MS], np.int64))}
+    busy = paused_share_above(parts, spans, np.zeros(1), 1, 3, 50 * MS)
+    assert busy[0].tolist() == pytest.approx([0.6, 0.4, 0.0])
+    two = paused_share_above(parts, spans, np.ones(1), 1, 3, 50 * MS)
+    assert two[0].tolist() == pytest.approx([0.0, 0.2, 0.0])
+    # a child interval (time downstream) is not the server's own: exclusive level drops to 0
+    child = Intervals(np.zeros(1, np.int32), np.array([20 * MS], np.int64), np.array([45 * MS], np.int64), -1)
+    excl = paused_share_above(parts + [child], spans, np.zeros(1), 1, 3, 50 * MS)
+    assert excl[0].tolist() == pytest.approx([0.1, 0.4, 0.0])
+
+
+def test_a_paused_server_holding_requests_is_saturated_even_without_a_plateau():
+    # a lightly loaded server (never past any knee) stopped for 100 ms while holding one request
+    rows = [("app", "app1", f"r{i}", 200 * i, 200 * i + 2) for i in range(60)]
+    rows.append(("app", "app1", "long", 1000, 1120))
+    t = traced(rows)
+    events = pa.table({"start_ns": [BASE + 1010 * MS], "end_ns": [BASE + 1110 * MS], "host": ["app1"],
+                       "kind": ["injected_pause"], "detail": [""]})
+    fg = analyze_fine(t, events)
+    assert not np.isfinite(fg.n_star["app1"].n_star)
+    sat = np.flatnonzero(fg.tier_saturated()["app"])
+    # paused and busy: 1010-1050 (0.8 of window 20), 1050-1100 (1.0 of window 21), 1100-1110 (0.2)
+    assert sat.tolist() == [20, 21]
+    busy = [r["share_paused_busy"] for r in fg.series.to_pylist()][19:23]
+    assert busy == pytest.approx([0.0, 0.8, 1.0, 0.2])
+    without = analyze_fine(t)
+    assert not without.tier_saturated()["app"].any()
+
+
+def test_simulated_freezes_still_give_an_alternating_verdict_with_the_pause_rule():
+    # the simulator counts a frozen server holding a request as saturated: the rule agrees
+    app = {"name": "app", "cores": 2, "threads": 2000, "service_ms": 1.0,
+           "freeze": {"period_s": 1.0, "duration_s": 0.25}}
+    spec = parse_spec({"seed": 7, "duration_s": 20, "warmup_s": 1,
+                       "workload": {"users": 600, "think_time_s": 1.0, "index_of_dispersion": 1},
+                       "tier": [{"name": "web", "cores": 2, "threads": 2000, "service_ms": 0.2}, app,
+                                {"name": "db", "cores": 2, "threads": 2000, "service_ms": 2.0}]})
+    sim = simulate(spec)
+    fg = analyze_fine(sim.requests, sim.events)
+    assert fg.verdict.kind == "alternating", fg.verdict
+    paused = np.asarray(fg.series.column("share_paused_busy"))
+    assert paused.max() == pytest.approx(1.0)
+
+
+V = lambda kind, tiers: Verdict(kind, tiers, "", 0.8, "")  # noqa: E731
+
+
+def test_several_at_once_with_one_saturated_resource_downstream_is_that_tier():
+    head, extra = corroborate(V("several", ["web", "app", "db"]),
+                              {"db": ["db1 cpu_util above 95 % in 97 % of the samples"]}, "at 450 users")
+    assert head is not None and head.startswith("Single bottleneck at db: db1 cpu_util")
+    assert "web and app were saturated at the same time only as its callers" in head
+    assert extra == ""
+
+
+def test_several_at_once_is_kept_when_the_saturated_resource_is_upstream_or_on_two_tiers():
+    # a saturated web host with app and db saturated too: the callees are not explained by it
+    head, extra = corroborate(V("several", ["web", "db"]), {"web": ["web1 cpu_util"]}, "at 9 users")
+    assert head is None and "web1 cpu_util" in extra
+    head, _ = corroborate(V("several", ["app", "db"]), {"app": ["app1 cpu"], "db": ["db1 cpu"]}, "x")
+    assert head is None
+
+
+def test_single_and_alternating_verdicts_are_not_overruled():
+    head, extra = corroborate(V("single", ["db"]), {"db": ["db1 cpu_util"]}, "at 450 users")
+    assert head is None and extra == " The white box agrees: db1 cpu_util at 450 users."
+    head, extra = corroborate(V("single", ["app"]), {"db": ["db1 cpu_util"]}, "at 450 users")
+    assert head is None and "points elsewhere too" in extra
+    head, extra = corroborate(V("alternating", ["app", "db"]), {"db": ["db1 cpu_util"]}, "x")
+    assert head is None and extra == ""
+    assert corroborate(V("several", ["app", "db"]), {}, "x") == (None, "")
