@@ -21,8 +21,10 @@ def analyze(
                                           "string of the access logs, when it is not the documented one."),
     tier: str | None = typer.Option(None, "--tier", help="Tier name for access-log rows (default: web)."),
 ) -> None:
-    """Import traces or access logs, run the fine-grained bottleneck analysis, print the summary, and
-    write the requests table (and optionally the HTML report).
+    """Import traces or access logs of any system and find its bottleneck.
+
+    Runs the fine-grained analysis, prints the summary, and writes the requests table (and
+    optionally the HTML report).
 
     Example: [bold]tierscope analyze spans.jsonl access.log --window-ms 50 -o out --report[/bold]
     """

@@ -25,9 +25,11 @@ def demo(
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory."),
     loopback: bool = typer.Option(False, "--loopback", help="Run on loopback without namespaces or limits."),
 ) -> None:
-    """Build a 3-tier RUBBoS system (nginx, app server, PostgreSQL) with tight CPU limits, drive
-    it at four workload levels with the capture on, and write report.html naming the bottleneck.
-    Takes under five minutes on a 2-core machine, data load included.
+    """Run the demo experiment: a 3-tier RUBBoS system, four workload levels, a report.
+
+    Builds nginx, an app server and PostgreSQL in hosts with tight CPU limits, drives them at four
+    workload levels with the capture on, and writes report.html naming the bottleneck. Takes under
+    five minutes on a 2-core machine, data load included.
 
     Example: [bold]tierscope demo[/bold]   or   [bold]tierscope demo --alternating[/bold]
     """

@@ -20,9 +20,11 @@ def run(
                                   "(what is lost is printed), instead of namespaced hosts."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not analyse nor write report.html."),
 ) -> None:
-    """Run an experiment: for each sweep point build the hosts, start the tiers, drive the
-    workload, capture and monitor, collect the tables; then write report.html and name the
-    bottleneck. Ctrl-C stops cleanly and keeps finished points (continue with --resume).
+    """Run an experiment spec: every sweep point, then the report naming the bottleneck.
+
+    For each point: build the hosts, start the tiers, drive the workload, capture and monitor,
+    collect the tables into OUT/<run>/<point>/. Ctrl-C stops cleanly and keeps finished points
+    (continue with --resume).
 
     Example: [bold]tierscope run examples/specs/tiny.toml -o results[/bold]
     """

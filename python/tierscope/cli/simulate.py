@@ -13,8 +13,10 @@ def simulate(
     spec: Path = typer.Argument(..., help="simulation spec (TOML, see docs/simulate.md)"),
     output: Path = typer.Option(..., "-o", "--output", help="directory for the tables"),
 ) -> None:
-    """Simulate a closed N-tier system (users, thread pools, cores, freezes, bursts) and write
-    requests, client_requests, events, resources and saturation_truth as Parquet.
+    """Simulate a closed N-tier system and write its tables with the ground truth.
+
+    Users, thread pools, cores, freezes and bursts; writes requests, client_requests, events,
+    resources and saturation_truth as Parquet.
 
     Example: [bold]tierscope simulate examples/simulate/alternating.toml -o out/alternating[/bold]
     """
