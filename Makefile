@@ -66,9 +66,13 @@ fidelity: setup
 bench: setup
 	@for b in bench/*; do [ -x "$$b" ] && [ -f "$$b" ] || continue; echo "== $$b"; PATH="$(CURDIR)/$(BIN):$$PATH" "$$b" || exit 1; done
 
+# A longer fuzzing run of the tracer's protocol parsers (libFuzzer via cargo fuzz, nightly Rust).
+# `make test` runs the short, stable-toolchain version (a mutation test inside cargo test).
+FUZZ_SECONDS ?= 600
 fuzz: setup
-	cd engine && cargo +nightly fuzz run parsers -- -max_total_time=600 2>/dev/null || \
-	  echo "fuzz: needs cargo-fuzz and a nightly toolchain (cargo install cargo-fuzz)"
+	@rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
+	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	cd engine && cargo +nightly fuzz run parsers -- -max_total_time=$(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(VENV) engine/target .pytest_cache

@@ -26,7 +26,15 @@ pytestmark = [
     pytest.mark.skipif(PGBENCH is None, reason="pgbench not installed"),
 ]
 
-PORT = 18932
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PORT = _free_port()
 DB = "tracebench"
 
 SCRIPT = """\\set aid random(1, 100)
