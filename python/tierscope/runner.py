@@ -90,12 +90,14 @@ class PointContext:
 
 
 def scale_name(scale: float | str) -> str:
-    """The RUBBoS data preset for a spec's `scale` (a preset name, or a fraction of the paper's)."""
+    """The RUBBoS data preset for a spec's `scale`: a preset name, or a fraction of the paper's data
+    set rounded to the nearest preset on a log scale (tiny = 0.002, small = 0.2, paper = 1 by users;
+    the boundaries are the geometric midpoints 0.02 and 0.45)."""
     if isinstance(scale, str):
         return scale
-    if scale <= 0.01:
+    if scale < 0.02:
         return "tiny"
-    if scale < 0.5:
+    if scale < 0.45:
         return "small"
     return "paper"
 
