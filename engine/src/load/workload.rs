@@ -262,7 +262,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
     let think_mean_s = th.f64("mean_s", 7.0, 0.0)?;
     let think_dispersion = th.f64("dispersion", 1.0, 1.0)?;
     let think_contrast = th.f64("contrast", 0.8, 0.0)?;
-    let think_quantum_ms = th.f64("quantum_ms", 5.0, 0.0)?;
+    let think_quantum_ms = th.f64("quantum_ms", 1.0, 0.0)?;
     if think_contrast >= 1.0 {
         return Err(th.err("contrast", "a number in [0, 1)"));
     }
