@@ -4,8 +4,9 @@
 configuration, and runs the black-box (per configuration), white-box (per configuration), bottleneck
 map (when there are two or more configurations), heavy-request and fine-grained analyses. The
 fine-grained analysis runs on one point: the one asked for, else the first point at or above the
-knee of its configuration (seed 004: look inside the system just past the knee), else the point
-with the most users. `collect_files` imports trace files and runs the fine-grained and heavy
+knee of its configuration (seed 004: look inside the system just past the knee) — or, when that
+point shows no saturated tier, the next higher level that does — else the point with the most
+users. `collect_files` imports trace files and runs the fine-grained and heavy
 analyses only. What cannot be computed is left None with a note saying why.
 """
 
@@ -38,6 +39,7 @@ class ReportData:
     requests: pa.Table | None = None  # of the point the fine-grained analysis ran on
     fine: Any | None = None  # tierscope.analysis.fine.FineGrained
     fine_point: str | None = None
+    fine_users: float | None = None  # the workload level of that point
     blackbox: dict[str, BlackBox] = field(default_factory=dict)  # configuration -> curve, knee
     whitebox: dict[str, WhiteBox] = field(default_factory=dict)
     focus_config: str | None = None
@@ -196,19 +198,49 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
         if reqs is None:
             data.notes.append(f"point {chosen.name} has no requests table: no fine-grained analysis")
         else:
-            data.requests = reqs
-            data.fine_point = f"{chosen.config + ' ' if chosen.config else ''}{chosen.name}" + (
-                f" ({chosen.users:g} users)" if chosen.users is not None else "")
-            truth = chosen.path / "saturation_truth.parquet"
-            if truth.is_file():
-                import pyarrow.parquet as pq
-
-                data.truth = pq.read_table(truth)
-            data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns)
-            if why:
-                data.notes.append(why)
-            _heavy(data, reqs)
+            _analyse_point(data, chosen, reqs, window_ns)
+            if point is None:
+                _past_a_quiet_knee(data, chosen, points, window_ns)
     else:
         data.notes.append("no point has a requests table: no fine-grained analysis")
         data.focus_config = next(iter(data.whitebox), None)
     return data
+
+
+def _analyse_point(data: ReportData, chosen: Point, reqs: pa.Table, window_ns: int) -> None:
+    data.requests = reqs
+    data.fine_users = chosen.users
+    data.fine_point = f"{chosen.config + ' ' if chosen.config else ''}{chosen.name}" + (
+        f" ({chosen.users:g} users)" if chosen.users is not None else "")
+    truth = chosen.path / "saturation_truth.parquet"
+    data.truth = None
+    if truth.is_file():
+        import pyarrow.parquet as pq
+
+        data.truth = pq.read_table(truth)
+    data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns)
+    if why:
+        data.notes.append(why)
+    _heavy(data, reqs)
+
+
+def _past_a_quiet_knee(data: ReportData, chosen: Point, points: list[Point], window_ns: int) -> None:
+    """When the point at the knee shows no saturated tier (a knee is where queues *start* to grow),
+    analyse the next workload levels of the same configuration, in order, until one does."""
+    verdict = getattr(data.fine, "verdict", None)
+    if verdict is None or verdict.kind != "none" or chosen.users is None:
+        return
+    higher = sorted((p for p in points if p.config == chosen.config and p.users is not None
+                     and p.users > chosen.users and p.tables.rows("requests")), key=lambda p: p.users)
+    for p in higher:
+        reqs = _point_requests(p)
+        if reqs is None:
+            continue
+        _analyse_point(data, p, reqs, window_ns)
+        if data.fine is not None and data.fine.verdict.kind != "none":
+            data.notes.append(f"the point at the knee ({chosen.name}, {chosen.users:g} users) showed no saturated "
+                              f"tier: the fine-grained analysis is of the next level with one, {p.name} "
+                              f"({p.users:g} users)")
+            return
+    if higher:
+        data.notes.append(f"no saturated tier at the knee ({chosen.users:g} users) nor at any higher level")

@@ -39,9 +39,14 @@ def _pct(x: float) -> str:
 def _fine_lines(fine: Any, window_ms: float) -> tuple[list[str], list[tuple[str, str]]]:
     look, facts = [], []
     shares = getattr(fine, "saturated_share", {}) or {}
+    paused = set()
+    pauses = getattr(fine, "pauses", None)
+    if isinstance(pauses, pa.Table) and pauses.num_rows and "paused_share" in pauses.column_names:
+        paused = {r["tier"] for r in pauses.to_pylist() if r.get("paused_share", 0) > 0}
     for tier, share in sorted(shares.items(), key=lambda kv: -kv[1]):
         if share > 0:
-            look.append(f"{tier}: saturated (load above N*) in {_pct(share)} of the {window_ms:g} ms windows "
+            why = "load above N* or paused holding requests" if tier in paused else "load above N*"
+            look.append(f"{tier}: saturated ({why}) in {_pct(share)} of the {window_ms:g} ms windows "
                         f"(strip chart and timeline)")
     for key, ns in sorted((getattr(fine, "n_star", {}) or {}).items()):
         value = getattr(ns, "n_star", None)
@@ -84,13 +89,15 @@ def server_tiers(data: ReportData) -> dict[str, str]:
 
 
 def whitebox_saturated_tiers(data: ReportData) -> tuple[dict[str, list[str]], str]:
-    """Tiers with a resource above 95 % most of the time at the maximum throughput of the analysed
-    configuration: tier -> ["db1 cpu_util (98 %)", ...], and the level in words."""
+    """Tiers with a resource above 95 % most of the time at the workload level the fine-grained
+    analysis looked at, else at the maximum throughput of the analysed configuration:
+    tier -> ["db1 cpu_util above 95 % in 98 % of the samples", ...], and the level in words."""
     config = data.focus_config if data.focus_config in data.blackbox else next(iter(data.blackbox), None)
     if config is None or config not in data.whitebox:
         return {}, ""
     bb, wb = data.blackbox[config], data.whitebox[config]
-    users = bb.max_throughput_users
+    # the level the fine-grained analysis looked at, else the maximum throughput's
+    users = data.fine_users if wb.saturated.get(data.fine_users) else bb.max_throughput_users
     tiers = server_tiers(data)
     out: dict[str, list[str]] = {}
     for host, metric in wb.saturated.get(users) or []:
@@ -100,7 +107,8 @@ def whitebox_saturated_tiers(data: ReportData) -> tuple[dict[str, list[str]], st
         share = max((r["share_above"] for r in wb.shares.to_pylist()
                      if r["host"] == host and r["metric"] == metric and r["users"] == users), default=float("nan"))
         out.setdefault(tier, []).append(f"{host} {metric} above 95 % in {_pct(share)} of the samples")
-    return out, f"at {users:g} users (maximum throughput)"
+    where = " (maximum throughput)" if users == bb.max_throughput_users else ""
+    return out, f"at {users:g} users{where}"
 
 
 def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str) -> tuple[str | None, str]:
@@ -173,17 +181,29 @@ def build_summary(data: ReportData) -> Summary:
             facts.append((f"N* from bounds{tag}", bb.knee_bounds.detail))
         wb = data.whitebox.get(config)
         if wb is not None:
-            sat = wb.saturated.get(bb.max_throughput_users) or []
+            # at the maximum throughput; when nothing is saturated there but throughput fell past
+            # it (thrashing), at the first higher level where a resource is
+            level = bb.max_throughput_users
+            sat = wb.saturated.get(level) or []
+            if not sat:
+                level = next((u for u in sorted(wb.saturated) if u > bb.max_throughput_users and wb.saturated[u]),
+                             level)
+                sat = wb.saturated.get(level) or []
+            where = "at maximum throughput" if level == bb.max_throughput_users else \
+                f"at {level:g} users (past the maximum throughput, at {bb.max_throughput_users:g} users)"
             if sat:
                 names = ", ".join(f"{h} {m}" for h, m in sat)
-                look.append(f"at {bb.max_throughput_users:g} users{tag}, {names} spent most of the time above 95 % "
+                look.append(f"at {level:g} users{tag}, {names} spent most of the time above 95 % "
                             f"(utilisation densities)")
                 if headline is None or fine_says_none:
-                    host, metric = sat[0]
+                    # a utilisation rather than the throttled time its quota causes
+                    host, metric = sorted(sat, key=lambda hm: hm[1].endswith("throttled"))[0]
                     share = max(r["share_above"] for r in wb.shares.to_pylist()
-                                if r["host"] == host and r["metric"] == metric and r["users"] == bb.max_throughput_users)
-                    headline = f"Bottleneck at {host} ({metric}): above 95 % utilisation in {_pct(share)} of the " \
-                               f"samples at maximum throughput{tag}."
+                                if r["host"] == host and r["metric"] == metric and r["users"] == level)
+                    tier = server_tiers(data).get(host)
+                    tier_text = f" in the {tier} tier" if tier else ""
+                    headline = f"Bottleneck at {host} ({metric}){tier_text}: above 95 % utilisation in {_pct(share)} of the " \
+                               f"samples {where}{tag}."
                     if fine_says_none:  # the coarse grain found what the analysed point did not show
                         headline += f" (The fine-grained analysis of {data.fine_point or 'the traced point'} " \
                                     f"found no saturated tier.)"
