@@ -217,3 +217,35 @@ def test_open_loop_poisson_rate(nginx, tmp_path):
     assert abs(mean - 1 / 400) < 0.2 / 400 and 0.85 < cv < 1.15, (mean, cv)
     # open loop: the summary's latency runs from the intended start
     assert s["total"]["count"] == n
+
+
+def test_post_forms_and_session_variables_reach_nginx(nginx, tmp_path):
+    """A POST page with a form built from a session variable and generated text: nginx sees
+    one POST per logged row (it answers 405 for a static file, which is not an error), and the
+    URL parameters drawn from the session variable stay within their range."""
+    wl = tmp_path / "post.toml"
+    wl.write_text(
+        '[workload]\nstart = "Home"\n[think]\nmean_s = 0.02\n[users]\ncount = 3\n[phases]\nrun_s = 1\n'
+        "[session_vars]\nk = { uniform = [1, 9] }\n"
+        '[[pages]]\nname = "Home"\nurl = "/index.html?user=user{k}"\n'
+        '[[pages]]\nname = "Post"\nmethod = "POST"\nurl = "/about.html"\n'
+        '[pages.form]\nnickname = "user{k}"\nbody = { text = [10, 200] }\n'
+        "[transitions]\nHome = { Post = 0.5 }\nPost = { Home = 1.0 }\n"
+    )
+    log = tmp_path / "post.parquet"
+    before = access_count(nginx)
+    _, s = run_engine(wl, "--target", nginx.url, "--log", str(log))
+    time.sleep(0.2)
+    lines = nginx.access_log_lines()[before:]
+    rows = tables.read(log, "client_requests").to_pylist()
+    posts = [r for r in rows if r["state"] == "Post"]
+    assert posts and len(posts) == sum(1 for ln in lines if '"POST /about.html' in ln)
+    assert all(r["status"] == 405 and r["error"] is None for r in posts)
+    homes = [r["path"] for r in rows if r["state"] == "Home"]
+    assert homes and all(p.startswith("/index.html?user=user") and 1 <= int(p.rsplit("user", 1)[1]) <= 9 for p in homes)
+    # a session keeps its variable: every Home request of one session names the same user
+    by_session = collections.defaultdict(set)
+    for r in rows:
+        if r["state"] == "Home":
+            by_session[r["session"]].add(r["path"])
+    assert all(len(v) == 1 for v in by_session.values())
