@@ -23,6 +23,12 @@ where it holds and intersects them, N* = TPmax / s:
    squares; the curve has flattened), and the top decile's median load is at least BEYOND = 2 × N* (queues really
    built up; a stationary server's noise around its mean load does not qualify). Otherwise n_star = inf and `method`
    says which check failed: from such data no saturation point can be read.
+5. Except a server saturated during the whole trace: no window shows the rise, but when the slope
+   was measured (`service_s`, from requests that found the server idle) and the top decile's
+   median load is at least THROUGHOUT = 20 x N*, the plateau is accepted anyway. Load / N* there
+   is R / S (Little: L = X·R, N* = X·S): requests stayed at least 20 service times in the server,
+   which a single open queue (R = S / (1 − ρ)) reaches only above 95 % utilisation — the white
+   box's saturation threshold. The other checks (flat top, beyond the knee) still apply.
 
 Why not a fit through all the windows: at 50 ms, windows whose load is high *because* a long
 service or a queue burst happened inside them have fewer completions than their load suggests,
@@ -43,6 +49,7 @@ METHOD = "asymptotes at the extremes"
 BEYOND = 2.0  # the top decile's median load must be at least this multiple of N*
 RISE = 0.7  # the low-load windows must run below this share of the plateau throughput
 FLAT = 0.3  # within the top decile, throughput may grow with load at most this share of the low-load slope
+THROUGHOUT = 20.0  # with a measured service time: top-decile load this multiple of N* = saturated throughout
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,8 @@ def saturation_point(
     q90 = np.quantile(x, 0.90)
     low, high = around <= np.quantile(around, 0.10), x >= q90
     slope = float(y[low].sum() / x[low].sum()) if x[low].sum() > 0 else math.nan
-    if service_s is not None and service_s > 0 and math.isfinite(service_s):
+    slope_measured = service_s is not None and service_s > 0 and math.isfinite(service_s)
+    if slope_measured:
         slope = 1.0 / service_s
         method = f"{METHOD}, slope from the service time of requests that found the server idle"
     tp_max = float(np.median(y[high]))
@@ -109,7 +117,8 @@ def saturation_point(
     n_star = tp_max / slope
     load_high = float(np.median(x[high]))
     reasons = []
-    if tp_low > RISE * tp_max:
+    no_rise = tp_low > RISE * tp_max
+    if no_rise:
         reasons.append(
             f"throughput at low load ({tp_low:.0f}/s) is already {tp_low / tp_max:.0%} of that at high load: "
             "the load never varied enough to show the rise to a plateau"
@@ -125,6 +134,12 @@ def saturation_point(
             f"the highest loads (median {load_high:.2f}) are not well past the knee ({n_star:.2f}): "
             "a queue that never builds up is noise, not saturation"
         )
+    if reasons == reasons[:1] and no_rise and slope_measured and load_high >= THROUGHOUT * n_star:
+        # saturated during the whole trace: no window shows the rise, but the requests that found
+        # the server idle give it, and the queue stayed where only a saturated server keeps one
+        return NStar(n_star, f"{method}; saturated throughout: no window shows the rise, and the highest loads "
+                             f"(median {load_high:.1f}) are {load_high / n_star:.0f} x N*", tp_max, slope, True,
+                     **common)
     if reasons:
         return NStar(math.inf, f"{method}: no plateau: " + "; ".join(reasons), tp_max, slope, False,
                      **common)
