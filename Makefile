@@ -13,7 +13,7 @@ PY    := $(VENV)/bin/python
 BIN   := $(VENV)/bin
 
 # Debian packages the lab starts, traces or compares against.
-APT_PACKAGES := nginx-light wrk tcpdump tshark mariadb-server mariadb-client \
+APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client \
                 postgresql-15 postgresql-client-15 postgresql-contrib iproute2 procps \
                 chromium
 

@@ -49,13 +49,13 @@ CLIENT_REQUESTS = pa.schema(
         pa.field("session", pa.int64(), nullable=False),
         pa.field("state", pa.string(), nullable=False),  # page (Markov state) name
         pa.field("path", pa.string()),  # URL path and query sent
-        pa.field("intended_ns", pa.int64()),  # scheduled start (open loop; = start_ns when closed)
+        pa.field("intended_ns", pa.int64()),  # scheduled start: the arrival (open loop) or end of think (closed)
         pa.field("start_ns", pa.int64(), nullable=False),
         pa.field("first_byte_ns", pa.int64()),
         pa.field("end_ns", pa.int64(), nullable=False),
         pa.field("status", pa.int32()),  # HTTP status, 0 when no response
         pa.field("bytes", pa.int64()),  # response bytes
-        pa.field("error", pa.string()),  # null, connect, timeout, reset, http5xx, marker, other
+        pa.field("error", pa.string()),  # null, connect, timeout, reset, http5xx, marker, cancelled, other
         pa.field("phase", pa.string(), nullable=False),  # ramp_up, run, ramp_down
     ]
 )
