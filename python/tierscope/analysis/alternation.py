@@ -122,6 +122,7 @@ def verdict(
     lead = shares[ranked[0]] if ranked else 0.0
     part = [t for t in ranked if shares[t] >= min_share and shares[t] >= RELATIVE_SHARE * lead]
     inherited = []
+    dropped = set()
     for a in list(part):
         for b in part:
             if a != b and calls and (a, b) in calls:
@@ -129,6 +130,7 @@ def verdict(
                 if inside >= INHERITED and shares[b] >= shares[a]:
                     inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls")
                     part.remove(a)
+                    dropped.add(a)
                     break
     ms = window_ns / 1e6
     share_text = ", ".join(
@@ -143,7 +145,8 @@ def verdict(
         return Verdict("none", [], "no saturated tier", _clip(conf) * _data_weight(n_windows), evidence)
     if len(part) == 1:
         t = part[0]
-        runner = shares[ranked[1]] if len(ranked) > 1 else 0.0
+        # the runner-up among the tiers whose saturation is their own (not a callee's, rule 2)
+        runner = max((shares[r] for r in ranked if r != t and r not in dropped), default=0.0)
         conf = min(1.0, shares[t] / (min_share * 5)) * (1.0 - runner / max(shares[t], 1e-12))
         return Verdict("single", [t], f"single bottleneck at {t}", _clip(conf) * _data_weight(n_windows), evidence)
     a = part[0]
