@@ -13,7 +13,8 @@ cannot pass.
 * app server paused 150 ms about every second (SIGSTOP/SIGCONT), database near saturation
   (the alternating demo): "bottleneck alternating between app and db".
 
-About 1.5–2 minutes each; marked slow (`make fidelity`). Needs root and tcpdump.
+About 1–1.5 minutes each (3.6 min for the three here); marked slow (`make fidelity`). Needs root,
+tcpdump and PostgreSQL 15.
 """
 
 from __future__ import annotations
