@@ -56,6 +56,21 @@ def test_parents_are_found_among_rows_sharing_one_request_id():
     assert parents == [3, -1, 3, 1, 3, -1, 5]
 
 
+def test_rows_without_ids_have_no_parent():
+    # an app row the tracer saw without an X-Request-Id, and web rows without parents: a null
+    # parent id must not match the null request id
+    t = traced([
+        ("web", "web1", "a", 0, 100),
+        ("app", "app1", None, 5, 95),
+        ("web", "web1", "b", 200, 210),
+        ("app", "app1", "b", 201, 209),
+    ])
+    assert resolve_parent_rows(link_transactions(t)).tolist() == [-1, -1, -1, 2]
+    unique = pa.table({"tier": ["web", "app", "web"], "server": ["w", "a", "w"], "request_id": ["x", None, None],
+                       "parent_id": [None, None, "x"], "arrival_ns": [BASE, BASE, BASE], "departure_ns": [BASE + 9] * 3})
+    assert resolve_parent_rows(unique).tolist() == [-1, -1, 0]
+
+
 def test_unique_ids_keep_the_direct_lookup():
     t = pa.table({"tier": ["web", "app"], "server": ["w", "a"], "request_id": ["x", "y"],
                   "parent_id": [None, "x"], "arrival_ns": [BASE, BASE + 1], "departure_ns": [BASE + 9, BASE + 8]})

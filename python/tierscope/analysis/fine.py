@@ -116,6 +116,8 @@ def resolve_parent_rows(requests: pa.Table) -> np.ndarray:
     pid = requests.column("parent_id")
     if pid.null_count == n:
         return fast
+    # a row without a parent id has no parent (the direct lookup matches a null to a null id)
+    fast[~pc.is_valid(pid).to_numpy(zero_copy_only=False)] = -1
     rid = requests.column("request_id")
     if pc.count_distinct(rid).as_py() == n - rid.null_count:
         return fast  # unique ids: the id names the row
