@@ -178,11 +178,27 @@ def test_several_at_once_is_kept_when_the_saturated_resource_is_upstream_or_on_t
     assert head is None
 
 
+def test_an_upstream_single_tier_without_a_saturated_resource_waits_on_the_saturated_one():
+    # at the analysed point nginx queues (it cannot hand requests to the app server) while the
+    # app host's CPU is pegged: the app is the bottleneck
+    head, extra = corroborate(V("single", ["web"]), {"app": ["app1 cpu_util above 95 % in 97 % of the samples"]},
+                              "at 300 users", same_point=True)
+    assert head is not None and head.startswith("Single bottleneck at app: app1 cpu_util")
+    assert "the web tier, saturated in the fine-grained analysis, has no saturated resource" in head
+    # two saturated tiers: no single explanation
+    head, _ = corroborate(V("single", ["web"]), {"app": ["a"], "db": ["d"]}, "x", same_point=True)
+    assert head is None
+
+
 def test_single_and_alternating_verdicts_are_not_overruled():
     head, extra = corroborate(V("single", ["db"]), {"db": ["db1 cpu_util"]}, "at 450 users")
     assert head is None and extra == " The white box agrees: db1 cpu_util at 450 users."
-    head, extra = corroborate(V("single", ["app"]), {"db": ["db1 cpu_util"]}, "at 450 users")
+    # the white box read at another level than the analysed point's: cited, not overruling
+    head, extra = corroborate(V("single", ["app"]), {"db": ["db1 cpu_util"]}, "at 450 users", same_point=False)
     assert head is None and "points elsewhere too" in extra
+    # a tier named downstream of the saturated resource is not explained by it
+    head, extra = corroborate(V("single", ["db"]), {"app": ["app1 cpu_util"]}, "at 300 users")
+    assert head is None and "points elsewhere too: app1 cpu_util at 300 users" in extra
     head, extra = corroborate(V("alternating", ["app", "db"]), {"db": ["db1 cpu_util"]}, "x")
     assert head is None and extra == ""
     assert corroborate(V("several", ["app", "db"]), {}, "x") == (None, "")

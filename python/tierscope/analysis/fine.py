@@ -18,6 +18,7 @@ along a transaction; `resolve_parent_rows` finds the parent row among the rows o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -150,12 +151,35 @@ def resolve_parent_rows(requests: pa.Table) -> np.ndarray:
     return out
 
 
+def idle_service_times(requests: pa.Table, events: pa.Table | None = None) -> dict[str, tuple[float, int]]:
+    """Per server: the mean own residence (seconds; exclusive of time downstream when links
+    exist) of the requests that found it idle and met no pause, and how many there were — the
+    service time S that `analyze_fine` takes the main sequence's slope from."""
+    if requests.num_rows == 0:
+        return {}
+    base_ns = floor_base(pc.min(requests.column("arrival_ns")).as_py(), DEFAULT_WINDOW_NS)
+    end_ns = int(pc.max(requests.column("departure_ns")).as_py()) + 1
+    parent_row = resolve_parent_rows(requests)
+    exclusive = bool((parent_row >= 0).any())
+    parts, tiers, servers = request_intervals(requests, base_ns, exclusive, end_ns, parent_row)
+    keys = list(zip(tiers, servers))
+    spans = pauses.pause_spans_by_server(events, keys)
+    pause_spans = {i: (spans[k][0] - base_ns, spans[k][1] - base_ns) for i, k in enumerate(keys) if k in spans}
+    idle = service_when_idle(parts, len(keys), pause_spans)
+    return {server: (mean_ns / 1e9, count) for (_, server), (mean_ns, count) in zip(keys, idle)}
+
+
 def analyze_fine(
     requests: pa.Table,
     events: pa.Table | None = None,
     window_ns: int = DEFAULT_WINDOW_NS,
+    service_hints: dict[str, float] | None = None,
 ) -> FineGrained:
-    """Fine-grained analysis of a requests table (and optional events) at `window_ns` windows."""
+    """Fine-grained analysis of a requests table (and optional events) at `window_ns` windows.
+
+    `service_hints` (server -> seconds): service times measured elsewhere (e.g. `idle_service_times`
+    of a lower workload level of the same system), used for a server whose own requests found it
+    idle fewer than MIN_IDLE_ARRIVALS times — a server saturated during the whole trace."""
     notes: list[str] = []
     window_ns = int(window_ns)
     if window_ns <= 0:
@@ -221,8 +245,16 @@ def analyze_fine(
         sl = slice(i * n_windows, (i + 1) * n_windows)
         mean_ns, count = idle[i]
         service_s = mean_ns / 1e9 if count >= MIN_IDLE_ARRIVALS else None
-        n_star[server] = saturation.saturation_point(used[sl], thr[sl], exclude=pause_col[sl] > 0,
-                                                     service_s=service_s)
+        hinted = service_s is None and bool(service_hints) and (service_hints or {}).get(server, 0) > 0
+        if hinted:
+            service_s = float(service_hints[server])  # type: ignore[index]
+        ns = saturation.saturation_point(used[sl], thr[sl], exclude=pause_col[sl] > 0, service_s=service_s)
+        if hinted:
+            ns = dataclasses.replace(ns, method=ns.method.replace(
+                "requests that found the server idle",
+                f"requests that found the server idle at a lower workload level ({service_s * 1e3:.2f} ms; "
+                f"{count} here)"))
+        n_star[server] = ns
     # a window is saturated when the server held more than N* requests for at least half of it
     # the level is an integer: more than round(N*) requests present means some wait
     thresholds = np.asarray([max(1.0, float(np.round(n_star[s].n_star))) if math.isfinite(n_star[s].n_star)

@@ -52,7 +52,8 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-def run_fine(requests: pa.Table, events: pa.Table | None, window_ns: int) -> tuple[Any | None, str | None]:
+def run_fine(requests: pa.Table, events: pa.Table | None, window_ns: int,
+             service_hints: dict[str, float] | None = None) -> tuple[Any | None, str | None]:
     """The fine-grained analysis of the server tiers (the client tier is left out), or why not."""
     try:
         from tierscope.analysis.fine import analyze_fine
@@ -62,7 +63,7 @@ def run_fine(requests: pa.Table, events: pa.Table | None, window_ns: int) -> tup
     if servers.num_rows == 0:
         return None, "no requests at any server tier (only the client's own log)"
     servers, linked = link_if_unlinked(servers)
-    fine = analyze_fine(servers, events=events, window_ns=window_ns)
+    fine = analyze_fine(servers, events=events, window_ns=window_ns, service_hints=service_hints)
     notes = ([linked] if linked else []) + list(getattr(fine, "notes", None) or [])
     return fine, ("; ".join(notes) if notes else None)
 
@@ -198,7 +199,7 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
         if reqs is None:
             data.notes.append(f"point {chosen.name} has no requests table: no fine-grained analysis")
         else:
-            _analyse_point(data, chosen, reqs, window_ns)
+            _analyse_point(data, chosen, reqs, window_ns, points)
             if point is None:
                 _past_a_quiet_knee(data, chosen, points, window_ns)
     else:
@@ -207,7 +208,34 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
     return data
 
 
-def _analyse_point(data: ReportData, chosen: Point, reqs: pa.Table, window_ns: int) -> None:
+def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[str, float]:
+    """Per server, its service time measured at the nearest lower workload levels of the same
+    configuration (requests that found it idle): the slope of the main sequence of a server that
+    was saturated during the whole analysed point and so never found idle there."""
+    from tierscope.analysis.fine import MIN_IDLE_ARRIVALS, idle_service_times
+
+    if chosen.users is None:
+        return {}
+    lower = sorted((p for p in points if p.config == chosen.config and p.users is not None
+                    and p.users < chosen.users and p.tables.rows("requests")), key=lambda p: -p.users)
+    hints: dict[str, float] = {}
+    for p in lower[:limit]:
+        reqs = _point_requests(p)
+        if reqs is None:
+            continue
+        reqs, _ = link_if_unlinked(reqs.filter(pc.not_equal(reqs.column("tier"), "client")))
+        try:
+            measured = idle_service_times(reqs, p.tables.get("events"))
+        except Exception:  # a hint is optional: the analysis works without it
+            continue
+        for server, (s, n) in measured.items():
+            if server not in hints and n >= MIN_IDLE_ARRIVALS and s > 0:
+                hints[server] = s
+    return hints
+
+
+def _analyse_point(data: ReportData, chosen: Point, reqs: pa.Table, window_ns: int,
+                   points: list[Point] | None = None) -> None:
     data.requests = reqs
     data.fine_users = chosen.users
     data.fine_point = f"{chosen.config + ' ' if chosen.config else ''}{chosen.name}" + (
@@ -219,6 +247,11 @@ def _analyse_point(data: ReportData, chosen: Point, reqs: pa.Table, window_ns: i
 
         data.truth = pq.read_table(truth)
     data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns)
+    if data.fine is not None and points and any("found the server idle" not in ns.method
+                                                 for ns in data.fine.n_star.values()):
+        hints = service_hints(chosen, points)
+        if hints:
+            data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns, service_hints=hints)
     if why:
         data.notes.append(why)
     _heavy(data, reqs)
@@ -236,7 +269,7 @@ def _past_a_quiet_knee(data: ReportData, chosen: Point, points: list[Point], win
         reqs = _point_requests(p)
         if reqs is None:
             continue
-        _analyse_point(data, p, reqs, window_ns)
+        _analyse_point(data, p, reqs, window_ns, points)
         if data.fine is not None and data.fine.verdict.kind != "none":
             data.notes.append(f"the point at the knee ({chosen.name}, {chosen.users:g} users) showed no saturated "
                               f"tier: the fine-grained analysis is of the next level with one, {p.name} "

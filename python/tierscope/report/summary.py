@@ -88,13 +88,14 @@ def server_tiers(data: ReportData) -> dict[str, str]:
     return dict(zip(pairs.column("server").to_pylist(), pairs.column("tier").to_pylist()))
 
 
-def whitebox_saturated_tiers(data: ReportData) -> tuple[dict[str, list[str]], str]:
+def whitebox_saturated_tiers(data: ReportData) -> tuple[dict[str, list[str]], str, bool]:
     """Tiers with a resource above 95 % most of the time at the workload level the fine-grained
     analysis looked at, else at the maximum throughput of the analysed configuration:
-    tier -> ["db1 cpu_util above 95 % in 98 % of the samples", ...], and the level in words."""
+    tier -> ["db1 cpu_util above 95 % in 98 % of the samples", ...], the level in words, and
+    whether it is the analysed point's level."""
     config = data.focus_config if data.focus_config in data.blackbox else next(iter(data.blackbox), None)
     if config is None or config not in data.whitebox:
-        return {}, ""
+        return {}, "", False
     bb, wb = data.blackbox[config], data.whitebox[config]
     # the level the fine-grained analysis looked at, else the maximum throughput's
     users = data.fine_users if wb.saturated.get(data.fine_users) else bb.max_throughput_users
@@ -108,12 +109,14 @@ def whitebox_saturated_tiers(data: ReportData) -> tuple[dict[str, list[str]], st
                      if r["host"] == host and r["metric"] == metric and r["users"] == users), default=float("nan"))
         out.setdefault(tier, []).append(f"{host} {metric} above 95 % in {_pct(share)} of the samples")
     where = " (maximum throughput)" if users == bb.max_throughput_users else ""
-    return out, f"at {users:g} users{where}"
+    return out, f"at {users:g} users{where}", users == data.fine_users
 
 
-def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str) -> tuple[str | None, str]:
+def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str,
+                same_point: bool = True) -> tuple[str | None, str]:
     """Combine the fine-grained verdict with the white-box saturated resources (docs/analysis.md,
-    "The headline"). Returns (a replacement headline or None, a sentence to append)."""
+    "The headline"). `same_point`: the white box was read at the analysed point's level. Returns
+    (a replacement headline or None, a sentence to append)."""
     from tierscope.trace.link import tier_rank
 
     kind, tiers = getattr(verdict, "kind", None), list(getattr(verdict, "tiers", []) or [])
@@ -123,6 +126,16 @@ def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str)
     if kind == "single":
         if set(saturated_tiers) == set(tiers):
             return None, f" The white box agrees: {names} {level}."
+        # the named tier has no saturated resource at that very level, a tier downstream of it
+        # has: the upstream queue waits on it (for a connection or a thread: time exclusive load
+        # cannot attribute to a call that has not started)
+        (x,) = tiers
+        if same_point and len(saturated_tiers) == 1:
+            (y,) = saturated_tiers
+            if tier_rank(x, None) < tier_rank(y, None):
+                head = (f"Single bottleneck at {y}: {names} {level}; the {x} tier, saturated in the fine-grained "
+                        f"analysis, has no saturated resource of its own: its queue waits on {y}.")
+                return head, ""
         return None, f" The white box points elsewhere too: {names} {level}."
     # several tiers saturated at once, but only one of them has a saturated resource and all the
     # others are upstream of it: their queues are requests waiting on it, not work of their own
