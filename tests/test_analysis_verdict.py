@@ -220,3 +220,24 @@ def test_a_server_saturated_throughout_gets_its_plateau_from_the_measured_servic
     # a measured service time but a queue only ~6 x N* (S = 50 ms: N* = 5): not enough
     short = saturation_point(load, thr, service_s=0.05)
     assert not np.isfinite(short.n_star) and "never varied" in short.method
+
+
+def test_a_server_never_idle_takes_its_service_time_from_a_lower_level():
+    from tierscope.analysis.fine import idle_service_times
+
+    # pegged: a request arrives every 2.5 ms and stays 100 ms, so ~40 are always in the server and
+    # only the very first found it idle; 400 completions/s
+    pegged = traced([("db", "db1", f"p{i}", 2.5 * i, 2.5 * i + 100) for i in range(8000)])
+    alone = analyze_fine(pegged)
+    assert not np.isfinite(alone.n_star["db1"].n_star)
+    # a lower level: one request every 10 ms lasting 2.5 ms, always found idle
+    quiet = traced([("db", "db1", f"q{i}", 10 * i, 10 * i + 2.5) for i in range(500)])
+    measured = idle_service_times(quiet)
+    assert measured["db1"][1] == 500 and measured["db1"][0] == pytest.approx(0.0025)
+    fg = analyze_fine(pegged, service_hints={"db1": measured["db1"][0]})
+    ns = fg.n_star["db1"]
+    # N* = TPmax x S = 400/s x 2.5 ms = 1; the load of 40 is 40 x N*: saturated throughout
+    assert ns.n_star == pytest.approx(1.0, rel=0.05)
+    assert "lower workload level" in ns.method and "saturated throughout" in ns.method
+    assert fg.verdict.text == "single bottleneck at db"
+    assert fg.saturated_share["db"] > 0.95
