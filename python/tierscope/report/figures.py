@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import plotly
 import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,14 +58,17 @@ def timeline(data: ReportData) -> go.Figure | None:
     t0 = pc.min(series.column("window_start_ns")).as_py()
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=("load (mean requests in the server)", "throughput (completions/s)"))
-    for tier, server in _servers(series):
+    palette = plotly.colors.qualitative.Plotly
+    for i, (tier, server) in enumerate(_servers(series)):
         s = series.filter(pc.and_(pc.equal(series.column("tier"), tier), pc.equal(series.column("server"), server)))
         s = s.sort_by("window_start_ns")
         x = (_np(s, "window_start_ns") - t0) / 1e9
         x, load, thr = _thin(x, (_np(s, "load"), "max"), (_np(s, "throughput"), "mean"))
         name = server if server == tier else f"{tier}/{server}"
-        fig.add_trace(go.Scatter(x=x, y=load, mode="lines", name=name, legendgroup=name), row=1, col=1)
-        fig.add_trace(go.Scatter(x=x, y=thr, mode="lines", name=name, legendgroup=name, showlegend=False), row=2, col=1)
+        line = {"color": palette[i % len(palette)]}  # one color per server in both panels
+        fig.add_trace(go.Scatter(x=x, y=load, mode="lines", name=name, legendgroup=name, line=line), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=thr, mode="lines", name=name, legendgroup=name, showlegend=False, line=line),
+                      row=2, col=1)
     fig.update_xaxes(title_text="seconds since the first window", row=2, col=1)
     fig.update_layout(height=560, **LAYOUT)
     return fig
