@@ -109,8 +109,9 @@ def test_cpu_quota_is_enforced_and_the_monitor_sees_it(lab, tmp_path):
     assert len(cpu) >= 50  # 3 s at 50 ms = 60 samples
     assert cpu_mean == pytest.approx(20.0, abs=3.0)
     assert util_mean == pytest.approx(100.0, abs=15.0)  # 20 % of a core = the whole allowance
-    # at 50 ms the quota's bursts show: some samples near 40 % (a 20 ms burst), some near 0
-    assert cpu.max() >= 30.0 and cpu.min() <= 10.0
+    # At 50 ms the quota's bursts often show (samples near 40 % and near 0), but how the kernel
+    # spreads a 20 ms allowance inside each 100 ms period varies from run to run (seen: 16-24 %
+    # in every sample), so the shape is printed above, not asserted; the means are the claim.
     # a busy loop under a quota is throttled in every 100 ms CFS period: ~30 in 3 s
     periods = db[db.metric == "cpu_nr_throttled"].value.sum()
     assert 10 <= periods <= 35  # most of the 30 periods (fewer when the machine itself is busy)
