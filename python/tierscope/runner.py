@@ -17,10 +17,8 @@ import json
 import os
 import platform
 import shutil
-import signal
 import socket
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,65 +213,43 @@ def workload_file(mix: str) -> Path:
     return path
 
 
-def drive(ctx: PointContext, url: str, progress: Progress, stop: threading.Event) -> dict:
+def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
     """Run the generator from the client host; return its final summary."""
+    from tierscope.load import LoadError, engine_args, run_load
+
     c = ctx.point.config
     w = c.workload
     users = _users_of(ctx.point)
-    argv = [
-        str(engine_path()), "load", str(workload_file(c.mix)),
-        "--target", url,
-        "--log", str(ctx.dir / "client_requests.parquet"),
-        "--users", str(users),
-        "--ramp-up", f"{w.ramp_up}s", "--duration", f"{w.run}s", "--ramp-down", f"{w.ramp_down}s",
-        "--think", str(w.think_time),
-        "--seed", str(ctx.point.seed),
-    ]
-    if w.dispersion > 1:
-        argv += ["--think-dispersion", str(w.dispersion)]
+    argv = engine_args(
+        workload_file(c.mix), target=url, log=ctx.dir / "client_requests.parquet", users=users,
+        ramp_up=f"{w.ramp_up}s", duration=f"{w.run}s", ramp_down=f"{w.ramp_down}s", think=w.think_time,
+        think_dispersion=w.dispersion if w.dispersion > 1 else None, seed=ctx.point.seed,
+    )
     client = ctx.hosts.get("client1")
-    cmd = client.wrap(argv) if client is not None else argv
+
+    def show(msg: dict) -> None:
+        progress.phase = msg.get("phase", progress.phase)
+        progress.active_users = int(msg.get("active_users", 0))
+        progress.rps = float(msg.get("rps", 0.0))
+        progress.p90_ms = msg.get("p90_ms")
+        progress.errors = int(msg.get("errors_total", msg.get("errors", progress.errors)))
+
     progress.users = users
     progress.phase = "ramp_up"
     t0 = time.time_ns()
     ctx.phases["load_start_ns"] = t0
-    stderr = open(ctx.dir / "generator.stderr.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
-    summary: dict = {}
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if stop.is_set():
-                proc.send_signal(signal.SIGINT)
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if "summary" in msg:
-                summary = msg
-                continue
-            progress.phase = msg.get("phase", progress.phase)
-            progress.active_users = int(msg.get("active_users", 0))
-            progress.rps = float(msg.get("rps", 0.0))
-            progress.p90_ms = msg.get("p90_ms")
-            progress.errors = int(msg.get("errors", progress.errors))
-        proc.wait()
-    except BaseException:
-        proc.send_signal(signal.SIGINT)
+    with open(ctx.dir / "generator.stderr.log", "w") as stderr:
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        raise
-    finally:
-        stderr.close()
+            result = run_load(client.wrap(argv) if client is not None else argv, on_progress=show, stderr_to=stderr)
+        except LoadError as err:
+            raise PointFailed(f"the workload generator failed: {err}") from None
     ctx.phases.update(_phase_times(t0, w.ramp_up, w.run, w.ramp_down))
-    if stop.is_set():
+    if result.interrupted:
         raise KeyboardInterrupt
-    if proc.returncode != 0:
+    if result.returncode != 0:
         err = (ctx.dir / "generator.stderr.log").read_text()[-2000:]
-        raise PointFailed(f"the workload generator exited with status {proc.returncode}: {err.strip()}")
-    return summary
+        raise PointFailed(f"the workload generator exited with status {result.returncode}: {err.strip()}")
+    return result.summary or {}
 
 
 def _users_of(point: Point) -> int:
@@ -459,7 +435,7 @@ def write_manifest(ctx: PointContext, status: str, reason: str | None, spec: Spe
         "topology": c.notation(),
         "phases": ctx.phases,
         "tables": counts,
-        "generator": summary.get("summary") if summary else None,
+        "generator": summary or None,
         "testbed": {
             "mode": getattr(ctx.testbed, "mode", None),
             "lost": getattr(ctx.testbed, "lost", []),
@@ -510,7 +486,7 @@ class RunResult:
 
 
 def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: str, progress: Progress,
-              stop: threading.Event, vers: dict) -> tuple[str, str | None]:
+              vers: dict) -> tuple[str, str | None]:
     """Run one point start to finish; always tears down; returns (status, reason)."""
     from tierscope.testbed.lab import Testbed
 
@@ -535,7 +511,7 @@ def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: st
         if c.interference.pause or c.interference.noisy_neighbour:
             pids = {s.name: s.pids for s in ctx.services}
             ctx.interference = ctx.testbed.start_interference(point, seed=point.seed, pids=pids)  # type: ignore[attr-defined]
-        summary = drive(ctx, url, progress, stop)
+        summary = drive(ctx, url, progress)
         check_tiers_alive(ctx)
         status = DONE
     except KeyboardInterrupt:
@@ -569,11 +545,9 @@ def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: st
 
 
 def run_experiment(spec: Spec, out: Path, *, resume: bool = False, mode: str = "auto", run_name: str | None = None,
-                   progress: Progress | None = None, report: bool = True,
-                   stop: threading.Event | None = None) -> RunResult:
+                   progress: Progress | None = None, report: bool = True) -> RunResult:
     """Run every point of `spec` into `out/<run>/`; then analyse and write report.html."""
     progress = progress or Progress()
-    stop = stop or threading.Event()
     points = expand(spec)
     run_dir = Path(out) / (run_name or spec.name)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -598,7 +572,7 @@ def run_experiment(spec: Spec, out: Path, *, resume: bool = False, mode: str = "
             w = p.config.workload
             progress.point_seconds = w.ramp_up + w.run + w.ramp_down
             progress.errors = 0
-            status, reason = run_point(p, spec, run_dir, data_dirs, mode, progress, stop, vers)
+            status, reason = run_point(p, spec, run_dir, data_dirs, mode, progress, vers)
             if status == DONE:
                 result.done.append(p.id)
             else:

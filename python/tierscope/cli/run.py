@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import typer
@@ -47,22 +45,11 @@ def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str |
         Console(stderr=True).print(f"[red]error:[/red] {err}")
         return 2
     progress = Progress()
-    stop = threading.Event()
-
-    def on_sigint(signum, frame):
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        progress.say("Ctrl-C: stopping the current point cleanly (press again to abort)")
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        with LiveDisplay(progress, enabled=sys.stdout.isatty()):
-            result = run_experiment(spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress,
-                                    report=report, stop=stop)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    # Ctrl-C raises KeyboardInterrupt here; the runner stops the current point's generator, tears
+    # the point down, drops its unfinished directory and returns with `interrupted` set.
+    with LiveDisplay(progress, enabled=sys.stdout.isatty()):
+        result = run_experiment(spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress,
+                                report=report)
     console.print(f"run directory: {result.dir}")
     console.print(f"points: {len(result.done)} done, {len(result.failed)} failed, {len(result.skipped)} skipped")
     for pid, reason in result.failed:
