@@ -132,3 +132,30 @@ def test_a_tier_killed_mid_run_gives_a_failed_point_and_the_sweep_goes_on(tmp_pa
         hosts = json.loads(m.read_text())["testbed"]["hosts"]
         assert hosts, m
         assert not {h["netns"] for h in hosts.values() if h["netns"]} & alive_ns
+
+
+def test_ctrl_c_stops_cleanly_keeps_finished_points_and_leaves_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [str(Path(sys.executable).parent / "tierscope"), "run", str(TINY), "-o", str(tmp_path), "--no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    run_dir = tmp_path / "tiny"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not list(run_dir.glob("*/manifest.json")):
+        time.sleep(0.2)
+    second = [d for d in run_dir.glob("users*") if not (d / "manifest.json").exists()]
+    while time.monotonic() < deadline and not second:  # wait until the second point has begun
+        time.sleep(0.2)
+        second = [d for d in run_dir.glob("users*") if not (d / "manifest.json").exists()]
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    finished = list(run_dir.glob("*/manifest.json"))
+    assert len(finished) == 1 and json.loads(finished[0].read_text())["status"] == DONE
+    assert not second[0].exists()  # the unfinished point is not a result
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert left == []
