@@ -174,3 +174,10 @@ def test_file_streaming_and_duckdb_sql_agree_with_the_table_version(tmp_path):
     assert a.keys() == b.keys()
     for k in a:
         assert a[k][0] == pytest.approx(b[k][0]) and a[k][1] == pytest.approx(b[k][1])
+
+
+def test_parent_rows_never_links_a_missing_parent_to_a_missing_id():
+    from tierscope.analysis.windows import parent_rows
+
+    t = pa.table({"request_id": [None, "a", "b", None], "parent_id": [None, None, "a", "zz"]})
+    assert parent_rows(t).tolist() == [-1, -1, 1, -1]

@@ -343,7 +343,8 @@ def parent_rows(requests: pa.Table) -> np.ndarray:
     parent_id = requests.column("parent_id").combine_chunks()
     if parent_id.null_count == n:
         return out
-    found = pc.index_in(parent_id, value_set=requests.column("request_id").combine_chunks())
+    # skip_nulls: a row without a parent id must not match a row without a request id
+    found = pc.index_in(parent_id, value_set=requests.column("request_id").combine_chunks(), skip_nulls=True)
     valid = pc.is_valid(found).to_numpy(zero_copy_only=False)
     out[valid] = found.filter(pa.array(valid)).to_numpy(zero_copy_only=False).astype(np.int64)
     return out
