@@ -195,13 +195,22 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     return f"http://{hosts[webs[0].name].address}:{WEB_PORT}"
 
 
+#: What the lab captures: TCP segments that carry payload or open/close a connection. Pure ACKs
+#: (about half the packets of a request/response exchange) tell the tracer nothing, so the kernel
+#: drops them before tcpdump has to copy them (the lab's hosts speak IPv4 on the bridge).
+CAPTURE_FILTER = (
+    "tcp and ((tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0)"
+    " or (ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2) != 0))"
+)
+
+
 def start_capture(ctx: PointContext) -> None:
     """tcpdump on the bridge (one clock for every tier), written to capture.pcap."""
     from tierscope.trace.capture import LiveCapture
 
     c = ctx.point.config
     ctx.capture = LiveCapture(ctx.testbed.capture_interface, ctx.dir / "capture.pcap",  # type: ignore[union-attr]
-                              filter="tcp", snaplen=c.monitor.snaplen).start()
+                              filter=CAPTURE_FILTER, snaplen=c.monitor.snaplen).start()
 
 
 def workload_file(mix: str) -> Path:
