@@ -30,7 +30,7 @@ system-packages:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "setup: installing Debian packages:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
 	      || { echo "setup: apt-get install failed for:$$missing" >&2; exit 1; }; \
 	  else \
 	    echo "setup: not root, cannot install:$$missing (tests that need them will be skipped)" >&2; \
