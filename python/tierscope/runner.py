@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tierscope import __version__, tables
-from tierscope.engine import engine_path
 from tierscope.spec import Point, Spec, expand
 
 #: ports the tiers listen on inside their hosts (every host has its own address)

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tierscope.services._accounts import give_to, run_as
+from tierscope.services._accounts import give_to
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
