@@ -6,20 +6,12 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from tierscope.ingest import FormatError, detect, load_file
 from tierscope.ingest.accesslog import NGINX_FORMAT, compile_apache
+from tierscope.services.base import free_port
 
 N_OK = 40
 N_MISSING = 7
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +25,7 @@ def nginx_log(tmp_path_factory):
     root = work / "www"
     root.mkdir()
     (root / "page.html").write_text("<p>hello</p>" * 100)
-    server = Nginx(Host.loopback(), _free_port(), work / "run", root=root)
+    server = Nginx(Host.loopback(), free_port(), work / "run", root=root)
     windows = []
     with server:
         for i in range(N_OK + N_MISSING):

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tierscope import tables
 from tierscope.engine import engine_path
+from tierscope.services.base import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "static-site.toml"
@@ -29,12 +29,6 @@ pytestmark = pytest.mark.skipif(
     shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
     reason="nginx is not installed (Debian package nginx-light; `make setup` as root installs it)",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

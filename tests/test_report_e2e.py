@@ -11,17 +11,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from tierscope.services.base import free_port
 
 EXE = Path(sys.executable).parent / "tierscope"
 CONNECTIONS = 8
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +29,7 @@ def wrk_log(tmp_path_factory):
     work = tmp_path_factory.mktemp("e2e")
     (work / "www").mkdir()
     (work / "www" / "index.html").write_text("x" * 2048)
-    server = Nginx(Host.loopback(), _free_port(), work / "run", root=work / "www")
+    server = Nginx(Host.loopback(), free_port(), work / "run", root=work / "www")
     with server:
         out = subprocess.run(["wrk", "-t1", f"-c{CONNECTIONS}", "-d2s", server.url + "/index.html"],
                              capture_output=True, text=True, timeout=30)

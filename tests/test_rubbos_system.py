@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from tierscope.apps.rubbos import datagen, mixes, pages
 from tierscope.apps.rubbos.dal import DbConfig
 from tierscope.apps.rubbos.system import make_db
 from tierscope.services.appserver import AppServer
+from tierscope.services.base import free_port
 from tierscope.services.nginx import Nginx
 from tierscope.testbed.host import Host
 
@@ -37,12 +37,6 @@ pytestmark = [
 
 TABLES = datagen.TABLES
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -679,7 +673,9 @@ def test_cli_up_loads_and_snapshots_then_restores_and_down_stops_everything(serv
             down = subprocess.run([exe, "rubbos", "down", "--run-dir", str(tmp_path / "run")],
                                   capture_output=True, text=True, timeout=120)
             assert down.returncode == 0 and down.stdout.count("stopped") == 4, down.stdout
-            from tierscope.apps.rubbos.system import _alive  # running (not gone, not a zombie)
+            from tierscope.apps.rubbos.system import (
+                _alive,  # running (not gone, not a zombie)
+            )
 
             assert not any(_alive(p) for p in pids_seen)
             assert not tcp_busy(ports[0])

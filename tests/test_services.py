@@ -8,20 +8,13 @@ import socket
 import urllib.request
 
 import pytest
-
-from tierscope.services.base import ServiceError, tcp_answers
+from tierscope.services.base import ServiceError, free_port, tcp_answers
 from tierscope.services.mariadb import MariaDB
 from tierscope.services.nginx import Nginx
 from tierscope.services.postgres import Postgres, pg_bindir
 from tierscope.testbed.host import Host
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="servers run as their own OS users: needs root")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.skipif(not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"), reason="nginx not installed")

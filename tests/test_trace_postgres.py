@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
+from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
 from tierscope.trace import LiveCapture, trace_capture
 
@@ -26,15 +26,7 @@ pytestmark = [
     pytest.mark.skipif(PGBENCH is None, reason="pgbench not installed"),
 ]
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-PORT = _free_port()
+PORT = free_port()
 DB = "tracebench"
 
 SCRIPT = """\\set aid random(1, 100)

@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tierscope import __version__, tables
+from tierscope.services.base import free_port
 from tierscope.spec import Point, Spec, expand
 
 #: ports the tiers listen on inside their hosts (every host has its own address)
@@ -58,10 +58,12 @@ class Progress:
     point_started: float = 0.0
     point_seconds: float = 0.0
     finished: list[tuple[str, str, str]] = field(default_factory=list)  # (id, status, note)
-    messages: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)  # the latest few
+    messages_said: int = 0  # all messages so far (the list keeps only the latest)
 
     def say(self, message: str) -> None:
         self.messages.append(message)
+        self.messages_said += 1
         del self.messages[:-6]
 
 
@@ -99,12 +101,6 @@ def scale_name(scale: float | str) -> str:
     return "paper"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def prepare_data(points: list[Point], work: Path, say: Callable[[str], None]) -> dict[tuple, Path]:
     """Load (or reuse) the database snapshot every point starts from; returns their data dirs."""
     from tierscope.apps.rubbos import snapshot, system
@@ -135,11 +131,9 @@ def prepare_data(points: list[Point], work: Path, say: Callable[[str], None]) ->
 def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progress) -> str:
     """Start the database, the app servers and nginx in their hosts; return the system's URL."""
     from tierscope.apps.rubbos import pages, snapshot
-    from tierscope.apps.rubbos.dal import DbConfig
+    from tierscope.apps.rubbos.system import make_db
     from tierscope.services.appserver import AppServer
-    from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
     from tierscope.services.nginx import Nginx
-    from tierscope.services.postgres import Postgres
 
     c = ctx.point.config
     hosts = ctx.hosts
@@ -149,20 +143,11 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     db_server = dbs[0]
     db_host = hosts[db_server.name]
     port = DB_PORT[c.dbms]
-    cache = f"{max(16, c.soft.db.cache // 2**20)}MB"
     progress.phase = "starting database"
-    if c.dbms == "postgres":
-        db = Postgres(db_host, port, ctx.dir / db_server.name, fsync=False, shared_buffers=cache,
+    db, cfg = make_db(DBMS_NAME[c.dbms], port, ctx.dir / db_server.name, fsync=False,
+                      memory=f"{max(16, c.soft.db.cache // 2**20)}M", host=db_host,
                       max_connections=c.soft.db.max_connections, name=db_server.name)
-        cfg = DbConfig("postgresql", host=db_host.address, port=port, user="postgres", password="",
-                       database="rubbos")
-        proto = "postgres"
-    else:
-        db = MariaDB(db_host, port, ctx.dir / db_server.name, durable=False, buffer_pool=cache.replace("MB", "M"),
-                     max_connections=c.soft.db.max_connections, name=db_server.name)
-        cfg = DbConfig("mariadb", host=db_host.address, port=port, user=LAB_USER, password=LAB_PASSWORD,
-                       database="rubbos")
-        proto = "mysql"
+    proto = "postgres" if c.dbms == "postgres" else "mysql"
     snapshot.copy_tree(data_dirs[(c.dbms, scale_name(c.scale), c.seed)], db.data_dir)
     ctx.services.append(db)
     db.start()
@@ -261,11 +246,8 @@ def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
 
 
 def _users_of(point: Point) -> int:
-    w = point.config.workload
-    for key in ("workload.users", "users"):
-        if key in point.params and isinstance(point.params[key], int):
-            return point.params[key]
-    return int(w.users[0])
+    """The point's workload level (`expand` gives every point exactly one)."""
+    return int(point.config.workload.users[0])
 
 
 def _phase_times(t0: int, ramp_up: float, run: float, ramp_down: float) -> dict:
@@ -410,7 +392,7 @@ def versions() -> dict:
         "tierscope": __version__,
         "tierscope-engine": engine_version(),
         "nginx": first_line(["nginx", "-v"]),
-        "postgres": first_line([str(_pg_bin()), "--version"]) if _pg_bin() else None,
+        "postgres": first_line([str(pg), "--version"]) if (pg := _pg_bin()) else None,
         "mariadb": first_line(["mariadbd", "--version"]),
         "tcpdump": first_line(["tcpdump", "--version"]),
     }

@@ -506,34 +506,22 @@ fn feed(c: &mut Conn, dir: usize, ts: i64, pkt: u64, data: &[u8], missing: u32, 
         }
     }
     let mut ctx = Ctx { ts, pkt, conn_flags: c.flags, out, counters };
+    // Every protocol parser takes the same three calls; a macro keeps the dispatch static.
+    macro_rules! feed {
+        ($p:expr) => {
+            if is_gap {
+                $p.gap(&mut ctx, from_client, missing)
+            } else if from_client {
+                $p.client(&mut ctx, data, missing)
+            } else {
+                $p.server(&mut ctx, data, missing)
+            }
+        };
+    }
     match &mut c.parser {
-        Parser::Http(p) => {
-            if is_gap {
-                p.gap(&mut ctx, from_client, missing)
-            } else if from_client {
-                p.client(&mut ctx, data, missing)
-            } else {
-                p.server(&mut ctx, data, missing)
-            }
-        }
-        Parser::Pg(p) => {
-            if is_gap {
-                p.gap(&mut ctx, from_client, missing)
-            } else if from_client {
-                p.client(&mut ctx, data, missing)
-            } else {
-                p.server(&mut ctx, data, missing)
-            }
-        }
-        Parser::My(p) => {
-            if is_gap {
-                p.gap(&mut ctx, from_client, missing)
-            } else if from_client {
-                p.client(&mut ctx, data, missing)
-            } else {
-                p.server(&mut ctx, data, missing)
-            }
-        }
+        Parser::Http(p) => feed!(p),
+        Parser::Pg(p) => feed!(p),
+        Parser::My(p) => feed!(p),
         Parser::Sniff(_) | Parser::Opaque => {}
     }
 }

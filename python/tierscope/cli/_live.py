@@ -41,29 +41,48 @@ def render(p: Progress) -> Group:
 
 
 class LiveDisplay:
-    """Refreshes the display 4 times a second from another thread while the runner works."""
+    """Refreshes the display 4 times a second from another thread while the runner works.
+
+    Not on a terminal (`enabled` False: a log file, a pipe, CI), it prints one plain line per
+    message and per finished point instead, so a long sweep still shows that it advances.
+    """
 
     def __init__(self, progress: Progress, enabled: bool = True):
         self.progress = progress
         self.enabled = enabled
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._printed = (0, 0)  # messages, finished points already printed as lines
 
     def __enter__(self) -> "LiveDisplay":
         if self.enabled:
             self._live = Live(render(self.progress), refresh_per_second=4, transient=False)
             self._live.__enter__()
-            self._thread = threading.Thread(target=self._loop, daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
         return self
 
     def _loop(self) -> None:
         while not self._stop.wait(0.25):
+            self._refresh()
+
+    def _refresh(self) -> None:
+        if self.enabled:
             self._live.update(render(self.progress))
+            return
+        p = self.progress
+        seen_messages, seen_points = self._printed
+        new = min(p.messages_said - seen_messages, len(p.messages))
+        for message in p.messages[len(p.messages) - new:]:
+            print(message, flush=True)
+        for pid, status, note in p.finished[seen_points:]:
+            print(f"point {pid}: {status}{' (' + note + ')' if note else ''}", flush=True)
+        self._printed = (p.messages_said, len(p.finished))
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
-            self._live.update(render(self.progress))
+        self._refresh()
+        if self.enabled:
             self._live.__exit__(*exc)

@@ -40,6 +40,13 @@ def tcp_answers(address: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at `address` right now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
 def descendants(pid: int) -> list[int]:
     """`pid` and all its live descendant process ids (from /proc)."""
     children: dict[int, list[int]] = {}

@@ -71,18 +71,29 @@ class System:
                 pass
 
 
-def make_db(dbms: str, port: int, workdir: Path, fsync: bool = False, memory: str = "256M") -> tuple[Service, DbConfig]:
-    host = Host.loopback("db")
+def make_db(dbms: str, port: int, workdir: Path, fsync: bool = False, memory: str = "256M",
+            host: Host | None = None, max_connections: int = 300,
+            name: str | None = None) -> tuple[Service, DbConfig]:
+    """The database server for RUBBoS (not started) and the app's configuration to reach it.
+
+    `memory` is the cache (shared_buffers / innodb_buffer_pool_size) as "<n>M"; `host` defaults to
+    loopback.
+    """
+    host = host or Host.loopback("db")
     if dbms == "postgresql":
         from tierscope.services.postgres import Postgres
 
-        svc = Postgres(host, port, workdir, fsync=fsync, shared_buffers=memory.replace("M", "MB"), max_connections=300)
-        return svc, DbConfig("postgresql", port=port, user="postgres", password="", database="rubbos")
+        svc = Postgres(host, port, workdir, fsync=fsync, shared_buffers=memory.replace("M", "MB"),
+                       max_connections=max_connections, name=name)
+        return svc, DbConfig("postgresql", host=host.address, port=port, user="postgres", password="",
+                             database="rubbos")
     if dbms == "mariadb":
         from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
 
-        svc = MariaDB(host, port, workdir, durable=fsync, buffer_pool=memory, max_connections=300)
-        return svc, DbConfig("mariadb", port=port, user=LAB_USER, password=LAB_PASSWORD, database="rubbos")
+        svc = MariaDB(host, port, workdir, durable=fsync, buffer_pool=memory, max_connections=max_connections,
+                      name=name)
+        return svc, DbConfig("mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD,
+                             database="rubbos")
     raise ValueError(f"dbms: expected postgresql or mariadb, got {dbms!r}")
 
 
