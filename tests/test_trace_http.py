@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
+from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
 from tierscope.trace import LiveCapture, trace_capture
 
@@ -24,7 +24,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="nginx not installed"),
 ]
 
-PORT = 18931
+PORT = free_port()  # a port nothing listens on: parallel runs do not collide
 
 WRK_SCRIPT = """
 local n = 0

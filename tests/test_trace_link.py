@@ -13,10 +13,16 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from tierscope import tables
+from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
-from tierscope.trace import LiveCapture, ServerEntry, link_transactions, trace_capture, write_server_map
+from tierscope.trace import (
+    LiveCapture,
+    ServerEntry,
+    link_transactions,
+    trace_capture,
+    write_server_map,
+)
 
 
 def table(rows: list[dict]) -> pa.Table:
@@ -69,7 +75,8 @@ def test_request_id_wins_over_time_and_links_to_the_nearest_tier():
     assert [r["transaction"] for r in out] == ["r1", "r1", "r1", "r1", "r2"]
 
 
-WEB, APP = 18934, 18935
+WEB = free_port()
+APP = next(p for p in iter(free_port, None) if p != WEB)
 
 live = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("tcpdump") is None, reason="tcpdump on lo needs root")
 
@@ -117,10 +124,9 @@ def test_two_tier_capture_links_by_id_and_by_time_alike(tmp_path):
 
 @live
 def test_cli_live_capture_and_file_mode(tmp_path):
-    from typer.testing import CliRunner
-
     from tierscope.cli import app as cli
     from tierscope.services.nginx import Nginx
+    from typer.testing import CliRunner
 
     root = tmp_path / "root"
     root.mkdir()

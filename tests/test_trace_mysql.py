@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
+from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
 from tierscope.trace import LiveCapture, trace_capture
 
@@ -27,7 +27,7 @@ pytestmark = [
     ),
 ]
 
-PORT = 18933
+PORT = free_port()  # a port nothing listens on: parallel runs do not collide
 DB = "tracedb"
 COM_STMT_PREPARE, COM_STMT_EXECUTE, COM_STMT_CLOSE = 0x16, 0x17, 0x19
 
