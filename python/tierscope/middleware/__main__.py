@@ -1,0 +1,101 @@
+"""python -m tierscope.middleware: run the RAIDb-1 clustering middleware until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from tierscope.middleware import balance
+from tierscope.middleware.manager import (
+    WAITS,
+    NoBackend,
+    RequestManager,
+    log,
+    make_backends,
+)
+from tierscope.middleware.server import serve
+
+EPILOG = """\
+Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one backend; every other
+statement is broadcast to all enabled backends under one database-wide write lock. A backend that
+fails a write another backend executed is disabled. Counts go to --stats on exit.
+
+Example: python -m tierscope.middleware --listen 127.0.0.1:25322 --backend 127.0.0.1:5433 \\
+    --backend 127.0.0.1:5434 --db rubbos --user postgres --pool 16 --policy lprf --stats mw.json
+"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m tierscope.middleware",
+        description="A C-JDBC-like RAIDb-1 clustering middleware speaking the PostgreSQL protocol.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--listen", required=True, metavar="ADDR:PORT", help="address and port clients connect to")
+    ap.add_argument("--backend", action="append", required=True, metavar="HOST:PORT",
+                    help="a PostgreSQL server (repeat; the order is the LPRF order)")
+    ap.add_argument("--db", default="rubbos", metavar="NAME", help="the database served (default: rubbos)")
+    ap.add_argument("--user", default="postgres", help="the user the middleware connects to the backends as "
+                    "(trust authentication; default: postgres)")
+    ap.add_argument("--pool", type=int, default=16, help="connections to each backend at most (default: 16)")
+    ap.add_argument("--policy", choices=balance.POLICIES, default=balance.LPRF,
+                    help="read balancing: lprf = Least-Pending-Requests-First (default), rr = round robin")
+    ap.add_argument("--wait", choices=WAITS, default="first",
+                    help="answer a write after the first backend succeeded (default) or after all finished")
+    ap.add_argument("--stats", metavar="PATH", help="write the counts as JSON here on exit")
+    ap.add_argument("--connect-timeout", type=float, default=10.0,
+                    help="seconds to wait for the backends at start (default: 10)")
+    args = ap.parse_args(argv)
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        ap.error(f"--listen {args.listen!r}: expected ADDR:PORT")
+    args.listen_host, args.listen_port = host.strip("[]"), int(port)
+    if args.pool < 1:
+        ap.error(f"--pool {args.pool}: expected >= 1")
+    return args
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    try:
+        backends = make_backends(args.backend, args.user, args.db, args.pool)
+    except ValueError as err:
+        log(str(err))
+        return 2
+    manager = RequestManager(backends, args.policy, args.wait, database=args.db, user=args.user)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await manager.check_backends(args.connect_timeout)
+    except NoBackend as err:
+        log(str(err))
+        return 1
+    try:
+        server = await serve(manager, args.listen_host, args.listen_port)
+    except OSError as err:
+        log(f"cannot listen on {args.listen}: {err}")
+        return 1
+    log(f"listening on {args.listen}; backends {', '.join(args.backend)}; policy {args.policy}; "
+        f"wait {args.wait}; pool {args.pool}")
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        manager.close()
+        if args.stats:
+            manager.write_stats(args.stats)
+        s = manager.stats()
+        log(f"stopped: {s['units']} units, {s['reads']} reads "
+            f"({', '.join(str(b['reads']) for b in s['backends'])} per backend), {s['writes']} writes, "
+            f"disabled: {s['disabled'] or 'none'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return asyncio.run(main_async(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

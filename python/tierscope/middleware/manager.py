@@ -1,0 +1,173 @@
+"""The RAIDb-1 request manager: the backends, the read balancer, the write scheduler, the counts.
+
+Reads go to one enabled backend (LPRF or round robin); writes go to every enabled backend under
+one database-wide write lock (the pessimistic scheduler), held by an autocommit write until every
+backend has executed it, and by an explicit transaction until it ends. A backend that fails a
+write another backend executed is disabled and never used again in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tierscope.middleware import balance
+from tierscope.middleware.pool import BackendConnection, BackendError, BackendPool
+
+WAIT_FIRST, WAIT_ALL = "first", "all"
+WAITS = (WAIT_FIRST, WAIT_ALL)
+
+
+class NoBackend(Exception):
+    """No enabled backend is left to run a request."""
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    print(f"{stamp} middleware: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Backend:
+    """One database server and what the manager knows about it."""
+
+    name: str
+    pool: BackendPool
+    enabled: bool = True
+    disabled_reason: str | None = None
+    pending: int = 0  # requests executing (or waiting for a connection) on it: reads and writes
+    reads: int = 0
+    writes: int = 0  # write units it executed (successfully or not)
+    failed_writes: int = 0
+    writes_started: int = 0
+    writes_done: int = 0
+    write_progress: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def wait_for_writes(self, upto: int) -> None:
+        """Wait until the writes started before a read was routed here have executed here
+        (with wait=first a replica may still apply a write the client was already answered for)."""
+        if self.writes_done >= upto:
+            return
+        async with self.write_progress:
+            await self.write_progress.wait_for(lambda: self.writes_done >= upto or not self.enabled)
+
+    async def write_finished(self) -> None:
+        self.writes_done += 1
+        async with self.write_progress:
+            self.write_progress.notify_all()
+
+
+class RequestManager:
+    def __init__(self, backends: list[Backend], policy: str = balance.LPRF, wait: str = WAIT_FIRST,
+                 database: str = "rubbos", user: str = "postgres"):
+        if policy not in balance.POLICIES:
+            raise ValueError(f"policy: expected one of {balance.POLICIES}, got {policy!r}")
+        if wait not in WAITS:
+            raise ValueError(f"wait: expected one of {WAITS}, got {wait!r}")
+        if not backends:
+            raise ValueError("at least one backend is needed")
+        self.backends = backends
+        self.policy = policy
+        self.wait = wait
+        self.database = database
+        self.user = user
+        self.write_lock = asyncio.Lock()
+        self._rr_next = 0
+        self.parameters: dict[str, str] = {}
+        self.started = time.time()
+        self.counts = {"sessions": 0, "units": 0, "reads": 0, "writes": 0, "transaction_units": 0,
+                       "read_retries": 0, "errors_to_clients": 0, "macros_rewritten": 0, "write_lock_wait_s": 0.0}
+
+    # --- backends ----------------------------------------------------------------------------
+    def enabled(self) -> list[Backend]:
+        return [b for b in self.backends if b.enabled]
+
+    def choose_read(self) -> Backend:
+        """The backend for the next read by the configured policy; counts it as pending there."""
+        flags = [b.enabled for b in self.backends]
+        if self.policy == balance.LPRF:
+            i = balance.choose_lprf([b.pending for b in self.backends], flags)
+        else:
+            i, self._rr_next = balance.choose_rr(self._rr_next, flags)
+        if i is None:
+            raise NoBackend("no database backend is enabled")
+        b = self.backends[i]
+        b.pending += 1
+        return b
+
+    def disable(self, backend: Backend, reason: str) -> None:
+        if not backend.enabled:
+            return
+        backend.enabled = False
+        backend.disabled_reason = reason
+        backend.pool.close()
+        log(f"backend {backend.name} DISABLED: {reason}")
+        asyncio.get_running_loop().create_task(backend.write_finished())  # wake reads waiting on it
+
+    async def check_backends(self, timeout: float = 10.0) -> None:
+        """Open one connection to every backend (retrying up to `timeout` s); a backend that never
+        answers is disabled. Keeps the first backend's server parameters for the clients."""
+        deadline = time.monotonic() + timeout
+        for b in self.backends:
+            while True:
+                try:
+                    conn = await b.pool.acquire()
+                except BackendError as err:
+                    if time.monotonic() < deadline:
+                        await asyncio.sleep(0.2)
+                        continue
+                    self.disable(b, f"unreachable at start: {err}")
+                    break
+                if not self.parameters:
+                    self.parameters = dict(conn.parameters)
+                b.pool.release(conn)
+                break
+        if not self.enabled():
+            raise NoBackend("no database backend answered: " +
+                            "; ".join(f"{b.name}: {b.disabled_reason}" for b in self.backends))
+
+    async def acquire(self, backend: Backend) -> BackendConnection:
+        return await backend.pool.acquire()
+
+    # --- counts ------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        return {
+            "policy": self.policy,
+            "wait": self.wait,
+            "uptime_s": round(time.time() - self.started, 3),
+            **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.counts.items()},
+            "disabled": [b.name for b in self.backends if not b.enabled],
+            "backends": [
+                {"name": b.name, "enabled": b.enabled, "disabled_reason": b.disabled_reason, "reads": b.reads,
+                 "writes": b.writes, "failed_writes": b.failed_writes, "connections_opened": b.pool.opened,
+                 "pool": b.pool.size}
+                for b in self.backends
+            ],
+        }
+
+    def write_stats(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.stats(), indent=1) + "\n")
+        tmp.replace(path)
+
+    def close(self) -> None:
+        for b in self.backends:
+            b.pool.close()
+
+
+def make_backends(addresses: list[str], user: str, database: str, pool: int) -> list[Backend]:
+    """Backends from "host:port" strings, in the order given (the LPRF order)."""
+    out = []
+    for a in addresses:
+        host, sep, port = a.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise ValueError(f"backend {a!r}: expected HOST:PORT")
+        out.append(Backend(a, BackendPool(a, host.strip("[]"), int(port), user, database, size=pool)))
+    if len({b.name for b in out}) != len(out):
+        raise ValueError(f"backends: the same address is given twice: {addresses}")
+    return out

@@ -1,0 +1,118 @@
+"""Connections to one database server (a backend) and their bounded pool (asyncio I/O)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from tierscope.middleware import wire
+
+
+class BackendError(Exception):
+    """A backend could not be reached or broke the protocol (not an SQL error)."""
+
+
+class BackendConnection:
+    """One open, authenticated session on a backend, idle between units of work."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader = reader
+        self.writer = writer
+        self.parameters: dict[str, str] = {}
+        self.status = b"I"  # transaction status from the last ReadyForQuery
+        self.broken = False
+
+    @classmethod
+    async def open(cls, host: str, port: int, user: str, database: str, timeout: float = 10.0) -> BackendConnection:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (TimeoutError, OSError) as err:
+            raise BackendError(f"cannot connect to {host}:{port}: {err}") from err
+        conn = cls(reader, writer)
+        try:
+            await asyncio.wait_for(conn._startup(user, database), timeout)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, wire.ProtocolError) as err:
+            conn.close()
+            raise BackendError(f"{host}:{port}: startup failed: {err!r}") from err
+        except BackendError:
+            conn.close()
+            raise
+        return conn
+
+    async def _startup(self, user: str, database: str) -> None:
+        self.writer.write(wire.startup_message({"user": user, "database": database, "client_encoding": "UTF8"}))
+        await self.writer.drain()
+        while True:
+            kind, body = await self.read()
+            if kind == wire.AUTH:
+                code = wire.auth_request(body)
+                if code != 0:
+                    raise BackendError(f"the backend asks for authentication method {code}; the middleware "
+                                       "connects with trust authentication only")
+            elif kind == wire.PARAMETER_STATUS:
+                name, value = wire.parse_parameter_status(body)
+                self.parameters[name] = value
+            elif kind == wire.ERROR:
+                raise BackendError(wire.error_text(body))
+            elif kind == wire.READY:
+                self.status = body[:1]
+                return
+
+    async def read(self) -> tuple[bytes, bytes]:
+        header = await self.reader.readexactly(5)
+        body = await self.reader.readexactly(wire.header_length(header))
+        return header[:1], body
+
+    def send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    def close(self) -> None:
+        self.broken = True
+        try:
+            if not self.writer.is_closing():
+                self.writer.write(wire.frame(wire.TERMINATE, b""))
+            self.writer.close()
+        except Exception:
+            pass
+
+
+@dataclass
+class BackendPool:
+    """At most `size` connections to one backend; `acquire` waits for a free one."""
+
+    name: str
+    host: str
+    port: int
+    user: str
+    database: str
+    size: int = 16
+    idle: list = field(default_factory=list)
+    opened: int = 0
+
+    def __post_init__(self):
+        self._slots = asyncio.Semaphore(self.size)
+
+    async def acquire(self) -> BackendConnection:
+        await self._slots.acquire()
+        try:
+            while self.idle:
+                conn = self.idle.pop()
+                if not conn.broken and not conn.writer.is_closing():
+                    return conn
+            conn = await BackendConnection.open(self.host, self.port, self.user, self.database)
+            self.opened += 1
+            return conn
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def release(self, conn: BackendConnection) -> None:
+        if conn.broken or conn.status != b"I" or conn.writer.is_closing():
+            conn.close()
+        else:
+            self.idle.append(conn)
+        self._slots.release()
+
+    def close(self) -> None:
+        while self.idle:
+            self.idle.pop().close()

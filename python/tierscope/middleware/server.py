@@ -1,0 +1,494 @@
+"""Client sessions: the PostgreSQL front end of the middleware and the routing of units of work.
+
+A unit of work is one simple Query, or the extended-protocol messages up to and including Sync.
+Named prepared statements are kept by the proxy (per client session) and run on the backends as
+the unnamed statement, so any pooled backend connection can serve any unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from tierscope.middleware import sql as sqlmod
+from tierscope.middleware import wire
+from tierscope.middleware.manager import Backend, NoBackend, RequestManager, log
+from tierscope.middleware.pool import BackendConnection, BackendError
+from tierscope.middleware.replies import HIDE, PASS, ReplyPlan
+
+_DEALLOCATE = re.compile(r"^\s*DEALLOCATE\s+(?:PREPARE\s+)?(ALL|\"?[A-Za-z0-9_$]+\"?)\s*;?\s*$", re.IGNORECASE)
+_session_ids = itertools.count(1)
+
+
+@dataclass
+class Outgoing:
+    """What to send a backend for one unit and what to expect back."""
+
+    data: bytes
+    plan: list[tuple]  # ("sent", kind, mode, target) or ("here", encoded answer)
+    unnamed: object = None  # the Parse the backend's unnamed statement holds afterwards
+
+    def reply_plan(self) -> ReplyPlan:
+        p = ReplyPlan()
+        for step in self.plan:
+            if step[0] == "sent":
+                p.sent(step[1], step[2], step[3])
+            else:
+                p.answered_here(step[1])
+        return p
+
+
+@dataclass
+class Result:
+    """One backend's complete answer to a unit."""
+
+    backend: Backend
+    conn: BackendConnection | None
+    replies: list[bytes] = field(default_factory=list)
+    ok: bool = True  # no ErrorResponse
+    error: str | None = None
+    tags: list[str] = field(default_factory=list)
+    status: bytes = b"I"
+    broken: bool = False  # the connection failed (not an SQL error)
+
+
+class Session:
+    """One client connection."""
+
+    def __init__(self, manager: RequestManager, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.m = manager
+        self.reader = reader
+        self.writer = writer
+        self.id = next(_session_ids)
+        self.statements: dict[str, wire.Parse] = {}
+        self.unnamed: wire.Parse | None = None
+        self.txn: dict[str, tuple[Backend, BackendConnection]] | None = None  # pinned, lock held
+        self.last_write: asyncio.Task | None = None
+
+    # --- front end ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.m.counts["sessions"] += 1
+        try:
+            if not await self.startup():
+                return
+            unit: list[wire.Message] = []
+            while True:
+                header = await self.reader.readexactly(5)
+                body = await self.reader.readexactly(wire.header_length(header))
+                msg = wire.Message(header[:1], body)
+                if msg.kind == wire.TERMINATE:
+                    return
+                if msg.kind == wire.QUERY:
+                    await self.dispatch([msg])
+                elif msg.kind in wire.EXTENDED:
+                    unit.append(msg)
+                    if msg.kind == wire.SYNC:
+                        await self.dispatch(unit)
+                        unit = []
+                else:
+                    self.writer.write(wire.error(f"message type {msg.kind!r} is not supported by the middleware",
+                                                 "0A000") + wire.ready(self.status()))
+                await self.writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, wire.ProtocolError) as err:
+            if isinstance(err, wire.ProtocolError):
+                log(f"session {self.id}: {err}")
+        finally:
+            await self.end()
+
+    async def startup(self) -> bool:
+        while True:
+            head = await self.reader.readexactly(4)
+            n = int.from_bytes(head, "big")
+            if n < 8 or n > 10000:
+                raise wire.ProtocolError(f"bad startup packet length {n}")
+            code, params = wire.parse_startup(await self.reader.readexactly(n - 4))
+            if code in (wire.SSL_REQUEST, wire.GSSENC_REQUEST):
+                self.writer.write(b"N")
+                await self.writer.drain()
+                continue
+            if code == wire.CANCEL_REQUEST:  # not forwarded: the request runs to its end
+                return False
+            if code != wire.PROTOCOL_V3:
+                self.writer.write(wire.error(f"unsupported protocol {code >> 16}.{code & 0xffff}", "0A000", "FATAL"))
+                return False
+            break
+        db = params.get("database") or params.get("user")
+        if db != self.m.database:
+            self.writer.write(wire.error(f'database "{db}" does not exist (this middleware serves '
+                                         f'"{self.m.database}")', "3D000", "FATAL"))
+            return False
+        out = [wire.auth_ok()]
+        for k, v in self.m.parameters.items():
+            out.append(wire.parameter_status(k, v))
+        out.append(wire.backend_key(self.id, random.getrandbits(31)))
+        out.append(wire.ready(b"I"))
+        self.writer.write(b"".join(out))
+        await self.writer.drain()
+        return True
+
+    def status(self) -> bytes:
+        return b"T" if self.txn else b"I"
+
+    async def end(self) -> None:
+        if self.last_write is not None:
+            try:
+                await self.last_write
+            except Exception:
+                pass
+        if self.txn is not None:  # the client left inside a transaction: roll it back by closing
+            for backend, conn in self.txn.values():
+                conn.close()
+                backend.pool.release(conn)
+            self.txn = None
+            self.m.write_lock.release()
+        try:
+            self.writer.close()
+        except Exception:
+            pass
+
+    # --- units of work -----------------------------------------------------------------------
+    async def dispatch(self, unit: list[wire.Message]) -> None:
+        self.m.counts["units"] += 1
+        if unit[0].kind == wire.QUERY and self.deallocate(wire.query_text(unit[0].body)):
+            return
+        kind = self.classify(unit)
+        try:
+            if self.txn is not None:  # inside a transaction every unit runs on all its backends
+                self.m.counts["transaction_units"] += 1
+                await self.write(unit)
+            elif kind == sqlmod.READ:
+                await self.read(unit)
+            else:
+                await self.write(unit)
+        except NoBackend as err:
+            self.m.counts["errors_to_clients"] += 1
+            self.writer.write(wire.error(str(err), "08006") + wire.ready(self.status()))
+
+    def deallocate(self, text: str) -> bool:
+        """DEALLOCATE of a statement the proxy keeps is answered here."""
+        m = _DEALLOCATE.match(text)
+        if not m:
+            return False
+        name = m.group(1).strip('"')
+        if name.upper() == "ALL":
+            self.statements.clear()
+            tag = "DEALLOCATE ALL"
+        else:
+            if self.statements.pop(name, None) is None:
+                self.writer.write(wire.error(f'prepared statement "{name}" does not exist', "26000")
+                                  + wire.ready(self.status()))
+                return True
+            tag = "DEALLOCATE"
+        self.writer.write(wire.command_complete(tag) + wire.ready(self.status()))
+        return True
+
+    def texts(self, unit: list[wire.Message]) -> list[str]:
+        """The SQL the unit runs (statements named in Bind/Describe included)."""
+        out = []
+        unnamed = self.unnamed
+        for msg in unit:
+            if msg.kind == wire.QUERY:
+                out.append(wire.query_text(msg.body))
+            elif msg.kind == wire.PARSE:
+                p = wire.Parse.decode(msg.body)
+                out.append(p.sql)
+                if not p.name:
+                    unnamed = p
+            elif msg.kind == wire.BIND:
+                name = wire.Bind.decode(msg.body).statement
+                p = self.statements.get(name) if name else unnamed
+                if p is not None:
+                    out.append(p.sql)
+        return out
+
+    def classify(self, unit: list[wire.Message]) -> str:
+        texts = self.texts(unit)
+        return sqlmod.WRITE if any(sqlmod.classify(t) == sqlmod.WRITE for t in texts) else sqlmod.READ
+
+    def outgoing(self, unit: list[wire.Message], macros_at: datetime | None) -> Outgoing:
+        """The bytes for a backend connection and the reply plan (the same for every backend)."""
+        parts: list[bytes] = []
+        plan: list[tuple] = []
+        slot = None  # the Parse in the backend's unnamed statement, as far as this unit knows
+
+        def text(p: wire.Parse) -> wire.Parse:
+            if macros_at is None:
+                return p
+            new, n = sqlmod.rewrite_macros(p.sql, macros_at)
+            self.m.counts["macros_rewritten"] += n
+            return p._replace(sql=new) if n else p
+
+        def load(p: wire.Parse | None) -> None:
+            nonlocal slot
+            if p is not None and slot is not p:
+                parts.append(text(p)._replace(name="").encode())
+                plan.append(("sent", wire.PARSE, HIDE, ""))
+                slot = p
+
+        for msg in unit:
+            k = msg.kind
+            if k == wire.QUERY:
+                q = wire.query_text(msg.body)
+                if macros_at is not None:
+                    q, n = sqlmod.rewrite_macros(q, macros_at)
+                    self.m.counts["macros_rewritten"] += n
+                parts.append(wire.query(q))
+                plan.append(("sent", wire.QUERY, PASS, ""))
+            elif k == wire.PARSE:
+                p = wire.Parse.decode(msg.body)
+                if p.name:
+                    self.statements[p.name] = p
+                    plan.append(("here", wire.frame(wire.PARSE_COMPLETE, b"")))
+                else:
+                    self.unnamed = p
+                    parts.append(text(p).encode())
+                    plan.append(("sent", wire.PARSE, PASS, ""))
+                    slot = p
+            elif k == wire.BIND:
+                b = wire.Bind.decode(msg.body)
+                target = self.statements.get(b.statement) if b.statement else self.unnamed
+                if b.statement and target is None:  # let the backend report the unknown name
+                    parts.append(msg.encode())
+                else:
+                    load(target)
+                    parts.append(b._replace(statement="").encode())
+                plan.append(("sent", wire.BIND, PASS, ""))
+            elif k in (wire.DESCRIBE, wire.CLOSE):
+                t = wire.Target.decode(msg.body)
+                if t.what == "S" and t.name:
+                    p = self.statements.get(t.name)
+                    if k == wire.CLOSE:
+                        self.statements.pop(t.name, None)
+                        plan.append(("here", wire.frame(wire.CLOSE_COMPLETE, b"")))
+                        continue
+                    if p is None:
+                        parts.append(msg.encode())
+                    else:
+                        load(p)
+                        parts.append(wire.Target("S", "").encode(wire.DESCRIBE))
+                    plan.append(("sent", k, PASS, "S"))
+                    continue
+                if t.what == "S" and k == wire.DESCRIBE:
+                    load(self.unnamed)
+                parts.append(msg.encode())
+                plan.append(("sent", k, PASS, t.what))
+            else:  # Execute, Flush, Sync
+                parts.append(msg.encode())
+                if k != wire.FLUSH:
+                    plan.append(("sent", k, PASS, ""))
+        return Outgoing(b"".join(parts), plan, slot)
+
+    async def execute(self, backend: Backend, conn: BackendConnection, out: Outgoing, sink=None) -> Result:
+        """Send a unit on one connection and read its whole answer; with `sink`, the answers the
+        client must see are passed to it as they come, else they are kept in the Result."""
+        res = Result(backend, conn)
+        plan = out.reply_plan()
+
+        def emit(data: bytes) -> None:
+            if sink is not None:
+                sink(data)
+            else:
+                res.replies.append(data)
+
+        for early in plan.due_now():
+            emit(early)
+        try:
+            conn.send(out.data)
+            while not plan.done:
+                kind, body = await conn.read()
+                passed, after = plan.reply(kind)
+                if kind == wire.ERROR:
+                    res.ok = False
+                    res.error = res.error or wire.error_text(body)
+                elif kind == wire.COMMAND_COMPLETE:
+                    res.tags.append(wire.command_tag(body))
+                elif kind == wire.READY:
+                    res.status = body[:1]
+                    conn.status = res.status
+                if passed:
+                    emit(wire.frame(kind, body))
+                for a in after:
+                    emit(a)
+        except (OSError, asyncio.IncompleteReadError, wire.ProtocolError, BackendError) as err:
+            res.ok, res.broken = False, True
+            res.error = f"connection to {backend.name} failed: {err!r}"
+            conn.close()
+        return res
+
+    # --- reads -------------------------------------------------------------------------------
+    async def read(self, unit: list[wire.Message]) -> None:
+        out = self.outgoing(unit, None)
+        tried = 0
+        while True:
+            backend = self.m.choose_read()
+            started = backend.writes_started
+            client_saw = False
+
+            def sink(data: bytes) -> None:
+                nonlocal client_saw
+                client_saw = True
+                self.writer.write(data)
+
+            try:
+                await backend.wait_for_writes(started)
+                try:
+                    conn = await self.m.acquire(backend)
+                except BackendError as err:
+                    self.m.disable(backend, f"read failed: {err}")
+                    tried += 1
+                    self.m.counts["read_retries"] += 1
+                    continue
+                res = await self.execute(backend, conn, out, sink)
+                backend.pool.release(conn)
+            finally:
+                backend.pending -= 1
+            backend.reads += 1
+            self.m.counts["reads"] += 1
+            if res.broken:
+                self.m.disable(backend, f"read failed: {res.error}")
+                if client_saw:  # part of the answer is out: the client connection cannot continue
+                    raise ConnectionError(res.error)
+                self.m.counts["read_retries"] += 1
+                tried += 1
+                continue
+            if not res.ok:
+                self.m.counts["errors_to_clients"] += 1
+            return
+
+    # --- writes ------------------------------------------------------------------------------
+    async def write(self, unit: list[wire.Message]) -> None:
+        pinned = self.txn is not None
+        if not pinned:
+            t0 = asyncio.get_running_loop().time()
+            await self.m.write_lock.acquire()
+            self.m.counts["write_lock_wait_s"] += asyncio.get_running_loop().time() - t0
+        try:
+            if pinned:
+                lease = list(self.txn.values())  # type: ignore[union-attr]
+            else:
+                lease = []
+                targets = self.m.enabled()
+                if not targets:
+                    raise NoBackend("no database backend is enabled")
+                conns = await asyncio.gather(*(self.m.acquire(b) for b in targets), return_exceptions=True)
+                for b, c in zip(targets, conns):
+                    if isinstance(c, BaseException):
+                        self.m.disable(b, f"write failed: cannot get a connection: {c}")
+                    else:
+                        lease.append((b, c))
+                if not lease:
+                    raise NoBackend("no database backend could be reached for a write")
+            out = self.outgoing(unit, datetime.now(UTC))
+        except BaseException:
+            if not pinned:
+                self.m.write_lock.release()
+            raise
+        self.m.counts["writes"] += 1
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.last_write = asyncio.create_task(self.broadcast(lease, out, answer, pinned))
+        chosen: Result = await answer
+        self.writer.write(b"".join(chosen.replies))
+        if not chosen.ok:
+            self.m.counts["errors_to_clients"] += 1
+        if chosen.status != b"I" or pinned:
+            await self.last_write  # a transaction: its connections and the lock stay with it
+
+    async def broadcast(self, lease: list[tuple[Backend, BackendConnection]], out: Outgoing,
+                        answer: asyncio.Future, pinned: bool) -> None:
+        """Run a write unit on every leased backend; answer the client by the wait policy; disable
+        backends that failed where another succeeded; release the lock (unless a transaction is
+        open afterwards)."""
+        results: list[Result] = []
+        try:
+            for b, _ in lease:
+                b.pending += 1
+                b.writes_started += 1
+
+            async def one(b: Backend, c: BackendConnection) -> Result:
+                try:
+                    return await self.execute(b, c, out)
+                finally:
+                    b.pending -= 1
+                    b.writes += 1
+                    await b.write_finished()
+
+            tasks = [asyncio.create_task(one(b, c)) for b, c in lease]
+            by_task = {t: i for i, t in enumerate(tasks)}
+            done_results: dict[int, Result] = {}
+            pending = set(tasks)
+            while pending:
+                finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                now_ok = []
+                for t in finished:
+                    i = by_task[t]
+                    done_results[i] = t.result()
+                    if done_results[i].ok:
+                        now_ok.append(i)
+                if self.m.wait == "first" and not answer.done() and now_ok:  # the first to succeed
+                    answer.set_result(done_results[min(now_ok)])
+            results = [done_results[i] for i in range(len(tasks))]
+            ok = [r for r in results if r.ok]
+            chosen = None
+            if answer.done():
+                chosen = answer.result()
+            elif ok:
+                chosen = ok[0]
+            else:
+                chosen = next((r for r in results if not r.broken), results[0])
+            if ok:
+                for r in results:
+                    if not r.ok:
+                        r.backend.failed_writes += 1
+                        self.m.disable(r.backend, f"write failed where {chosen.backend.name} succeeded: {r.error}")
+                    elif r.tags != chosen.tags:
+                        self.m.disable(r.backend, f"write result {r.tags} differs from {chosen.backend.name}'s "
+                                                  f"{chosen.tags}")
+            elif all(r.broken for r in results):
+                for r in results:
+                    self.m.disable(r.backend, f"write failed: {r.error}")
+            if not answer.done():
+                answer.set_result(chosen)
+            # the transaction state after this unit, from the backends still in it
+            alive = [r for r in results if r.backend.enabled and r.conn is not None and not r.broken]
+            in_txn = any(r.status != b"I" for r in alive)
+            if in_txn:
+                self.txn = {r.backend.name: (r.backend, r.conn) for r in alive}
+                for r in results:
+                    if r not in alive and r.conn is not None:
+                        r.conn.close()
+                        r.backend.pool.release(r.conn)
+                if not self.txn:
+                    self.txn = None
+                    self.m.write_lock.release()
+            else:
+                for r in results:
+                    if r.conn is not None:
+                        r.backend.pool.release(r.conn)
+                self.txn = None
+                self.m.write_lock.release()
+        except BaseException as err:
+            for b, c in lease:
+                c.close()
+                b.pool.release(c)
+            self.txn = None
+            if self.m.write_lock.locked():
+                self.m.write_lock.release()
+            if not answer.done():
+                answer.set_exception(err if isinstance(err, Exception) else NoBackend(str(err)))
+            raise
+
+
+async def serve(manager: RequestManager, host: str, port: int) -> asyncio.AbstractServer:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            import socket
+
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await Session(manager, reader, writer).run()
+
+    return await asyncio.start_server(handle, host, port, backlog=1024, reuse_address=True)

@@ -1,0 +1,85 @@
+"""The clustering middleware tier (C-JDBC-like RAIDb-1, `python -m tierscope.middleware`) as a
+`Service`: one process on host:port in front of the database servers `backends` ("addr:port",
+in LPRF order), with `pool` connections to each, read policy `policy` ("lprf" | "rr") and write
+completion `wait` ("first" | "all"). The counts it writes on exit are `stats()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from tierscope.apps.rubbos.dal import DbConfig
+from tierscope.services.base import Service, ServiceError
+from tierscope.testbed.host import Host
+
+
+class Middleware(Service):
+    """The RAIDb-1 middleware process, speaking the PostgreSQL protocol."""
+
+    kind = "middleware"
+    start_timeout = 30.0
+
+    def __init__(
+        self,
+        host: Host,
+        port: int,
+        workdir: str | Path,
+        *,
+        backends: list[str],
+        database: str = "rubbos",
+        user: str = "postgres",
+        pool: int = 16,
+        policy: str = "lprf",
+        wait: str = "first",
+        name: str | None = None,
+    ):
+        super().__init__(host, port, workdir, name)
+        if not backends:
+            raise ValueError("middleware backends: expected at least one database server address")
+        if policy not in ("lprf", "rr"):
+            raise ValueError(f"middleware policy: expected lprf or rr, got {policy!r}")
+        if wait not in ("first", "all"):
+            raise ValueError(f"middleware wait: expected first or all, got {wait!r}")
+        if int(pool) < 1:
+            raise ValueError(f"middleware pool: expected >= 1, got {pool}")
+        self.backends = list(backends)
+        self.database = database
+        self.user = user
+        self.pool = int(pool)
+        self.policy = policy
+        self.wait = wait
+
+    @property
+    def stats_path(self) -> Path:
+        return self.workdir / "middleware.stats.json"
+
+    def db_config(self, base: DbConfig | None = None) -> DbConfig:
+        """The app's database configuration pointing at this middleware (PostgreSQL protocol)."""
+        from dataclasses import replace
+
+        base = base or DbConfig("postgresql", user=self.user, password="", database=self.database)
+        return replace(base, dbms="postgresql", host=self.host.address, port=self.port, password="")
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def prepare(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.stats_path.unlink(missing_ok=True)
+
+    def command(self) -> list[str]:
+        argv = [sys.executable, "-m", "tierscope.middleware", "--listen", self.address,
+                "--db", self.database, "--user", self.user, "--pool", str(self.pool),
+                "--policy", self.policy, "--wait", self.wait, "--stats", str(self.stats_path)]
+        for b in self.backends:
+            argv += ["--backend", b]
+        return argv
+
+    def stats(self) -> dict:
+        """The counts the middleware wrote when it stopped (reads per backend, writes, disabled)."""
+        if not self.stats_path.exists():
+            raise ServiceError(f"{self.name}: no stats at {self.stats_path} (has it been stopped?)")
+        return json.loads(self.stats_path.read_text())
