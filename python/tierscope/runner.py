@@ -129,7 +129,12 @@ def prepare_data(points: list[Point], work: Path, say: Callable[[str], None]) ->
 
 
 def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progress) -> str:
-    """Start the database, the app servers and nginx in their hosts; return the system's URL."""
+    """Start the database server(s), the clustering middleware (if the topology has one), the app
+    servers and nginx in their hosts; return the system's URL.
+
+    Every database server starts from the same snapshot. With middleware servers, each one has all
+    database servers as backends (RAIDb-1) and the app servers are spread over them round robin;
+    without, the one database server serves the app servers directly."""
     from tierscope.apps.rubbos import pages, snapshot
     from tierscope.apps.rubbos.system import make_db
     from tierscope.services.appserver import AppServer
@@ -138,26 +143,33 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     c = ctx.point.config
     hosts = ctx.hosts
     dbs = c.tier_servers("db")
-    if len(dbs) != 1:
-        raise PointFailed(f"RUBBoS runs on one database server here; the topology has {len(dbs)}")
-    db_server = dbs[0]
-    db_host = hosts[db_server.name]
+    mws = c.tier_servers("middleware")
+    check_db_topology(c.dbms, len(dbs), len(mws))
     port = DB_PORT[c.dbms]
-    progress.phase = "starting database"
-    db, cfg = make_db(DBMS_NAME[c.dbms], port, ctx.dir / db_server.name, fsync=False,
-                      memory=f"{max(16, c.soft.db.cache // 2**20)}M", host=db_host,
-                      max_connections=c.soft.db.max_connections, name=db_server.name)
     proto = "postgres" if c.dbms == "postgres" else "mysql"
-    snapshot.copy_tree(data_dirs[(c.dbms, scale_name(c.scale), c.seed)], db.data_dir)
-    ctx.services.append(db)
-    db.start()
-    ctx.server_map.append((db.address, "db", db_server.name, proto))
+    cfg = None
+    db_addresses = []
+    for db_server in dbs:
+        progress.phase = f"starting database {db_server.name}" if len(dbs) > 1 else "starting database"
+        db, db_cfg = make_db(DBMS_NAME[c.dbms], port, ctx.dir / db_server.name, fsync=False,
+                             memory=f"{max(16, c.soft.db.cache // 2**20)}M", host=hosts[db_server.name],
+                             max_connections=c.soft.db.max_connections, name=db_server.name)
+        snapshot.copy_tree(data_dirs[(c.dbms, scale_name(c.scale), c.seed)], db.data_dir)
+        ctx.services.append(db)
+        db.start()
+        ctx.server_map.append((db.address, "db", db_server.name, proto))
+        db_addresses.append(db.address)
+        cfg = cfg or db_cfg
+
+    app_cfgs = [cfg]
+    if mws:
+        app_cfgs = start_middleware(ctx, mws, db_addresses, cfg, progress)
 
     progress.phase = "starting app servers"
     apps = []
-    for s in c.tier_servers("app"):
-        app = AppServer(hosts[s.name], APP_PORT, ctx.dir / s.name, db=cfg, workers=c.soft.app.workers,
-                        threads=c.soft.app.threads, pool_size=c.soft.app.db_pool,
+    for i, s in enumerate(c.tier_servers("app")):
+        app = AppServer(hosts[s.name], APP_PORT, ctx.dir / s.name, db=app_cfgs[i % len(app_cfgs)],
+                        workers=c.soft.app.workers, threads=c.soft.app.threads, pool_size=c.soft.app.db_pool,
                         events_dir=ctx.dir / "app-events" / s.name, name=s.name)
         ctx.services.append(app)
         app.start()
@@ -177,6 +189,40 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     if len(webs) > 1:
         ctx.notes.append(f"{len(webs)} web servers: the generator drives the first one only")
     return f"http://{hosts[webs[0].name].address}:{WEB_PORT}"
+
+
+#: the port the clustering middleware listens on inside its host (C-JDBC's port in the Elba setup)
+MIDDLEWARE_PORT = 25322
+
+
+def check_db_topology(dbms: str, n_db: int, n_middleware: int) -> None:
+    """Raise PointFailed for database/middleware combinations the lab cannot run."""
+    if n_middleware and dbms != "postgres":
+        raise PointFailed(f"the topology has {n_middleware} clustering middleware server(s) with {dbms}: the "
+                          "middleware speaks the PostgreSQL protocol only (use dbms = postgres, letter P)")
+    if n_db > 1 and not n_middleware:
+        raise PointFailed(f"the topology has {n_db} database servers and no clustering middleware: several "
+                          "database servers are replicas behind a middleware (e.g. 1/2/1/2), set #C >= 1")
+    if n_db < 1:
+        raise PointFailed("the topology has no database server")
+
+
+def start_middleware(ctx: PointContext, mws: list, db_addresses: list[str], db_cfg, progress: Progress) -> list:
+    """Start every middleware server with all database servers as backends; return the app
+    configuration for each (the same order), pointing at its middleware."""
+    from tierscope.services.middleware import Middleware
+
+    c = ctx.point.config
+    out = []
+    for s in mws:
+        progress.phase = f"starting middleware {s.name}"
+        mw = Middleware(ctx.hosts[s.name], MIDDLEWARE_PORT, ctx.dir / s.name, backends=db_addresses,
+                        database=db_cfg.database, user=db_cfg.user, pool=c.soft.middleware.pool, name=s.name)
+        ctx.services.append(mw)
+        mw.start()
+        ctx.server_map.append((mw.address, "middleware", s.name, "postgres"))
+        out.append(mw.db_config(db_cfg))
+    return out
 
 
 #: What the lab captures: TCP segments that carry payload or open/close a connection. Pure ACKs
