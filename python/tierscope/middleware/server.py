@@ -155,7 +155,15 @@ class Session:
         self.m.counts["units"] += 1
         if unit[0].kind == wire.QUERY and self.deallocate(wire.query_text(unit[0].body)):
             return
-        kind = self.classify(unit)
+        if self.local_only(unit):
+            return
+        texts = self.texts(unit)
+        if any(sqlmod.first_word(t) == "COPY" for t in texts):
+            self.m.counts["errors_to_clients"] += 1
+            self.writer.write(wire.error("COPY is not supported by the middleware (run it on every database "
+                                         "server directly)", "0A000") + wire.ready(self.status()))
+            return
+        kind = sqlmod.WRITE if any(sqlmod.classify(t) == sqlmod.WRITE for t in texts) else sqlmod.READ
         try:
             if self.txn is not None:  # inside a transaction every unit runs on all its backends
                 self.m.counts["transaction_units"] += 1
@@ -167,6 +175,32 @@ class Session:
         except NoBackend as err:
             self.m.counts["errors_to_clients"] += 1
             self.writer.write(wire.error(str(err), "08006") + wire.ready(self.status()))
+
+    def local_only(self, unit: list[wire.Message]) -> bool:
+        """A unit that only prepares or closes named statements (psycopg's PQsendPrepare) is
+        answered here: the proxy keeps named statements itself, no backend is involved."""
+        answers = []
+        for msg in unit:
+            if msg.kind == wire.PARSE:
+                p = wire.Parse.decode(msg.body)
+                if not p.name:
+                    return False
+                answers.append((p, wire.frame(wire.PARSE_COMPLETE, b"")))
+            elif msg.kind == wire.CLOSE:
+                t = wire.Target.decode(msg.body)
+                if t.what != "S" or not t.name:
+                    return False
+                answers.append((t, wire.frame(wire.CLOSE_COMPLETE, b"")))
+            elif msg.kind not in (wire.SYNC, wire.FLUSH):
+                return False
+        for what, _ in answers:
+            if isinstance(what, wire.Parse):
+                self.statements[what.name] = what
+                self.m.counts["named_statements"] += 1
+            else:
+                self.statements.pop(what.name, None)
+        self.writer.write(b"".join(a for _, a in answers) + wire.ready(self.status()))
+        return True
 
     def deallocate(self, text: str) -> bool:
         """DEALLOCATE of a statement the proxy keeps is answered here."""
@@ -205,10 +239,6 @@ class Session:
                     out.append(p.sql)
         return out
 
-    def classify(self, unit: list[wire.Message]) -> str:
-        texts = self.texts(unit)
-        return sqlmod.WRITE if any(sqlmod.classify(t) == sqlmod.WRITE for t in texts) else sqlmod.READ
-
     def outgoing(self, unit: list[wire.Message], macros_at: datetime | None) -> Outgoing:
         """The bytes for a backend connection and the reply plan (the same for every backend)."""
         parts: list[bytes] = []
@@ -242,6 +272,7 @@ class Session:
                 p = wire.Parse.decode(msg.body)
                 if p.name:
                     self.statements[p.name] = p
+                    self.m.counts["named_statements"] += 1
                     plan.append(("here", wire.frame(wire.PARSE_COMPLETE, b"")))
                 else:
                     self.unnamed = p

@@ -1,0 +1,514 @@
+"""The clustering middleware (C-JDBC-like RAIDb-1, tierscope.middleware) on real PostgreSQL.
+
+Pure parts: statement classification, the LPRF and round-robin choices (sequences worked out by
+hand from the rule), macro rewriting, the reply bookkeeping and the framing.
+
+Real parts: two PostgreSQL servers on loopback behind the middleware. The ground truth for where
+reads went is PostgreSQL's own statistics (`pg_stat_user_tables.seq_scan` of a probe table on
+each server), compared with the LPRF/RR prediction from arithmetic and with the middleware's
+counts; writes are checked by reading each server directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tierscope.middleware import balance, sql, wire
+from tierscope.middleware.replies import HIDE, PASS, ReplyPlan
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# --- pure: classification ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("SELECT * FROM stories WHERE id = $1 /*request_id='abc'*/", sql.READ),
+    ("  /* leading */ select 1", sql.READ),
+    ("(SELECT 1) UNION (SELECT 2)", sql.READ),
+    ("SHOW server_version", sql.READ),
+    ("WITH r AS (SELECT 1) SELECT * FROM r", sql.READ),
+    ("SELECT 'FOR UPDATE', \"insert\" FROM t -- for update", sql.READ),  # only in literals/comments
+    ("", sql.READ),
+    ("SELECT * FROM users WHERE id = $1 FOR UPDATE", sql.WRITE),
+    ("select * from t for share", sql.WRITE),
+    ("SELECT nextval('comments_id_seq')", sql.WRITE),
+    ("SELECT * INTO copy_of_t FROM t", sql.WRITE),
+    ("INSERT INTO comments (writer) VALUES ($1) RETURNING id", sql.WRITE),
+    ("UPDATE users SET rating = rating + $1 WHERE id = $2", sql.WRITE),
+    ("DELETE FROM submissions WHERE id = $1", sql.WRITE),
+    ("WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", sql.WRITE),
+    ("BEGIN", sql.WRITE),
+    ("SET statement_timeout = 0", sql.WRITE),
+    ("CREATE TABLE t (id int)", sql.WRITE),
+    ("SELECT 1; UPDATE t SET a = 1", sql.WRITE),
+])
+def test_classification(text, kind):
+    assert sql.classify(text) == kind
+
+
+# --- pure: LPRF and round robin ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pending, enabled, chosen", [
+    ([0, 0], None, 0),  # a tie goes to the first listed
+    ([2, 1], None, 1),  # strictly fewer pending wins
+    ([1, 1], None, 0),
+    ([1, 2], None, 0),
+    ([3, 0, 0], None, 1),  # stop at the first idle one
+    ([2, 1, 0], None, 2),
+    ([0, 5], [False, True], 1),  # a disabled backend is skipped even when idle
+    ([0, 0], [False, False], None),
+])
+def test_lprf_choice(pending, enabled, chosen):
+    assert balance.choose_lprf(pending, enabled) == chosen
+
+
+def test_lprf_sequence_of_reads_that_do_not_finish():
+    # three reads arrive while none finishes: [0,0] -> 0; [1,0] -> 1; [1,1] -> 0; [2,1] -> 1
+    pending, seq = [0, 0], []
+    for _ in range(4):
+        i = balance.choose_lprf(pending)
+        seq.append(i)
+        pending[i] += 1
+    assert seq == [0, 1, 0, 1] and pending == [2, 2]
+    # the first backend's read finishes: [1,2] -> 0 again
+    pending[0] -= 1
+    assert balance.choose_lprf(pending) == 0
+
+
+def test_round_robin_sequence_skips_disabled_backends():
+    nxt, seq = 0, []
+    for _ in range(5):
+        i, nxt = balance.choose_rr(nxt, [True, True, True])
+        seq.append(i)
+    assert seq == [0, 1, 2, 0, 1]
+    nxt, seq = 0, []
+    for _ in range(4):
+        i, nxt = balance.choose_rr(nxt, [True, False, True])
+        seq.append(i)
+    assert seq == [0, 2, 0, 2]
+    assert balance.choose_rr(1, [False, False])[0] is None
+
+
+# --- pure: macros --------------------------------------------------------------------------------
+
+AT = datetime(2026, 11, 22, 16, 30, 5, 123456, tzinfo=UTC)
+TS = "'2026-11-22 16:30:05.123456+00:00'::timestamptz"
+
+
+@pytest.mark.parametrize("text, expected, n", [
+    ("INSERT INTO c (date) VALUES (NOW())", f"INSERT INTO c (date) VALUES ({TS})", 1),
+    ("insert into c values (now ( ), current_timestamp)", f"insert into c values ({TS}, {TS})", 2),
+    ("UPDATE t SET a = CURRENT_TIMESTAMP(3)", "UPDATE t SET a = '2026-11-22 16:30:05.123456+00:00'::timestamptz(3)", 1),
+    ("UPDATE t SET d = current_date", "UPDATE t SET d = '2026-11-22'::date", 1),
+    ("INSERT INTO t VALUES ('now()') /*request_id='NOW()'*/ -- now()", None, 0),  # literals, comments
+    ("UPDATE t SET a = x.now, b = \"now\"", None, 0),  # a column named now is no macro
+    ("CREATE TABLE t (at timestamptz DEFAULT now())", None, 0),  # DDL keeps its function
+    ("SELECT nowhere FROM t", None, 0),
+])
+def test_macro_rewriting(text, expected, n):
+    out, count = sql.rewrite_macros(text, AT)
+    assert count == n
+    assert out == (expected if expected is not None else text)
+
+
+# --- pure: replies and framing -------------------------------------------------------------------
+
+
+def test_reply_plan_hides_the_proxys_messages_and_adds_its_own_answers():
+    p = ReplyPlan()
+    p.answered_here(b"PARSE-COMPLETE-OF-A-KEPT-STATEMENT")  # client's named Parse, kept by the proxy
+    p.sent(wire.PARSE, HIDE)  # the proxy loads it as the unnamed statement
+    p.sent(wire.BIND)
+    p.sent(wire.DESCRIBE, PASS, "P")
+    p.sent(wire.EXECUTE)
+    p.sent(wire.SYNC)
+    assert p.due_now() == [b"PARSE-COMPLETE-OF-A-KEPT-STATEMENT"]
+    seen = [p.reply(k)[0] for k in (wire.PARSE_COMPLETE, wire.BIND_COMPLETE, wire.ROW_DESCRIPTION,
+                                    wire.DATA_ROW, wire.NOTICE, wire.DATA_ROW, wire.COMMAND_COMPLETE, wire.READY)]
+    assert seen == [False, True, True, True, True, True, True, True]
+    assert p.done
+
+
+def test_reply_plan_after_an_error_expects_only_ready():
+    p = ReplyPlan()
+    for k in (wire.PARSE, wire.BIND, wire.EXECUTE):
+        p.sent(k)
+    p.answered_here(b"CLOSE-COMPLETE")
+    p.sent(wire.SYNC)
+    assert p.reply(wire.ERROR) == (True, [])  # the server skips to Sync, and so do the proxy's answers
+    assert not p.done
+    assert p.reply(wire.READY) == (True, [])
+    assert p.done
+    with pytest.raises(wire.ProtocolError):
+        p.reply(wire.DATA_ROW)
+
+
+def test_framing_round_trip():
+    parse = wire.Parse("_pg3_0", "SELECT $1", b"\x00\x01\x00\x00\x00\x17")
+    bind = wire.Bind("", "_pg3_0", b"\x00\x00\x00\x01\x00\x00\x00\x011\x00\x00")
+    data = parse.encode() + bind.encode() + wire.frame(wire.SYNC, b"") + b"Q\x00"
+    msgs, rest = wire.split(data)
+    assert [m.kind for m in msgs] == [wire.PARSE, wire.BIND, wire.SYNC] and rest == b"Q\x00"
+    assert wire.Parse.decode(msgs[0].body) == parse and wire.Bind.decode(msgs[1].body) == bind
+    code, params = wire.parse_startup(wire.startup_message({"user": "u", "database": "d"})[4:])
+    assert code == wire.PROTOCOL_V3 and params == {"user": "u", "database": "d"}
+    assert wire.error_fields(wire.error("boom", "23505")[5:])["C"] == "23505"
+
+
+def test_help_names_every_option_and_an_example():
+    out = subprocess.run([sys.executable, "-m", "tierscope.middleware", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for opt in ("--listen", "--backend", "--db", "--user", "--pool", "--policy", "--wait", "--stats"):
+        assert opt in out
+    assert "\nExample: " in out
+    bad = subprocess.run([sys.executable, "-m", "tierscope.middleware", "--listen", "nowhere", "--backend", "x:1"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--listen 'nowhere': expected ADDR:PORT" in bad.stderr
+
+
+# --- real: two PostgreSQL servers behind the middleware -----------------------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as its own OS user: needs root")
+DB = "mwtest"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """Two PostgreSQL servers on loopback, each with an empty database `mwtest`."""
+    if os.geteuid() != 0:
+        pytest.skip("PostgreSQL runs as its own OS user: needs root")
+    from tierscope.services.base import free_port
+    from tierscope.services.postgres import Postgres
+    from tierscope.testbed.host import Host
+
+    # not under pytest's 0700 tmp dirs: the postgres user must reach its data directory
+    work = Path(tempfile.mkdtemp(prefix="tierscope-mw-test-"))
+    pgs = [Postgres(Host.loopback(f"db{i}"), free_port(), work / f"db{i}", fsync=False, shared_buffers="32MB",
+                    max_connections=60, name=f"db{i}") for i in (1, 2)]
+    try:
+        for p in pgs:
+            p.start()
+            p.create_database(DB)
+        yield work, pgs
+    finally:
+        for p in pgs:
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def middleware(pair, policy="lprf", wait="first", db=DB, name="mw", stats=None):
+    """The middleware in front of both servers; `stats` (a dict) receives its counts after it stops."""
+    from tierscope.services.base import free_port
+    from tierscope.services.middleware import Middleware
+    from tierscope.testbed.host import Host
+
+    work, pgs = pair
+    mw = Middleware(Host.loopback(name), free_port(), work / name, backends=[p.address for p in pgs], database=db,
+                    pool=4, policy=policy, wait=wait, name=name)
+    mw.start()
+    try:
+        yield mw
+    finally:
+        mw.stop()
+        if stats is not None and mw.stats_path.exists():
+            stats.update(mw.stats())
+
+
+def dsn(mw, **kw) -> str:
+    return f"host={mw.host.address} port={mw.port} user=postgres dbname={mw.database}"
+
+
+def on_each(pgs, statement, params=None):
+    return [p.sql(statement, DB, params) for p in pgs]
+
+
+def fresh_table(pgs, name, rows=3):
+    """A probe table with the same rows on both servers, created directly (not through the proxy)."""
+    for p in pgs:
+        p.sql(f"DROP TABLE IF EXISTS {name}", DB)
+        p.sql(f"CREATE TABLE {name} (id int)", DB)
+        p.sql(f"INSERT INTO {name} SELECT generate_series(1, {rows})", DB)
+
+
+def seq_scans(pgs, table, expected_total, timeout=10.0) -> list[int]:
+    """Sequential scans of `table` on each server, by PostgreSQL's statistics; waits until the
+    servers have flushed the scans of the middleware's (closed) sessions, up to `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = [int(p.sql("SELECT coalesce(seq_scan, 0) FROM pg_stat_user_tables WHERE relname = %s", DB,
+                            (table,))[0][0]) for p in pgs]
+        if sum(counts) >= expected_total or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.1)
+
+
+def test_sequential_reads_all_go_to_the_first_backend_under_lprf(pair):
+    import psycopg
+
+    _, pgs = pair
+    fresh_table(pgs, "probe_seq")
+    before = seq_scans(pgs, "probe_seq", 0)
+    stats: dict = {}
+    with middleware(pair, "lprf", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True,
+                                                                       prepare_threshold=None) as conn:
+        for _ in range(12):
+            assert conn.execute("SELECT count(*) FROM probe_seq /*request_id='r'*/").fetchone() == (3,)
+    after = seq_scans(pgs, "probe_seq", sum(before) + 12)
+    # one client, one read at a time: every read finds 0 pending on the first backend
+    assert [a - b for a, b in zip(after, before)] == [12, 0]
+    assert [b["reads"] for b in stats["backends"]] == [12, 0]
+
+
+def test_round_robin_alternates_reads(pair):
+    import psycopg
+
+    _, pgs = pair
+    fresh_table(pgs, "probe_rr")
+    before = seq_scans(pgs, "probe_rr", 0)
+    stats: dict = {}
+    with middleware(pair, "rr", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+        for _ in range(11):
+            conn.execute("SELECT count(*) FROM probe_rr")
+    after = seq_scans(pgs, "probe_rr", sum(before) + 11)
+    assert [a - b for a, b in zip(after, before)] == [6, 5]
+    assert [b["reads"] for b in stats["backends"]] == [6, 5]
+
+
+def test_overlapping_reads_spread_over_both_backends_under_lprf(pair):
+    """Two clients send a slow read at the same moment, round after round: the first read finds
+    [0,0] pending and takes backend 1, the second finds [1,0] and takes backend 2."""
+    import psycopg
+
+    _, pgs = pair
+    fresh_table(pgs, "probe_lprf")
+    before = seq_scans(pgs, "probe_lprf", 0)
+    rounds, stats = 4, {}
+    barrier = threading.Barrier(2)
+    errors: list = []
+    with middleware(pair, "lprf", stats=stats) as mw:
+        def client():
+            try:
+                with psycopg.connect(dsn(mw), autocommit=True) as conn:
+                    for _ in range(rounds):
+                        barrier.wait(timeout=30)
+                        conn.execute("SELECT pg_sleep(0.3), count(*) FROM probe_lprf")
+            except Exception as err:  # reported below
+                errors.append(err)
+                barrier.abort()
+
+        threads = [threading.Thread(target=client) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert not errors
+    after = seq_scans(pgs, "probe_lprf", sum(before) + 2 * rounds)
+    assert [a - b for a, b in zip(after, before)] == [rounds, rounds]
+    assert [b["reads"] for b in stats["backends"]] == [rounds, rounds]
+
+
+def test_writes_land_on_both_backends_with_one_now(pair):
+    import psycopg
+
+    _, pgs = pair
+    stats: dict = {}
+    with middleware(pair, stats=stats) as mw:
+        with psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=None) as conn:
+            conn.execute("DROP TABLE IF EXISTS w")
+            conn.execute("CREATE TABLE w (id serial PRIMARY KEY, v text, at timestamptz)")
+            ids = [conn.execute("INSERT INTO w (v, at) VALUES (%s, NOW()) RETURNING id /*request_id='x'*/",
+                                (f"v{i}",)).fetchone()[0] for i in range(10)]
+            conn.execute("UPDATE w SET v = v || '!' WHERE id <= %s", (4,))
+        # the simple-query protocol too (psycopg's client-side binding)
+        with psycopg.connect(dsn(mw), autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+            for i in range(5):
+                conn.execute("INSERT INTO w (v, at) VALUES (%s, current_timestamp)", (f"q{i}",))
+    assert ids == list(range(1, 11))
+    rows = on_each(pgs, "SELECT id, v, at FROM w ORDER BY id")
+    assert len(rows[0]) == 15
+    assert rows[0] == rows[1]  # same ids, values and timestamps: NOW() became one literal per write
+    assert len({r[2] for r in rows[0]}) == 15  # and a new literal for every write
+    assert sum(1 for r in rows[0] if r[1].endswith("!")) == 4
+    assert stats["writes"] >= 18 and stats["macros_rewritten"] == 15 and stats["disabled"] == []
+    assert [b["writes"] for b in stats["backends"]] == [stats["writes"]] * 2
+
+
+def test_a_backend_that_fails_a_write_the_other_executed_is_disabled(pair):
+    import psycopg
+
+    _, pgs = pair
+    fresh_table(pgs, "probe_dis")
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS u", DB)
+        p.sql("CREATE TABLE u (id int PRIMARY KEY)", DB)
+    pgs[1].sql("INSERT INTO u VALUES (1)", DB)  # backend 2 is now out of sync
+    before = seq_scans(pgs, "probe_dis", 0)
+    stats: dict = {}
+    with middleware(pair, "rr", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+        # a write every backend fails: the client gets the error, nobody is disabled
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("INSERT INTO no_such_table VALUES (1)")
+        assert conn.execute("SELECT count(*) FROM probe_dis").fetchone() == (3,)  # round robin: backend 1
+        assert conn.execute("SELECT count(*) FROM probe_dis").fetchone() == (3,)  # backend 2, still enabled
+        # backend 1 executes it, backend 2 fails (duplicate key): the client succeeds, backend 2 goes
+        conn.execute("INSERT INTO u VALUES (1)")
+        for _ in range(5):  # round robin, but only backend 1 is left
+            conn.execute("SELECT count(*) FROM probe_dis")
+        conn.execute("INSERT INTO u VALUES (2)")
+    after = seq_scans(pgs, "probe_dis", sum(before) + 7)
+    assert [a - b for a, b in zip(after, before)] == [6, 1]
+    assert on_each(pgs, "SELECT id FROM u ORDER BY id") == [[(1,), (2,)], [(1,)]]
+    assert stats["disabled"] == [pgs[1].address]
+    b1, b2 = stats["backends"]
+    assert b2["failed_writes"] == 1 and "duplicate key" in b2["disabled_reason"]
+    assert b1["enabled"] and b1["failed_writes"] == 0
+    assert "DISABLED" in (mw.workdir / "middleware.console.log").read_text()
+
+
+@pytest.mark.parametrize("prepare_threshold", [None, 0])
+def test_psycopg_with_and_without_prepared_statements(pair, prepare_threshold):
+    import psycopg
+
+    _, pgs = pair
+    table = f"ps_{prepare_threshold or 'none'}"
+    for p in pgs:
+        p.sql(f"DROP TABLE IF EXISTS {table}", DB)
+    stats: dict = {}
+    with middleware(pair, stats=stats) as mw:
+        with psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=prepare_threshold) as conn:
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int)")
+            for i in range(6):  # the same statements again and again: prepared after the threshold
+                conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (i, i * i))
+                assert conn.execute(f"SELECT n FROM {table} WHERE id = %s", (i,)).fetchone() == (i * i,)
+                conn.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (i,))
+            assert conn.execute(f"SELECT sum(n) FROM {table}").fetchone() == (sum(i * i + 1 for i in range(6)),)
+            conn.execute("DEALLOCATE ALL")
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (6,)
+        # explicit transactions: committed on both, rolled back on both
+        with psycopg.connect(dsn(mw), prepare_threshold=prepare_threshold) as conn:
+            with conn.transaction():
+                conn.execute(f"INSERT INTO {table} VALUES (100, 1)")
+                assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (7,)
+            with pytest.raises(psycopg.errors.UniqueViolation), conn.transaction():
+                conn.execute(f"INSERT INTO {table} VALUES (101, 1)")
+                conn.execute(f"INSERT INTO {table} VALUES (100, 1)")
+            conn.commit()
+    # psycopg sent named statements (Parse with a name) only when asked to prepare
+    assert (stats["named_statements"] > 0) == (prepare_threshold == 0)
+    counts = on_each(pgs, f"SELECT count(*), sum(n) FROM {table}")
+    assert counts[0] == counts[1] == [(7, sum(i * i + 1 for i in range(6)) + 1)]
+
+
+def test_copy_and_unknown_databases_get_clear_errors(pair):
+    import psycopg
+
+    with middleware(pair) as mw:
+        with psycopg.connect(dsn(mw), autocommit=True) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS cp (id int)")
+            with pytest.raises(psycopg.errors.FeatureNotSupported, match="COPY is not supported"):
+                with conn.cursor().copy("COPY cp FROM STDIN") as cp:
+                    cp.write_row((1,))
+            assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
+        with pytest.raises(psycopg.OperationalError, match='database "other" does not exist'):
+            psycopg.connect(f"host={mw.host.address} port={mw.port} user=postgres dbname=other")
+
+
+# --- real: the RUBBoS application through the middleware ----------------------------------------
+
+
+def test_rubbos_pages_through_the_middleware(pair):
+    from tierscope.apps.rubbos import datagen
+    from tierscope.apps.rubbos.dal import DbConfig
+    from tierscope.services.appserver import AppServer
+    from tierscope.services.base import free_port
+    from tierscope.testbed.host import Host
+
+    work, pgs = pair
+    now = datetime.now().replace(microsecond=0)
+    for p in pgs:  # the same rows on both: same seed, scale and load time
+        p.create_database("rubbos")
+        datagen.load(DbConfig("postgresql", host=p.host.address, port=p.port, database="rubbos"), "tiny", seed=3,
+                     now=now)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def get(path, data=None):
+        body = urllib.parse.urlencode(data).encode() if data else None
+        with opener.open(app.url + path, data=body, timeout=30) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+
+    stats: dict = {}
+    with middleware(pair, db="rubbos", name="mw-rubbos", stats=stats) as mw:
+        app = AppServer(Host.loopback("app"), free_port(), work / "app", db=mw.db_config(), workers=1, threads=4,
+                        name="app")
+        app.start()
+        try:
+            story = pgs[0].sql("SELECT story_id FROM comments GROUP BY story_id ORDER BY count(*) DESC LIMIT 1",
+                               "rubbos")[0][0]
+            for path in ("/rubbos/StoriesOfTheDay", "/rubbos/BrowseCategories", f"/rubbos/ViewStory?storyId={story}",
+                         "/rubbos/OlderStories?daysAgo=1&nbOfStories=20"):
+                status, body = get(path)
+                assert status == 200 and "Traceback" not in body and "ERROR" not in body, path
+            status, body = get("/rubbos/StoreComment", {
+                "comment_table": "comments", "storyId": story, "parent": 0, "nickname": "user5",
+                "password": "password5", "subject": "through the middleware", "body": "b"})
+            assert status == 200 and "successfully stored" in body
+        finally:
+            app.stop()
+    rows = [p.sql("SELECT id, writer, story_id, date FROM comments WHERE subject = 'through the middleware'",
+                  "rubbos") for p in pgs]
+    assert len(rows[0]) == 1 and rows[0] == rows[1]
+    assert stats["reads"] > 4 and stats["writes"] >= 1 and stats["disabled"] == []
+
+
+# --- end to end: `tierscope run` with a middleware tier ------------------------------------------
+
+
+@pytest.mark.slow
+@needs_root
+@pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed")
+def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path):
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tierscope.runner import run_experiment
+    from tierscope.spec import spec_from_dict
+
+    raw = tomllib.loads((ROOT / "examples" / "specs" / "tiny.toml").read_text())
+    raw["topology"] = "1/1/1/2-P"
+    raw["workload"]["users"] = [6]
+    raw["workload"]["run"] = "5s"
+    spec = spec_from_dict(raw, where="mw", name="mw")
+    result = run_experiment(spec, tmp_path, report=False)
+    assert result.failed == [] and len(result.done) == 1
+    d = result.dir / result.done[0]
+    manifest = json.loads((d / "manifest.json").read_text())
+    assert manifest["topology"].startswith("1") and "/1" in manifest["topology"]
+    requests = pq.read_table(d / "requests.parquet")
+    mw_rows = requests.filter(pc.equal(requests["tier"], "middleware"))
+    db_rows = requests.filter(pc.equal(requests["tier"], "db"))
+    assert mw_rows.num_rows > 0
+    servers = set(db_rows.column("server").to_pylist())
+    assert servers == {"db1", "db2"}
+    stats = json.loads((d / "mw1" / "middleware.stats.json").read_text())
+    assert stats["reads"] > 0 and stats["disabled"] == []
+    # every read the middleware routed reached a database server, and every write reached both
+    assert db_rows.num_rows >= stats["reads"]
+    per_server = {s: int(pc.sum(pc.equal(db_rows["server"], s)).as_py()) for s in servers}
+    assert per_server["db1"] >= stats["backends"][0]["reads"]
