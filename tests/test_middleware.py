@@ -416,6 +416,36 @@ def test_psycopg_with_and_without_prepared_statements(pair, prepare_threshold):
     assert counts[0] == counts[1] == [(7, sum(i * i + 1 for i in range(6)) + 1)]
 
 
+def test_pipeline_mode_and_server_side_cursors(pair):
+    """psycopg's pipeline mode flushes and waits for replies before its Sync; a named cursor lives in
+    a transaction across units."""
+    import psycopg
+
+    _, pgs = pair
+    stats: dict = {}
+    with middleware(pair, stats=stats) as mw:
+        with psycopg.connect(dsn(mw), autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS pl")
+            conn.execute("CREATE TABLE pl (id int)")
+            with conn.pipeline():
+                for i in range(5):
+                    conn.execute("INSERT INTO pl VALUES (%s)", (i,))
+                assert conn.execute("SELECT count(*) FROM pl").fetchone() == (5,)
+            # an error inside a pipeline fails it the same way on both servers: nobody is disabled
+            with pytest.raises(psycopg.errors.DivisionByZero), conn.pipeline():
+                conn.execute("INSERT INTO pl VALUES (100)")
+                conn.execute("SELECT 1/0")
+                conn.execute("INSERT INTO pl VALUES (101)")
+            assert conn.execute("SELECT 7").fetchone() == (7,)
+        with psycopg.connect(dsn(mw)) as conn, conn.cursor(name="walk") as cur:
+            cur.execute("SELECT id FROM pl ORDER BY id")
+            assert cur.fetchmany(2) == [(0,), (1,)]
+            assert cur.fetchall()[:3] == [(2,), (3,), (4,)]
+    rows = on_each(pgs, "SELECT id FROM pl ORDER BY id")
+    assert rows[0] == rows[1] and [r[0] for r in rows[0]][:5] == [0, 1, 2, 3, 4]
+    assert stats["flushed_units"] >= 2 and stats["disabled"] == []
+
+
 def test_copy_and_unknown_databases_get_clear_errors(pair):
     import psycopg
 

@@ -80,7 +80,7 @@ class RequestManager:
         self.parameters: dict[str, str] = {}
         self.started = time.time()
         self.counts = {"sessions": 0, "units": 0, "reads": 0, "writes": 0, "transaction_units": 0,
-                       "read_retries": 0, "named_statements": 0, "errors_to_clients": 0, "macros_rewritten": 0, "write_lock_wait_s": 0.0}
+                       "read_retries": 0, "named_statements": 0, "flushed_units": 0, "errors_to_clients": 0, "macros_rewritten": 0, "write_lock_wait_s": 0.0}
 
     # --- backends ----------------------------------------------------------------------------
     def enabled(self) -> list[Backend]:

@@ -53,14 +53,21 @@ class ReplyPlan:
 
     queue: deque = field(default_factory=deque)
     errors: int = 0
+    skipping: bool = False  # an error came and no Sync has been sent since: the server ignores all
 
     def sent(self, kind: bytes, mode: str = PASS, target: str = "") -> None:
-        if kind != wire.FLUSH:
-            self.queue.append(Expect(kind, mode, target))
+        if kind == wire.FLUSH:
+            return
+        if self.skipping:
+            if kind not in (wire.SYNC, wire.QUERY):
+                return
+            self.skipping = False
+        self.queue.append(Expect(kind, mode, target))
 
     def answered_here(self, answer: bytes) -> None:
         """A message the proxy answers itself (it was not sent); `answer` is encoded."""
-        self.queue.append(Expect(b"", SYNTH, synth=answer))
+        if not self.skipping:
+            self.queue.append(Expect(b"", SYNTH, synth=answer))
 
     def due_now(self) -> list[bytes]:
         """Answers of the proxy's own that are next in line (before any backend reply)."""
@@ -78,6 +85,8 @@ class ReplyPlan:
             # the client must learn that its unit failed, even when the proxy's own message did
             while self.queue and self.queue[0].kind not in (wire.SYNC, wire.QUERY):
                 self.queue.popleft()
+            if not self.queue:  # the Sync ending the skip has not been sent yet (a Flush came first)
+                self.skipping = True
             return True, []
         if not self.queue:
             raise wire.ProtocolError(f"backend sent {kind!r} with nothing outstanding")

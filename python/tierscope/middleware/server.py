@@ -32,8 +32,8 @@ class Outgoing:
     plan: list[tuple]  # ("sent", kind, mode, target) or ("here", encoded answer)
     unnamed: object = None  # the Parse the backend's unnamed statement holds afterwards
 
-    def reply_plan(self) -> ReplyPlan:
-        p = ReplyPlan()
+    def reply_plan(self, p: ReplyPlan | None = None) -> ReplyPlan:
+        p = p if p is not None else ReplyPlan()
         for step in self.plan:
             if step[0] == "sent":
                 p.sent(step[1], step[2], step[3])
@@ -68,6 +68,7 @@ class Session:
         self.unnamed: wire.Parse | None = None
         self.txn: dict[str, tuple[Backend, BackendConnection]] | None = None  # pinned, lock held
         self.last_write: asyncio.Task | None = None
+        self.open: OpenUnit | None = None  # a unit the client flushed before its Sync
 
     # --- front end ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -82,12 +83,28 @@ class Session:
                 msg = wire.Message(header[:1], body)
                 if msg.kind == wire.TERMINATE:
                     return
-                if msg.kind == wire.QUERY:
+                if msg.kind == wire.QUERY and self.open is None:
                     await self.dispatch([msg])
+                elif msg.kind == wire.QUERY:
+                    await self.open_step(unit + [msg], last=True)
+                    unit = []
                 elif msg.kind in wire.EXTENDED:
                     unit.append(msg)
-                    if msg.kind == wire.SYNC:
+                    if msg.kind == wire.SYNC and self.open is not None:
+                        await self.open_step(unit, last=True)
+                        unit = []
+                    elif msg.kind == wire.SYNC:
                         await self.dispatch(unit)
+                        unit = []
+                    elif msg.kind == wire.FLUSH:
+                        try:
+                            if self.open is None:
+                                await self.open_begin()
+                        except NoBackend as err:
+                            self.writer.write(wire.error(str(err), "08006"))
+                            unit = []
+                            continue
+                        await self.open_step(unit, last=False)
                         unit = []
                 else:
                     self.writer.write(wire.error(f"message type {msg.kind!r} is not supported by the middleware",
@@ -139,7 +156,12 @@ class Session:
                 await self.last_write
             except Exception:
                 pass
-        if self.txn is not None:  # the client left inside a transaction: roll it back by closing
+        if self.open is not None:  # the client left in the middle of a flushed unit
+            ou, self.open = self.open, None
+            for b, _ in ou.lease:
+                await self.writes_end(b)
+            self.abandon(ou.lease)
+        elif self.txn is not None:  # the client left inside a transaction: roll it back by closing
             for backend, conn in self.txn.values():
                 conn.close()
                 backend.pool.release(conn)
@@ -239,11 +261,11 @@ class Session:
                     out.append(p.sql)
         return out
 
-    def outgoing(self, unit: list[wire.Message], macros_at: datetime | None) -> Outgoing:
-        """The bytes for a backend connection and the reply plan (the same for every backend)."""
+    def outgoing(self, unit: list[wire.Message], macros_at: datetime | None, slot: object = None) -> Outgoing:
+        """The bytes for a backend connection and the reply plan (the same for every backend).
+        `slot` is the Parse the backend's unnamed statement holds before (None: unknown)."""
         parts: list[bytes] = []
         plan: list[tuple] = []
-        slot = None  # the Parse in the backend's unnamed statement, as far as this unit knows
 
         def text(p: wire.Parse) -> wire.Parse:
             if macros_at is None:
@@ -313,11 +335,13 @@ class Session:
                     plan.append(("sent", k, PASS, ""))
         return Outgoing(b"".join(parts), plan, slot)
 
-    async def execute(self, backend: Backend, conn: BackendConnection, out: Outgoing, sink=None) -> Result:
-        """Send a unit on one connection and read its whole answer; with `sink`, the answers the
-        client must see are passed to it as they come, else they are kept in the Result."""
+    async def execute(self, backend: Backend, conn: BackendConnection, out: Outgoing, sink=None,
+                      plan: ReplyPlan | None = None) -> Result:
+        """Send a unit (or the part of it up to a Flush, continuing `plan`) on one connection and
+        read the answers due; with `sink`, the answers the client must see are passed to it as
+        they come, else they are kept in the Result."""
         res = Result(backend, conn)
-        plan = out.reply_plan()
+        plan = out.reply_plan(plan)
 
         def emit(data: bytes) -> None:
             if sink is not None:
@@ -391,36 +415,39 @@ class Session:
             return
 
     # --- writes ------------------------------------------------------------------------------
-    async def write(self, unit: list[wire.Message]) -> None:
-        pinned = self.txn is not None
-        if not pinned:
-            t0 = asyncio.get_running_loop().time()
-            await self.m.write_lock.acquire()
-            self.m.counts["write_lock_wait_s"] += asyncio.get_running_loop().time() - t0
+    async def lease_for_write(self) -> tuple[list[tuple[Backend, BackendConnection]], bool]:
+        """A connection on every enabled backend with the write lock held (or the transaction's
+        pinned connections); returns (lease, pinned)."""
+        if self.txn is not None:
+            return list(self.txn.values()), True
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await self.m.write_lock.acquire()
+        self.m.counts["write_lock_wait_s"] += loop.time() - t0
         try:
-            if pinned:
-                lease = list(self.txn.values())  # type: ignore[union-attr]
-            else:
-                lease = []
-                targets = self.m.enabled()
-                if not targets:
-                    raise NoBackend("no database backend is enabled")
-                conns = await asyncio.gather(*(self.m.acquire(b) for b in targets), return_exceptions=True)
-                for b, c in zip(targets, conns):
-                    if isinstance(c, BaseException):
-                        self.m.disable(b, f"write failed: cannot get a connection: {c}")
-                    else:
-                        lease.append((b, c))
-                if not lease:
-                    raise NoBackend("no database backend could be reached for a write")
-            out = self.outgoing(unit, datetime.now(UTC))
+            lease = []
+            targets = self.m.enabled()
+            if not targets:
+                raise NoBackend("no database backend is enabled")
+            conns = await asyncio.gather(*(self.m.acquire(b) for b in targets), return_exceptions=True)
+            for b, c in zip(targets, conns):
+                if isinstance(c, BaseException):
+                    self.m.disable(b, f"write failed: cannot get a connection: {c}")
+                else:
+                    lease.append((b, c))
+            if not lease:
+                raise NoBackend("no database backend could be reached for a write")
         except BaseException:
-            if not pinned:
-                self.m.write_lock.release()
+            self.m.write_lock.release()
             raise
+        return lease, False
+
+    async def write(self, unit: list[wire.Message]) -> None:
+        lease, pinned = await self.lease_for_write()
+        out = self.outgoing(unit, datetime.now(UTC))
         self.m.counts["writes"] += 1
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.last_write = asyncio.create_task(self.broadcast(lease, out, answer, pinned))
+        self.last_write = asyncio.create_task(self.broadcast(lease, out, answer))
         chosen: Result = await answer
         self.writer.write(b"".join(chosen.replies))
         if not chosen.ok:
@@ -428,24 +455,28 @@ class Session:
         if chosen.status != b"I" or pinned:
             await self.last_write  # a transaction: its connections and the lock stay with it
 
+    def writes_begin(self, lease: list[tuple[Backend, BackendConnection]]) -> None:
+        for b, _ in lease:
+            b.pending += 1
+            b.writes_started += 1
+
+    async def writes_end(self, backend: Backend) -> None:
+        backend.pending -= 1
+        backend.writes += 1
+        await backend.write_finished()
+
     async def broadcast(self, lease: list[tuple[Backend, BackendConnection]], out: Outgoing,
-                        answer: asyncio.Future, pinned: bool) -> None:
-        """Run a write unit on every leased backend; answer the client by the wait policy; disable
-        backends that failed where another succeeded; release the lock (unless a transaction is
-        open afterwards)."""
-        results: list[Result] = []
+                        answer: asyncio.Future) -> None:
+        """Run a write unit on every leased backend; answer the client by the wait policy (the first
+        backend to succeed, or all), then settle the unit."""
         try:
-            for b, _ in lease:
-                b.pending += 1
-                b.writes_started += 1
+            self.writes_begin(lease)
 
             async def one(b: Backend, c: BackendConnection) -> Result:
                 try:
                     return await self.execute(b, c, out)
                 finally:
-                    b.pending -= 1
-                    b.writes += 1
-                    await b.write_finished()
+                    await self.writes_end(b)
 
             tasks = [asyncio.create_task(one(b, c)) for b, c in lease]
             by_task = {t: i for i, t in enumerate(tasks)}
@@ -462,55 +493,118 @@ class Session:
                 if self.m.wait == "first" and not answer.done() and now_ok:  # the first to succeed
                     answer.set_result(done_results[min(now_ok)])
             results = [done_results[i] for i in range(len(tasks))]
-            ok = [r for r in results if r.ok]
-            chosen = None
-            if answer.done():
-                chosen = answer.result()
-            elif ok:
-                chosen = ok[0]
-            else:
-                chosen = next((r for r in results if not r.broken), results[0])
-            if ok:
-                for r in results:
-                    if not r.ok:
-                        r.backend.failed_writes += 1
-                        self.m.disable(r.backend, f"write failed where {chosen.backend.name} succeeded: {r.error}")
-                    elif r.tags != chosen.tags:
-                        self.m.disable(r.backend, f"write result {r.tags} differs from {chosen.backend.name}'s "
-                                                  f"{chosen.tags}")
-            elif all(r.broken for r in results):
-                for r in results:
-                    self.m.disable(r.backend, f"write failed: {r.error}")
+            chosen = answer.result() if answer.done() else None
+            chosen = self.settle(results, chosen)
             if not answer.done():
                 answer.set_result(chosen)
-            # the transaction state after this unit, from the backends still in it
-            alive = [r for r in results if r.backend.enabled and r.conn is not None and not r.broken]
-            in_txn = any(r.status != b"I" for r in alive)
-            if in_txn:
-                self.txn = {r.backend.name: (r.backend, r.conn) for r in alive}
-                for r in results:
-                    if r not in alive and r.conn is not None:
-                        r.conn.close()
-                        r.backend.pool.release(r.conn)
-                if not self.txn:
-                    self.txn = None
-                    self.m.write_lock.release()
-            else:
-                for r in results:
-                    if r.conn is not None:
-                        r.backend.pool.release(r.conn)
-                self.txn = None
-                self.m.write_lock.release()
         except BaseException as err:
-            for b, c in lease:
-                c.close()
-                b.pool.release(c)
-            self.txn = None
-            if self.m.write_lock.locked():
-                self.m.write_lock.release()
+            self.abandon(lease)
             if not answer.done():
                 answer.set_exception(err if isinstance(err, Exception) else NoBackend(str(err)))
             raise
+
+    def settle(self, results: list[Result], chosen: Result | None) -> Result:
+        """After a write unit ran on every leased backend: disable the backends that failed where
+        another succeeded (or whose result differs), then either keep the connections and the lock
+        for the open transaction or give them back. Returns the result that answers the client."""
+        ok = [r for r in results if r.ok]
+        if chosen is None:
+            chosen = ok[0] if ok else next((r for r in results if not r.broken), results[0])
+        if ok:
+            for r in results:
+                if not r.ok:
+                    r.backend.failed_writes += 1
+                    self.m.disable(r.backend, f"write failed where {chosen.backend.name} succeeded: {r.error}")
+                elif r.tags != chosen.tags:
+                    self.m.disable(r.backend, f"write result {r.tags} differs from {chosen.backend.name}'s "
+                                              f"{chosen.tags}")
+        elif all(r.broken for r in results):
+            for r in results:
+                self.m.disable(r.backend, f"write failed: {r.error}")
+        alive = [r for r in results if r.backend.enabled and r.conn is not None and not r.broken]
+        in_txn = any(r.status != b"I" for r in alive)
+        for r in results:
+            if r.conn is not None and not (in_txn and r in alive):
+                if in_txn:
+                    r.conn.close()  # a backend dropped from the transaction
+                r.backend.pool.release(r.conn)
+        if in_txn:
+            self.txn = {r.backend.name: (r.backend, r.conn) for r in alive}
+        else:
+            self.txn = None
+            self.m.write_lock.release()
+        return chosen
+
+    def abandon(self, lease: list[tuple[Backend, BackendConnection]]) -> None:
+        """Something unexpected broke a write: close its connections and free the lock."""
+        for b, c in lease:
+            c.close()
+            b.pool.release(c)
+        self.txn = None
+        if self.m.write_lock.locked():
+            self.m.write_lock.release()
+
+    # --- units the client flushes before Sync (pipeline mode) ---------------------------------
+    async def open_begin(self) -> None:
+        """A client that sends Flush and waits for replies before Sync: what comes later in the unit
+        is unknown, so the unit runs like a write, on every backend under the write lock, answered
+        by the first backend after all have replied to each part."""
+        lease, pinned = await self.lease_for_write()
+        self.writes_begin(lease)
+        self.m.counts["writes"] += 1
+        self.m.counts["flushed_units"] += 1
+        self.open = OpenUnit(lease, pinned, datetime.now(UTC),
+                             {b.name: ReplyPlan() for b, _ in lease},
+                             {b.name: Result(b, c) for b, c in lease})
+
+    async def open_step(self, msgs: list[wire.Message], last: bool) -> None:
+        ou = self.open
+        out = self.outgoing(msgs, ou.macros_at, ou.slot)
+        ou.slot = out.unnamed
+        alive = [(b, c) for b, c in ou.lease if not ou.results[b.name].broken]
+        try:
+            steps = await asyncio.gather(*(self.execute(b, c, out, plan=ou.plans[b.name]) for b, c in alive))
+        except BaseException:
+            self.open = None
+            self.abandon(ou.lease)
+            raise
+        for step in steps:
+            acc = ou.results[step.backend.name]
+            acc.ok = acc.ok and step.ok
+            acc.error = acc.error or step.error
+            acc.broken = acc.broken or step.broken
+            acc.status = step.status
+            acc.tags += step.tags
+        answering = next((st for st in steps if not st.broken), None)
+        if answering is None or (ou.answering is not None and answering.backend is not ou.answering):
+            self.open = None
+            self.abandon(ou.lease)
+            for b, _ in ou.lease:
+                await self.writes_end(b)
+            raise ConnectionError("the backend answering a flushed unit failed mid-unit")
+        ou.answering = answering.backend
+        self.writer.write(b"".join(answering.replies))
+        if last:
+            self.open = None
+            for b, _ in ou.lease:
+                await self.writes_end(b)
+            results = [ou.results[b.name] for b, _ in ou.lease]
+            chosen = self.settle(results, ou.results[ou.answering.name])
+            if not chosen.ok:
+                self.m.counts["errors_to_clients"] += 1
+
+
+@dataclass
+class OpenUnit:
+    """A unit of work under way across several client flushes."""
+
+    lease: list[tuple[Backend, BackendConnection]]
+    pinned: bool
+    macros_at: datetime
+    plans: dict[str, ReplyPlan]
+    results: dict[str, Result]
+    slot: object = None
+    answering: Backend | None = None
 
 
 async def serve(manager: RequestManager, host: str, port: int) -> asyncio.AbstractServer:
