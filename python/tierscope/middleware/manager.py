@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierscope.middleware import balance
+from tierscope.middleware import sql as sqlmod
 from tierscope.middleware.pool import BackendConnection, BackendError, BackendPool
 
 WAIT_FIRST, WAIT_ALL = "first", "all"
@@ -77,10 +78,23 @@ class RequestManager:
         self.user = user
         self.write_lock = asyncio.Lock()
         self._rr_next = 0
+        self._kinds: dict[str, str] = {}
         self.parameters: dict[str, str] = {}
         self.started = time.time()
         self.counts = {"sessions": 0, "units": 0, "reads": 0, "writes": 0, "transaction_units": 0,
                        "read_retries": 0, "named_statements": 0, "flushed_units": 0, "errors_to_clients": 0, "macros_rewritten": 0, "write_lock_wait_s": 0.0}
+
+    def classify(self, text: str) -> str:
+        """READ, WRITE or COPY for a statement text (cached by the text without its trailing
+        request-id comment)."""
+        key = sqlmod.strip_trailing_comment(text)
+        kind = self._kinds.get(key)
+        if kind is None:
+            kind = sqlmod.COPY if sqlmod.first_word(key) == "COPY" else sqlmod.classify(key)
+            if len(self._kinds) > 10000:
+                self._kinds.clear()
+            self._kinds[key] = kind
+        return kind
 
     # --- backends ----------------------------------------------------------------------------
     def enabled(self) -> list[Backend]:

@@ -180,12 +180,13 @@ class Session:
         if self.local_only(unit):
             return
         texts = self.texts(unit)
-        if any(sqlmod.first_word(t) == "COPY" for t in texts):
+        kinds = [self.m.classify(t) for t in texts]
+        if sqlmod.COPY in kinds:
             self.m.counts["errors_to_clients"] += 1
             self.writer.write(wire.error("COPY is not supported by the middleware (run it on every database "
                                          "server directly)", "0A000") + wire.ready(self.status()))
             return
-        kind = sqlmod.WRITE if any(sqlmod.classify(t) == sqlmod.WRITE for t in texts) else sqlmod.READ
+        kind = sqlmod.WRITE if sqlmod.WRITE in kinds else sqlmod.READ
         try:
             if self.txn is not None:  # inside a transaction every unit runs on all its backends
                 self.m.counts["transaction_units"] += 1
@@ -382,11 +383,18 @@ class Session:
             backend = self.m.choose_read()
             started = backend.writes_started
             client_saw = False
+            held: list[bytes] = []
+            held_bytes = 0
 
-            def sink(data: bytes) -> None:
-                nonlocal client_saw
-                client_saw = True
-                self.writer.write(data)
+            def sink(data: bytes) -> None:  # one socket write per 64 KiB, not per message
+                nonlocal client_saw, held_bytes
+                held.append(data)
+                held_bytes += len(data)
+                if held_bytes >= 65536:
+                    client_saw = True
+                    self.writer.write(b"".join(held))
+                    held.clear()
+                    held_bytes = 0
 
             try:
                 await backend.wait_for_writes(started)
@@ -399,6 +407,8 @@ class Session:
                     continue
                 res = await self.execute(backend, conn, out, sink)
                 backend.pool.release(conn)
+                if not res.broken and held:
+                    self.writer.write(b"".join(held))
             finally:
                 backend.pending -= 1
             backend.reads += 1

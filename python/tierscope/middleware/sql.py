@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 READ, WRITE = "read", "write"
+COPY = "copy"  # not supported by the middleware
 
 #: first words of statements that only read (everything else is broadcast)
 READ_STARTS = frozenset(("SELECT", "SHOW", "VALUES", "TABLE"))
@@ -155,6 +156,17 @@ def classify(sql: str) -> str:
     """READ when every statement in `sql` only reads (SELECT without row locks, SHOW, VALUES,
     TABLE, WITH without data-changing parts), else WRITE. Empty text (only comments) is a read."""
     return WRITE if any(classify_statement(s) == WRITE for s in statements(sql)) else READ
+
+
+def strip_trailing_comment(sql: str) -> str:
+    """`sql` without a trailing /* ... */ comment (the sqlcommenter request id differs per request,
+    the statement does not), for caching what is known about a statement."""
+    t = sql.rstrip()
+    if t.endswith("*/"):
+        start = t.rfind("/*")
+        if start > 0 and "*/" not in t[start:-2]:
+            return t[:start]
+    return sql
 
 
 def first_word(sql: str) -> str:
