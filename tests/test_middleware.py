@@ -324,12 +324,13 @@ def test_overlapping_reads_spread_over_both_backends_under_lprf(pair):
     assert [b["reads"] for b in stats["backends"]] == [rounds, rounds]
 
 
-def test_writes_land_on_both_backends_with_one_now(pair):
+@pytest.mark.parametrize("wait", ["first", "all"])
+def test_writes_land_on_both_backends_with_one_now(pair, wait):
     import psycopg
 
     _, pgs = pair
     stats: dict = {}
-    with middleware(pair, stats=stats) as mw:
+    with middleware(pair, wait=wait, stats=stats) as mw:
         with psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=None) as conn:
             conn.execute("DROP TABLE IF EXISTS w")
             conn.execute("CREATE TABLE w (id serial PRIMARY KEY, v text, at timestamptz)")
@@ -346,6 +347,7 @@ def test_writes_land_on_both_backends_with_one_now(pair):
     assert rows[0] == rows[1]  # same ids, values and timestamps: NOW() became one literal per write
     assert len({r[2] for r in rows[0]}) == 15  # and a new literal for every write
     assert sum(1 for r in rows[0] if r[1].endswith("!")) == 4
+    assert stats["wait"] == wait
     assert stats["writes"] >= 18 and stats["macros_rewritten"] == 15 and stats["disabled"] == []
     assert [b["writes"] for b in stats["backends"]] == [stats["writes"]] * 2
 
@@ -458,6 +460,28 @@ def test_copy_and_unknown_databases_get_clear_errors(pair):
             assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
         with pytest.raises(psycopg.OperationalError, match='database "other" does not exist'):
             psycopg.connect(f"host={mw.host.address} port={mw.port} user=postgres dbname=other")
+
+
+def test_a_backend_that_goes_away_is_disabled_and_reads_go_on(pair):
+    import psycopg
+
+    _, pgs = pair
+    fresh_table(pgs, "probe_gone")
+    stats: dict = {}
+    try:
+        with middleware(pair, "rr", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+            for _ in range(4):  # both backends serve, and each has a pooled connection now
+                assert conn.execute("SELECT count(*) FROM probe_gone").fetchone() == (3,)
+            pgs[1].stop()
+            for _ in range(6):  # every read still answered: the one routed to db2 is retried on db1
+                assert conn.execute("SELECT count(*) FROM probe_gone").fetchone() == (3,)
+            conn.execute("INSERT INTO probe_gone VALUES (4)")  # only db1 is left to write to
+    finally:
+        pgs[1].start()
+    assert stats["disabled"] == [pgs[1].address] and stats["read_retries"] == 1
+    assert "read failed" in stats["backends"][1]["disabled_reason"]
+    assert [b["reads"] for b in stats["backends"]] == [2 + 6, 2 + 1]  # the failed attempt counts at db2
+    assert on_each(pgs, "SELECT count(*) FROM probe_gone") == [[(4,)], [(3,)]]
 
 
 # --- real: the RUBBoS application through the middleware ----------------------------------------

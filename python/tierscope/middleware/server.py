@@ -113,6 +113,8 @@ class Session:
         except (asyncio.IncompleteReadError, ConnectionError, wire.ProtocolError) as err:
             if isinstance(err, wire.ProtocolError):
                 log(f"session {self.id}: {err}")
+        except Exception as err:  # one client's trouble must not stop the others
+            log(f"session {self.id}: closed after an unexpected error: {err!r}")
         finally:
             await self.end()
 
