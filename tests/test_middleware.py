@@ -182,6 +182,18 @@ def test_help_names_every_option_and_an_example():
     assert bad.returncode == 2 and "--listen 'nowhere': expected ADDR:PORT" in bad.stderr
 
 
+def test_runner_refuses_what_it_cannot_run_with_a_clear_reason():
+    from tierscope.runner import PointFailed, check_db_topology
+
+    with pytest.raises(PointFailed, match="the middleware speaks the PostgreSQL protocol only"):
+        check_db_topology("mariadb", 2, 1)
+    with pytest.raises(PointFailed, match="2 database servers and no clustering middleware"):
+        check_db_topology("postgres", 2, 0)
+    check_db_topology("postgres", 2, 1)
+    check_db_topology("postgres", 1, 2)
+    check_db_topology("mariadb", 1, 0)
+
+
 # --- real: two PostgreSQL servers behind the middleware -----------------------------------------
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as its own OS user: needs root")
@@ -580,3 +592,30 @@ def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path):
     # before the capture started
     assert mw_rows.num_rows - mw_writes <= stats["reads"] <= mw_rows.num_rows - mw_writes + 10
     assert db_rows.num_rows >= stats["reads"] - 10
+
+
+@pytest.mark.slow
+@needs_root
+@pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed")
+def test_run_with_two_middleware_servers_spreads_the_app_servers(tmp_path):
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tierscope.runner import run_experiment
+    from tierscope.spec import spec_from_dict
+
+    raw = tomllib.loads((ROOT / "examples" / "specs" / "tiny.toml").read_text())
+    raw["topology"] = "1/2/2/2-P"
+    raw["workload"]["users"] = [10]
+    spec = spec_from_dict(raw, where="mw2", name="mw2")
+    result = run_experiment(spec, tmp_path, report=False)
+    assert result.failed == [] and len(result.done) == 1
+    d = result.dir / result.done[0]
+    requests = pq.read_table(d / "requests.parquet")
+    mw_rows = requests.filter(pc.equal(requests["tier"], "middleware"))
+    assert set(mw_rows.column("server").to_pylist()) == {"mw1", "mw2"}
+    for name in ("mw1", "mw2"):  # app1 -> mw1, app2 -> mw2
+        stats = json.loads((d / name / "middleware.stats.json").read_text())
+        assert stats["reads"] > 0 and stats["disabled"] == []
+        traced = int(pc.sum(pc.equal(mw_rows["server"], name)).as_py())
+        assert traced <= stats["reads"] + stats["writes"] <= traced + 10
