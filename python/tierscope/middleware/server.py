@@ -96,6 +96,8 @@ class Session:
                     elif msg.kind == wire.SYNC:
                         await self.dispatch(unit)
                         unit = []
+                    elif msg.kind == wire.FLUSH and self.open is None and len(unit) == 1:
+                        unit = []  # nothing is waiting to be flushed
                     elif msg.kind == wire.FLUSH:
                         try:
                             if self.open is None:
