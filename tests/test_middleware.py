@@ -474,6 +474,27 @@ def test_copy_and_unknown_databases_get_clear_errors(pair):
             psycopg.connect(f"host={mw.host.address} port={mw.port} user=postgres dbname=other")
 
 
+def test_a_stale_pooled_connection_does_not_disable_its_backend(pair):
+    import psycopg
+
+    _, pgs = pair
+    fresh_table(pgs, "probe_stale")
+    before = seq_scans(pgs, "probe_stale", 0)
+    stats: dict = {}
+    with middleware(pair, "rr", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+        for _ in range(4):
+            conn.execute("SELECT count(*) FROM probe_stale")
+        for p in pgs:  # the servers end the middleware's idle sessions (as an idle timeout would)
+            ended = p.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                          "AND pid <> pg_backend_pid()", DB, (DB,))
+            assert ended and all(r[0] for r in ended)
+        for _ in range(4):
+            assert conn.execute("SELECT count(*) FROM probe_stale").fetchone() == (3,)
+    after = seq_scans(pgs, "probe_stale", sum(before) + 8)
+    assert [a - b for a, b in zip(after, before)] == [4, 4]
+    assert stats["disabled"] == [] and [b["reads"] for b in stats["backends"]] == [4, 4]
+
+
 def test_a_backend_that_goes_away_is_disabled_and_reads_go_on(pair):
     import psycopg
 

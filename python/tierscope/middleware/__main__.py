@@ -83,6 +83,7 @@ async def main_async(args: argparse.Namespace) -> int:
         await stop.wait()
     finally:
         server.close()
+        await manager.drain()  # a write answered with wait=first may still run on a slower backend
         manager.close()
         if args.stats:
             manager.write_stats(args.stats)

@@ -79,6 +79,7 @@ class RequestManager:
         self.write_lock = asyncio.Lock()
         self._rr_next = 0
         self._kinds: dict[str, str] = {}
+        self.inflight: set[asyncio.Task] = set()  # writes still running on slower backends
         self.parameters: dict[str, str] = {}
         self.started = time.time()
         self.counts = {"sessions": 0, "units": 0, "reads": 0, "writes": 0, "transaction_units": 0,
@@ -168,6 +169,11 @@ class RequestManager:
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(json.dumps(self.stats(), indent=1) + "\n")
         tmp.replace(path)
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Wait (up to `timeout` s) for writes still running on slower backends."""
+        if self.inflight:
+            await asyncio.wait(set(self.inflight), timeout=timeout)
 
     def close(self) -> None:
         for b in self.backends:

@@ -21,6 +21,7 @@ class BackendConnection:
         self.parameters: dict[str, str] = {}
         self.status = b"I"  # transaction status from the last ReadyForQuery
         self.broken = False
+        self.reused = False  # taken from the idle list (not opened for this use)
 
     @classmethod
     async def open(cls, host: str, port: int, user: str, database: str, timeout: float = 10.0) -> BackendConnection:
@@ -98,6 +99,7 @@ class BackendPool:
             while self.idle:
                 conn = self.idle.pop()
                 if not conn.broken and not conn.writer.is_closing():
+                    conn.reused = True
                     return conn
             conn = await BackendConnection.open(self.host, self.port, self.user, self.database)
             self.opened += 1
@@ -113,6 +115,10 @@ class BackendPool:
             self.idle.append(conn)
         self._slots.release()
 
-    def close(self) -> None:
+    def drop_idle(self) -> None:
+        """Close every idle connection (after one turned out broken)."""
         while self.idle:
             self.idle.pop().close()
+
+    def close(self) -> None:
+        self.drop_idle()

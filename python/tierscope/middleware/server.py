@@ -382,7 +382,6 @@ class Session:
     # --- reads -------------------------------------------------------------------------------
     async def read(self, unit: list[wire.Message]) -> None:
         out = self.outgoing(unit, None)
-        tried = 0
         while True:
             backend = self.m.choose_read()
             started = backend.writes_started
@@ -406,11 +405,22 @@ class Session:
                     conn = await self.m.acquire(backend)
                 except BackendError as err:
                     self.m.disable(backend, f"read failed: {err}")
-                    tried += 1
                     self.m.counts["read_retries"] += 1
                     continue
                 res = await self.execute(backend, conn, out, sink)
                 backend.pool.release(conn)
+                if res.broken and conn.reused and not client_saw:
+                    # an idle pooled connection may have gone stale: once more on a new one
+                    backend.pool.drop_idle()
+                    held.clear()
+                    held_bytes = 0
+                    try:
+                        conn = await self.m.acquire(backend)
+                    except BackendError:
+                        pass
+                    else:
+                        res = await self.execute(backend, conn, out, sink)
+                        backend.pool.release(conn)
                 if not res.broken and held:
                     self.writer.write(b"".join(held))
             finally:
@@ -422,7 +432,6 @@ class Session:
                 if client_saw:  # part of the answer is out: the client connection cannot continue
                     raise ConnectionError(res.error)
                 self.m.counts["read_retries"] += 1
-                tried += 1
                 continue
             if not res.ok:
                 self.m.counts["errors_to_clients"] += 1
@@ -462,6 +471,8 @@ class Session:
         self.m.counts["writes"] += 1
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
         self.last_write = asyncio.create_task(self.broadcast(lease, out, answer))
+        self.m.inflight.add(self.last_write)
+        self.last_write.add_done_callback(self.m.inflight.discard)
         chosen: Result = await answer
         self.writer.write(b"".join(chosen.replies))
         if not chosen.ok:
