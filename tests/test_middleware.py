@@ -396,6 +396,33 @@ def test_a_backend_that_fails_a_write_the_other_executed_is_disabled(pair):
     assert "DISABLED" in (mw.workdir / "middleware.console.log").read_text()
 
 
+def test_a_read_waiting_for_a_write_that_disables_its_backend_goes_elsewhere(pair):
+    """With wait=first the client has its answer before the slower backend fails the write; a read
+    routed there meanwhile waits for that write, and then must not run on a disabled backend."""
+    import psycopg
+
+    _, pgs = pair
+    fresh_table(pgs, "probe_wait")
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS v", DB)
+    pgs[0].sql("CREATE TABLE v (id int)", DB)
+    pgs[1].sql("CREATE OR REPLACE FUNCTION slow_no(int) RETURNS bool LANGUAGE plpgsql AS "
+               "'BEGIN PERFORM pg_sleep(0.5); RETURN false; END'", DB)
+    pgs[1].sql("CREATE TABLE v (id int CHECK (slow_no(id)))", DB)  # fails every insert, half a second late
+    before = seq_scans(pgs, "probe_wait", 0)
+    stats: dict = {}
+    with middleware(pair, "rr", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+        conn.execute("SELECT count(*) FROM probe_wait")  # round robin: db1, db2 is next
+        t0 = time.monotonic()
+        conn.execute("INSERT INTO v VALUES (1)")  # answered by db1 at once
+        assert time.monotonic() - t0 < 0.4
+        for _ in range(4):  # the first is routed to db2, waits for the insert there, then goes to db1
+            conn.execute("SELECT count(*) FROM probe_wait")
+    after = seq_scans(pgs, "probe_wait", sum(before) + 5)
+    assert [a - b for a, b in zip(after, before)] == [5, 0]
+    assert stats["disabled"] == [pgs[1].address] and [b["reads"] for b in stats["backends"]] == [5, 0]
+
+
 @pytest.mark.parametrize("prepare_threshold", [None, 0])
 def test_psycopg_with_and_without_prepared_statements(pair, prepare_threshold):
     import psycopg

@@ -56,8 +56,12 @@ class Backend:
         async with self.write_progress:
             await self.write_progress.wait_for(lambda: self.writes_done >= upto or not self.enabled)
 
-    async def write_finished(self) -> None:
+    def write_finished(self) -> None:
+        """One more write is over here; reads waiting for it are woken."""
         self.writes_done += 1
+        asyncio.get_running_loop().create_task(self.wake())
+
+    async def wake(self) -> None:
         async with self.write_progress:
             self.write_progress.notify_all()
 
@@ -121,7 +125,7 @@ class RequestManager:
         backend.disabled_reason = reason
         backend.pool.close()
         log(f"backend {backend.name} DISABLED: {reason}")
-        asyncio.get_running_loop().create_task(backend.write_finished())  # wake reads waiting on it
+        asyncio.get_running_loop().create_task(backend.wake())  # reads waiting on it choose again
 
     async def check_backends(self, timeout: float = 10.0) -> None:
         """Open one connection to every backend (retrying up to `timeout` s); a backend that never

@@ -162,9 +162,8 @@ class Session:
                 pass
         if self.open is not None:  # the client left in the middle of a flushed unit
             ou, self.open = self.open, None
-            for b, _ in ou.lease:
-                await self.writes_end(b)
             self.abandon(ou.lease)
+            self.writes_over(ou.lease)
         elif self.txn is not None:  # the client left inside a transaction: roll it back by closing
             for backend, conn in self.txn.values():
                 conn.close()
@@ -401,6 +400,8 @@ class Session:
 
             try:
                 await backend.wait_for_writes(started)
+                if not backend.enabled:  # disabled by the write it waited for: choose again
+                    continue
                 try:
                     conn = await self.m.acquire(backend)
                 except BackendError as err:
@@ -485,23 +486,33 @@ class Session:
             b.pending += 1
             b.writes_started += 1
 
-    async def writes_end(self, backend: Backend) -> None:
+    def writes_end(self, backend: Backend) -> None:
         backend.pending -= 1
         backend.writes += 1
-        await backend.write_finished()
+
+    def writes_over(self, lease: list[tuple[Backend, BackendConnection]]) -> None:
+        """A write unit is over on every leased backend (after settling who is disabled)."""
+        for b, _ in lease:
+            self.writes_end(b)
+            b.write_finished()
 
     async def broadcast(self, lease: list[tuple[Backend, BackendConnection]], out: Outgoing,
                         answer: asyncio.Future) -> None:
         """Run a write unit on every leased backend; answer the client by the wait policy (the first
         backend to succeed, or all), then settle the unit."""
+        finished_here: set[str] = set()
         try:
             self.writes_begin(lease)
 
             async def one(b: Backend, c: BackendConnection) -> Result:
                 try:
-                    return await self.execute(b, c, out)
+                    r = await self.execute(b, c, out)
                 finally:
-                    await self.writes_end(b)
+                    self.writes_end(b)
+                if r.ok:  # reads waiting for this write on b may go; after a failure, settle first
+                    finished_here.add(b.name)
+                    b.write_finished()
+                return r
 
             tasks = [asyncio.create_task(one(b, c)) for b, c in lease]
             by_task = {t: i for i, t in enumerate(tasks)}
@@ -520,9 +531,16 @@ class Session:
             results = [done_results[i] for i in range(len(tasks))]
             chosen = answer.result() if answer.done() else None
             chosen = self.settle(results, chosen)
+            for b, _ in lease:
+                if b.name not in finished_here:
+                    finished_here.add(b.name)
+                    b.write_finished()
             if not answer.done():
                 answer.set_result(chosen)
         except BaseException as err:
+            for b, _ in lease:
+                if b.name not in finished_here:
+                    b.write_finished()
             self.abandon(lease)
             if not answer.done():
                 answer.set_exception(err if isinstance(err, Exception) else NoBackend(str(err)))
@@ -592,6 +610,7 @@ class Session:
         except BaseException:
             self.open = None
             self.abandon(ou.lease)
+            self.writes_over(ou.lease)
             raise
         for step in steps:
             acc = ou.results[step.backend.name]
@@ -604,17 +623,15 @@ class Session:
         if answering is None or (ou.answering is not None and answering.backend is not ou.answering):
             self.open = None
             self.abandon(ou.lease)
-            for b, _ in ou.lease:
-                await self.writes_end(b)
+            self.writes_over(ou.lease)
             raise ConnectionError("the backend answering a flushed unit failed mid-unit")
         ou.answering = answering.backend
         self.writer.write(b"".join(answering.replies))
         if last:
             self.open = None
-            for b, _ in ou.lease:
-                await self.writes_end(b)
             results = [ou.results[b.name] for b, _ in ou.lease]
             chosen = self.settle(results, ou.results[ou.answering.name])
+            self.writes_over(ou.lease)
             if not chosen.ok:
                 self.m.counts["errors_to_clients"] += 1
 
