@@ -622,6 +622,7 @@ def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path):
     assert servers == {"db1", "db2"}
     stats = json.loads((d / "mw1" / "middleware.stats.json").read_text())
     assert stats["reads"] > 0 and stats["disabled"] == []
+    assert not any("disabled database backend" in n for n in manifest.get("notes", []))
     # what the tracer saw: every statement at the middleware reached at least one database server
     # (a browse-only mix has no writes, which would reach both)
     # what the tracer saw on the bridge: every read at the middleware reached one database server,
@@ -667,3 +668,20 @@ def test_run_with_two_middleware_servers_spreads_the_app_servers(tmp_path):
         assert stats["reads"] > 0 and stats["disabled"] == []
         traced = int(pc.sum(pc.equal(mw_rows["server"], name)).as_py())
         assert traced <= stats["reads"] + stats["writes"] <= traced + 10
+
+
+def test_the_runner_notes_a_disabled_backend_in_the_manifest(tmp_path):
+    import types
+
+    from tierscope.runner import note_disabled_backends
+
+    stats = {"backends": [{"name": "10.0.0.2:5432", "enabled": True, "disabled_reason": None},
+                          {"name": "10.0.0.3:5432", "enabled": False, "disabled_reason": "duplicate key"}]}
+    (tmp_path / "middleware.stats.json").write_text(json.dumps(stats))
+    mw = types.SimpleNamespace(name="mw1", stats_path=tmp_path / "middleware.stats.json")
+    ctx = types.SimpleNamespace(notes=[])
+    note_disabled_backends(ctx, mw)
+    assert ctx.notes == ["mw1 disabled database backend 10.0.0.3:5432: duplicate key"]
+    missing = types.SimpleNamespace(name="mw2", stats_path=tmp_path / "absent.json")
+    note_disabled_backends(ctx, missing)
+    assert len(ctx.notes) == 2 and ctx.notes[1].startswith("mw2: no counts written on exit")

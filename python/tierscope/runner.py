@@ -392,6 +392,21 @@ def link_point_requests(ctx: PointContext) -> None:
     stats_file.write_text(json.dumps(stats, indent=1))
 
 
+def note_disabled_backends(ctx: PointContext, middleware) -> None:
+    """A middleware that disabled a database server (a failed write the others executed) leaves
+    the replicas out of sync for the rest of the point: say so in the manifest's notes."""
+    import json
+
+    try:
+        stats = json.loads(middleware.stats_path.read_text())
+    except (OSError, ValueError) as err:
+        ctx.notes.append(f"{middleware.name}: no counts written on exit ({err})")
+        return
+    for b in stats.get("backends", []):
+        if not b.get("enabled", True):
+            ctx.notes.append(f"{middleware.name} disabled database backend {b['name']}: {b.get('disabled_reason')}")
+
+
 def stop_services(ctx: PointContext) -> None:
     for svc in reversed(ctx.services):
         try:
@@ -399,6 +414,8 @@ def stop_services(ctx: PointContext) -> None:
         except Exception as err:  # keep stopping the others
             ctx.notes.append(f"stopping {svc.name}: {err}")
     for svc in ctx.services:
+        if hasattr(svc, "stats_path"):
+            note_disabled_backends(ctx, svc)
         logs_dir = ctx.dir / "logs" / svc.name
         for name, path in svc.logs().items():
             logs_dir.mkdir(parents=True, exist_ok=True)
