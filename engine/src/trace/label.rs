@@ -10,6 +10,7 @@
 //! Request ids: the `X-Request-Id` header (HTTP) or a sqlcommenter comment
 //! `/*request_id='<url-encoded id>'*/` anywhere in the statement.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -291,6 +292,9 @@ pub fn sqlcommenter_request_id(comment: &[u8]) -> Option<String> {
 }
 
 pub fn url_decode(v: &[u8]) -> String {
+    if memchr::memchr(b'%', v).is_none() {
+        return String::from_utf8_lossy(v).into_owned(); // nothing encoded: the common case
+    }
     let mut out = Vec::with_capacity(v.len());
     let mut i = 0;
     while i < v.len() {
@@ -369,9 +373,9 @@ pub fn http_label(method: &[u8], target: &[u8], cut: bool) -> String {
     out
 }
 
-fn template_segment(seg: &[u8]) -> String {
+fn template_segment(seg: &[u8]) -> Cow<'_, str> {
     if seg.is_empty() {
-        return String::new();
+        return Cow::Borrowed("");
     }
     if seg.iter().all(|b| b.is_ascii_digit()) {
         return "{id}".into();
@@ -384,7 +388,7 @@ fn template_segment(seg: &[u8]) -> String {
     if seg.len() >= 16 && seg.iter().all(|b| b.is_ascii_hexdigit()) && seg.iter().any(|b| b.is_ascii_digit()) {
         return "{hex}".into();
     }
-    String::from_utf8_lossy(seg).into_owned()
+    String::from_utf8_lossy(seg)
 }
 
 #[cfg(test)]
