@@ -9,6 +9,16 @@
 pub struct Input<'a> {
     pub d: &'a [u8],
     pub gap: u32,
+    /// Set by `Framer::step` at `Step::End` when the message's whole body lay in `d`: the kept
+    /// body bytes (the first `cap`), borrowed from the input instead of copied into
+    /// `Framer::body`. `None`: the body is in `Framer::body`. Read it with `Framer::body_of`.
+    pub kept: Option<&'a [u8]>,
+}
+
+impl<'a> Input<'a> {
+    pub fn new(d: &'a [u8], gap: u32) -> Self {
+        Input { d, gap, kept: None }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,9 +48,28 @@ pub enum Step {
 
 pub const PG_MAX: u32 = 1 << 30;
 
+/// A set of message type bytes: one bit test instead of a scan of the list, once per message.
+#[derive(Clone, Copy)]
+struct ByteSet([u64; 4]);
+
+impl ByteSet {
+    fn of(bytes: &[u8]) -> Self {
+        let mut s = [0u64; 4];
+        for &b in bytes {
+            s[(b >> 6) as usize] |= 1 << (b & 63);
+        }
+        ByteSet(s)
+    }
+
+    #[inline]
+    fn contains(&self, b: u8) -> bool {
+        self.0[(b >> 6) as usize] & (1 << (b & 63)) != 0
+    }
+}
+
 pub struct Framer {
     pub mode: Mode,
-    valid: &'static [u8],
+    valid: ByteSet,
     hdr: [u8; 5],
     hdr_len: u8,
     in_body: bool,
@@ -68,7 +97,7 @@ impl Framer {
     pub fn new(mode: Mode, valid: &'static [u8]) -> Self {
         Framer {
             mode,
-            valid,
+            valid: ByteSet::of(valid),
             hdr: [0; 5],
             hdr_len: 0,
             in_body: false,
@@ -109,7 +138,70 @@ impl Framer {
         self.in_body || self.hdr_len > 0
     }
 
-    pub fn step(&mut self, inp: &mut Input, ts: i64) -> Step {
+    /// Decode a complete message header (`self.hdr_need()` bytes) and start the body.
+    #[inline]
+    fn header(&mut self, h: &[u8]) -> Step {
+        // an implausible header stays counted as read (mid_message()) until reset()
+        self.hdr_len = h.len() as u8;
+        match self.mode {
+            Mode::PgTyped => {
+                let l = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
+                if l < 4 || l > PG_MAX || !self.valid.contains(h[0]) {
+                    self.lost = true;
+                    return Step::Lost;
+                }
+                self.typ = h[0];
+                self.len = l - 4;
+                self.wire = l + 1;
+            }
+            Mode::PgUntyped => {
+                let l = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+                if !(8..=10_000).contains(&l) {
+                    self.lost = true;
+                    return Step::Lost;
+                }
+                self.typ = 0;
+                self.len = l - 4;
+                self.wire = l;
+            }
+            Mode::PgByte => {
+                self.typ = h[0];
+                self.len = 0;
+                self.wire = 1;
+            }
+            Mode::My => {
+                let l = u32::from_le_bytes([h[0], h[1], h[2], 0]);
+                self.typ = 0;
+                self.seq = h[3];
+                self.len = l;
+                self.wire = l + 4;
+                self.cont = self.next_cont;
+                self.next_cont = l == 0xff_ffff;
+            }
+        }
+        self.hdr_len = 0;
+        self.in_body = true;
+        self.body_left = self.len;
+        self.body.clear();
+        self.cut = false;
+        self.cap = 0;
+        Step::Start
+    }
+
+    /// The body of the message that just ended (`Step::End`): from the input when it lay there
+    /// whole, else the bytes gathered across segments. Not tied to `self`'s borrow in the first
+    /// case, so callers take `inp.kept` themselves when they need `&mut self` meanwhile.
+    pub fn body_of<'s>(&'s self, inp: &Input<'s>) -> &'s [u8] {
+        inp.kept.unwrap_or(&self.body)
+    }
+
+    /// Did the message that just ended lose body bytes (a gap, or more than `cap` bytes)?
+    pub fn body_cut(&self, kept_len: usize) -> bool {
+        self.cut || kept_len < self.len as usize
+    }
+
+    pub fn step<'a>(&mut self, inp: &mut Input<'a>, ts: i64) -> Step {
+        inp.kept = None;
         if self.lost {
             self.skipped += inp.d.len() as u64 + inp.gap as u64;
             inp.d = &[];
@@ -119,11 +211,11 @@ impl Framer {
         if !self.in_body {
             let need = self.hdr_need();
             if self.hdr_len == 0 && inp.d.len() >= need as usize {
-                // fast path: the whole header is in this segment
+                // fast path: the whole header is in this segment, decode it in place
                 self.msg_ts = ts;
-                self.hdr[..need as usize].copy_from_slice(&inp.d[..need as usize]);
-                self.hdr_len = need;
-                inp.d = &inp.d[need as usize..];
+                let (h, rest) = inp.d.split_at(need as usize);
+                inp.d = rest;
+                return self.header(h);
             }
             while self.hdr_len < need {
                 if let Some((&b, rest)) = inp.d.split_first() {
@@ -143,49 +235,16 @@ impl Framer {
                 }
             }
             let h = self.hdr;
-            match self.mode {
-                Mode::PgTyped => {
-                    let l = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
-                    if l < 4 || l > PG_MAX || !self.valid.contains(&h[0]) {
-                        self.lost = true;
-                        return Step::Lost;
-                    }
-                    self.typ = h[0];
-                    self.len = l - 4;
-                    self.wire = l + 1;
-                }
-                Mode::PgUntyped => {
-                    let l = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
-                    if !(8..=10_000).contains(&l) {
-                        self.lost = true;
-                        return Step::Lost;
-                    }
-                    self.typ = 0;
-                    self.len = l - 4;
-                    self.wire = l;
-                }
-                Mode::PgByte => {
-                    self.typ = h[0];
-                    self.len = 0;
-                    self.wire = 1;
-                }
-                Mode::My => {
-                    let l = u32::from_le_bytes([h[0], h[1], h[2], 0]);
-                    self.typ = 0;
-                    self.seq = h[3];
-                    self.len = l;
-                    self.wire = l + 4;
-                    self.cont = self.next_cont;
-                    self.next_cont = l == 0xff_ffff;
-                }
-            }
-            self.hdr_len = 0;
-            self.in_body = true;
-            self.body_left = self.len;
-            self.body.clear();
-            self.cut = false;
-            self.cap = 0;
-            return Step::Start;
+            return self.header(&h[..need as usize]);
+        }
+        if self.body_left == self.len && inp.d.len() >= self.body_left as usize {
+            // fast path: the whole body is in this segment; keep it where it is
+            let (b, rest) = inp.d.split_at(self.body_left as usize);
+            inp.d = rest;
+            inp.kept = Some(&b[..self.cap.min(b.len())]);
+            self.body_left = 0;
+            self.in_body = false;
+            return Step::End;
         }
         while self.body_left > 0 {
             if !inp.d.is_empty() {
@@ -239,38 +298,70 @@ mod tests {
     #[test]
     fn pg_messages_across_segments_and_gaps() {
         let mut f = Framer::new(Mode::PgTyped, b"QZ");
-        let mut inp = Input { d: b"Q\0\0\0\x0cSELEC", gap: 0 };
+        let mut inp = Input::new(b"Q\0\0\0\x0cSELEC", 0);
         assert_eq!(f.step(&mut inp, 1), Step::Start);
         f.cap = 4;
         assert_eq!(f.step(&mut inp, 1), Step::More);
-        let mut inp = Input { d: b"T 1", gap: 0 };
+        let mut inp = Input::new(b"T 1", 0);
         assert_eq!(f.step(&mut inp, 2), Step::End);
         assert_eq!((f.typ, f.wire, &f.body[..], f.msg_ts), (b'Q', 13, &b"SELE"[..], 1));
         // a gap inside the body is skipped
-        let mut inp = Input { d: b"Z\0\0\0\x05", gap: 1 };
+        let mut inp = Input::new(b"Z\0\0\0\x05", 1);
         assert_eq!(f.step(&mut inp, 3), Step::Start);
         f.cap = 1;
         assert_eq!(f.step(&mut inp, 3), Step::End);
         assert!(f.cut);
         // a gap inside a header loses the framing
-        let mut inp = Input { d: b"Z\0", gap: 10 };
+        let mut inp = Input::new(b"Z\0", 10);
         assert_eq!(f.step(&mut inp, 4), Step::Lost);
     }
 
     #[test]
     fn mysql_packets_and_continuations() {
         let mut f = Framer::new(Mode::My, b"");
-        let mut inp = Input { d: &[3, 0, 0, 0, 3, b'a', b'b', 0xff, 0xff, 0xff, 1], gap: 0 };
+        let mut inp = Input::new(&[3, 0, 0, 0, 3, b'a', b'b', 0xff, 0xff, 0xff, 1], 0);
         assert_eq!(f.step(&mut inp, 1), Step::Start);
         assert_eq!((f.len, f.seq, f.cont), (3, 0, false));
         assert_eq!(f.step(&mut inp, 1), Step::End);
         assert_eq!(f.step(&mut inp, 1), Step::Start);
         assert_eq!(f.len, 0xff_ffff);
-        let mut inp = Input { d: &[], gap: 0xff_ffff };
+        let mut inp = Input::new(&[], 0xff_ffff);
         assert_eq!(f.step(&mut inp, 1), Step::End);
-        let mut inp = Input { d: &[0, 0, 0, 2], gap: 0 };
+        let mut inp = Input::new(&[0, 0, 0, 2], 0);
         assert_eq!(f.step(&mut inp, 1), Step::Start);
         assert!(f.cont);
+    }
+
+    /// Every (Step, type, kept body, cut) the framer reports for `d` cut into pieces of `piece` bytes.
+    fn steps(d: &[u8], piece: usize, cap: usize) -> Vec<(Step, u8, Vec<u8>, bool)> {
+        let mut f = Framer::new(Mode::PgTyped, b"QPBZ");
+        let mut seen = Vec::new();
+        for chunk in d.chunks(piece) {
+            let mut inp = Input::new(chunk, 0);
+            loop {
+                let st = f.step(&mut inp, 0);
+                match st {
+                    Step::More => break,
+                    Step::Start => f.cap = cap,
+                    _ => {}
+                }
+                let body = if st == Step::End { f.body_of(&inp).to_vec() } else { Vec::new() };
+                seen.push((st, f.typ, body.clone(), st == Step::End && f.body_cut(body.len())));
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn whole_and_split_messages_give_the_same_bodies() {
+        let d = [&b"Q\0\0\0\x0dSELECT 1\0"[..], b"Z\0\0\0\x05I", b"P\0\0\0\x04", b"B\0\0\0\x0babcdefg"].concat();
+        for cap in [0, 3, 100] {
+            let whole = steps(&d, d.len(), cap);
+            assert_eq!(whole.iter().filter(|s| s.0 == Step::End).count(), 4);
+            for piece in 1..d.len() {
+                assert_eq!(steps(&d, piece, cap), whole, "pieces of {piece}, cap {cap}");
+            }
+        }
     }
 
     #[test]

@@ -120,11 +120,16 @@ fn chunk_feed(c: &mut Chunk, d: &[u8]) -> (usize, bool) {
     (i, false)
 }
 
+/// The blank line ending a head: one searcher for the whole run (building one per call cost as
+/// much as the search on short heads).
+static HEAD_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
+
 /// Accumulate head bytes; returns (bytes of `d` consumed, Some(head length) when the blank line
 /// ending the head was found). Parse from `head_bytes(buf, d, len)`.
 fn head_feed(buf: &mut Vec<u8>, d: &[u8]) -> (usize, Option<usize>) {
     if buf.is_empty() {
-        if let Some(p) = memchr::memmem::find(d, b"\r\n\r\n") {
+        if let Some(p) = HEAD_END.find(d) {
             return (p + 4, Some(p + 4));
         }
         let take = d.len().min(MAX_HEAD);
@@ -135,7 +140,7 @@ fn head_feed(buf: &mut Vec<u8>, d: &[u8]) -> (usize, Option<usize>) {
     let from = old.saturating_sub(3);
     let take = d.len().min(MAX_HEAD.saturating_sub(old).max(1));
     buf.extend_from_slice(&d[..take]);
-    if let Some(p) = memchr::memmem::find(&buf[from..], b"\r\n\r\n") {
+    if let Some(p) = HEAD_END.find(&buf[from..]) {
         let end = from + p + 4;
         buf.truncate(end);
         return (end - old, Some(end));
@@ -151,21 +156,31 @@ struct Head<'a> {
 }
 
 fn parse_head(h: &[u8]) -> Head<'_> {
-    let mut lines = h.split(|&b| b == b'\n');
-    let first = lines.next().unwrap_or(b"");
+    let mut lines = memchr::memchr_iter(b'\n', h);
+    let first_end = lines.next().unwrap_or(h.len());
+    let first = &h[..first_end];
     let first = first.strip_suffix(b"\r").unwrap_or(first);
     let mut head = Head { first, content_length: None, chunked: false, request_id: None };
-    for line in lines {
+    let mut start = first_end + 1;
+    while start <= h.len() {
+        let end = lines.next().unwrap_or(h.len());
+        let line = &h[start..end];
+        start = end + 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
+        let Some(colon) = memchr::memchr(b':', line) else { continue };
         let name = &line[..colon];
-        let value = trim(&line[colon + 1..]);
-        if name.eq_ignore_ascii_case(b"content-length") {
-            head.content_length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            head.chunked = value.windows(7).any(|w| w.eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(b"x-request-id") {
-            head.request_id = Some(value);
+        // only three header names matter: compare lengths before bytes
+        match name.len() {
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                let value = trim(&line[colon + 1..]);
+                head.content_length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                let value = trim(&line[colon + 1..]);
+                head.chunked = value.windows(7).any(|w| w.eq_ignore_ascii_case(b"chunked"));
+            }
+            12 if name.eq_ignore_ascii_case(b"x-request-id") => head.request_id = Some(trim(&line[colon + 1..])),
+            _ => {}
         }
     }
     head

@@ -10,6 +10,12 @@
 //! Request ids: the `X-Request-Id` header (HTTP) or a sqlcommenter comment
 //! `/*request_id='<url-encoded id>'*/` anywhere in the statement.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::tcp::FxBuild;
+
 pub const TRUNCATED_MARK: &str = " [truncated]";
 const MAX_LABEL: usize = 512;
 
@@ -158,6 +164,14 @@ pub fn sql_fingerprint(sql: &[u8], dialect: Dialect, cut: bool) -> (String, Opti
                 space = false;
                 out.push(c);
                 i += 1;
+                if is_ident(c) {
+                    // the rest of a word goes out as it is (digits and `$` after an identifier
+                    // character are not literals): copy the run at once, within MAX_LABEL
+                    let run = sql[i..].iter().position(|&b| !is_ident(b)).unwrap_or(n - i);
+                    let run = run.min(MAX_LABEL.saturating_sub(out.len()));
+                    out.extend_from_slice(&sql[i..i + run]);
+                    i += run;
+                }
             }
         }
     }
@@ -166,11 +180,48 @@ pub fn sql_fingerprint(sql: &[u8], dialect: Dialect, cut: bool) -> (String, Opti
         out.pop();
     }
     let text = String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-    let mut s = if text.contains("?,") { collapse_in_lists(&text) } else { text };
+    let has_list = memchr::memchr_iter(b',', text.as_bytes()).any(|p| p > 0 && text.as_bytes()[p - 1] == b'?');
+    let mut s = if has_list { collapse_in_lists(&text) } else { text };
     if truncated {
         s.push_str(TRUNCATED_MARK);
     }
     (s, rid)
+}
+
+/// An exact-text cache in front of `sql_fingerprint`, for statement texts that repeat verbatim on
+/// a connection (extended-protocol Parse, prepared statements): hashing the text costs a fraction
+/// of fingerprinting it, and the label is shared instead of rebuilt. The fingerprint is a
+/// function of the text alone, so a hit returns exactly what `sql_fingerprint` would. Bounded
+/// (entries and text length): memory stays proportional to the open connections.
+pub struct FingerprintCache {
+    dialect: Dialect,
+    map: HashMap<Box<[u8]>, (Rc<str>, Option<String>), FxBuild>,
+}
+
+impl FingerprintCache {
+    const MAX_ENTRIES: usize = 128;
+    const MAX_TEXT: usize = 1024;
+
+    pub fn new(dialect: Dialect) -> Self {
+        FingerprintCache { dialect, map: HashMap::default() }
+    }
+
+    /// `sql_fingerprint(sql, dialect, cut)`, from the cache when `sql` was seen before.
+    pub fn fingerprint(&mut self, sql: &[u8], cut: bool) -> (Rc<str>, Option<String>) {
+        if cut || sql.len() > Self::MAX_TEXT {
+            let (l, rid) = sql_fingerprint(sql, self.dialect, cut);
+            return (l.into(), rid);
+        }
+        if let Some((l, rid)) = self.map.get(sql) {
+            return (l.clone(), rid.clone());
+        }
+        let (l, rid) = sql_fingerprint(sql, self.dialect, false);
+        let l: Rc<str> = l.into();
+        if self.map.len() < Self::MAX_ENTRIES {
+            self.map.insert(sql.into(), (l.clone(), rid.clone()));
+        }
+        (l, rid)
+    }
 }
 
 /// `(?, ?, ?)` and `(?,?)` -> `(?+)`.
@@ -241,6 +292,9 @@ pub fn sqlcommenter_request_id(comment: &[u8]) -> Option<String> {
 }
 
 pub fn url_decode(v: &[u8]) -> String {
+    if memchr::memchr(b'%', v).is_none() {
+        return String::from_utf8_lossy(v).into_owned(); // nothing encoded: the common case
+    }
     let mut out = Vec::with_capacity(v.len());
     let mut i = 0;
     while i < v.len() {
@@ -319,9 +373,9 @@ pub fn http_label(method: &[u8], target: &[u8], cut: bool) -> String {
     out
 }
 
-fn template_segment(seg: &[u8]) -> String {
+fn template_segment(seg: &[u8]) -> Cow<'_, str> {
     if seg.is_empty() {
-        return String::new();
+        return Cow::Borrowed("");
     }
     if seg.iter().all(|b| b.is_ascii_digit()) {
         return "{id}".into();
@@ -334,7 +388,7 @@ fn template_segment(seg: &[u8]) -> String {
     if seg.len() >= 16 && seg.iter().all(|b| b.is_ascii_hexdigit()) && seg.iter().any(|b| b.is_ascii_digit()) {
         return "{hex}".into();
     }
-    String::from_utf8_lossy(seg).into_owned()
+    String::from_utf8_lossy(seg)
 }
 
 #[cfg(test)]

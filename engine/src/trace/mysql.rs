@@ -132,18 +132,20 @@ impl My {
             self.c.reset();
             ctx.counters.resynced += 1;
         }
-        let mut inp = Input { d: data, gap: missing };
+        let mut inp = Input::new(data, missing);
         loop {
             match self.c.step(&mut inp, ctx.ts) {
                 Step::More => break,
                 Step::Lost => ctx.counters.framing_lost += 1,
                 Step::Start => self.client_start(ctx),
-                Step::End => {
-                    let body = std::mem::take(&mut self.c.body);
-                    let cut = self.c.cut || body.len() < self.c.len as usize;
-                    self.client_end(ctx, &body, cut);
-                    self.c.body = body;
-                }
+                Step::End => match inp.kept {
+                    Some(body) => self.client_end(ctx, body, self.c.body_cut(body.len())),
+                    None => {
+                        let body = std::mem::take(&mut self.c.body);
+                        self.client_end(ctx, &body, self.c.body_cut(body.len()));
+                        self.c.body = body;
+                    }
+                },
             }
         }
         let skipped = std::mem::take(&mut self.c.skipped);
@@ -273,7 +275,7 @@ impl My {
                 self.s.lost = true; // the tail of a response whose command was not captured
             }
         }
-        let mut inp = Input { d: data, gap: missing };
+        let mut inp = Input::new(data, missing);
         loop {
             match self.s.step(&mut inp, ctx.ts) {
                 Step::More => break,
@@ -284,11 +286,14 @@ impl My {
                         ctx.counters.unparsed_bytes += self.s.wire as u64;
                     }
                 }
-                Step::End => {
-                    let body = std::mem::take(&mut self.s.body);
-                    self.server_end(ctx, &body);
-                    self.s.body = body;
-                }
+                Step::End => match inp.kept {
+                    Some(body) => self.server_end(ctx, body),
+                    None => {
+                        let body = std::mem::take(&mut self.s.body);
+                        self.server_end(ctx, &body);
+                        self.s.body = body;
+                    }
+                },
             }
         }
         let skipped = std::mem::take(&mut self.s.skipped);

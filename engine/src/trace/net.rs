@@ -9,8 +9,10 @@ pub type Ip = [u8; 16];
 
 #[derive(Debug, Clone, Copy)]
 pub struct Segment<'a> {
-    pub src: Ip,
-    pub dst: Ip,
+    /// Addresses as big-endian integers (`Ip` bytes via `to_be_bytes`): kept in registers on
+    /// the per-packet path, where byte arrays went through memory.
+    pub src: u128,
+    pub dst: u128,
     pub sport: u16,
     pub dport: u16,
     pub seq: u32,
@@ -52,7 +54,7 @@ fn be32(b: &[u8], o: usize) -> u32 {
 }
 
 /// Decode one captured frame. `orig_len` is the frame's length on the wire.
-#[inline]
+#[inline(always)]
 pub fn decode(linktype: u32, data: &[u8], orig_len: u32) -> Result<Segment<'_>, Skip> {
     let (l3, ethertype) = match linktype {
         1 => {
@@ -107,7 +109,7 @@ pub fn decode(linktype: u32, data: &[u8], orig_len: u32) -> Result<Segment<'_>, 
     }
 }
 
-#[inline]
+#[inline(always)]
 fn ipv4(ip: &[u8], wire_len: usize) -> Result<Segment<'_>, Skip> {
     if ip.len() < 20 || ip[0] >> 4 != 4 {
         return Err(Skip::Malformed);
@@ -130,29 +132,22 @@ fn ipv4(ip: &[u8], wire_len: usize) -> Result<Segment<'_>, Skip> {
     if ip[9] != 6 {
         return Err(Skip::NotTcp);
     }
-    let mut src = [0u8; 16];
-    let mut dst = [0u8; 16];
-    src[10] = 0xff;
-    src[11] = 0xff;
-    dst[10] = 0xff;
-    dst[11] = 0xff;
-    src[12..].copy_from_slice(&ip[12..16]);
-    dst[12..].copy_from_slice(&ip[16..20]);
+    // IPv4-mapped IPv6: ::ffff:a.b.c.d
+    let mapped = |o: usize| (0xffff_u128 << 32) | be32(ip, o) as u128;
+    let (src, dst) = (mapped(12), mapped(16));
     let captured_end = ip.len().min(total);
     tcp(&ip[ihl..captured_end], total - ihl, src, dst)
 }
 
-#[inline]
+#[inline(always)]
 fn ipv6(ip: &[u8], _wire_len: usize) -> Result<Segment<'_>, Skip> {
     if ip.len() < 40 || ip[0] >> 4 != 6 {
         return Err(Skip::Malformed);
     }
     let payload_len = be16(ip, 4) as usize;
     let mut next = ip[6];
-    let mut src = [0u8; 16];
-    let mut dst = [0u8; 16];
-    src.copy_from_slice(&ip[8..24]);
-    dst.copy_from_slice(&ip[24..40]);
+    let src = u128::from_be_bytes(ip[8..24].try_into().unwrap());
+    let dst = u128::from_be_bytes(ip[24..40].try_into().unwrap());
     let mut o = 40;
     let end_wire = 40 + payload_len;
     loop {
@@ -176,8 +171,8 @@ fn ipv6(ip: &[u8], _wire_len: usize) -> Result<Segment<'_>, Skip> {
     tcp(&ip[o..captured_end], end_wire - o, src, dst)
 }
 
-#[inline]
-fn tcp(t: &[u8], wire_len: usize, src: Ip, dst: Ip) -> Result<Segment<'_>, Skip> {
+#[inline(always)]
+fn tcp(t: &[u8], wire_len: usize, src: u128, dst: u128) -> Result<Segment<'_>, Skip> {
     if t.len() < 20 {
         return Err(Skip::Malformed);
     }
@@ -239,7 +234,7 @@ mod tests {
         f.extend_from_slice(&[0; 6]); // Ethernet padding
         let s = decode(1, &f, f.len() as u32).unwrap();
         assert_eq!((s.sport, s.dport, s.seq, s.payload, s.wire_len), (40000, 80, 7, &b"GET"[..], 3));
-        assert_eq!(endpoint_text(&s.src, s.sport), "10.0.0.1:40000");
+        assert_eq!(endpoint_text(&s.src.to_be_bytes(), s.sport), "10.0.0.1:40000");
     }
 
     #[test]
@@ -275,6 +270,6 @@ mod tests {
         f.extend_from_slice(&ip);
         let s = decode(276, &f, f.len() as u32).unwrap();
         assert_eq!((s.sport, s.dport, s.payload), (8080, 40000, &b"HTTP"[..]));
-        assert_eq!(endpoint_text(&s.src, s.sport), "[::1]:8080");
+        assert_eq!(endpoint_text(&s.src.to_be_bytes(), s.sport), "[::1]:8080");
     }
 }

@@ -181,7 +181,17 @@ impl<R: Read> CaptureReader<R> {
     }
 
     /// Ensure `n` bytes or record why not. Returns false at a clean or unclean end.
+    #[inline]
     fn need(&mut self, n: usize, what: &str) -> bool {
+        // the common case, inline: the bytes are already buffered
+        if self.end - self.start >= n {
+            return true;
+        }
+        self.need_slow(n, what)
+    }
+
+    #[cold]
+    fn need_slow(&mut self, n: usize, what: &str) -> bool {
         if let Err(e) = self.fill(n) {
             self.stop(format!("read error at byte {}: {e}", self.offset));
             return false;

@@ -10,10 +10,11 @@
 //! * Errors: `ErrorResponse` sets the status to the SQLSTATE (`42P01`...); otherwise `OK`.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use super::exchange::{flag, Ctx, Exchange, Pending, Status};
 use super::framer::{pg_plausible, Framer, Input, Mode, Step};
-use super::label::{sql_fingerprint, Dialect};
+use super::label::{sql_fingerprint, Dialect, FingerprintCache};
 
 pub const CLIENT_TYPES: &[u8] = b"BCDEFHPQSXdcfp";
 pub const SERVER_TYPES: &[u8] = b"RKSZTDCENI123nstGHWAVvcd";
@@ -37,8 +38,8 @@ enum Phase {
 #[derive(Default)]
 struct Batch {
     ex: Option<Exchange>,
-    parse_label: Option<String>,
-    exec_label: Option<String>,
+    parse_label: Option<Rc<str>>,
+    exec_label: Option<Rc<str>>,
     closes: bool,
 }
 
@@ -51,9 +52,11 @@ pub struct Pg {
     cur: Option<Exchange>,
     batch: Batch,
     /// prepared statement name -> SQL fingerprint
-    stmts: HashMap<Vec<u8>, String>,
+    stmts: HashMap<Vec<u8>, Rc<str>>,
     /// the unnamed statement's fingerprint
-    unnamed: Option<String>,
+    unnamed: Option<Rc<str>>,
+    /// Parse texts repeat on a connection (one Parse per Sync with the unnamed statement)
+    fingerprints: FingerprintCache,
     c_first: bool,
     s_first: bool,
 }
@@ -73,6 +76,7 @@ impl Pg {
             batch: Batch::default(),
             stmts: HashMap::new(),
             unnamed: None,
+            fingerprints: FingerprintCache::new(Dialect::Postgres),
             c_first: !saw_start,
             s_first: !saw_start,
         }
@@ -103,10 +107,10 @@ impl Pg {
         let b = std::mem::take(&mut self.batch);
         if let Some(mut ex) = b.ex {
             ex.label = if let Some(l) = b.exec_label {
-                l
+                l.to_string()
             } else if let Some(p) = b.parse_label {
                 if extra_flags & flag::DELIMITED_BY_TURN != 0 {
-                    p // cut before its Bind/Execute could be seen
+                    p.to_string() // cut before its Bind/Execute could be seen
                 } else {
                     format!("PREPARE {p}")
                 }
@@ -137,7 +141,7 @@ impl Pg {
             self.c.reset();
             ctx.counters.resynced += 1;
         }
-        let mut inp = Input { d: data, gap: missing };
+        let mut inp = Input::new(data, missing);
         loop {
             match self.c.step(&mut inp, ctx.ts) {
                 Step::More => break,
@@ -148,12 +152,14 @@ impl Pg {
                     }
                 }
                 Step::Start => self.client_start(ctx),
-                Step::End => {
-                    let body = std::mem::take(&mut self.c.body);
-                    let cut = self.c.cut || body.len() < self.c.len as usize;
-                    self.client_end(ctx, &body, cut);
-                    self.c.body = body;
-                }
+                Step::End => match inp.kept {
+                    Some(body) => self.client_end(ctx, body, self.c.body_cut(body.len())),
+                    None => {
+                        let body = std::mem::take(&mut self.c.body);
+                        self.client_end(ctx, &body, self.c.body_cut(body.len()));
+                        self.c.body = body;
+                    }
+                },
             }
         }
         let skipped = std::mem::take(&mut self.c.skipped);
@@ -252,7 +258,7 @@ impl Pg {
                 let name = cstr(body);
                 let rest = body.get(name.len() + 1..).unwrap_or(b"");
                 let sql = cstr(rest);
-                let (label, rid) = sql_fingerprint(sql, Dialect::Postgres, cut && sql.len() == rest.len());
+                let (label, rid) = self.fingerprints.fingerprint(sql, cut && sql.len() == rest.len());
                 if let Some(b) = self.batch.ex.as_mut() {
                     if b.request_id.is_none() {
                         b.request_id = rid;
@@ -279,7 +285,7 @@ impl Pg {
                     self.batch.exec_label = Some(match known {
                         Some(l) => l.clone(),
                         None if stmt.is_empty() => "EXECUTE (unnamed statement)".into(),
-                        None => format!("EXECUTE {}", String::from_utf8_lossy(stmt)),
+                        None => format!("EXECUTE {}", String::from_utf8_lossy(stmt)).into(),
                     });
                 }
             }
@@ -317,7 +323,7 @@ impl Pg {
             self.s.reset();
             ctx.counters.resynced += 1;
         }
-        let mut inp = Input { d: data, gap: missing };
+        let mut inp = Input::new(data, missing);
         loop {
             match self.s.step(&mut inp, ctx.ts) {
                 Step::More => break,
@@ -347,7 +353,7 @@ impl Pg {
                     let t = self.s.typ;
                     match (self.phase, t) {
                         (Phase::Ready, b'E') => {
-                            let code = sqlstate(&self.s.body);
+                            let code = sqlstate(self.s.body_of(&inp));
                             if let Some(f) = self.pending.front() {
                                 if !f.status.is_error() {
                                     f.status = code.map(Status::SqlState).unwrap_or(Status::SqlState(*b"?????"));

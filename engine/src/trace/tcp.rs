@@ -13,6 +13,7 @@
 //! the first payload (an HTTP request line, a PostgreSQL or MySQL client message), then well-known
 //! ports; as a last resort the lower port, flagged `role_guessed`.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::rc::Rc;
@@ -74,8 +75,7 @@ impl FlowKey {
     /// The canonical key and the index (0 = a, 1 = b) of the segment's sender.
     #[inline]
     fn of(s: &Segment) -> (FlowKey, usize) {
-        let src = u128::from_be_bytes(s.src);
-        let dst = u128::from_be_bytes(s.dst);
+        let (src, dst) = (s.src, s.dst);
         if (src, s.sport) <= (dst, s.dport) {
             (FlowKey { a: src, b: dst, pa: s.sport, pb: s.dport }, 0)
         } else {
@@ -193,7 +193,8 @@ const WELL_KNOWN: [u16; 12] = [80, 443, 8080, 8000, 8008, 8081, 8443, 5432, 6432
 impl<S: Sink> Tracer<S> {
     pub fn new(map: ServerMap, sink: S) -> Self {
         Tracer {
-            conns: HashMap::with_capacity_and_hasher(1024, FxBuild::default()),
+            // sized by the open connections only: a small table stays in the L1 cache
+            conns: HashMap::with_hasher(FxBuild::default()),
             map,
             next_id: 0,
             pkt: 0,
@@ -226,24 +227,25 @@ impl<S: Sink> Tracer<S> {
         }
         let (key, src) = FlowKey::of(seg);
         let syn_only = seg.flags & SYN != 0 && seg.flags & ACK == 0;
-        let mut replace = false;
-        if let Some(c) = self.conns.get(&key) {
-            if syn_only && (c.had_data || c.fin[0] || c.fin[1]) {
-                replace = true; // the 4-tuple is reused by a new connection
+        if syn_only {
+            if let Some(c) = self.conns.get(&key) {
+                if c.had_data || c.fin[0] || c.fin[1] {
+                    // the 4-tuple is reused by a new connection
+                    let c = self.conns.remove(&key).unwrap();
+                    self.finish_conn(c)?;
+                }
             }
         }
-        if replace {
-            let c = self.conns.remove(&key).unwrap();
-            self.finish_conn(c)?;
-        }
-        if !self.conns.contains_key(&key) {
-            if seg.wire_len == 0 && seg.flags & SYN == 0 {
-                return Ok(()); // FIN/RST of a connection we never saw carry data
+        // one table lookup per segment: the entry either holds the connection or takes a new one
+        let c = match self.conns.entry(key) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                if seg.wire_len == 0 && seg.flags & SYN == 0 {
+                    return Ok(()); // FIN/RST of a connection we never saw carry data
+                }
+                v.insert(new_conn(&mut self.next_id, &mut self.stats, &self.map, src, seg))
             }
-            let c = self.new_conn(&key, src, seg);
-            self.conns.insert(key, c);
-        }
-        let c = self.conns.get_mut(&key).unwrap();
+        };
         c.last_ts = ts;
         let mut seq = seg.seq;
         if seg.flags & SYN != 0 {
@@ -302,79 +304,6 @@ impl<S: Sink> Tracer<S> {
         Ok(())
     }
 
-    fn new_conn(&mut self, key: &FlowKey, src: usize, seg: &Segment) -> Conn {
-        self.next_id += 1;
-        self.stats.connections += 1;
-        let syn = seg.flags & SYN != 0;
-        let ack = seg.flags & ACK != 0;
-        let mut flags = 0;
-        let server_idx = if syn && !ack {
-            1 - src
-        } else if syn {
-            src
-        } else {
-            flags |= flag::MID_STREAM;
-            self.stats.connections_mid_stream += 1;
-            let (dst_server, guessed) = self.guess_server(seg);
-            if guessed {
-                flags |= flag::ROLE_GUESSED;
-                self.stats.connections_role_guessed += 1;
-            }
-            if dst_server {
-                1 - src
-            } else {
-                src
-            }
-        };
-        let _ = key;
-        let (server_ip, server_port, client_ip, client_port) =
-            if server_idx == src { (seg.src, seg.sport, seg.dst, seg.dport) } else { (seg.dst, seg.dport, seg.src, seg.sport) };
-        let map_proto = self.map.get(&server_ip, server_port).and_then(|e| e.protocol);
-        Conn {
-            id: self.next_id,
-            server_idx,
-            dirs: [Dir::default(), Dir::default()],
-            parser: Parser::Sniff(0),
-            proto: None,
-            flags,
-            saw_syn: syn,
-            last_dir: 2,
-            last_ts: 0,
-            fin: [false; 2],
-            had_data: false,
-            server_ip,
-            server_port,
-            client_ip,
-            client_port,
-            map_proto,
-            meta: None,
-        }
-    }
-
-    /// Is the segment's destination the server? And was that a guess?
-    fn guess_server(&self, seg: &Segment) -> (bool, bool) {
-        if self.map.get(&seg.dst, seg.dport).is_some() {
-            return (true, false);
-        }
-        if self.map.get(&seg.src, seg.sport).is_some() {
-            return (false, false);
-        }
-        let p = seg.payload;
-        if starts_request(p) || Pg::sniff_client(p) || My::sniff_client(p) {
-            return (true, false);
-        }
-        if starts_response(p) || My::sniff_server(p) {
-            return (false, false);
-        }
-        if WELL_KNOWN.contains(&seg.dport) {
-            return (true, false);
-        }
-        if WELL_KNOWN.contains(&seg.sport) {
-            return (false, false);
-        }
-        (seg.dport < seg.sport, true)
-    }
-
     fn sweep_idle(&mut self, now: i64) -> anyhow::Result<()> {
         let idle: Vec<FlowKey> = self.conns.iter().filter(|(_, c)| now - c.last_ts > IDLE_NS).map(|(k, _)| *k).collect();
         for k in idle {
@@ -423,6 +352,80 @@ impl<S: Sink> Tracer<S> {
         }
         Ok(())
     }
+}
+
+/// A connection first seen with `seg` (sent by endpoint `src`).
+fn new_conn(next_id: &mut u64, stats: &mut TcpStats, map: &ServerMap, src: usize, seg: &Segment) -> Conn {
+    *next_id += 1;
+    stats.connections += 1;
+    let syn = seg.flags & SYN != 0;
+    let ack = seg.flags & ACK != 0;
+    let mut flags = 0;
+    let server_idx = if syn && !ack {
+        1 - src
+    } else if syn {
+        src
+    } else {
+        flags |= flag::MID_STREAM;
+        stats.connections_mid_stream += 1;
+        let (dst_server, guessed) = guess_server(map, seg);
+        if guessed {
+            flags |= flag::ROLE_GUESSED;
+            stats.connections_role_guessed += 1;
+        }
+        if dst_server {
+            1 - src
+        } else {
+            src
+        }
+    };
+    let (server_ip, server_port, client_ip, client_port) =
+        if server_idx == src { (seg.src, seg.sport, seg.dst, seg.dport) } else { (seg.dst, seg.dport, seg.src, seg.sport) };
+    let (server_ip, client_ip) = (server_ip.to_be_bytes(), client_ip.to_be_bytes());
+    let map_proto = map.get(&server_ip, server_port).and_then(|e| e.protocol);
+    Conn {
+        id: *next_id,
+        server_idx,
+        dirs: [Dir::default(), Dir::default()],
+        parser: Parser::Sniff(0),
+        proto: None,
+        flags,
+        saw_syn: syn,
+        last_dir: 2,
+        last_ts: 0,
+        fin: [false; 2],
+        had_data: false,
+        server_ip,
+        server_port,
+        client_ip,
+        client_port,
+        map_proto,
+        meta: None,
+    }
+}
+
+/// Is the segment's destination the server? And was that a guess?
+fn guess_server(map: &ServerMap, seg: &Segment) -> (bool, bool) {
+    if map.get(&seg.dst.to_be_bytes(), seg.dport).is_some() {
+        return (true, false);
+    }
+    if map.get(&seg.src.to_be_bytes(), seg.sport).is_some() {
+        return (false, false);
+    }
+    let p = seg.payload;
+    if starts_request(p) || Pg::sniff_client(p) || My::sniff_client(p) {
+        return (true, false);
+    }
+    if starts_response(p) || My::sniff_server(p) {
+        return (false, false);
+    }
+    if WELL_KNOWN.contains(&seg.dport) {
+        return (true, false);
+    }
+    if WELL_KNOWN.contains(&seg.sport) {
+        return (false, false);
+    }
+    (seg.dport < seg.sport, true)
 }
 
 fn decide_protocol(c: &Conn, from_client: bool, d: &[u8], server_port: u16, map_proto: Option<Proto>) -> Option<Proto> {
