@@ -150,6 +150,8 @@ pub struct ParquetSink {
     http_status: Vec<u32>,
     ok: u32,
     enc: Encoder,
+    /// rows per row group (ROW_GROUP; smaller in tests)
+    row_group: usize,
     pub rows_written: u64,
 }
 
@@ -166,6 +168,7 @@ impl ParquetSink {
             http_status: Vec::new(),
             ok: NONE,
             enc: Encoder::default(),
+            row_group: ROW_GROUP,
             rows_written: 0,
         };
         sink.clear_strings();
@@ -298,7 +301,7 @@ impl Sink for ParquetSink {
             }
             None => g.request_id_def.push(0),
         }
-        if g.rows() >= ROW_GROUP {
+        if g.rows() >= self.row_group {
             self.flush()?;
         }
         Ok(())
@@ -484,4 +487,96 @@ impl Encoder {
 fn plain_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u32).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::Field;
+
+    fn meta(conn: u64) -> Meta {
+        Meta {
+            tier: if conn % 2 == 0 { "web".into() } else { "db".into() },
+            server: format!("server{}", conn % 3),
+            protocol: if conn % 2 == 0 { "http" } else { "postgres" },
+            server_addr: "10.0.0.2".into(),
+            server_port: if conn % 2 == 0 { 80 } else { 5432 },
+            client_addr: format!("10.0.1.{}", conn % 5),
+            client_port: 40000 + conn as u16,
+            client: format!("10.0.1.{}", conn % 5),
+            conn,
+        }
+    }
+
+    fn exchange(i: u64) -> Exchange {
+        let mut e = Exchange::new(1_700_000_000_000_000_000 + i as i64 * 1000, [0, flag::TRUNCATED | flag::GAP, flag::PIPELINED][i as usize % 3]);
+        // departure before arrival is written as arrival
+        e.departure_ns = if i % 7 == 0 { e.arrival_ns - 5 } else { e.arrival_ns + 250 + i as i64 % 13 };
+        e.label = if i % 4 == 0 { String::new() } else { format!("SELECT {}", i % 5) };
+        e.request_id = (i % 6 == 0).then(|| format!("req-{i}"));
+        e.status = [Status::None, Status::Ok, Status::Http(200), Status::Http(1200), Status::SqlState(*b"42P01"), Status::MyErr(1064)][i as usize % 6];
+        e.bytes_in = i * 3;
+        e.bytes_out = u64::MAX - i; // written as i64, wrapping
+        e
+    }
+
+    fn text(s: &str) -> Field {
+        Field::Str(s.to_string())
+    }
+
+    /// The row as the file should hold it, in column order.
+    fn expected(m: &Meta, e: &Exchange) -> Vec<Field> {
+        let opt = |s: Option<String>| s.map_or(Field::Null, Field::Str);
+        let flags = flag_names(e.flags);
+        vec![
+            text(&m.tier),
+            text(&m.server),
+            opt(e.request_id.clone()),
+            Field::Null,
+            opt((!e.label.is_empty()).then(|| e.label.clone())),
+            Field::Long(e.arrival_ns),
+            Field::Long(e.departure_ns.max(e.arrival_ns)),
+            opt(e.status.text()),
+            Field::Long(e.bytes_in as i64),
+            Field::Long(e.bytes_out as i64),
+            text(&m.client),
+            Field::Long(m.conn as i64),
+            text("trace"),
+            text(m.protocol),
+            text(&m.server_addr),
+            Field::Int(m.server_port as i32),
+            text(&m.client_addr),
+            Field::Int(m.client_port as i32),
+            Field::Bool(e.flags & flag::INFERRED != 0),
+            Field::Bool(e.flags & flag::TRUNCATED != 0),
+            opt((!flags.is_empty()).then_some(flags)),
+        ]
+    }
+
+    #[test]
+    fn rows_read_back_in_order_across_row_groups() {
+        let path = std::env::temp_dir().join(format!("tierscope-requests-{}.parquet", std::process::id()));
+        let mut sink = ParquetSink::create(&path).unwrap();
+        sink.row_group = 100;
+        let mut want = Vec::new();
+        for i in 0..1234u64 {
+            // connections come and go: some in one row group only, some across several
+            let m = meta(if i < 600 { i % 11 } else { 20 + i % 37 });
+            let e = exchange(i);
+            sink.push(&m, &e).unwrap();
+            want.push(expected(&m, &e));
+        }
+        assert_eq!(sink.close().unwrap(), 1234);
+
+        let r = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        assert_eq!(r.metadata().num_row_groups(), 13);
+        let got: Vec<Vec<Field>> =
+            r.get_row_iter(None).unwrap().map(|row| row.unwrap().get_column_iter().map(|(_, f)| f.clone()).collect()).collect();
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "row {i}");
+        }
+        let _ = std::fs::remove_file(&path);
+    }
 }
