@@ -58,10 +58,19 @@ const SCHEMA: &str = "message requests {
 const NONE: u32 = u32::MAX;
 
 /// Interned strings with dense ids, so that per-row-group dictionaries map them through a Vec.
-#[derive(Default)]
 struct Strings {
     ids: HashMap<Box<str>, u32, FxBuild>,
     text: Vec<Box<str>>,
+    /// id + 1 (0: empty) of a recently seen string, by a cheap fingerprint (see `id_recent`)
+    recent: Box<[u32; RECENT]>,
+}
+
+const RECENT: usize = 256;
+
+impl Default for Strings {
+    fn default() -> Self {
+        Strings { ids: HashMap::default(), text: Vec::new(), recent: Box::new([0; RECENT]) }
+    }
 }
 
 impl Strings {
@@ -72,6 +81,23 @@ impl Strings {
         let id = self.text.len() as u32;
         self.text.push(s.into());
         self.ids.insert(s.into(), id);
+        id
+    }
+
+    /// `id` for strings that repeat a lot (labels): a capture holds few distinct statements and
+    /// paths, and comparing with the recent string of the same length and ends is cheaper than
+    /// hashing every byte again. A miss (or a collision) falls back to the hash table.
+    fn id_recent(&mut self, s: &str) -> u32 {
+        let b = s.as_bytes();
+        let word = |i: usize| b.get(i..i + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        let print = (b.len() as u64) ^ word(0) ^ word(b.len().saturating_sub(8)).rotate_left(29);
+        let slot = (print.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % RECENT;
+        let known = self.recent[slot];
+        if known != 0 && *self.text[known as usize - 1] == *s {
+            return known - 1;
+        }
+        let id = self.id(s);
+        self.recent[slot] = id + 1;
         id
     }
 
@@ -281,7 +307,7 @@ impl ParquetSink {
 impl Sink for ParquetSink {
     fn push(&mut self, m: &Meta, ex: &Exchange) -> anyhow::Result<()> {
         let slot = self.conn_slot(m);
-        let label = if ex.label.is_empty() { NONE } else { self.strings.id(&ex.label) };
+        let label = if ex.label.is_empty() { NONE } else { self.strings.id_recent(&ex.label) };
         let status = self.status(ex.status);
         let g = &mut self.group;
         g.slot.push(slot);
@@ -309,8 +335,8 @@ impl Sink for ParquetSink {
 }
 
 fn min_max(v: &[i64]) -> Option<(i64, i64)> {
-    let lo = *v.iter().min()?;
-    Some((lo, *v.iter().max()?))
+    let first = *v.first()?;
+    Some(v.iter().fold((first, first), |(lo, hi), &x| (lo.min(x), hi.max(x))))
 }
 
 /// The comma-separated names of a set of flags (the `flags` column).

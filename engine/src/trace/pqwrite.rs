@@ -302,36 +302,43 @@ fn zigzag(out: &mut Vec<u8>, v: i64) {
     uleb128(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
-/// Runs shorter than this stay in bit-packed groups: a run header costs as much as a few values.
-const MIN_RUN: usize = 16;
+/// Runs shorter than this many groups of 8 stay bit packed: a run header costs as much as a few values.
+const MIN_RUN_GROUPS: usize = 2;
 
 /// RLE/bit-packed hybrid encoding of `values` at `width` bits (without the length prefix).
-/// Runs of at least `MIN_RUN` equal values become RLE runs; everything between them is bit
-/// packed in groups of 8, borrowing the first values of the following run to fill the last group.
+/// The values are taken in groups of 8 (the bit-packed unit): consecutive groups of one repeated
+/// value become an RLE run, the groups between runs are bit packed. Looking at whole groups
+/// rather than at each value keeps the branches predictable on columns whose values alternate;
+/// a run that starts or ends inside a group leaves at most 7 values on either side bit packed.
 pub fn rle_hybrid<T: Copy + Eq + Into<u64>>(values: &[T], width: u32, out: &mut Vec<u8>) {
-    let n = values.len();
     if width == 0 {
         // every value is 0: one run, whatever its length (no zero-width bit packing for readers to trip on)
-        if n > 0 {
-            rle_run(0, n, 0, out);
+        if !values.is_empty() {
+            rle_run(0, values.len(), 0, out);
         }
         return;
     }
+    let uniform = |g: &[T]| g.iter().fold(0u64, |acc, &x| acc | (x.into() ^ g[0].into())) == 0;
+    let full = values.len() / 8;
     let mut literal_start = 0;
-    let mut i = 0;
-    while i < n {
-        let v = values[i];
-        let mut j = i + 1;
-        while j < n && values[j] == v {
-            j += 1;
+    let mut g = 0;
+    while g < full {
+        let group = &values[g * 8..g * 8 + 8];
+        if !uniform(group) {
+            g += 1;
+            continue;
         }
-        if j - i >= MIN_RUN {
-            let pad = (8 - (i - literal_start) % 8) % 8;
-            bit_packed(&values[literal_start..i + pad], width, out);
-            rle_run(v.into(), j - i - pad, width, out);
-            literal_start = j;
+        let v = group[0];
+        let mut h = g + 1;
+        while h < full && uniform(&values[h * 8..h * 8 + 8]) && values[h * 8] == v {
+            h += 1;
         }
-        i = j;
+        if h - g >= MIN_RUN_GROUPS {
+            bit_packed(&values[literal_start..g * 8], width, out);
+            rle_run(v.into(), (h - g) * 8, width, out);
+            literal_start = h * 8;
+        }
+        g = h;
     }
     bit_packed(&values[literal_start..], width, out);
 }
@@ -514,11 +521,12 @@ mod tests {
 
     #[test]
     fn hybrid_runs_and_groups() {
-        // 3 literals padded with 5 values of the run, then the rest of the run (20 - 5 = 15)
+        // a mixed group of 8 bit packed (3 bytes at 3 bits), then three uniform groups as one run
         let mut out = Vec::new();
-        let v: Vec<u32> = [1, 2, 3].into_iter().chain(std::iter::repeat(5).take(20)).collect();
+        let v: Vec<u32> = [1, 2, 3].into_iter().chain(std::iter::repeat(5).take(29)).collect();
         rle_hybrid(&v, 3, &mut out);
-        assert_eq!(out[0], (1 << 1) | 1); // one bit-packed group of 8
-        assert_eq!(&out[4..], &[15 << 1, 5]);
+        assert_eq!(out.len(), 1 + 3 + 2);
+        assert_eq!(out[0], (1 << 1) | 1);
+        assert_eq!(&out[4..], &[24 << 1, 5]);
     }
 }
