@@ -4,14 +4,14 @@
 //! tracer always fills are written REQUIRED (no definition levels to encode); readers conform
 //! them to the contract's nullable types.
 //!
-//! Rows are collected column by column and written as a row group every `ROW_GROUP` rows, so
-//! memory stays bounded however long the capture. A row keeps little of its own: its times and
-//! byte counts, ids of its interned label and status, its flag bits, its request id, and the
-//! slot of its connection in the row group. The eight columns that are constant per connection
-//! (tier, server, client, conn, protocol, addresses and ports) are expanded from that slot when
-//! the group is written, through dictionaries built over the group's connections, so a row costs
-//! one hash lookup for its connection and one for its label, and no allocation beyond its request
-//! id. `pqwrite` encodes the columns.
+//! Rows are collected and written as a row group every `ROW_GROUP` rows, so memory stays bounded
+//! however long the capture. A row keeps little of its own: its times and byte counts, ids of its
+//! interned label and status, its flag bits, its request id, and the slot of its connection in
+//! the row group. The eight columns that are constant per connection (tier, server, client,
+//! conn, protocol, addresses and ports) are expanded from that slot when the group is written,
+//! through dictionaries built over the group's connections, so a row costs one hash lookup for
+//! its connection, a cached lookup for its label, and no allocation beyond its request id.
+//! `pqwrite` encodes the columns.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -127,41 +127,37 @@ struct ConnEntry {
     slot: u32,
 }
 
-/// The row group being collected: per row, one entry in each Vec but `conns` (one per
-/// connection seen in the group) and `request_id` (PLAIN bytes of the present ids).
+/// One row as collected: what is not constant per connection (its connection's slot in the
+/// group stands for the rest), its request id aside.
+#[derive(Clone, Copy)]
+struct Row {
+    arrival: i64,
+    departure: i64,
+    bytes_in: i64,
+    bytes_out: i64,
+    slot: u32,
+    label: u32,
+    status: u32,
+    flags: u16,
+    has_request_id: bool,
+}
+
+/// The row group being collected: the rows, the connections they refer to (by slot), and the
+/// request ids present (PLAIN encoded, in row order).
 #[derive(Default)]
 struct Group {
     conns: Vec<ConnRow>,
-    slot: Vec<u32>,
-    label: Vec<u32>,
-    status: Vec<u32>,
-    flags: Vec<u16>,
-    arrival: Vec<i64>,
-    departure: Vec<i64>,
-    bytes_in: Vec<i64>,
-    bytes_out: Vec<i64>,
+    rows: Vec<Row>,
     request_id: Vec<u8>,
-    request_id_def: Vec<u8>,
     request_ids: usize,
 }
 
 impl Group {
-    fn rows(&self) -> usize {
-        self.slot.len()
-    }
-
-    /// Empty every column, keeping the allocations for the next row group.
+    /// Empty the group, keeping the allocations for the next one.
     fn clear(&mut self) {
         self.conns.clear();
-        self.slot.clear();
-        self.label.clear();
-        self.status.clear();
-        self.flags.clear();
-        for v in [&mut self.arrival, &mut self.departure, &mut self.bytes_in, &mut self.bytes_out] {
-            v.clear();
-        }
+        self.rows.clear();
         self.request_id.clear();
-        self.request_id_def.clear();
         self.request_ids = 0;
     }
 }
@@ -253,23 +249,24 @@ impl ParquetSink {
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
-        let rows = self.group.rows();
+        let rows = self.group.rows.len();
         if rows == 0 {
             return Ok(());
         }
         let w = self.file.as_mut().expect("writer open");
         let (g, s, e) = (&self.group, &self.strings, &mut self.enc);
+        let r = &g.rows[..];
         w.begin_row_group(rows);
         e.conn_text(w, g, s, |c| c.tier)?;
         e.conn_text(w, g, s, |c| c.server)?;
-        w.column(Some(&g.request_id_def), Values::Plain { bytes: &g.request_id, count: g.request_ids }, None)?;
+        e.request_ids(w, g)?;
         e.nulls(w, rows)?; // parent_id: the tracer does not see parents
-        e.optional_text(w, &g.label, s)?;
-        w.column(None, Values::Delta(&g.arrival), min_max(&g.arrival))?;
-        w.column(None, Values::Delta(&g.departure), min_max(&g.departure))?;
-        e.optional_text(w, &g.status, s)?;
-        w.column(None, Values::Delta(&g.bytes_in), None)?;
-        w.column(None, Values::Delta(&g.bytes_out), None)?;
+        e.optional_text(w, r, |r| r.label, s)?;
+        e.ints(w, r, |r| r.arrival, true)?;
+        e.ints(w, r, |r| r.departure, true)?;
+        e.optional_text(w, r, |r| r.status, s)?;
+        e.ints(w, r, |r| r.bytes_in, false)?;
+        e.ints(w, r, |r| r.bytes_out, false)?;
         e.conn_text(w, g, s, |c| c.client)?;
         e.conn_ids(w, g)?;
         e.constant_text(w, rows, "trace")?; // source
@@ -278,9 +275,9 @@ impl ParquetSink {
         e.conn_port(w, g, |c| c.server_port)?;
         e.conn_text(w, g, s, |c| c.client_addr)?;
         e.conn_port(w, g, |c| c.client_port)?;
-        e.flag_bit(w, &g.flags, flag::INFERRED)?;
-        e.flag_bit(w, &g.flags, flag::TRUNCATED)?;
-        e.flag_names(w, &g.flags)?;
+        e.flag_bit(w, r, flag::INFERRED)?;
+        e.flag_bit(w, r, flag::TRUNCATED)?;
+        e.flag_names(w, r)?;
         w.end_row_group()?;
 
         self.rows_written += rows as u64;
@@ -310,24 +307,23 @@ impl Sink for ParquetSink {
         let label = if ex.label.is_empty() { NONE } else { self.strings.id_recent(&ex.label) };
         let status = self.status(ex.status);
         let g = &mut self.group;
-        g.slot.push(slot);
-        g.label.push(label);
-        g.status.push(status);
-        g.flags.push(ex.flags);
-        g.arrival.push(ex.arrival_ns);
-        g.departure.push(ex.departure_ns.max(ex.arrival_ns));
-        g.bytes_in.push(ex.bytes_in as i64);
-        g.bytes_out.push(ex.bytes_out as i64);
-        match &ex.request_id {
-            Some(r) => {
-                g.request_id.extend_from_slice(&(r.len() as u32).to_le_bytes());
-                g.request_id.extend_from_slice(r.as_bytes());
-                g.request_id_def.push(1);
-                g.request_ids += 1;
-            }
-            None => g.request_id_def.push(0),
+        if let Some(r) = &ex.request_id {
+            g.request_id.extend_from_slice(&(r.len() as u32).to_le_bytes());
+            g.request_id.extend_from_slice(r.as_bytes());
+            g.request_ids += 1;
         }
-        if g.rows() >= self.row_group {
+        g.rows.push(Row {
+            arrival: ex.arrival_ns,
+            departure: ex.departure_ns.max(ex.arrival_ns),
+            bytes_in: ex.bytes_in as i64,
+            bytes_out: ex.bytes_out as i64,
+            slot,
+            label,
+            status,
+            flags: ex.flags,
+            has_request_id: ex.request_id.is_some(),
+        });
+        if g.rows.len() >= self.row_group {
             self.flush()?;
         }
         Ok(())
@@ -388,6 +384,7 @@ struct Encoder {
     per_slot: Vec<u32>,
     indices: Vec<u32>,
     defs: Vec<u8>,
+    ints: Vec<i64>,
 }
 
 impl Encoder {
@@ -399,7 +396,7 @@ impl Encoder {
         self.per_slot.extend(g.conns.iter().map(|c| dict.get(key(c))));
         let per_slot = &self.per_slot;
         self.indices.clear();
-        self.indices.extend(g.slot.iter().map(|&s| per_slot[s as usize]));
+        self.indices.extend(g.rows.iter().map(|r| per_slot[r.slot as usize]));
     }
 
     fn write_dict(&self, w: &mut Writer, defs: Option<&[u8]>) -> anyhow::Result<()> {
@@ -435,15 +432,32 @@ impl Encoder {
         }
         let ids = || g.conns.iter().map(|c| c.conn as i64);
         let stats = ids().min().zip(ids().max());
-        w.column(None, Values::Dict { dict: &self.dict_values, len: g.conns.len(), indices: &g.slot }, stats)
+        self.indices.clear();
+        self.indices.extend(g.rows.iter().map(|r| r.slot));
+        w.column(None, Values::Dict { dict: &self.dict_values, len: g.conns.len(), indices: &self.indices }, stats)
+    }
+
+    /// An INT64 column (DELTA_BINARY_PACKED), with statistics if readers filter on it.
+    fn ints(&mut self, w: &mut Writer, rows: &[Row], value: impl Fn(&Row) -> i64, stats: bool) -> anyhow::Result<()> {
+        self.ints.clear();
+        self.ints.extend(rows.iter().map(value));
+        let stats = if stats { min_max(&self.ints) } else { None };
+        w.column(None, Values::Delta(&self.ints), stats)
+    }
+
+    /// The `request_id` column: PLAIN, null where the request had none.
+    fn request_ids(&mut self, w: &mut Writer, g: &Group) -> anyhow::Result<()> {
+        self.defs.clear();
+        self.defs.extend(g.rows.iter().map(|r| r.has_request_id as u8));
+        w.column(Some(&self.defs), Values::Plain { bytes: &g.request_id, count: g.request_ids }, None)
     }
 
     /// An optional string column of interned ids (NONE for null).
-    fn optional_text(&mut self, w: &mut Writer, ids: &[u32], s: &Strings) -> anyhow::Result<()> {
+    fn optional_text(&mut self, w: &mut Writer, rows: &[Row], id: impl Fn(&Row) -> u32, s: &Strings) -> anyhow::Result<()> {
         self.dict.reset();
         self.defs.clear();
         self.indices.clear();
-        for &id in ids {
+        for id in rows.iter().map(id) {
             self.defs.push((id != NONE) as u8);
             if id != NONE {
                 self.indices.push(self.dict.get(id));
@@ -461,11 +475,11 @@ impl Encoder {
     }
 
     /// The `flags` column: the names of each row's flags, null when it has none.
-    fn flag_names(&mut self, w: &mut Writer, flags: &[u16]) -> anyhow::Result<()> {
+    fn flag_names(&mut self, w: &mut Writer, rows: &[Row]) -> anyhow::Result<()> {
         self.dict.reset();
         self.defs.clear();
         self.indices.clear();
-        for &f in flags {
+        for f in rows.iter().map(|r| r.flags) {
             self.defs.push((f != 0) as u8);
             if f != 0 {
                 self.indices.push(self.dict.get(f as u32));
@@ -483,13 +497,13 @@ impl Encoder {
     }
 
     /// A BOOLEAN column: whether each row has `bit` among its flags (PLAIN: one bit per row).
-    fn flag_bit(&mut self, w: &mut Writer, flags: &[u16], bit: u16) -> anyhow::Result<()> {
+    fn flag_bit(&mut self, w: &mut Writer, rows: &[Row], bit: u16) -> anyhow::Result<()> {
         self.dict_values.clear();
-        for chunk in flags.chunks(8) {
-            let byte = chunk.iter().enumerate().fold(0u8, |b, (i, &f)| b | (((f & bit != 0) as u8) << i));
+        for chunk in rows.chunks(8) {
+            let byte = chunk.iter().enumerate().fold(0u8, |b, (i, r)| b | (((r.flags & bit != 0) as u8) << i));
             self.dict_values.push(byte);
         }
-        w.column(None, Values::Plain { bytes: &self.dict_values, count: flags.len() }, None)
+        w.column(None, Values::Plain { bytes: &self.dict_values, count: rows.len() }, None)
     }
 
     /// A column with the same string in every row.
