@@ -353,14 +353,21 @@ struct Dict {
 impl Dict {
     #[inline]
     fn get(&mut self, key: u32) -> u32 {
+        match self.index.get(key as usize) {
+            Some(&i) if i != 0 => i - 1,
+            _ => self.insert(key),
+        }
+    }
+
+    /// Out of line: a dictionary gets few keys, and is asked for them once per row.
+    #[cold]
+    fn insert(&mut self, key: u32) -> u32 {
         let k = key as usize;
         if k >= self.index.len() {
             self.index.resize(k + 1, 0);
         }
-        if self.index[k] == 0 {
-            self.keys.push(key);
-            self.index[k] = self.keys.len() as u32;
-        }
+        self.keys.push(key);
+        self.index[k] = self.keys.len() as u32;
         self.index[k] - 1
     }
 
@@ -456,13 +463,10 @@ impl Encoder {
     fn optional_text(&mut self, w: &mut Writer, rows: &[Row], id: impl Fn(&Row) -> u32, s: &Strings) -> anyhow::Result<()> {
         self.dict.reset();
         self.defs.clear();
+        self.defs.extend(rows.iter().map(|r| (id(r) != NONE) as u8));
+        let dict = &mut self.dict;
         self.indices.clear();
-        for id in rows.iter().map(id) {
-            self.defs.push((id != NONE) as u8);
-            if id != NONE {
-                self.indices.push(self.dict.get(id));
-            }
-        }
+        self.indices.extend(rows.iter().map(&id).filter(|&i| i != NONE).map(|i| dict.get(i)));
         if self.indices.is_empty() {
             return w.column(Some(&self.defs), Values::Plain { bytes: &[], count: 0 }, None);
         }
@@ -478,13 +482,10 @@ impl Encoder {
     fn flag_names(&mut self, w: &mut Writer, rows: &[Row]) -> anyhow::Result<()> {
         self.dict.reset();
         self.defs.clear();
+        self.defs.extend(rows.iter().map(|r| (r.flags != 0) as u8));
+        let dict = &mut self.dict;
         self.indices.clear();
-        for f in rows.iter().map(|r| r.flags) {
-            self.defs.push((f != 0) as u8);
-            if f != 0 {
-                self.indices.push(self.dict.get(f as u32));
-            }
-        }
+        self.indices.extend(rows.iter().filter(|r| r.flags != 0).map(|r| dict.get(r.flags as u32)));
         if self.indices.is_empty() {
             return w.column(Some(&self.defs), Values::Plain { bytes: &[], count: 0 }, None);
         }
