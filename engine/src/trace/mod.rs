@@ -25,6 +25,7 @@ mod mysql;
 mod net;
 mod output;
 mod pcap;
+mod pqwrite;
 mod postgres;
 mod servermap;
 mod tcp;
