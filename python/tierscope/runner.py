@@ -413,8 +413,10 @@ def stop_services(ctx: PointContext) -> None:
             svc.stop()
         except Exception as err:  # keep stopping the others
             ctx.notes.append(f"stopping {svc.name}: {err}")
+    from tierscope.services.middleware import Middleware
+
     for svc in ctx.services:
-        if hasattr(svc, "stats_path"):
+        if isinstance(svc, Middleware):
             note_disabled_backends(ctx, svc)
         logs_dir = ctx.dir / "logs" / svc.name
         for name, path in svc.logs().items():
