@@ -271,6 +271,26 @@ impl Framer {
     }
 }
 
+/// Hand the body of the message that just ended (`Step::End`) to `end`, with whether bytes of it
+/// were lost: in place when the segment held it whole (`kept`), else the framer's own buffer, lent
+/// out for the call (so `end` may take `&mut` of the parser that owns the framer) and put back so
+/// its allocation is reused.
+pub fn end_message<P>(p: &mut P, framer: fn(&mut P) -> &mut Framer, kept: Option<&[u8]>, end: impl FnOnce(&mut P, &[u8], bool)) {
+    match kept {
+        Some(body) => {
+            let cut = framer(p).body_cut(body.len());
+            end(p, body, cut)
+        }
+        None => {
+            let f = framer(p);
+            let body = std::mem::take(&mut f.body);
+            let cut = f.body_cut(body.len());
+            end(p, &body, cut);
+            framer(p).body = body;
+        }
+    }
+}
+
 /// Does `d` look like it starts at a PostgreSQL typed message boundary? Checks up to 8 chained
 /// headers that lie inside `d`.
 pub fn pg_plausible(d: &[u8], valid: &[u8]) -> bool {

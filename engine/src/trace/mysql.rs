@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use super::exchange::{flag, Ctx, Exchange, Pending, Status};
-use super::framer::{Framer, Input, Mode, Step};
+use super::framer::{end_message, Framer, Input, Mode, Step};
 use super::label::{sql_fingerprint, Dialect};
 
 const SQL_CAP: usize = 4096;
@@ -138,14 +138,7 @@ impl My {
                 Step::More => break,
                 Step::Lost => ctx.counters.framing_lost += 1,
                 Step::Start => self.client_start(ctx),
-                Step::End => match inp.kept {
-                    Some(body) => self.client_end(ctx, body, self.c.body_cut(body.len())),
-                    None => {
-                        let body = std::mem::take(&mut self.c.body);
-                        self.client_end(ctx, &body, self.c.body_cut(body.len()));
-                        self.c.body = body;
-                    }
-                },
+                Step::End => end_message(self, |p| &mut p.c, inp.kept, |p, body, cut| p.client_end(ctx, body, cut)),
             }
         }
         let skipped = std::mem::take(&mut self.c.skipped);
@@ -286,14 +279,7 @@ impl My {
                         ctx.counters.unparsed_bytes += self.s.wire as u64;
                     }
                 }
-                Step::End => match inp.kept {
-                    Some(body) => self.server_end(ctx, body),
-                    None => {
-                        let body = std::mem::take(&mut self.s.body);
-                        self.server_end(ctx, &body);
-                        self.s.body = body;
-                    }
-                },
+                Step::End => end_message(self, |p| &mut p.s, inp.kept, |p, body, _| p.server_end(ctx, body)),
             }
         }
         let skipped = std::mem::take(&mut self.s.skipped);

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::exchange::{flag, Ctx, Exchange, Pending, Status};
-use super::framer::{pg_plausible, Framer, Input, Mode, Step};
+use super::framer::{end_message, pg_plausible, Framer, Input, Mode, Step};
 use super::label::{sql_fingerprint, Dialect, FingerprintCache};
 
 pub const CLIENT_TYPES: &[u8] = b"BCDEFHPQSXdcfp";
@@ -152,14 +152,7 @@ impl Pg {
                     }
                 }
                 Step::Start => self.client_start(ctx),
-                Step::End => match inp.kept {
-                    Some(body) => self.client_end(ctx, body, self.c.body_cut(body.len())),
-                    None => {
-                        let body = std::mem::take(&mut self.c.body);
-                        self.client_end(ctx, &body, self.c.body_cut(body.len()));
-                        self.c.body = body;
-                    }
-                },
+                Step::End => end_message(self, |p| &mut p.c, inp.kept, |p, body, cut| p.client_end(ctx, body, cut)),
             }
         }
         let skipped = std::mem::take(&mut self.c.skipped);
