@@ -116,6 +116,44 @@ impl Exchange {
     }
 }
 
+/// What every protocol parser takes, for one connection, in capture order.
+pub trait Protocol {
+    /// Bytes from the client: `data` as captured, then `missing` bytes that were on the wire but
+    /// cut by the snapshot length.
+    fn client(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32);
+    /// Bytes from the server, as `client`.
+    fn server(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32);
+    /// The connection closed (FIN/RST) or the capture ended.
+    fn close(&mut self, ctx: &mut Ctx, last_ts: i64);
+    /// The exchange that bytes from this side belong to now: the request being read (client), or
+    /// the oldest one waiting for its response (server).
+    fn exchange_for_gap(&mut self, from_client: bool) -> Option<&mut Exchange>;
+
+    /// Bytes lost from the capture in one direction (a hole that was never filled): the exchange
+    /// they belong to is flagged `GAP`, and they are passed over like uncaptured bytes.
+    fn gap(&mut self, ctx: &mut Ctx, from_client: bool, n: u32) {
+        if let Some(e) = self.exchange_for_gap(from_client) {
+            e.flags |= flag::GAP;
+        }
+        if from_client {
+            self.client(ctx, &[], n)
+        } else {
+            self.server(ctx, &[], n)
+        }
+    }
+
+    /// One segment's payload (or a gap of `missing` bytes) from either side.
+    fn feed(&mut self, ctx: &mut Ctx, from_client: bool, data: &[u8], missing: u32, is_gap: bool) {
+        if is_gap {
+            self.gap(ctx, from_client, missing)
+        } else if from_client {
+            self.client(ctx, data, missing)
+        } else {
+            self.server(ctx, data, missing)
+        }
+    }
+}
+
 /// Per-segment context handed to the protocol parsers.
 pub struct Ctx<'a> {
     /// capture time of the current packet

@@ -2,7 +2,7 @@
 //! bytes. Used by the cargo-fuzz target `parsers` (engine/fuzz) and by the stable-toolchain
 //! mutation test in `tests.rs`. Neither may panic, loop forever or grow without bound.
 
-use super::exchange::{Ctx, Exchange, ProtoCounters};
+use super::exchange::{Ctx, Exchange, ProtoCounters, Protocol};
 use super::http::Http;
 use super::mysql::My;
 use super::postgres::Pg;
@@ -29,9 +29,21 @@ impl Sink for CheckSink {
 pub fn parsers(data: &[u8]) -> usize {
     let Some((&head, mut rest)) = data.split_first() else { return 0 };
     let saw_start = head & 4 != 0;
-    let mut http = Http::new();
-    let mut pg = Pg::new(saw_start);
-    let mut my = My::new(saw_start);
+    let (mut http, mut pg, mut my);
+    let parser: &mut dyn Protocol = match head % 3 {
+        0 => {
+            http = Http::new();
+            &mut http
+        }
+        1 => {
+            pg = Pg::new(saw_start);
+            &mut pg
+        }
+        _ => {
+            my = My::new(saw_start);
+            &mut my
+        }
+    };
     let mut out: Vec<Exchange> = Vec::new();
     let mut counters = ProtoCounters::default();
     let mut ts = 0i64;
@@ -46,44 +58,12 @@ pub fn parsers(data: &[u8]) -> usize {
         let is_gap = ctl & 0x80 != 0;
         ts += 1;
         let mut ctx = Ctx { ts, pkt: ts as u64, conn_flags: 0, out: &mut out, counters: &mut counters };
-        match head % 3 {
-            0 => {
-                if is_gap {
-                    http.gap(&mut ctx, from_client, missing.max(1))
-                } else if from_client {
-                    http.client(&mut ctx, chunk, missing)
-                } else {
-                    http.server(&mut ctx, chunk, missing)
-                }
-            }
-            1 => {
-                if is_gap {
-                    pg.gap(&mut ctx, from_client, missing.max(1))
-                } else if from_client {
-                    pg.client(&mut ctx, chunk, missing)
-                } else {
-                    pg.server(&mut ctx, chunk, missing)
-                }
-            }
-            _ => {
-                if is_gap {
-                    my.gap(&mut ctx, from_client, missing.max(1))
-                } else if from_client {
-                    my.client(&mut ctx, chunk, missing)
-                } else {
-                    my.server(&mut ctx, chunk, missing)
-                }
-            }
-        }
+        parser.feed(&mut ctx, from_client, chunk, if is_gap { missing.max(1) } else { missing }, is_gap);
         rows += out.len();
         out.clear();
     }
     let mut ctx = Ctx { ts, pkt: ts as u64, conn_flags: 0, out: &mut out, counters: &mut counters };
-    match head % 3 {
-        0 => http.close(&mut ctx, ts),
-        1 => pg.close(&mut ctx, ts),
-        _ => my.close(&mut ctx, ts),
-    }
+    parser.close(&mut ctx, ts);
     rows + out.len()
 }
 

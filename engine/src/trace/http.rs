@@ -6,7 +6,7 @@
 //! snapshot length, a missing packet), the response runs until the client's next request or the
 //! next segment starting with `HTTP/1.` (the direction change), flagged `delimited_by_turn`.
 
-use super::exchange::{flag, Ctx, Exchange, Pending, Status};
+use super::exchange::{flag, Ctx, Exchange, Pending, Protocol, Status};
 use super::label::{http_label, url_decode};
 
 const MAX_HEAD: usize = 64 * 1024;
@@ -252,8 +252,63 @@ impl Http {
         }
     }
 
+    fn finish(&mut self, ctx: &mut Ctx) {
+        self.pending.finish_front(ctx);
+        self.resp.st = St::Idle;
+    }
+
+    fn response_head(&mut self, h: &[u8], cut: bool, ctx: &mut Ctx) -> St {
+        let head = parse_head(h);
+        let code = status_code(head.first);
+        let Some(front) = self.pending.front() else { return St::Lost };
+        if let Some(c) = code {
+            front.status = Status::Http(c);
+        }
+        if front.request_id.is_none() {
+            front.request_id = head.request_id.map(url_decode);
+        }
+        let is_head = front.kind == KIND_HEAD;
+        let no_body = is_head || matches!(code, Some(204) | Some(304));
+        match code {
+            Some(101) => {
+                self.upgraded = true;
+                self.finish(ctx);
+                return St::Lost;
+            }
+            Some(c) if (100..200).contains(&c) => return St::Idle, // interim response: the final one follows
+            _ => {}
+        }
+        if no_body {
+            self.finish(ctx);
+            return St::Idle;
+        }
+        if cut {
+            return St::Lost;
+        }
+        if head.chunked {
+            St::Chunked(Chunk::Size { val: 0, ext: false, digits: 0 })
+        } else {
+            match head.content_length {
+                Some(0) => {
+                    self.finish(ctx);
+                    St::Idle
+                }
+                Some(n) => St::Body(n),
+                None => {
+                    if let Some(f) = self.pending.front() {
+                        f.flags |= flag::UNTIL_CLOSE;
+                    }
+                    St::UntilClose
+                }
+            }
+        }
+    }
+
+}
+
+impl Protocol for Http {
     /// Bytes from the client, in order; `missing` more bytes followed on the wire uncaptured.
-    pub fn client(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
+    fn client(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
         if self.upgraded {
             return;
         }
@@ -375,60 +430,8 @@ impl Http {
         }
     }
 
-    fn finish(&mut self, ctx: &mut Ctx) {
-        self.pending.finish_front(ctx);
-        self.resp.st = St::Idle;
-    }
-
-    fn response_head(&mut self, h: &[u8], cut: bool, ctx: &mut Ctx) -> St {
-        let head = parse_head(h);
-        let code = status_code(head.first);
-        let Some(front) = self.pending.front() else { return St::Lost };
-        if let Some(c) = code {
-            front.status = Status::Http(c);
-        }
-        if front.request_id.is_none() {
-            front.request_id = head.request_id.map(url_decode);
-        }
-        let is_head = front.kind == KIND_HEAD;
-        let no_body = is_head || matches!(code, Some(204) | Some(304));
-        match code {
-            Some(101) => {
-                self.upgraded = true;
-                self.finish(ctx);
-                return St::Lost;
-            }
-            Some(c) if (100..200).contains(&c) => return St::Idle, // interim response: the final one follows
-            _ => {}
-        }
-        if no_body {
-            self.finish(ctx);
-            return St::Idle;
-        }
-        if cut {
-            return St::Lost;
-        }
-        if head.chunked {
-            St::Chunked(Chunk::Size { val: 0, ext: false, digits: 0 })
-        } else {
-            match head.content_length {
-                Some(0) => {
-                    self.finish(ctx);
-                    St::Idle
-                }
-                Some(n) => St::Body(n),
-                None => {
-                    if let Some(f) = self.pending.front() {
-                        f.flags |= flag::UNTIL_CLOSE;
-                    }
-                    St::UntilClose
-                }
-            }
-        }
-    }
-
     /// Bytes from the server, in order; `missing` more bytes followed on the wire uncaptured.
-    pub fn server(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
+    fn server(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
         if self.upgraded {
             return;
         }
@@ -552,26 +555,21 @@ impl Http {
         }
     }
 
-    /// Bytes lost from the capture in one direction (a hole that was never filled).
-    pub fn gap(&mut self, ctx: &mut Ctx, from_client: bool, n: u32) {
-        let target = if from_client { self.building.as_mut().or(self.pending.q.back_mut()) } else { self.pending.q.front_mut() };
-        if let Some(e) = target {
-            e.flags |= flag::GAP;
-        }
-        if from_client {
-            self.client(ctx, &[], n)
-        } else {
-            self.server(ctx, &[], n)
-        }
-    }
-
     /// The connection closed (FIN/RST) or the capture ended.
-    pub fn close(&mut self, ctx: &mut Ctx, last_ts: i64) {
+    fn close(&mut self, ctx: &mut Ctx, last_ts: i64) {
         if let Some(b) = self.building.take() {
             self.pending.push(b, ctx);
         }
         let flag = if self.resp.st == St::UntilClose { flag::UNTIL_CLOSE } else { flag::DELIMITED_BY_TURN };
         self.pending.drain_at_close(ctx, last_ts, flag);
+    }
+
+    fn exchange_for_gap(&mut self, from_client: bool) -> Option<&mut Exchange> {
+        if from_client {
+            self.building.as_mut().or(self.pending.q.back_mut())
+        } else {
+            self.pending.q.front_mut()
+        }
     }
 }
 

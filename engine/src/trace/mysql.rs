@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use super::exchange::{flag, Ctx, Exchange, Pending, Status};
+use super::exchange::{flag, Ctx, Exchange, Pending, Protocol, Status};
 use super::framer::{end_message, Framer, Input, Mode, Step};
 use super::label::{sql_fingerprint, Dialect};
 
@@ -118,38 +118,6 @@ impl My {
         }
     }
 
-    pub fn client(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
-        if self.phase == Phase::Opaque {
-            return;
-        }
-        if self.c_first {
-            self.c_first = false;
-            if !Self::sniff_client(data) {
-                self.c.lost = true;
-            }
-        }
-        if self.c.lost && Self::sniff_client(data) {
-            self.c.reset();
-            ctx.counters.resynced += 1;
-        }
-        let mut inp = Input::new(data, missing);
-        loop {
-            match self.c.step(&mut inp, ctx.ts) {
-                Step::More => break,
-                Step::Lost => ctx.counters.framing_lost += 1,
-                Step::Start => self.client_start(ctx),
-                Step::End => end_message(self, |p| &mut p.c, inp.kept, |p, body, cut| p.client_end(ctx, body, cut)),
-            }
-        }
-        let skipped = std::mem::take(&mut self.c.skipped);
-        if skipped > 0 {
-            match self.pending.q.back_mut() {
-                Some(e) if self.phase == Phase::Command => e.bytes_in += skipped,
-                _ => ctx.counters.unparsed_bytes += skipped,
-            }
-        }
-    }
-
     fn client_start(&mut self, ctx: &mut Ctx) {
         self.c.cap = SQL_CAP;
         if self.phase != Phase::Command {
@@ -251,41 +219,6 @@ impl My {
             }
         }
         self.pending.push(ex, ctx);
-    }
-
-    pub fn server(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
-        if self.phase == Phase::Opaque {
-            return;
-        }
-        if self.c.lost || (self.c.mid_message() && self.phase == Phase::Command) {
-            self.c.reset(); // a direction change: the client's next bytes start a packet
-        }
-        if self.s_first {
-            self.s_first = false;
-            if Self::sniff_server(data) {
-                self.phase = Phase::Handshake { greeting: false, client_resp: false };
-            } else if self.pending.q.is_empty() {
-                self.s.lost = true; // the tail of a response whose command was not captured
-            }
-        }
-        let mut inp = Input::new(data, missing);
-        loop {
-            match self.s.step(&mut inp, ctx.ts) {
-                Step::More => break,
-                Step::Lost => ctx.counters.framing_lost += 1,
-                Step::Start => {
-                    self.s.cap = SERVER_CAP;
-                    if self.phase == Phase::Command && !self.pending.credit_out(self.s.wire as u64, ctx.ts) {
-                        ctx.counters.unparsed_bytes += self.s.wire as u64;
-                    }
-                }
-                Step::End => end_message(self, |p| &mut p.s, inp.kept, |p, body, _| p.server_end(ctx, body)),
-            }
-        }
-        let skipped = std::mem::take(&mut self.s.skipped);
-        if skipped > 0 && (self.phase != Phase::Command || !self.pending.credit_out(skipped, ctx.ts)) {
-            ctx.counters.unparsed_bytes += skipped;
-        }
     }
 
     fn server_end(&mut self, ctx: &mut Ctx, b: &[u8]) {
@@ -458,20 +391,86 @@ impl My {
         }
     }
 
-    pub fn gap(&mut self, ctx: &mut Ctx, from_client: bool, n: u32) {
-        let t = if from_client { self.pending.q.back_mut() } else { self.pending.q.front_mut() };
-        if let Some(e) = t {
-            e.flags |= flag::GAP;
+}
+
+impl Protocol for My {
+    fn client(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
+        if self.phase == Phase::Opaque {
+            return;
         }
-        if from_client {
-            self.client(ctx, &[], n)
-        } else {
-            self.server(ctx, &[], n)
+        if self.c_first {
+            self.c_first = false;
+            if !Self::sniff_client(data) {
+                self.c.lost = true;
+            }
+        }
+        if self.c.lost && Self::sniff_client(data) {
+            self.c.reset();
+            ctx.counters.resynced += 1;
+        }
+        let mut inp = Input::new(data, missing);
+        loop {
+            match self.c.step(&mut inp, ctx.ts) {
+                Step::More => break,
+                Step::Lost => ctx.counters.framing_lost += 1,
+                Step::Start => self.client_start(ctx),
+                Step::End => end_message(self, |p| &mut p.c, inp.kept, |p, body, cut| p.client_end(ctx, body, cut)),
+            }
+        }
+        let skipped = std::mem::take(&mut self.c.skipped);
+        if skipped > 0 {
+            match self.pending.q.back_mut() {
+                Some(e) if self.phase == Phase::Command => e.bytes_in += skipped,
+                _ => ctx.counters.unparsed_bytes += skipped,
+            }
         }
     }
 
-    pub fn close(&mut self, ctx: &mut Ctx, last_ts: i64) {
+    fn server(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
+        if self.phase == Phase::Opaque {
+            return;
+        }
+        if self.c.lost || (self.c.mid_message() && self.phase == Phase::Command) {
+            self.c.reset(); // a direction change: the client's next bytes start a packet
+        }
+        if self.s_first {
+            self.s_first = false;
+            if Self::sniff_server(data) {
+                self.phase = Phase::Handshake { greeting: false, client_resp: false };
+            } else if self.pending.q.is_empty() {
+                self.s.lost = true; // the tail of a response whose command was not captured
+            }
+        }
+        let mut inp = Input::new(data, missing);
+        loop {
+            match self.s.step(&mut inp, ctx.ts) {
+                Step::More => break,
+                Step::Lost => ctx.counters.framing_lost += 1,
+                Step::Start => {
+                    self.s.cap = SERVER_CAP;
+                    if self.phase == Phase::Command && !self.pending.credit_out(self.s.wire as u64, ctx.ts) {
+                        ctx.counters.unparsed_bytes += self.s.wire as u64;
+                    }
+                }
+                Step::End => end_message(self, |p| &mut p.s, inp.kept, |p, body, _| p.server_end(ctx, body)),
+            }
+        }
+        let skipped = std::mem::take(&mut self.s.skipped);
+        if skipped > 0 && (self.phase != Phase::Command || !self.pending.credit_out(skipped, ctx.ts)) {
+            ctx.counters.unparsed_bytes += skipped;
+        }
+    }
+
+    fn close(&mut self, ctx: &mut Ctx, last_ts: i64) {
         self.pending.drain_at_close(ctx, last_ts, flag::DELIMITED_BY_TURN);
+    }
+
+    fn exchange_for_gap(&mut self, from_client: bool) -> Option<&mut Exchange> {
+        if from_client {
+            self.pending.q.back_mut()
+        } else {
+            self.pending.q.front_mut()
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::exchange::{flag, Ctx, Exchange, Pending, Status};
+use super::exchange::{flag, Ctx, Exchange, Pending, Protocol, Status};
 use super::framer::{end_message, pg_plausible, Framer, Input, Mode, Step};
 use super::label::{sql_fingerprint, Dialect, FingerprintCache};
 
@@ -121,46 +121,6 @@ impl Pg {
             };
             ex.flags |= extra_flags;
             self.pending.push(ex, ctx);
-        }
-    }
-
-    pub fn client(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
-        if self.phase == Phase::Opaque {
-            return;
-        }
-        if self.c_first {
-            self.c_first = false;
-            if Self::sniff_client(data) && data.len() >= 8 && data[0] == 0 {
-                self.c.mode = Mode::PgUntyped;
-                self.phase = Phase::Startup;
-            } else if !pg_plausible(data, CLIENT_TYPES) {
-                self.c.lost = true;
-            }
-        }
-        if self.c.lost && !self.c.mid_message() && pg_plausible(data, CLIENT_TYPES) {
-            self.c.reset();
-            ctx.counters.resynced += 1;
-        }
-        let mut inp = Input::new(data, missing);
-        loop {
-            match self.c.step(&mut inp, ctx.ts) {
-                Step::More => break,
-                Step::Lost => {
-                    ctx.counters.framing_lost += 1;
-                    if let Some(b) = self.batch.ex.as_mut() {
-                        b.flags |= flag::TRUNCATED;
-                    }
-                }
-                Step::Start => self.client_start(ctx),
-                Step::End => end_message(self, |p| &mut p.c, inp.kept, |p, body, cut| p.client_end(ctx, body, cut)),
-            }
-        }
-        let skipped = std::mem::take(&mut self.c.skipped);
-        if skipped > 0 {
-            match self.cur.as_mut().or(self.batch.ex.as_mut()) {
-                Some(e) => e.bytes_in += skipped,
-                None => ctx.counters.unparsed_bytes += skipped,
-            }
         }
     }
 
@@ -288,121 +248,6 @@ impl Pg {
         }
     }
 
-    pub fn server(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
-        if self.phase == Phase::Opaque {
-            return;
-        }
-        // A direction change: a client message cut by the snapshot length ends here.
-        if self.c.lost || (self.c.mid_message() && self.phase == Phase::Ready) {
-            if let Some(mut ex) = self.cur.take() {
-                ex.flags |= flag::TRUNCATED | flag::DELIMITED_BY_TURN;
-                if ex.label.is_empty() {
-                    ex.label = "? [truncated]".into();
-                }
-                self.pending.push(ex, ctx);
-            }
-            if self.batch.ex.is_some() {
-                self.close_batch(ctx, flag::TRUNCATED | flag::DELIMITED_BY_TURN);
-            }
-            self.c.reset();
-        }
-        if self.s_first {
-            self.s_first = false;
-            if !pg_plausible(data, SERVER_TYPES) {
-                self.s.lost = true;
-            }
-        }
-        if self.s.lost && pg_plausible(data, SERVER_TYPES) {
-            self.s.reset();
-            ctx.counters.resynced += 1;
-        }
-        let mut inp = Input::new(data, missing);
-        loop {
-            match self.s.step(&mut inp, ctx.ts) {
-                Step::More => break,
-                Step::Lost => ctx.counters.framing_lost += 1,
-                Step::Start => {
-                    let t = self.s.typ;
-                    if self.s.mode == Mode::PgByte {
-                        self.s.mode = Mode::PgTyped;
-                        if t == b'N' {
-                            continue; // TLS refused: the client sends its startup message next
-                        }
-                        ctx.counters.tls_connections += 1;
-                        self.phase = Phase::Opaque;
-                        return;
-                    }
-                    if self.phase == Phase::Ready {
-                        let wire = self.s.wire as u64;
-                        if !self.pending.credit_out(wire, ctx.ts) {
-                            if let Some(b) = self.batch.ex.as_mut() {
-                                b.bytes_out += wire;
-                            }
-                        }
-                    }
-                    self.s.cap = if t == b'E' { 512 } else { 0 };
-                }
-                Step::End => {
-                    let t = self.s.typ;
-                    match (self.phase, t) {
-                        (Phase::Ready, b'E') => {
-                            let code = sqlstate(self.s.body_of(&inp));
-                            if let Some(f) = self.pending.front() {
-                                if !f.status.is_error() {
-                                    f.status = code.map(Status::SqlState).unwrap_or(Status::SqlState(*b"?????"));
-                                }
-                            }
-                        }
-                        (Phase::Ready, b'Z') => {
-                            if let Some(f) = self.pending.front() {
-                                if f.status == Status::None {
-                                    f.status = Status::Ok;
-                                }
-                                self.pending.finish_front(ctx);
-                            } else {
-                                ctx.counters.responses_without_request += 1;
-                            }
-                        }
-                        (Phase::Ready, b'C' | b'D' | b's' | b'I') => {
-                            // the statement ran: OK unless an error follows (kept if the
-                            // ReadyForQuery is cut away by the snapshot length)
-                            if let Some(f) = self.pending.front() {
-                                if f.status == Status::None {
-                                    f.status = Status::Ok;
-                                }
-                            }
-                        }
-                        (Phase::Auth | Phase::Startup, b'Z') => self.phase = Phase::Ready,
-                        _ => {}
-                    }
-                }
-            }
-        }
-        let skipped = std::mem::take(&mut self.s.skipped);
-        if skipped > 0 && (self.phase != Phase::Ready || !self.pending.credit_out(skipped, ctx.ts)) {
-            ctx.counters.unparsed_bytes += skipped;
-        }
-    }
-
-    pub fn gap(&mut self, ctx: &mut Ctx, from_client: bool, n: u32) {
-        let t = if from_client { self.cur.as_mut().or(self.batch.ex.as_mut()) } else { self.pending.q.front_mut() };
-        if let Some(e) = t {
-            e.flags |= flag::GAP;
-        }
-        if from_client {
-            self.client(ctx, &[], n)
-        } else {
-            self.server(ctx, &[], n)
-        }
-    }
-
-    pub fn close(&mut self, ctx: &mut Ctx, last_ts: i64) {
-        if let Some(ex) = self.cur.take() {
-            self.pending.push(ex, ctx);
-        }
-        self.close_batch(ctx, 0);
-        self.pending.drain_at_close(ctx, last_ts, flag::DELIMITED_BY_TURN);
-    }
 }
 
 /// The bytes up to the first NUL (all of `b` when there is none).
@@ -554,5 +399,159 @@ pub mod tests {
         t.send(false, &[msg(b'C', b"SELECT 1\0"), ready()].concat(), 0);
         assert_eq!(t.out.len(), 1);
         assert_eq!(t.out[0].label, "SELECT ?");
+    }
+}
+
+impl Protocol for Pg {
+    fn client(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
+        if self.phase == Phase::Opaque {
+            return;
+        }
+        if self.c_first {
+            self.c_first = false;
+            if Self::sniff_client(data) && data.len() >= 8 && data[0] == 0 {
+                self.c.mode = Mode::PgUntyped;
+                self.phase = Phase::Startup;
+            } else if !pg_plausible(data, CLIENT_TYPES) {
+                self.c.lost = true;
+            }
+        }
+        if self.c.lost && !self.c.mid_message() && pg_plausible(data, CLIENT_TYPES) {
+            self.c.reset();
+            ctx.counters.resynced += 1;
+        }
+        let mut inp = Input::new(data, missing);
+        loop {
+            match self.c.step(&mut inp, ctx.ts) {
+                Step::More => break,
+                Step::Lost => {
+                    ctx.counters.framing_lost += 1;
+                    if let Some(b) = self.batch.ex.as_mut() {
+                        b.flags |= flag::TRUNCATED;
+                    }
+                }
+                Step::Start => self.client_start(ctx),
+                Step::End => end_message(self, |p| &mut p.c, inp.kept, |p, body, cut| p.client_end(ctx, body, cut)),
+            }
+        }
+        let skipped = std::mem::take(&mut self.c.skipped);
+        if skipped > 0 {
+            match self.cur.as_mut().or(self.batch.ex.as_mut()) {
+                Some(e) => e.bytes_in += skipped,
+                None => ctx.counters.unparsed_bytes += skipped,
+            }
+        }
+    }
+
+    fn server(&mut self, ctx: &mut Ctx, data: &[u8], missing: u32) {
+        if self.phase == Phase::Opaque {
+            return;
+        }
+        // A direction change: a client message cut by the snapshot length ends here.
+        if self.c.lost || (self.c.mid_message() && self.phase == Phase::Ready) {
+            if let Some(mut ex) = self.cur.take() {
+                ex.flags |= flag::TRUNCATED | flag::DELIMITED_BY_TURN;
+                if ex.label.is_empty() {
+                    ex.label = "? [truncated]".into();
+                }
+                self.pending.push(ex, ctx);
+            }
+            if self.batch.ex.is_some() {
+                self.close_batch(ctx, flag::TRUNCATED | flag::DELIMITED_BY_TURN);
+            }
+            self.c.reset();
+        }
+        if self.s_first {
+            self.s_first = false;
+            if !pg_plausible(data, SERVER_TYPES) {
+                self.s.lost = true;
+            }
+        }
+        if self.s.lost && pg_plausible(data, SERVER_TYPES) {
+            self.s.reset();
+            ctx.counters.resynced += 1;
+        }
+        let mut inp = Input::new(data, missing);
+        loop {
+            match self.s.step(&mut inp, ctx.ts) {
+                Step::More => break,
+                Step::Lost => ctx.counters.framing_lost += 1,
+                Step::Start => {
+                    let t = self.s.typ;
+                    if self.s.mode == Mode::PgByte {
+                        self.s.mode = Mode::PgTyped;
+                        if t == b'N' {
+                            continue; // TLS refused: the client sends its startup message next
+                        }
+                        ctx.counters.tls_connections += 1;
+                        self.phase = Phase::Opaque;
+                        return;
+                    }
+                    if self.phase == Phase::Ready {
+                        let wire = self.s.wire as u64;
+                        if !self.pending.credit_out(wire, ctx.ts) {
+                            if let Some(b) = self.batch.ex.as_mut() {
+                                b.bytes_out += wire;
+                            }
+                        }
+                    }
+                    self.s.cap = if t == b'E' { 512 } else { 0 };
+                }
+                Step::End => {
+                    let t = self.s.typ;
+                    match (self.phase, t) {
+                        (Phase::Ready, b'E') => {
+                            let code = sqlstate(self.s.body_of(&inp));
+                            if let Some(f) = self.pending.front() {
+                                if !f.status.is_error() {
+                                    f.status = code.map(Status::SqlState).unwrap_or(Status::SqlState(*b"?????"));
+                                }
+                            }
+                        }
+                        (Phase::Ready, b'Z') => {
+                            if let Some(f) = self.pending.front() {
+                                if f.status == Status::None {
+                                    f.status = Status::Ok;
+                                }
+                                self.pending.finish_front(ctx);
+                            } else {
+                                ctx.counters.responses_without_request += 1;
+                            }
+                        }
+                        (Phase::Ready, b'C' | b'D' | b's' | b'I') => {
+                            // the statement ran: OK unless an error follows (kept if the
+                            // ReadyForQuery is cut away by the snapshot length)
+                            if let Some(f) = self.pending.front() {
+                                if f.status == Status::None {
+                                    f.status = Status::Ok;
+                                }
+                            }
+                        }
+                        (Phase::Auth | Phase::Startup, b'Z') => self.phase = Phase::Ready,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let skipped = std::mem::take(&mut self.s.skipped);
+        if skipped > 0 && (self.phase != Phase::Ready || !self.pending.credit_out(skipped, ctx.ts)) {
+            ctx.counters.unparsed_bytes += skipped;
+        }
+    }
+
+    fn close(&mut self, ctx: &mut Ctx, last_ts: i64) {
+        if let Some(ex) = self.cur.take() {
+            self.pending.push(ex, ctx);
+        }
+        self.close_batch(ctx, 0);
+        self.pending.drain_at_close(ctx, last_ts, flag::DELIMITED_BY_TURN);
+    }
+
+    fn exchange_for_gap(&mut self, from_client: bool) -> Option<&mut Exchange> {
+        if from_client {
+            self.cur.as_mut().or(self.batch.ex.as_mut())
+        } else {
+            self.pending.q.front_mut()
+        }
     }
 }

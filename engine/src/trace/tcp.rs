@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::rc::Rc;
 
-use super::exchange::{flag, Ctx, Exchange, ProtoCounters};
+use super::exchange::{flag, Ctx, Exchange, ProtoCounters, Protocol};
 use super::http::{starts_request, starts_response, Http};
 use super::mysql::My;
 use super::net::{endpoint_text, ip_text, Ip, Segment, ACK, FIN, RST, SYN};
@@ -509,22 +509,10 @@ fn feed(c: &mut Conn, dir: usize, ts: i64, pkt: u64, data: &[u8], missing: u32, 
         }
     }
     let mut ctx = Ctx { ts, pkt, conn_flags: c.flags, out, counters };
-    // Every protocol parser takes the same three calls; a macro keeps the dispatch static.
-    macro_rules! feed {
-        ($p:expr) => {
-            if is_gap {
-                $p.gap(&mut ctx, from_client, missing)
-            } else if from_client {
-                $p.client(&mut ctx, data, missing)
-            } else {
-                $p.server(&mut ctx, data, missing)
-            }
-        };
-    }
     match &mut c.parser {
-        Parser::Http(p) => feed!(p),
-        Parser::Pg(p) => feed!(p),
-        Parser::My(p) => feed!(p),
+        Parser::Http(p) => p.feed(&mut ctx, from_client, data, missing, is_gap),
+        Parser::Pg(p) => p.feed(&mut ctx, from_client, data, missing, is_gap),
+        Parser::My(p) => p.feed(&mut ctx, from_client, data, missing, is_gap),
         Parser::Sniff(_) | Parser::Opaque => {}
     }
 }
