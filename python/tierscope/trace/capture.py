@@ -97,13 +97,16 @@ class LiveCapture:
         self.stop()
         raise CaptureError(f"tcpdump did not start listening on {self.interface} within {timeout} s")
 
-    def stop(self, timeout: float = 10.0) -> CaptureStats:
-        """Stop tcpdump with SIGINT, wait for it, and return its counts."""
+    def stop(self, timeout: float = 10.0, settle: bool = True) -> CaptureStats:
+        """Stop tcpdump with SIGINT, wait for it, and return its counts. With `settle` (the
+        default) first wait until the file stops growing, so that no captured packet is lost; a
+        caller that only wants the capture's cost to end now passes settle=False."""
         stats = CaptureStats(path=self.path, seconds=time.monotonic() - self._t0 if self._t0 else 0.0)
         if self.proc is None:
             return stats
         if self.proc.poll() is None:
-            self._settle()
+            if settle:
+                self._settle()
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout)
