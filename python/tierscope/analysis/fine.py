@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import alternation, pauses, saturation
+from . import alternation, pauses, saturation, stalls
 from .alternation import Verdict
 from .saturation import NStar
 from .windows import (
@@ -34,6 +34,8 @@ from .windows import (
     floor_base,
     parent_rows,
     request_intervals,
+    arrival_levels,
+    overlaps_pause,
     service_when_idle,
     share_above,
     window_series,
@@ -71,6 +73,43 @@ class FineGrained:
     def tier_saturated(self) -> dict[str, np.ndarray]:
         """Per tier: bool per window, saturated when at least half of its servers are."""
         return _tier_saturated(self.series, self.tiers, self.n_windows)
+
+
+#: Windows a first-pass stall covers this much of are left out of the main sequence, as paused ones are.
+STALL_EXCLUDE = 0.2
+
+
+def _merge_spans(a: dict[int, tuple[np.ndarray, np.ndarray]],
+                 b: dict[int, tuple[np.ndarray, np.ndarray]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per server code: the union of two sets of (start, end) spans, merged and sorted."""
+    out = {}
+    for key in set(a) | set(b):
+        starts = np.concatenate([x[key][0] for x in (a, b) if key in x]).astype(np.int64)
+        ends = np.concatenate([x[key][1] for x in (a, b) if key in x]).astype(np.int64)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        running = np.maximum.accumulate(ends)
+        new = np.r_[True, starts[1:] > running[:-1]]
+        first = np.flatnonzero(new)
+        out[key] = (starts[first], np.maximum.reduceat(ends, first))
+    return out
+
+
+def _signature(parts: list, server: int, level: np.ndarray, own_ns: np.ndarray,
+               keep: np.ndarray) -> saturation.QueueSignature:
+    """The queue signature of one server, from its requests away from the trace's edges (requests
+    in progress when the trace starts or ends are missing from it, so those near the edges found
+    fewer others than there were) and not overlapping a known pause."""
+    req = parts[0]
+    mine = req.server == server
+    if mine.sum() < 2:
+        return saturation.queue_signature(np.zeros(0), np.zeros(0), 0.0)
+    start, end = req.start[mine], req.end[mine]
+    margin = float(np.quantile(end - start, 0.99))
+    span = float(end.max() - start.min())
+    throughput = mine.sum() / (span / 1e9) if span > 0 else 0.0
+    inside = mine & keep & (req.start >= start.min() + margin) & (req.start <= end.max() - margin)
+    return saturation.queue_signature(level[inside], own_ns[inside] / 1e9, throughput)
 
 
 def _tier_saturated(series: pa.Table, tiers: list[str], n_windows: int) -> dict[str, np.ndarray]:
@@ -240,20 +279,32 @@ def analyze_fine(
         if key in spans:
             a, b = spans[key]
             pause_spans[i] = (a - base_ns, b - base_ns)
-    idle = service_when_idle(parts, n_servers, pause_spans)
+    # stalls (holding requests, completing none) are pauses the requests show: a first pass with
+    # the smallest crowd (2 held) keeps them out of the service-time and main-sequence estimates
+    first_stalls = stalls.stall_spans(parts, n_servers)
+    halted = _merge_spans(pause_spans, first_stalls)
+    stalled_first = stalls.stalled_share(first_stalls, n_servers, n_windows, window_ns)
+    level, own = arrival_levels(parts, n_servers)
+    unpaused = ~overlaps_pause(parts, halted)
     for i, (tier, server) in enumerate(keys):
         sl = slice(i * n_windows, (i + 1) * n_windows)
-        mean_ns, count = idle[i]
-        service_s = mean_ns / 1e9 if count >= MIN_IDLE_ARRIVALS else None
+        idle = (parts[0].server == i) & unpaused & (level <= 0)
+        count = int(idle.sum())
+        service_s = float(own[idle].mean()) / 1e9 if count >= MIN_IDLE_ARRIVALS else None
         hinted = service_s is None and bool(service_hints) and (service_hints or {}).get(server, 0) > 0
         if hinted:
             service_s = float(service_hints[server])  # type: ignore[index]
-        ns = saturation.saturation_point(used[sl], thr[sl], exclude=pause_col[sl] > 0, service_s=service_s)
+        exclude = (pause_col[sl] > 0) | (stalled_first[i] >= STALL_EXCLUDE)
+        ns = saturation.saturation_point(used[sl], thr[sl], exclude=exclude, service_s=service_s)
         if hinted:
             ns = dataclasses.replace(ns, method=ns.method.replace(
                 "requests that found the server idle",
                 f"requests that found the server idle at a lower workload level ({service_s * 1e3:.2f} ms; "
                 f"{count} here)"))
+        if not math.isfinite(ns.n_star):
+            sig = _signature(parts, i, level, own, ~overlaps_pause(parts, pause_spans))
+            if sig.saturated:
+                ns = saturation.from_signature(ns, sig)
         n_star[server] = ns
     # a window is saturated when the server held more than N* requests for at least half of it
     # the level is an integer: more than round(N*) requests present means some wait
@@ -261,12 +312,18 @@ def analyze_fine(
                              else math.inf for _, s in keys])
     above = share_above(parts, thresholds, n_servers, n_windows, window_ns)
     series = series.append_column("share_above_n_star", pa.array(above.ravel()))
-    # a paused server holding a request has zero capacity: that time counts as saturated too
-    # (union: paused and busy, plus above N*, minus paused and above N*, counted in both)
-    busy_paused = pauses.paused_share_above(parts, pause_spans, np.zeros(n_servers), n_servers, n_windows,
+    # the second pass: a stall holds more requests than the server can work on (N* + 1, at least 2)
+    crowd = np.where(np.isfinite(thresholds), thresholds + 1, 2).astype(np.int64)
+    found_stalls = stalls.stall_spans(parts, n_servers, min_held=crowd)
+    stalled = stalls.stalled_share(found_stalls, n_servers, n_windows, window_ns)
+    series = series.append_column("share_stalled", pa.array(stalled.ravel()))
+    halted = _merge_spans(pause_spans, found_stalls)
+    # a paused or stalled server holding a request has zero capacity: that time counts as
+    # saturated too (union: halted and busy, plus above N*, minus halted and above N*)
+    busy_paused = pauses.paused_share_above(parts, halted, np.zeros(n_servers), n_servers, n_windows,
                                             window_ns)
-    if pause_spans:
-        both = pauses.paused_share_above(parts, pause_spans, thresholds, n_servers, n_windows, window_ns)
+    if halted:
+        both = pauses.paused_share_above(parts, halted, thresholds, n_servers, n_windows, window_ns)
         saturated_time = above + busy_paused - both
     else:
         saturated_time = above

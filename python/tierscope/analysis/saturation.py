@@ -40,6 +40,7 @@ unaffected. Measured biases on simulated servers are in docs/analysis.md. The bi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -65,6 +66,12 @@ class NStar:
     bin_load: tuple[float, ...] = field(default=(), repr=False)  # the binned main sequence
     bin_throughput: tuple[float, ...] = field(default=(), repr=False)
     bin_count: tuple[int, ...] = field(default=(), repr=False)
+    #: how N* was estimated: "knee" (both asymptotes seen), "saturated throughout" (the slope from
+    #: requests that found the server idle, no window at low load), "queue signature" (an upper
+    #: bound: residence grows with the queue found at arrival at the server's own rate), or "none"
+    basis: str = "none"
+    #: "high", "medium" or "low": how far the estimate can be trusted (docs/analysis.md)
+    confidence: str = "low"
 
 
 def saturation_point(
@@ -134,16 +141,96 @@ def saturation_point(
             f"the highest loads (median {load_high:.2f}) are not well past the knee ({n_star:.2f}): "
             "a queue that never builds up is noise, not saturation"
         )
+    n_star = max(1.0, n_star)  # a server works on at least one request at a time: X·S below 1 is utilisation
     if reasons == reasons[:1] and no_rise and slope_measured and load_high >= THROUGHOUT * n_star:
         # saturated during the whole trace: no window shows the rise, but the requests that found
         # the server idle give it, and the queue stayed where only a saturated server keeps one
         return NStar(n_star, f"{method}; saturated throughout: no window shows the rise, and the highest loads "
                              f"(median {load_high:.1f}) are {load_high / n_star:.0f} x N*", tp_max, slope, True,
-                     **common)
+                     basis="saturated throughout", confidence="medium", **common)
     if reasons:
         return NStar(math.inf, f"{method}: no plateau: " + "; ".join(reasons), tp_max, slope, False,
                      **common)
-    return NStar(n_star, method, tp_max, slope, True, **common)
+    return NStar(n_star, method, tp_max, slope, True, basis="knee",
+                 confidence="high" if x.size >= 4 * min_windows else "medium", **common)
+
+
+#: Queue signature: at least this many requests after trimming the trace's edges.
+SIGNATURE_MIN_REQUESTS = 200
+#: ...finding at least this many others in the server at the 5th percentile (never near idle).
+SIGNATURE_MIN_LEVEL = 3
+#: ...and residence growing with that number by at least this share of 1/X per request ahead.
+SIGNATURE_MIN_RATE = 0.5
+
+
+@dataclass(frozen=True)
+class QueueSignature:
+    """How a server's residence depends on the queue its requests found (`queue_signature`)."""
+
+    saturated: bool  # served at its own maximum rate over the whole range of queues seen
+    rate_ratio: float  # residence slope per request ahead x throughput (1: each costs 1/X)
+    low_rate_ratio: float  # the same over the lower half of the queues seen
+    level_low: float  # 5th percentile of the number found in the server at arrival
+    level_floor: float  # 1st percentile: down to where the queue was seen
+    level_median: float
+    requests: int
+    text: str
+
+
+def queue_signature(level: np.ndarray, own_s: np.ndarray, throughput: float, bins: int = 10) -> QueueSignature:
+    """Whether a server that is never idle is saturated, from its requests alone.
+
+    `level`: per request, the number of other requests in the server when it arrived (exclusive of
+    those downstream); `own_s`: its own residence (s); `throughput`: the server's completions per
+    second over the same span. A saturated work-conserving server works at its maximum rate X
+    whatever the queue, so a request that finds n others leaves after about (n + 1) / X: residence
+    grows with n at slope 1/X, from the lowest queue seen to the highest. A server with spare
+    capacity serves extra requests in parallel (slope near 0), and one that is only sometimes
+    short of capacity is idle or nearly so at times (its 5th percentile of n is low) and is judged
+    by the main sequence instead. The slope is a least-squares line through the median residence
+    of `bins` quantile bins of n (medians: the service times' spread), over all bins and over the
+    lower half alone (a flat part at low n means capacity left below the queues seen)."""
+    level = np.asarray(level, np.float64)
+    own_s = np.asarray(own_s, np.float64)
+    n = int(level.size)
+    nope = QueueSignature(False, math.nan, math.nan, math.nan, math.nan, math.nan, n, "")
+    if n < SIGNATURE_MIN_REQUESTS or not throughput > 0:
+        return dataclasses.replace(nope, text=f"too few requests ({n}) for the queue signature")
+    floor, low, med = (float(v) for v in np.quantile(level, [0.01, 0.05, 0.5]))
+    edges = np.unique(np.quantile(level, np.linspace(0, 1, bins + 1)))
+    which = np.clip(np.searchsorted(edges, level, side="right") - 1, 0, max(edges.size - 2, 0))
+    bx, by, bw = [], [], []
+    for b in range(max(edges.size - 1, 1)):
+        sel = which == b
+        if sel.sum() >= 20:
+            bx.append(float(np.median(level[sel])))
+            by.append(float(np.median(own_s[sel])))
+            bw.append(float(sel.sum()))
+    base = dataclasses.replace(nope, level_low=low, level_floor=floor, level_median=med)
+    if len(bx) < 3 or np.ptp(bx) <= 0:
+        return dataclasses.replace(base, text=f"the queue found at arrival hardly varies (median {med:.0f})")
+    bx_a, by_a, bw_a = np.asarray(bx), np.asarray(by), np.asarray(bw)
+    slope = float(np.polyfit(bx_a, by_a, 1, w=np.sqrt(bw_a))[0])
+    half = bx_a <= np.median(bx_a)
+    low_slope = (float(np.polyfit(bx_a[half], by_a[half], 1)[0]) if half.sum() >= 2 and np.ptp(bx_a[half]) > 0
+                 else slope)
+    ratio, low_ratio = slope * throughput, low_slope * throughput
+    saturated = low >= SIGNATURE_MIN_LEVEL and ratio >= SIGNATURE_MIN_RATE and low_ratio >= SIGNATURE_MIN_RATE
+    text = (f"residence grows by {slope * 1e3:.2f} ms per request found in the server ({ratio:.2f} x 1/X at "
+            f"{throughput:.0f}/s; {low_ratio:.2f} over the lower half) with {floor:.0f} to {float(np.max(level)):.0f} "
+            f"found (1st percentile to max)")
+    return QueueSignature(saturated, ratio, low_ratio, low, floor, med, n, text)
+
+
+def from_signature(ns: NStar, sig: QueueSignature) -> NStar:
+    """N* of a server the main sequence could not place but whose queue signature shows it saturated:
+    at most the low end of the queues seen (the 1st percentile: its residence grew at the full rate
+    from the lowest queues seen on)."""
+    bound = max(1.0, sig.level_floor)
+    return dataclasses.replace(
+        ns, n_star=bound, plateau_found=True, basis="queue signature", confidence="medium",
+        method=f"queue signature: N* at most {bound:.0f} (saturated throughout: {sig.text}); "
+               f"the main sequence alone: {ns.method}")
 
 
 def _binned(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[tuple, tuple, tuple]:

@@ -277,6 +277,43 @@ def request_intervals(
     return parts, tiers, servers
 
 
+def arrival_levels(parts: list[Intervals], n_servers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per request row of `parts[0]`: the number of other requests in its server when it arrived
+    (exclusive of those waiting downstream when `parts` has children), and its own residence in ns
+    (its residence minus its time downstream)."""
+    req = parts[0]
+    own = (req.end - req.start).astype(np.float64)
+    child = parts[1] if len(parts) > 1 else None
+    if child is not None and child.row is not None:
+        own -= np.bincount(child.row, weights=(child.end - child.start).astype(np.float64), minlength=own.size)
+    level = np.zeros(req.start.size, np.int64)
+    for srv in range(n_servers):
+        m = req.server == srv
+        t = req.start[m]
+        a, d = np.sort(t), np.sort(req.end[m])
+        lv = np.searchsorted(a, t, "left") - np.searchsorted(d, t, "right")
+        if child is not None:
+            cm = child.server == srv
+            cs, ce = np.sort(child.start[cm]), np.sort(child.end[cm])
+            lv -= np.searchsorted(cs, t, "left") - np.searchsorted(ce, t, "right")
+        level[m] = lv
+    return level, np.maximum(own, 0.0)
+
+
+def overlaps_pause(parts: list[Intervals], pauses: dict[int, tuple[np.ndarray, np.ndarray]] | None) -> np.ndarray:
+    """Per request row of `parts[0]`: whether it overlapped one of its server's `pauses` (sorted
+    (start, end) arrays relative to the same base)."""
+    req = parts[0]
+    hit = np.zeros(req.start.size, bool)
+    for srv, (ps, pe) in (pauses or {}).items():
+        m = np.flatnonzero(req.server == srv)
+        first = np.searchsorted(pe, req.start[m], "right")  # the first pause ending after the arrival
+        h = first < ps.size
+        h[h] = ps[first[h]] < req.end[m][h]
+        hit[m] = h
+    return hit
+
+
 def service_when_idle(
     parts: list[Intervals],
     n_servers: int,
@@ -290,29 +327,11 @@ def service_when_idle(
     Requests overlapping one of the server's `pauses` (sorted (start, end) arrays relative to the
     same base) are left out: a pause, not service, made them long.
     """
-    req = parts[0]
-    own = (req.end - req.start).astype(np.float64)
-    child = parts[1] if len(parts) > 1 else None
-    if child is not None and child.row is not None:
-        own -= np.bincount(child.row, weights=(child.end - child.start).astype(np.float64), minlength=own.size)
+    level, own = arrival_levels(parts, n_servers)
+    idle = (level <= 0) & ~overlaps_pause(parts, pauses)
     out = []
     for srv in range(n_servers):
-        m = req.server == srv
-        t = req.start[m]
-        a, d = np.sort(t), np.sort(req.end[m])
-        level = np.searchsorted(a, t, "left") - np.searchsorted(d, t, "right")
-        if child is not None:
-            cm = child.server == srv
-            cs, ce = np.sort(child.start[cm]), np.sort(child.end[cm])
-            level -= np.searchsorted(cs, t, "left") - np.searchsorted(ce, t, "right")
-        idle = level <= 0
-        if pauses and srv in pauses:
-            ps, pe = pauses[srv]
-            first = np.searchsorted(pe, t, "right")  # the first pause ending after the arrival
-            hit = first < ps.size
-            hit[hit] = ps[first[hit]] < req.end[m][hit]
-            idle &= ~hit
-        vals = own[m][idle]
+        vals = own[idle & (parts[0].server == srv)]
         out.append((float(vals.mean()) if vals.size else math.nan, int(vals.size)))
     return out
 
