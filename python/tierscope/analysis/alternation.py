@@ -30,13 +30,18 @@ RELATIVE_SHARE = 0.1
 TOGETHER_MAX = 1 / 3
 INHERITED = 2 / 3
 FULL_CONFIDENCE_WINDOWS = 200  # 10 s of 50 ms windows
+MIN_WINDOWS = 40  # fewer windows than this (2 s of 50 ms): "not enough data", no verdict
+#: confidence factor of a verdict naming a tier whose N* was estimated this well (NStar.confidence)
+N_STAR_WEIGHT = {"high": 1.0, "medium": 0.85, "low": 0.6}
+#: confidence of "no saturated tier" when some server held a queue that no N* explains
+UNEXPLAINED_NONE = 0.4
 
 
 @dataclass(frozen=True)
 class Verdict:
     """Where the bottleneck is, in plain words."""
 
-    kind: str  # "single", "alternating", "none", "several"
+    kind: str  # "single", "alternating", "none", "several", "insufficient" (not enough data)
     tiers: list[str]
     text: str  # e.g. "single bottleneck at db", "bottleneck alternating between app and db"
     confidence: float  # 0..1
@@ -114,8 +119,14 @@ def verdict(
     window_ns: int = 50_000_000,
     n_star_text: dict[str, str] | None = None,
     calls: set[tuple[str, str]] | None = None,
+    n_star_weight: dict[str, float] | None = None,
+    unexplained: list[str] | None = None,
 ) -> Verdict:
-    """The verdict in words from per-tier saturated-window indicators (rules in the module docstring)."""
+    """The verdict in words from per-tier saturated-window indicators (rules in the module docstring).
+
+    `n_star_weight` (tier -> 0..1) scales the confidence of a verdict naming that tier by how well
+    its N* was estimated; `unexplained` lists servers that held a queue no N* accounts for (no
+    saturation point could be estimated): "no saturated tier" is then said with low confidence."""
     shares = {t: float(saturated[t].mean()) if saturated[t].size else 0.0 for t in tiers}
     n_windows = max((saturated[t].size for t in tiers), default=0)
     ranked = sorted(tiers, key=lambda t: -shares[t])
@@ -140,15 +151,24 @@ def verdict(
     evidence = f"saturated share of {n_windows} windows of {ms:g} ms: {share_text}"
     if inherited:
         evidence += "; not counted (queue amplification from downstream): " + "; ".join(inherited)
+    if n_windows < MIN_WINDOWS:
+        return Verdict("insufficient", [], f"not enough data: {n_windows} windows of {ms:g} ms "
+                       f"(at least {MIN_WINDOWS} needed)", 0.0, evidence)
     if not part:
         conf = 1.0 - (lead / min_share if min_share > 0 else 0.0) * 0.5
+        if unexplained:
+            conf = min(conf, UNEXPLAINED_NONE)
+            evidence += ("; held a queue with no saturation point estimated (saturation cannot be ruled out): "
+                         + ", ".join(unexplained))
         return Verdict("none", [], "no saturated tier", _clip(conf) * _data_weight(n_windows), evidence)
+    weight = min((n_star_weight or {}).get(t, 1.0) for t in part)
     if len(part) == 1:
         t = part[0]
         # the runner-up among the tiers whose saturation is their own (not a callee's, rule 2)
         runner = max((shares[r] for r in ranked if r != t and r not in dropped), default=0.0)
         conf = min(1.0, shares[t] / (min_share * 5)) * (1.0 - runner / max(shares[t], 1e-12))
-        return Verdict("single", [t], f"single bottleneck at {t}", _clip(conf) * _data_weight(n_windows), evidence)
+        return Verdict("single", [t], f"single bottleneck at {t}", _clip(conf) * weight * _data_weight(n_windows),
+                       evidence)
     a = part[0]
     alternating = [a]
     together_ratios = []
@@ -167,11 +187,13 @@ def verdict(
         conf = (1.0 - worst / together_max) * min(1.0, switches / 0.5)
         names = sorted(alternating, key=tiers.index)
         text = "bottleneck alternating between " + _join(names)
-        return Verdict("alternating", names, text, _clip(0.5 + 0.5 * conf) * _data_weight(n_windows), evidence)
+        return Verdict("alternating", names, text, _clip(0.5 + 0.5 * conf) * weight * _data_weight(n_windows),
+                       evidence)
     names = sorted(part, key=tiers.index)
     best = min(r for _, r in together_ratios)
     conf = min(1.0, (best - together_max) / (1 - together_max) + 0.5)
-    return Verdict("several", names, "several tiers saturated at once: " + _join(names), _clip(conf) * _data_weight(n_windows), evidence)
+    return Verdict("several", names, "several tiers saturated at once: " + _join(names),
+                   _clip(conf) * weight * _data_weight(n_windows), evidence)
 
 
 def _join(names: list[str]) -> str:

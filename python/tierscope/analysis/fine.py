@@ -75,6 +75,10 @@ class FineGrained:
         return _tier_saturated(self.series, self.tiers, self.n_windows)
 
 
+#: A server without N* whose median window load (exclusive) is at least this held a real queue:
+#: "no saturated tier" cannot be said with confidence while it is unexplained.
+UNEXPLAINED_LOAD = 2.0
+
 #: Windows a first-pass stall covers this much of are left out of the main sequence, as paused ones are.
 STALL_EXCLUDE = 0.2
 
@@ -110,6 +114,29 @@ def _signature(parts: list, server: int, level: np.ndarray, own_ns: np.ndarray,
     throughput = mine.sum() / (span / 1e9) if span > 0 else 0.0
     inside = mine & keep & (req.start >= start.min() + margin) & (req.start <= end.max() - margin)
     return saturation.queue_signature(level[inside], own_ns[inside] / 1e9, throughput)
+
+
+#: A server is pinned at a ceiling when its largest number of requests is the same in this share of
+#: the windows in which it held any (and it held some in that share of all windows).
+CEILING_SHARE = 0.9
+
+
+def _ceiling(peak: np.ndarray) -> int | None:
+    """The ceiling a server's per-window maximum number of requests is pinned at, or None."""
+    active = peak > 0
+    if peak.size == 0 or active.mean() < CEILING_SHARE:
+        return None
+    top = int(peak.max())
+    return top if top >= 2 and (peak[active] == top).mean() >= CEILING_SHARE else None
+
+
+def _residence_floor(parts: list, server: int, own_ns: np.ndarray, labels: np.ndarray,
+                     sig: saturation.QueueSignature) -> NStar | None:
+    req = parts[0]
+    mine = req.server == server
+    span = float(req.end[mine].max() - req.start[mine].min())
+    throughput = mine.sum() / (span / 1e9) if span > 0 else 0.0
+    return saturation.residence_floor(own_ns[mine] / 1e9, labels[mine], throughput, sig.level_median)
 
 
 def _tier_saturated(series: pa.Table, tiers: list[str], n_windows: int) -> dict[str, np.ndarray]:
@@ -285,6 +312,8 @@ def analyze_fine(
     halted = _merge_spans(pause_spans, first_stalls)
     stalled_first = stalls.stalled_share(first_stalls, n_servers, n_windows, window_ns)
     level, own = arrival_levels(parts, n_servers)
+    labels = (requests.column("label").fill_null("").to_numpy(zero_copy_only=False)
+              if "label" in requests.column_names else None)
     unpaused = ~overlaps_pause(parts, halted)
     for i, (tier, server) in enumerate(keys):
         sl = slice(i * n_windows, (i + 1) * n_windows)
@@ -301,14 +330,42 @@ def analyze_fine(
                 "requests that found the server idle",
                 f"requests that found the server idle at a lower workload level ({service_s * 1e3:.2f} ms; "
                 f"{count} here)"))
+        if not math.isfinite(ns.n_star) and service_s:
+            mine = (parts[0].server == i) & unpaused
+            k, why = saturation.residence_knee(level[mine], own[mine] / 1e9, service_s)
+            if math.isfinite(k):
+                ns = saturation.from_residence_knee(ns, k, why)
         if not math.isfinite(ns.n_star):
             sig = _signature(parts, i, level, own, ~overlaps_pause(parts, pause_spans))
             if sig.saturated:
                 ns = saturation.from_signature(ns, sig)
+            elif sig.level_low >= saturation.SIGNATURE_MIN_LEVEL and labels is not None:
+                floor = _residence_floor(parts, i, own, labels, sig)
+                if floor is not None:
+                    ns = dataclasses.replace(floor, windows_used=ns.windows_used, bin_load=ns.bin_load,
+                                             bin_throughput=ns.bin_throughput, bin_count=ns.bin_count)
         n_star[server] = ns
+    # a callee pinned at a ceiling no N* explains: its callers' pool (connections, threads) is full
+    called = {b for _, b in _tier_calls(requests, parent_row)} if exclusive else set()
+    if called and "load_max" in series.column_names:
+        peak = np.asarray(series.column("load_max"), np.int64)
+        for i, (tier, server) in enumerate(keys):
+            ns = n_star[server]
+            if math.isfinite(ns.n_star) or tier not in called:
+                continue
+            pinned = _ceiling(peak[i * n_windows:(i + 1) * n_windows])
+            if pinned is not None:
+                n_star[server] = dataclasses.replace(
+                    ns, n_star=float(pinned), plateau_found=True, basis="ceiling", confidence="low",
+                    method=f"ceiling: held {pinned} requests, never more, in {CEILING_SHARE:.0%} or more of the windows "
+                           "with flat throughput: its callers cannot send more (their pool of connections or threads "
+                           "to it is full) and queue for it; saturated when full (low confidence: the capacity behind "
+                           f"the pool is not in the trace); the main sequence alone: {ns.method}")
     # a window is saturated when the server held more than N* requests for at least half of it
-    # the level is an integer: more than round(N*) requests present means some wait
-    thresholds = np.asarray([max(1.0, float(np.round(n_star[s].n_star))) if math.isfinite(n_star[s].n_star)
+    # the level is an integer: more than round(N*) requests present means some wait (at a
+    # ceiling: being full is the saturation)
+    thresholds = np.asarray([(n_star[s].n_star - 1 if n_star[s].basis == "ceiling" else
+                              max(1.0, float(np.round(n_star[s].n_star)))) if math.isfinite(n_star[s].n_star)
                              else math.inf for _, s in keys])
     above = share_above(parts, thresholds, n_servers, n_windows, window_ns)
     series = series.append_column("share_above_n_star", pa.array(above.ravel()))
@@ -362,9 +419,19 @@ def analyze_fine(
     for t in tiers:
         values = [n_star[s] for (tt, s) in keys if tt == t]
         finite = [v.n_star for v in values if math.isfinite(v.n_star)]
-        n_star_text[t] = ("N*=" + "/".join(f"{v:.1f}" for v in finite)) if finite else "no plateau"
+        n_star_text[t] = ("N*" + "/".join(("<=" if v.basis == "queue signature" else "=") + f"{v.n_star:.1f}"
+                                          for v in values if math.isfinite(v.n_star))) if finite else "no plateau"
+    weights: dict[str, float] = {}
+    unexplained = []
+    for i, (t, s) in enumerate(keys):
+        ns = n_star[s]
+        if math.isfinite(ns.n_star):
+            weights[t] = min(weights.get(t, 1.0), alternation.N_STAR_WEIGHT.get(ns.confidence, 0.6))
+        elif float(np.median(used[i * n_windows:(i + 1) * n_windows])) >= UNEXPLAINED_LOAD:
+            unexplained.append(f"{s} (median load {float(np.median(used[i * n_windows:(i + 1) * n_windows])):.1f})")
     verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text,
-                                  calls=_tier_calls(requests, parent_row) if exclusive else None)
+                                  calls=_tier_calls(requests, parent_row) if exclusive else None,
+                                  n_star_weight=weights, unexplained=unexplained)
     return FineGrained(
         series=series,
         n_star=n_star,

@@ -222,6 +222,87 @@ def queue_signature(level: np.ndarray, own_s: np.ndarray, throughput: float, bin
     return QueueSignature(saturated, ratio, low_ratio, low, floor, med, n, text)
 
 
+def residence_knee(level: np.ndarray, own_s: np.ndarray, service_s: float, min_per_bin: int = 10,
+                   bins: int = 16) -> tuple[float, str]:
+    """N* from the requests' own main sequence: residence against the number found at arrival.
+
+    A server that can work on k requests at once serves a request that finds n < k others in its
+    service time S, and one that finds n >= k after the n - k + 1 ahead of it have left, at k per
+    S: R(n) = S for n < k, S + (n - k + 1)·S / k above (first come, first served; processor sharing
+    is close). With S measured (requests that found the server idle), k is the one unknown: the
+    integer that fits the mean residence of log-spaced bins of n best (squared error of the logs,
+    weighted by the bins' counts). Accepted when at least two bins lie at 2k or beyond, where the
+    residence is at least 1.5 S (the queue was seen well past the knee and made requests wait);
+    else (inf, why). This sees a knee that bursts reach but the windows' deciles do not."""
+    level = np.asarray(level, np.int64)
+    own_s = np.asarray(own_s, np.float64)
+    if level.size == 0 or not service_s > 0:
+        return math.inf, "no requests or no service time"
+    top = int(level.max())
+    edges = np.unique(np.round(np.geomspace(1, top + 2, bins)).astype(np.int64))
+    edges = np.r_[0, edges]
+    which = np.searchsorted(edges, level, side="right") - 1
+    bx, by, bw = [], [], []
+    for b in range(edges.size):
+        sel = which == b
+        if sel.sum() >= min_per_bin:
+            bx.append(float(level[sel].mean()))
+            by.append(float(own_s[sel].mean()))
+            bw.append(float(sel.sum()))
+    if len(bx) < 3:
+        return math.inf, "the queue found at arrival took too few values"
+    x, y, w = np.asarray(bx), np.asarray(by), np.asarray(bw)
+
+    def model(k: int) -> np.ndarray:
+        return np.where(x < k, service_s, service_s + (x - k + 1) * service_s / k)
+
+    candidates = range(1, max(2, int(x.max())) + 1)
+    errors = [float(np.sum(w * (np.log(np.maximum(y, 1e-9)) - np.log(model(k))) ** 2)) for k in candidates]
+    k = candidates[int(np.argmin(errors))]
+    past = x >= 2 * k
+    if past.sum() < 2 or not (y[past] >= 1.5 * service_s).all():
+        return math.inf, (f"residence against the queue found at arrival shows no knee below half the largest "
+                          f"queues seen (best fit {k}, {int(past.sum())} bins beyond 2x it)")
+    return float(k), (f"knee of residence against the queue found at arrival: {k} (S = {service_s * 1e3:.2f} ms; "
+                      f"{int(past.sum())} of {x.size} bins beyond 2x it, residence there "
+                      f"{y[past].min() / service_s:.1f}-{y[past].max() / service_s:.1f} x S)")
+
+
+def from_residence_knee(ns: NStar, k: float, text: str) -> NStar:
+    """N* from `residence_knee` for a server whose windows showed no plateau."""
+    return dataclasses.replace(ns, n_star=max(1.0, k), plateau_found=True, basis="residence knee",
+                               confidence="medium", method=f"{text}; the main sequence alone: {ns.method}")
+
+
+#: Quantile of a label's residence taken as its service time when no request found the server idle.
+FLOOR_QUANTILE = 0.01
+
+
+def residence_floor(own_s: np.ndarray, labels: np.ndarray, throughput: float, level_median: float) -> NStar | None:
+    """N* of a server that is never idle and whose queue hardly varies (neither the main sequence
+    nor the queue signature can place it), from the shortest residences of each label: a label's
+    FLOOR_QUANTILE residence stands for its service time, N* = X x the count-weighted mean of those
+    (throughput x service time; at least 1). Accepted as saturated when the median number found in
+    the server is at least twice that; low confidence: a server whose requests wait on something
+    unseen (an untraced call, a lock) looks the same."""
+    own_s = np.asarray(own_s, np.float64)
+    if own_s.size < SIGNATURE_MIN_REQUESTS or not throughput > 0:
+        return None
+    values, inverse = np.unique(np.asarray(labels, object).astype(str), return_inverse=True)
+    floors = np.asarray([np.quantile(own_s[inverse == i], FLOOR_QUANTILE) for i in range(values.size)])
+    counts = np.bincount(inverse, minlength=values.size)
+    service = float(np.sum(floors * counts) / counts.sum())
+    n_star = max(1.0, throughput * service)
+    if level_median < 2 * n_star:
+        return None
+    return NStar(n_star, f"shortest residences: N* about {n_star:.1f} = {throughput:.0f}/s x {service * 1e3:.2f} ms "
+                         f"(the {FLOOR_QUANTILE:.0%} residence of each of {values.size} labels); never idle, "
+                         f"{level_median:.0f} found in the server at the median: saturated throughout "
+                         "(low confidence: waiting on something unseen looks the same)",
+                 throughput, 1.0 / service if service > 0 else math.nan, True, basis="shortest residences",
+                 confidence="low")
+
+
 def from_signature(ns: NStar, sig: QueueSignature) -> NStar:
     """N* of a server the main sequence could not place but whose queue signature shows it saturated:
     at most the low end of the queues seen (the 1st percentile: its residence grew at the full rate
