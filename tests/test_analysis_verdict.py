@@ -242,3 +242,33 @@ def test_a_server_never_idle_takes_its_service_time_from_a_lower_level():
     assert "lower workload level" in ns.method and "saturated throughout" in ns.method
     assert fg.verdict.text == "single bottleneck at db"
     assert fg.saturated_share["db"] > 0.95
+
+
+def test_the_simulators_alternating_example_without_its_events_table():
+    """`tierscope simulate`'s alternating example (app frozen ~150 ms a second) is named the same
+    with and without its events table: the freezes show in the requests (stalls)."""
+    import tomllib
+    from pathlib import Path
+
+    import pyarrow.compute as pc
+
+    from tierscope import simulate as sim
+    from tierscope.analysis.windows import interval_ratio
+
+    spec = tomllib.loads((Path(__file__).parent.parent / "examples/simulate/alternating.toml").read_text())
+    run = sim.simulate(sim.parse_spec(spec))
+    requests = run.requests.filter(pc.not_equal(run.requests.column("tier"), "client"))
+    with_events = analyze_fine(requests, run.events)
+    without = analyze_fine(requests)
+    for fg in (with_events, without):
+        assert fg.verdict.kind == "alternating" and set(fg.verdict.tiers) == {"app", "db"}, fg.verdict
+    # the truth: windows the simulator's saturation intervals cover for at least half
+    truth = run.saturation_truth
+    w = without.window_ns
+    for tier in ("app", "db"):
+        rows = truth.filter(pc.equal(truth.column("tier"), tier))
+        cover = interval_ratio(np.asarray(rows.column("start_ns")), np.asarray(rows.column("end_ns")),
+                               without.base_ns, without.n_windows, w)
+        share = float((cover >= 0.5).mean())
+        assert abs(without.saturated_share[tier] - share) <= 0.08, (tier, without.saturated_share, share)
+        assert abs(without.saturated_share[tier] - with_events.saturated_share[tier]) <= 0.05
