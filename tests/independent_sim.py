@@ -266,11 +266,16 @@ def window_grid(result: Result, window_s: float) -> tuple[float, int]:
     return (base - EPOCH_S * 1_000_000_000) / 1e9, (last - base) // w + 1
 
 
-def truth_shares(result: Result, system: System, window_s: float = 0.05) -> dict[str, float]:
-    """Per tier: the share of windows in which at least half of its servers were saturated."""
+def truth_windows(result: Result, system: System, window_s: float = 0.05) -> dict[str, np.ndarray]:
+    """Per tier: per window, whether at least half of its servers were saturated (by construction)."""
     base, n = window_grid(result, window_s)
     out = {}
     for tier in system.tiers:
         sat = np.array([saturated_truth(result, system, s.name, base, window_s, n) for s in system.of(tier)])
-        out[tier] = float((sat.sum(0) >= np.ceil(sat.shape[0] / 2)).mean())
+        out[tier] = sat.sum(0) >= np.ceil(sat.shape[0] / 2)
     return out
+
+
+def truth_shares(result: Result, system: System, window_s: float = 0.05) -> dict[str, float]:
+    """Per tier: the share of windows in which at least half of its servers were saturated."""
+    return {t: float(v.mean()) for t, v in truth_windows(result, system, window_s).items()}

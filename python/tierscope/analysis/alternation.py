@@ -8,7 +8,7 @@ a tier is saturated in a window when at least half of its servers are). Rules (d
 * No tier takes part → "none": no saturated tier.
 * One tier → "single": single bottleneck at X.
 * A participant A that calls a participant B (parent/child links) and is saturated mostly
-  (>= 2/3 of its saturated windows) while B is, with B saturated at least as often, is dropped:
+  (>= 2/3 of its saturated windows) while B is, with B saturated at least 0.9 times as often, is dropped:
   its saturation is B's queue amplified upstream (Wang et al., Lightning in the Cloud).
 * Two or more: they *alternate* when they are rarely saturated together — the windows where both
   are saturated are fewer than `together_max` (1/3) of the smaller tier's saturated windows —
@@ -18,6 +18,7 @@ a tier is saturated in a window when at least half of its servers are). Rules (d
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from itertools import combinations
@@ -29,12 +30,28 @@ MIN_SHARE = 0.02
 RELATIVE_SHARE = 0.1
 TOGETHER_MAX = 1 / 3
 INHERITED = 2 / 3
+CALLEE_SHARE = 0.9  # rule 2: the callee saturated at least this share as often as the caller
 FULL_CONFIDENCE_WINDOWS = 200  # 10 s of 50 ms windows
 MIN_WINDOWS = 40  # fewer windows than this (2 s of 50 ms): "not enough data", no verdict
 #: confidence factor of a verdict naming a tier whose N* was estimated this well (NStar.confidence)
 N_STAR_WEIGHT = {"high": 1.0, "medium": 0.85, "low": 0.6}
 #: confidence of "no saturated tier" when some server held a queue that no N* explains
 UNEXPLAINED_NONE = 0.4
+#: confidence cap of any verdict while such a server exists (it may be saturated unseen)
+UNEXPLAINED_ANY = 0.6
+#: confidence of "no saturated tier" when servers without N* held more than one request often
+UNCERTAIN_NONE = 0.6
+#: confidence cap of any other verdict while such servers exist
+UNCERTAIN_ANY = 0.75
+#: confidence cap of a verdict that partial inheritance changed (rule 2, `partial`)
+PARTIAL_CAP = 0.6
+#: a tier saturated in at least this share of the share needed to take part is near it...
+NEAR = 0.5
+#: ...and caps the verdict's confidence: a small error in its share would change the verdict
+NEAR_CAP = 0.75
+#: confidence cap of a verdict that dropped a tier as inherited (rule 2): the caller's own
+#: saturation, if any, hides inside the callee's windows
+INHERITED_CAP = 0.75
 
 
 @dataclass(frozen=True)
@@ -109,7 +126,22 @@ def _data_weight(n_windows: int) -> float:
     return min(1.0, n_windows / FULL_CONFIDENCE_WINDOWS)
 
 
-def verdict(
+def verdict(tiers: list[str], saturated: dict[str, np.ndarray], switches: float, **options) -> Verdict:
+    """The verdict in words from per-tier saturated-window indicators (rules in the module docstring;
+    options as `_verdict`). When partial inheritance (rule 2) changed the verdict, it is said with
+    at most PARTIAL_CAP: the windows given to the callee may have been the caller's own too."""
+    found = _verdict(tiers, saturated, switches, **options)
+    if "windows are" not in found.evidence or not options.get("full"):
+        return found
+    whole = _verdict(tiers, saturated, switches, **{**options, "partial": False})
+    if (whole.kind, sorted(whole.tiers)) == (found.kind, sorted(found.tiers)):
+        return found
+    return dataclasses.replace(found, confidence=min(found.confidence, PARTIAL_CAP),
+                               evidence=found.evidence + f"; counting those windows for both tiers would say: "
+                                                         f"{whole.text}")
+
+
+def _verdict(
     tiers: list[str],
     saturated: dict[str, np.ndarray],
     switches: float,
@@ -121,12 +153,22 @@ def verdict(
     calls: set[tuple[str, str]] | None = None,
     n_star_weight: dict[str, float] | None = None,
     unexplained: list[str] | None = None,
+    full: dict[str, np.ndarray] | None = None,
+    uncertain: list[str] | None = None,
+    partial: bool = True,
 ) -> Verdict:
-    """The verdict in words from per-tier saturated-window indicators (rules in the module docstring).
+    """The verdict (see `verdict`).
 
     `n_star_weight` (tier -> 0..1) scales the confidence of a verdict naming that tier by how well
     its N* was estimated; `unexplained` lists servers that held a queue no N* accounts for (no
-    saturation point could be estimated): "no saturated tier" is then said with low confidence."""
+    saturation point could be estimated): "no saturated tier" is then said with low confidence.
+    `full` (tier -> bool per window): the tier held as many requests as it ever did (its callers'
+    pool to it was full); when given, rule 2 counts only the caller's windows in which the callee
+    was saturated *and* full: a caller can only be queueing for a callee that takes no more, and
+    (`partial`) a caller mostly saturated on its own loses just those windows; when that changes
+    the verdict, it is said with at most medium confidence. `uncertain` lists servers without N*
+    that held more than one request for half of a window often enough to matter (were their N* 1,
+    they would take part): "no saturated tier" is then said with at most medium confidence."""
     shares = {t: float(saturated[t].mean()) if saturated[t].size else 0.0 for t in tiers}
     n_windows = max((saturated[t].size for t in tiers), default=0)
     ranked = sorted(tiers, key=lambda t: -shares[t])
@@ -137,12 +179,23 @@ def verdict(
     for a in list(part):
         for b in part:
             if a != b and calls and (a, b) in calls:
-                inside = float((saturated[a] & saturated[b]).sum()) / max(float(saturated[a].sum()), 1.0)
-                if inside >= INHERITED and shares[b] >= shares[a]:
+                held = saturated[b] if full is None or b not in full else saturated[b] & full[b]
+                inside = float((saturated[a] & held).sum()) / max(float(saturated[a].sum()), 1.0)
+                if inside >= INHERITED and shares[b] >= CALLEE_SHARE * shares[a]:
                     inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls")
                     part.remove(a)
                     dropped.add(a)
                     break
+                if partial and full is not None and b in full and inside > 0:
+                    # partly inherited: the windows in which the callee was saturated and full are
+                    # the callee's; the caller keeps the rest as its own (a freeze, its own cores)
+                    saturated = {**saturated, a: saturated[a] & ~held}
+                    inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls "
+                                     f"(those windows are {b}'s)")
+                    shares[a] = float(saturated[a].mean())
+    part = [t for t in part if shares[t] >= min_share and shares[t] >= RELATIVE_SHARE * lead]
+    part.sort(key=lambda t: -shares[t])
+    ranked = sorted(tiers, key=lambda t: -shares[t])
     ms = window_ns / 1e6
     share_text = ", ".join(
         f"{t} {shares[t]:.1%}" + (f" ({n_star_text[t]})" if n_star_text and t in n_star_text else "")
@@ -160,15 +213,36 @@ def verdict(
             conf = min(conf, UNEXPLAINED_NONE)
             evidence += ("; held a queue with no saturation point estimated (saturation cannot be ruled out): "
                          + ", ".join(unexplained))
+        elif uncertain:
+            conf = min(conf, UNCERTAIN_NONE)
+            evidence += ("; no saturation point estimated for servers that held more than one request often "
+                         "(with N* = 1 they would be saturated): " + ", ".join(uncertain))
         return Verdict("none", [], "no saturated tier", _clip(conf) * _data_weight(n_windows), evidence)
     weight = min((n_star_weight or {}).get(t, 1.0) for t in part)
+    cap = 1.0
+    if unexplained:
+        cap = UNEXPLAINED_ANY
+        evidence += ("; held a queue with no saturation point estimated (its saturation cannot be judged): "
+                     + ", ".join(unexplained))
+    if dropped:
+        cap = min(cap, INHERITED_CAP)
+    if uncertain and not unexplained:
+        cap = min(cap, UNCERTAIN_ANY)
+        evidence += ("; no saturation point estimated for servers that held more than one request often (their "
+                     "saturated share is a lower bound): " + ", ".join(uncertain))
+    bar = max(min_share, RELATIVE_SHARE * lead)
+    near = [t for t in ranked if t not in part and t not in dropped and shares[t] >= NEAR * bar]
+    if near:
+        cap = min(cap, NEAR_CAP)
+        evidence += (f"; near the {bar:.1%} needed to take part: "
+                     + ", ".join(f"{t} {shares[t]:.1%}" for t in near))
     if len(part) == 1:
         t = part[0]
         # the runner-up among the tiers whose saturation is their own (not a callee's, rule 2)
         runner = max((shares[r] for r in ranked if r != t and r not in dropped), default=0.0)
         conf = min(1.0, shares[t] / (min_share * 5)) * (1.0 - runner / max(shares[t], 1e-12))
-        return Verdict("single", [t], f"single bottleneck at {t}", _clip(conf) * weight * _data_weight(n_windows),
-                       evidence)
+        return Verdict("single", [t], f"single bottleneck at {t}",
+                       min(cap, _clip(conf) * weight) * _data_weight(n_windows), evidence)
     a = part[0]
     alternating = [a]
     together_ratios = []
@@ -187,13 +261,13 @@ def verdict(
         conf = (1.0 - worst / together_max) * min(1.0, switches / 0.5)
         names = sorted(alternating, key=tiers.index)
         text = "bottleneck alternating between " + _join(names)
-        return Verdict("alternating", names, text, _clip(0.5 + 0.5 * conf) * weight * _data_weight(n_windows),
-                       evidence)
+        return Verdict("alternating", names, text,
+                       min(cap, _clip(0.5 + 0.5 * conf) * weight) * _data_weight(n_windows), evidence)
     names = sorted(part, key=tiers.index)
     best = min(r for _, r in together_ratios)
     conf = min(1.0, (best - together_max) / (1 - together_max) + 0.5)
     return Verdict("several", names, "several tiers saturated at once: " + _join(names),
-                   _clip(conf) * weight * _data_weight(n_windows), evidence)
+                   min(cap, _clip(conf) * weight) * _data_weight(n_windows), evidence)
 
 
 def _join(names: list[str]) -> str:

@@ -139,6 +139,20 @@ def _residence_floor(parts: list, server: int, own_ns: np.ndarray, labels: np.nd
     return saturation.residence_floor(own_ns[mine] / 1e9, labels[mine], throughput, sig.level_median)
 
 
+def _tier_full(series: pa.Table, tiers: list[str], n_windows: int) -> dict[str, np.ndarray]:
+    """Per tier: bool per window, at least half of its servers at their ceiling (the most requests
+    they held in any window, at least 2): their callers could send no more."""
+    out = {}
+    tier_col = series.column("tier").to_numpy(zero_copy_only=False)
+    peak = np.asarray(series.column("load_max"), np.int64)
+    for t in tiers:
+        rows = peak[tier_col == t].reshape(-1, n_windows)
+        top = rows.max(axis=1, keepdims=True)
+        at = (rows == top) & (top >= 2)
+        out[t] = at.sum(0) >= math.ceil(rows.shape[0] / 2)
+    return out
+
+
 def _tier_saturated(series: pa.Table, tiers: list[str], n_windows: int) -> dict[str, np.ndarray]:
     out = {}
     tier_col = series.column("tier").to_numpy(zero_copy_only=False)
@@ -429,9 +443,19 @@ def analyze_fine(
             weights[t] = min(weights.get(t, 1.0), alternation.N_STAR_WEIGHT.get(ns.confidence, 0.6))
         elif float(np.median(used[i * n_windows:(i + 1) * n_windows])) >= UNEXPLAINED_LOAD:
             unexplained.append(f"{s} (median load {float(np.median(used[i * n_windows:(i + 1) * n_windows])):.1f})")
+    # servers without N* that, were their N* 1, would be saturated often enough to take part
+    unknown = np.asarray([0.0 if math.isfinite(n_star[s].n_star) else 1.0 for _, s in keys])
+    uncertain = []
+    if (unknown > 0).any():
+        crowded = share_above(parts, np.where(unknown > 0, 1.0, math.inf), n_servers, n_windows, window_ns)
+        uncertain = [f"{s} ({float((crowded[i] >= SATURATED_SHARE).mean()):.0%} of the windows)"
+                     for i, (_, s) in enumerate(keys)
+                     if unknown[i] and float((crowded[i] >= SATURATED_SHARE).mean()) >= alternation.MIN_SHARE]
     verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text,
                                   calls=_tier_calls(requests, parent_row) if exclusive else None,
-                                  n_star_weight=weights, unexplained=unexplained)
+                                  n_star_weight=weights, unexplained=unexplained,
+                                  full=_tier_full(series, tiers, n_windows) if exclusive else None,
+                                  uncertain=uncertain)
     return FineGrained(
         series=series,
         n_star=n_star,

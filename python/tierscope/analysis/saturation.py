@@ -161,6 +161,8 @@ SIGNATURE_MIN_REQUESTS = 200
 SIGNATURE_MIN_LEVEL = 3
 #: ...and residence growing with that number by at least this share of 1/X per request ahead.
 SIGNATURE_MIN_RATE = 0.5
+#: ...with neither half of the curve flatter than this share of it.
+SIGNATURE_FLAT_RATE = 0.2
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,7 @@ def queue_signature(level: np.ndarray, own_s: np.ndarray, throughput: float, bin
     second over the same span. A saturated work-conserving server works at its maximum rate X
     whatever the queue, so a request that finds n others leaves after about (n + 1) / X: residence
     grows with n at slope 1/X, from the lowest queue seen to the highest. A server with spare
-    capacity serves extra requests in parallel (slope near 0), and one that is only sometimes
+    capacity serves extra requests in parallel (slope near 0, over the whole curve), and one that is only sometimes
     short of capacity is idle or nearly so at times (its 5th percentile of n is low) and is judged
     by the main sequence instead. The slope is a least-squares line through the median residence
     of `bins` quantile bins of n (medians: the service times' spread), over all bins and over the
@@ -215,7 +217,10 @@ def queue_signature(level: np.ndarray, own_s: np.ndarray, throughput: float, bin
     low_slope = (float(np.polyfit(bx_a[half], by_a[half], 1)[0]) if half.sum() >= 2 and np.ptp(bx_a[half]) > 0
                  else slope)
     ratio, low_ratio = slope * throughput, low_slope * throughput
-    saturated = low >= SIGNATURE_MIN_LEVEL and ratio >= SIGNATURE_MIN_RATE and low_ratio >= SIGNATURE_MIN_RATE
+    # one of the two at the full rate, the other not flat: a burst that ends in a pause (a freeze
+    # every second) flattens the top or the bottom of the curve, spare capacity flattens both
+    saturated = (low >= SIGNATURE_MIN_LEVEL and max(ratio, low_ratio) >= SIGNATURE_MIN_RATE
+                 and min(ratio, low_ratio) >= SIGNATURE_FLAT_RATE)
     text = (f"residence grows by {slope * 1e3:.2f} ms per request found in the server ({ratio:.2f} x 1/X at "
             f"{throughput:.0f}/s; {low_ratio:.2f} over the lower half) with {floor:.0f} to {float(np.max(level)):.0f} "
             f"found (1st percentile to max)")
