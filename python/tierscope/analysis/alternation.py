@@ -129,13 +129,15 @@ def _data_weight(n_windows: int) -> float:
 def verdict(tiers: list[str], saturated: dict[str, np.ndarray], switches: float, **options) -> Verdict:
     """The verdict in words from per-tier saturated-window indicators (rules in the module docstring;
     options as `_verdict`). When partial inheritance (rule 2) changed the verdict, it is said with
-    at most PARTIAL_CAP: the windows given to the callee may have been the caller's own too."""
+    at most PARTIAL_CAP: the windows given to the callee may have been the caller's own too; when
+    it did not, with no more confidence than the verdict without it."""
     found = _verdict(tiers, saturated, switches, **options)
-    if "windows are" not in found.evidence or not options.get("full"):
+    if "windows are" not in found.evidence:
         return found
     whole = _verdict(tiers, saturated, switches, **{**options, "partial": False})
     if (whole.kind, sorted(whole.tiers)) == (found.kind, sorted(found.tiers)):
-        return found
+        # no surer than without the attribution (its margins, e.g. the together ratio, were thinner)
+        return dataclasses.replace(found, confidence=min(found.confidence, whole.confidence))
     return dataclasses.replace(found, confidence=min(found.confidence, PARTIAL_CAP),
                                evidence=found.evidence + f"; counting those windows for both tiers would say: "
                                                          f"{whole.text}")
@@ -153,7 +155,6 @@ def _verdict(
     calls: set[tuple[str, str]] | None = None,
     n_star_weight: dict[str, float] | None = None,
     unexplained: list[str] | None = None,
-    full: dict[str, np.ndarray] | None = None,
     uncertain: list[str] | None = None,
     partial: bool = True,
 ) -> Verdict:
@@ -162,10 +163,10 @@ def _verdict(
     `n_star_weight` (tier -> 0..1) scales the confidence of a verdict naming that tier by how well
     its N* was estimated; `unexplained` lists servers that held a queue no N* accounts for (no
     saturation point could be estimated): "no saturated tier" is then said with low confidence.
-    `full` (tier -> bool per window): the tier held as many requests as it ever did (its callers'
-    pool to it was full); when given, rule 2 counts only the caller's windows in which the callee
-    was saturated *and* full: a caller can only be queueing for a callee that takes no more, and
-    (`partial`) a caller mostly saturated on its own loses just those windows; when that changes
+    Rule 2 drops a caller mostly saturated inside its callee's saturation; a caller mostly
+    saturated on its own (`partial`) loses just those windows: a caller's queue for connections or
+    threads to a saturated callee is the callee's (a pool per process fills before the callee's
+    total does, so the callee need not look full); when that changes
     the verdict, it is said with at most medium confidence. `uncertain` lists servers without N*
     that held more than one request for half of a window often enough to matter (were their N* 1,
     they would take part): "no saturated tier" is then said with at most medium confidence."""
@@ -179,15 +180,15 @@ def _verdict(
     for a in list(part):
         for b in part:
             if a != b and calls and (a, b) in calls:
-                held = saturated[b] if full is None or b not in full else saturated[b] & full[b]
+                held = saturated[b]
                 inside = float((saturated[a] & held).sum()) / max(float(saturated[a].sum()), 1.0)
                 if inside >= INHERITED and shares[b] >= CALLEE_SHARE * shares[a]:
                     inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls")
                     part.remove(a)
                     dropped.add(a)
                     break
-                if partial and full is not None and b in full and inside > 0:
-                    # partly inherited: the windows in which the callee was saturated and full are
+                if partial and inside > 0:
+                    # partly inherited: the windows in which the callee was saturated are
                     # the callee's; the caller keeps the rest as its own (a freeze, its own cores)
                     saturated = {**saturated, a: saturated[a] & ~held}
                     inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls "

@@ -139,20 +139,6 @@ def _residence_floor(parts: list, server: int, own_ns: np.ndarray, labels: np.nd
     return saturation.residence_floor(own_ns[mine] / 1e9, labels[mine], throughput, sig.level_median)
 
 
-def _tier_full(series: pa.Table, tiers: list[str], n_windows: int) -> dict[str, np.ndarray]:
-    """Per tier: bool per window, at least half of its servers at their ceiling (the most requests
-    they held in any window, at least 2): their callers could send no more."""
-    out = {}
-    tier_col = series.column("tier").to_numpy(zero_copy_only=False)
-    peak = np.asarray(series.column("load_max"), np.int64)
-    for t in tiers:
-        rows = peak[tier_col == t].reshape(-1, n_windows)
-        top = rows.max(axis=1, keepdims=True)
-        at = (rows == top) & (top >= 2)
-        out[t] = at.sum(0) >= math.ceil(rows.shape[0] / 2)
-    return out
-
-
 def _tier_saturated(series: pa.Table, tiers: list[str], n_windows: int) -> dict[str, np.ndarray]:
     out = {}
     tier_col = series.column("tier").to_numpy(zero_copy_only=False)
@@ -454,7 +440,6 @@ def analyze_fine(
     verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text,
                                   calls=_tier_calls(requests, parent_row) if exclusive else None,
                                   n_star_weight=weights, unexplained=unexplained,
-                                  full=_tier_full(series, tiers, n_windows) if exclusive else None,
                                   uncertain=uncertain)
     return FineGrained(
         series=series,
