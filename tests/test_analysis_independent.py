@@ -116,3 +116,15 @@ def test_a_trace_too_short_gives_no_verdict(tmp_path):
     fine, _, _ = analysed(shop(), tmp_path, duration_s=1.5)
     assert fine.verdict.kind == "insufficient" and fine.verdict.confidence == 0.0
     assert "not enough data" in fine.verdict.text
+
+
+def test_a_caller_saturated_on_its_own_cores_with_its_callee_is_not_its_queue(tmp_path):
+    # the app (one core, ~4 ms a page) and the database (one core, 4 ms) have the same capacity
+    # and both queue for their cores, with connections for everyone: the app's exclusive load is
+    # its own, and its requests are slow after their last query too (rule 2 must not give the
+    # app's windows to the database)
+    fine, truth, _ = analysed(shop(app_cores=1, app_s=0.0032, db_cores=1, db_s=0.004), tmp_path)
+    assert truth["app"] >= 0.3 and truth["postgres"] >= 0.3
+    assert fine.verdict.kind == "several" and sorted(fine.verdict.tiers) == ["app", "postgres"], fine.verdict
+    assert abs(fine.saturated_share["app"] - truth["app"]) <= 0.15
+    assert abs(fine.saturated_share["postgres"] - truth["postgres"]) <= 0.15

@@ -157,6 +157,7 @@ def _verdict(
     unexplained: list[str] | None = None,
     uncertain: list[str] | None = None,
     partial: bool = True,
+    own: dict[str, np.ndarray] | None = None,
 ) -> Verdict:
     """The verdict (see `verdict`).
 
@@ -167,7 +168,9 @@ def _verdict(
     saturated on its own (`partial`) loses just those windows: a caller's queue for connections or
     threads to a saturated callee is the callee's (a pool per process fills before the callee's
     total does, so the callee need not look full); when that changes
-    the verdict, it is said with at most medium confidence. `uncertain` lists servers without N*
+    the verdict, it is said with at most medium confidence. `own` (tier -> bool per window): the
+    caller was slow after its last calls (`after_calls`), saturated on its own whatever its callee
+    did; rule 2 leaves those windows to the caller. `uncertain` lists servers without N*
     that held more than one request for half of a window often enough to matter (were their N* 1,
     they would take part): "no saturated tier" is then said with at most medium confidence."""
     shares = {t: float(saturated[t].mean()) if saturated[t].size else 0.0 for t in tiers}
@@ -180,7 +183,7 @@ def _verdict(
     for a in list(part):
         for b in part:
             if a != b and calls and (a, b) in calls:
-                held = saturated[b]
+                held = saturated[b] if own is None or a not in own else saturated[b] & ~own[a]
                 inside = float((saturated[a] & held).sum()) / max(float(saturated[a].sum()), 1.0)
                 if inside >= INHERITED and shares[b] >= CALLEE_SHARE * shares[a]:
                     inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls")

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import alternation, pauses, saturation, stalls
+from . import after_calls, alternation, pauses, saturation, stalls
 from .alternation import Verdict
 from .saturation import NStar
 from .windows import (
@@ -146,6 +146,29 @@ def _tier_saturated(series: pa.Table, tiers: list[str], n_windows: int) -> dict[
     for t in tiers:
         rows = sat[tier_col == t].reshape(-1, n_windows)
         out[t] = rows.sum(0) >= math.ceil(rows.shape[0] / 2)
+    return out
+
+
+def _tier_own_after_calls(requests: pa.Table, parent_row: np.ndarray, series: pa.Table, tiers: list[str],
+                          base_ns: int, window_ns: int, n_windows: int) -> dict[str, np.ndarray]:
+    """Per calling tier: bool per window, at least half of its servers waited after their last
+    calls too (`after_calls.own_windows`): saturated on their own, not only queueing for a callee."""
+    arrival = np.asarray(requests.column("arrival_ns"), np.int64)
+    departure = np.asarray(requests.column("departure_ns"), np.int64)
+    lead, tail = after_calls.lead_and_tail(arrival, departure, parent_row)
+    row_server = requests.column("server").to_numpy(zero_copy_only=False)
+    tier_of = series.column("tier").to_numpy(zero_copy_only=False)[::n_windows]
+    server_of = series.column("server").to_numpy(zero_copy_only=False)[::n_windows]
+    out = {}
+    for t in tiers:
+        own = []
+        for s in server_of[tier_of == t]:
+            mine = (row_server == s) & (tail >= 0)
+            if mine.any():
+                own.append(after_calls.own_windows(arrival[mine], departure[mine], lead[mine], tail[mine], base_ns,
+                                                   window_ns, n_windows))
+        if own:
+            out[t] = np.sum(own, axis=0) >= math.ceil(int((tier_of == t).sum()) / 2)
     return out
 
 
@@ -440,7 +463,9 @@ def analyze_fine(
     verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text,
                                   calls=_tier_calls(requests, parent_row) if exclusive else None,
                                   n_star_weight=weights, unexplained=unexplained,
-                                  uncertain=uncertain)
+                                  uncertain=uncertain,
+                                  own=_tier_own_after_calls(requests, parent_row, series, tiers, base_ns, window_ns,
+                                                            n_windows) if exclusive else None)
     return FineGrained(
         series=series,
         n_star=n_star,
