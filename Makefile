@@ -5,7 +5,7 @@
 #   make test      the test suite (depends on setup); what CI runs
 #   make bench     the benchmarks in bench/ (each prints ratios against a peer run side by side)
 #   make fuzz      a longer fuzzing run of the tracer's protocol parsers
-#   make fidelity  the slow end-to-end fidelity checks that do not fit in `make test`
+#   make fidelity  the real-run fidelity scenarios and the slow checks that do not fit in `make test`
 
 SHELL := /bin/bash
 VENV  := .venv
@@ -61,7 +61,7 @@ test-python:
 	$(PY) -m pytest -q -m "not slow" tests
 
 fidelity: setup
-	$(PY) -m pytest -q -m slow tests
+	$(PY) -m pytest -q -m "slow or fidelity" tests
 
 bench: setup
 	@for b in bench/*; do [ -x "$$b" ] && [ -f "$$b" ] || continue; echo "== $$b"; PATH="$(CURDIR)/$(BIN):$$PATH" "$$b" || exit 1; done

@@ -13,8 +13,9 @@ cannot pass.
 * app server paused 150 ms about every second (SIGSTOP/SIGCONT), database near saturation
   (the alternating demo): "bottleneck alternating between app and db".
 
-About 1–1.5 minutes each (3.6 min for the three here); marked slow (`make fidelity`). Needs root,
-tcpdump and PostgreSQL 15.
+About 1–1.5 minutes each (3.6 min for the three here); marked `fidelity`: `make test` runs them
+(issue 11: the real-run scenarios run in CI once per `make test`), and so does `make fidelity`;
+`pytest -m "not slow and not fidelity"` leaves them out. Needs root, tcpdump and PostgreSQL 15.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from tierscope.spec import spec_from_dict
 PRESETS = Path(__file__).resolve().parent.parent / "python" / "tierscope" / "presets"
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.fidelity,
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab starts PostgreSQL as its own OS user: needs root"),
     pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed"),
     pytest.mark.skipif(not Path("/usr/lib/postgresql/15/bin/postgres").exists(), reason="postgresql-15 not installed"),
