@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
-from tierscope.analysis.heavy import heavy_requests, heavy_summary
+from tierscope.analysis.heavy import heavy_requests, heavy_summary, stall_events
 from tierscope.analysis.whitebox import WhiteBox, whitebox
 from tierscope.ingest import ImportResult, load
 from tierscope.report.run import Point, find_points
@@ -46,6 +46,7 @@ class ReportData:
     bmap: pa.Table | None = None
     heavy: pa.Table | None = None
     heavy_summary: pa.Table | None = None
+    stalls: pa.Table | None = None  # analysis.heavy.stall_events: requests held by a stopped server
     truth: pa.Table | None = None  # the simulator's saturation_truth of the analysed point, if any
     imported: ImportResult | None = None
     points: list[Point] = field(default_factory=list)
@@ -89,8 +90,10 @@ def link_if_unlinked(requests: pa.Table) -> tuple[pa.Table, str | None]:
 
 
 def _heavy(data: ReportData, requests: pa.Table) -> None:
+    n_star = {s: ns.n_star for s, ns in data.fine.n_star.items()} if data.fine is not None else None
     try:
-        h = heavy_requests(requests)
+        h = heavy_requests(requests, n_star=n_star)
+        data.stalls = stall_events(requests, n_star=n_star)
     except Exception as err:  # an analysis failing must not take the report down
         data.notes.append(f"heavy requests not computed: {err}")
         return

@@ -239,7 +239,13 @@ def build_summary(data: ReportData) -> Summary:
     if data.heavy_summary is not None and data.heavy_summary.num_rows:
         top = data.heavy_summary.to_pylist()[0]
         look.append(f"{top['heavy']} heavy request(s) '{top['label']}' at {top['tier']}: up to {top['max_ms']:.0f} ms "
-                    f"against a median of {top['median_ms']:.1f} ms (heavy requests)")
+                    f"of their own against a median of {top['median_ms']:.1f} ms (heavy requests)")
+    if data.stalls is not None and data.stalls.num_rows:
+        st = data.stalls.to_pylist()
+        longest = max(st, key=lambda r: r["duration_ns"])
+        look.append(f"{len(st)} stall(s): a server held requests and completed none, longest {longest['duration_ns'] / 1e6:.0f} ms "
+                    f"at {longest['server']} holding {longest['requests']} request(s) ({longest['labels']}); their "
+                    f"requests are victims, not heavy requests")
     if data.imported is not None:
         facts.append(("imported", data.imported.summary()))
     if headline is None:
