@@ -140,11 +140,11 @@ def test_heavy_requests_found_with_counts_and_times():
     arrival = np.sort(rng.integers(0, 60 * S, n))
     dur = rng.uniform(1e6, 3e6, n).astype(np.int64)  # 1-3 ms, median ~2 ms
     label = np.where(np.arange(n) % 2 == 0, "search", "view")
-    heavy_idx = [100, 700, 1500]  # make three "search" requests 500x slower
-    heavy_idx = [i for i in heavy_idx if label[i] == "search"] + [102]
+    heavy_idx = list(range(100, 1900, 150))  # make twelve "search" requests 500x slower
+    assert all(label[i] == "search" for i in heavy_idx)
     for i in heavy_idx:
         dur[i] = 1_000_000_000  # 1 s
-    dur[1] = 50_000_000  # a "view" request 25x slower: slow, but not heavy
+    dur[1] = 50_000_000  # a "view" request 25x slower: slow, and alone among the views
     t = pa.table({"tier": ["db"] * n, "server": ["db1"] * n, "label": label, "arrival_ns": arrival,
                   "departure_ns": arrival + dur})
     h = heavy_requests(t)
@@ -157,7 +157,9 @@ def test_heavy_requests_found_with_counts_and_times():
     assert s[0]["max_ms"] == pytest.approx(1000.0)
     tl = heavy_timeline(h)
     assert sum(tl["heavy"].to_pylist()) == len(heavy_idx)
-    assert len(heavy_requests(t, factor=20)) == len(heavy_idx) + 1
+    # at 20x the slow view is slow too, but one of 13 slow requests for a label of half the
+    # requests is what chance gives (a victim of something else), not a heavy kind of request
+    assert len(heavy_requests(t, factor=20)) == len(heavy_idx)
 
 
 def test_point_summary_counts_errors_apart_and_uses_the_run_phase():

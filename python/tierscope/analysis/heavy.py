@@ -15,16 +15,21 @@ not. So a request is judged by its **own cost**:
   A server without N* (none given, or no saturation seen) never queued visibly: every request
   has room at once. Its **cost** is its own time from then;
 * requests caught in a **stall** (the server held more requests than it can work on — N* + 1,
-  so only for a server with N* — and handed none on, `analysis.stalls`) are not heavy requests:
-  the stall is one event, reported once in `stall_events` with the requests it held. The one(s)
-  in service when it began (arrived before it, with room) may be its cause — a long request
-  holding a server that works on one at a time — or a victim of a pause, a GC, a used-up CPU
-  quota; a trace cannot tell one stall apart, so their labels are compared: a label at least
-  `OVER_REPRESENTED` times more frequent among them than among all the server's requests is what
-  stops the server, and its requests there are judged by their cost; the others are victims;
-* a request is **heavy** when its cost is at least `factor` times the median cost of its
+  so only for a server with N* — and handed none on, `analysis.stalls`) after it began, or
+  behind others, are its victims, not heavy requests: the stall is one event, reported once in
+  `stall_events` with the requests it held;
+* a request is **slow** when its cost is at least `factor` times the median cost of its
   ``(tier, label)`` (default 100x: two orders of magnitude), among labels with at least
-  `min_count` requests not stalled. Requests without a label are grouped under ``(no label)``.
+  `min_count` requests not stalled. Requests without a label are grouped under ``(no label)``;
+* slow requests are **heavy** when their label is slow far more often than the server's other
+  requests are as slow: a stop or a share of a busy CPU the trace cannot see (a CFS quota used
+  up, a GC, processor sharing among many requests) delays whatever is in service by about the
+  same time whatever its label, while a kind of request that is expensive is slow on its own.
+  The label's requests at least `factor` x its median cost are compared with the other labels'
+  requests at least that long (absolute time: a cheap label is 100x slower after a delay that
+  leaves a costlier one at 10x, and its victims must not count as heavy): the binomial tail of
+  its count at the others' rate below `ALPHA`, and its rate at least `CONCENTRATION` times
+  theirs. On a server with one label nothing is compared: none are reported.
 """
 
 from __future__ import annotations
@@ -41,9 +46,10 @@ from .fine import resolve_parent_rows
 from .windows import arrival_levels, floor_base, request_intervals
 
 DEFAULT_FACTOR = 100.0
-#: a label this many times more frequent among the requests in service when their server stopped
-#: than among all its requests is what stops it (a long request holding the server), not a victim
-OVER_REPRESENTED = 3.0
+#: a label is heavy when its rate of slow requests is this unlikely at the rate of the others...
+ALPHA = 0.01
+#: ...and at least this many times that rate
+CONCENTRATION = 2.0
 NO_LABEL = "(no label)"
 
 
@@ -118,9 +124,8 @@ def heavy_requests(requests: pa.Table, factor: float = DEFAULT_FACTOR, min_count
     by arrival. `n_star`: server -> N* (e.g. from `analyze_fine`)."""
     req, own, had_room, found, _servers, _base = _own_cost(requests, n_star)
     caught, starts = _caught(req, found)
-    stalled = caught >= 0
-    # in service when its server stopped: cause (a request that holds the server) or victim
-    in_service = stalled & had_room & (req.start < starts[np.maximum(caught, 0)] if starts.size else False)
+    # held by a stop that had begun when it arrived, or behind others: a victim, never the cause
+    victim = (caught >= 0) & (~had_room | (req.start >= (starts[np.maximum(caught, 0)] if starts.size else 0)))
     label = requests.column("label") if "label" in requests.column_names else pa.nulls(requests.num_rows,
                                                                                           pa.string())
     table = pa.table({
@@ -128,32 +133,49 @@ def heavy_requests(requests: pa.Table, factor: float = DEFAULT_FACTOR, min_count
         "label": pc.fill_null(label.cast(pa.string()), NO_LABEL),
         "arrival_ns": requests.column("arrival_ns"),
         "duration_ns": pc.subtract(requests.column("departure_ns"), requests.column("arrival_ns")),
-        "own_ns": pa.array(np.round(own).astype(np.int64)), "stalled": pa.array(stalled),
-        "in_service": pa.array(in_service)})
+        "own_ns": pa.array(np.round(own).astype(np.int64)), "victim": pa.array(victim)})
     con = duckdb.connect()
     try:
         con.register("r", table)
-        return _arrow(
+        slow = _arrow(
             con, """
             with m as (select tier, label, median(own_ns) as median_ns, count(*) as n
-                       from r where not stalled group by all),
-                 k as (select server, label, count(*) as n, count(*) filter (in_service) as k
-                       from r group by all),
-                 over as (select server, label,
-                                 (k.k / sum(k.k) over (partition by server)) /
-                                 (k.n / sum(k.n) over (partition by server)) as over
-                          from k)
+                       from r where not victim group by all)
             select r.tier, r.server, r.label, r.arrival_ns, r.duration_ns, r.own_ns,
                    m.median_ns::double as median_ns, r.own_ns / greatest(m.median_ns, 1) as ratio
-            from r join m using (tier, label) join over using (server, label)
-            where m.n >= ? and (not r.stalled or (r.in_service and over.over >= ?))
-              and r.own_ns >= ? * greatest(m.median_ns, 1)
+            from r join m using (tier, label)
+            where m.n >= ? and not r.victim and r.own_ns >= ? * greatest(m.median_ns, 1)
             order by r.arrival_ns
             """,
-            [int(min_count), float(OVER_REPRESENTED), float(factor)],
+            [int(min_count), float(factor)],
         )
     finally:
         con.close()
+    return slow.filter(_concentrated(slow, table.filter(pc.invert(table.column("victim"))), factor))
+
+
+def _concentrated(slow: pa.Table, others: pa.Table, factor: float) -> pa.Array:
+    """Per slow request: whether its label is slow far more often than the server's other labels
+    are that slow (`others`: the server's requests that are not victims, with own_ns): binomial
+    tail below ALPHA and a rate at least CONCENTRATION times theirs."""
+    from scipy.stats import binom
+
+    srv_all = np.asarray(others.column("server").to_pylist(), object)
+    lab_all = np.asarray(others.column("label").to_pylist(), object)
+    cost_all = np.asarray(others.column("own_ns"), np.int64)
+    keys = list(zip(slow.column("server").to_pylist(), slow.column("label").to_pylist(),
+                    slow.column("median_ns").to_pylist()))
+    keep = {}
+    for srv, lab, median in set(keys):
+        threshold = factor * max(median, 1.0)
+        mine = srv_all == srv
+        own_label = mine & (lab_all == lab)
+        n_label, n_other = int(own_label.sum()), int((mine & ~own_label).sum())
+        k_label = int((cost_all[own_label] >= threshold).sum())
+        rate_other = (int((cost_all[mine & ~own_label] >= threshold).sum()) + 1) / (n_other + 1)
+        tail = float(binom.sf(k_label - 1, n_label, min(rate_other, 1.0)))
+        keep[(srv, lab, median)] = tail < ALPHA and k_label / max(n_label, 1) >= CONCENTRATION * rate_other
+    return pa.array([keep[key] for key in keys], pa.bool_())
 
 
 def stall_events(requests: pa.Table, n_star: dict[str, float] | None = None) -> pa.Table:
