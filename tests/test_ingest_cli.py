@@ -36,7 +36,7 @@ def test_analyze_writes_requests_and_reports_skips(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "400 requests at 2 tier(s) db, web" in out.stdout
     assert "skipped 1 malformed record(s)" in out.stdout and f"{src}:$[400]" in out.stdout
-    assert "tierscope summary" in out.stdout
+    assert out.stdout.count("Bottleneck:") == 1  # one verdict line
     t = pq.read_table(tmp_path / "out" / "requests.parquet")
     assert t.num_rows == 400 and sorted(set(t.column("tier").to_pylist())) == ["db", "web"]
 
@@ -57,7 +57,7 @@ def test_report_of_plain_trace_files(tmp_path):
     src = tmp_path / "spans.json"
     _zipkin(src, 50)
     out = _run("report", str(src), "-o", str(tmp_path / "r.html"))
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 4, out.stderr  # 50 requests over 1 ms: a report, but not enough data for a verdict
     page = (tmp_path / "r.html").read_text()
     assert "tierscope report: spans.json" in page and "skipped 1 malformed record" in page
     assert "workload-level analyses" in page  # the note saying why the coarse sections are missing

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 #: Columns of the load curve.
-CURVE_COLUMNS = ("users", "requests", "errors", "seconds", "throughput", "rt_mean", "rt_p90", "rt_p99")
+CURVE_COLUMNS = ("users", "requests", "errors", "seconds", "throughput", "rt_mean", "rt_p50", "rt_p90", "rt_p99")
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,7 @@ def point_summary(users: float, requests: pa.Table, seconds: float | None = None
         "seconds": float(seconds),
         "throughput": float(ok.sum() / seconds) if seconds > 0 else float("nan"),
         "rt_mean": float(rt.mean()) if len(rt) else float("nan"),
+        "rt_p50": float(np.percentile(rt, 50)) if len(rt) else float("nan"),
         "rt_p90": float(np.percentile(rt, 90)) if len(rt) else float("nan"),
         "rt_p99": float(np.percentile(rt, 99)) if len(rt) else float("nan"),
     }

@@ -18,18 +18,29 @@ def report(
     think_time: float | None = typer.Option(None, "--think-time", help="Users' mean think time in seconds, "
                                             "for the knee from asymptotic bounds (default: from the manifest)."),
     format: str | None = typer.Option(None, "--format", "-f", help="Format of trace files (default: detected)."),
+    json_out: str | None = typer.Option(None, "--json", help="Also write the verdict, saturated shares, N* and the "
+                                        "per-level table as JSON to this file ('-' for stdout)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print how the verdict was reached."),
 ) -> None:
     """Write one self-contained HTML report (works offline) and print its summary.
 
     Example: [bold]tierscope report runs/sweep1 -o report.html[/bold]
     """
+    from rich.markup import escape
+
+    from tierscope.cli import _output
     from tierscope.ingest import FormatError
     from tierscope.report import build_summary, collect_files, collect_run, print_summary, write_report
 
-    console = Console()
+    console = Console(stderr=json_out == "-")
     err = Console(stderr=True)
     window_ns = int(round(window_ms * 1e6))
     try:
+        if window_ms < 1.0:
+            raise ValueError(f"--window-ms {window_ms:g}: at least 1 ms")
+        _output.check_output_file(output, "-o")
+        if json_out not in (None, "-"):
+            _output.check_output_file(Path(json_out), "--json")
         if len(inputs) == 1 and inputs[0].is_dir():
             data = collect_run(inputs[0], window_ns=window_ns, point=point, think_time_s=think_time)
         else:
@@ -40,14 +51,28 @@ def report(
                 raise ValueError("give one run directory, or trace files (not several directories)")
             data = collect_files(inputs, format=format, window_ns=window_ns)
     except (FormatError, ValueError, OSError) as e:
-        err.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+        err.print(f"[red]error:[/red] {escape(_output.printable(str(e)))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(_output.BAD_INPUT) from None
     summary = build_summary(data)
-    print_summary(summary, console)
-    for note in data.notes:
-        console.print(f"[dim]note: {note}[/dim]")
-    console.print(f"wrote {write_report(data, output, summary)}")
+    print_summary(summary, console, verbose=verbose, data=data)
+    if verbose:
+        for note in data.notes:
+            console.print(f"[dim]note: {escape(note)}[/dim]")
+    elif data.notes:
+        console.print(f"[dim]{len(data.notes)} note(s): --verbose shows them[/dim]")
+    try:
+        console.print(f"wrote {write_report(data, output, summary)}")
+        if json_out is not None:
+            where = _output.write_json(data, summary, json_out)
+            if where != "stdout":
+                console.print(f"wrote {where}")
+    except OSError as e:
+        err.print(f"[red]error:[/red] writing the results: {e.strerror or e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(_output.BAD_INPUT) from None
+    raise typer.Exit(_output.verdict_status(data))
 
 
 def register(app: typer.Typer) -> None:
-    app.command("report")(report)
+    from tierscope.cli.analyze import EPILOG
+
+    app.command("report", epilog=EPILOG)(report)

@@ -102,15 +102,21 @@ def _heavy(data: ReportData, requests: pa.Table) -> None:
 
 
 def collect_files(paths: Sequence[str | Path], format: str | None = None, window_ns: int = DEFAULT_WINDOW_NS,
-                  **options) -> ReportData:
-    """Import trace files and analyse them (fine grain and heavy requests)."""
-    result = load(paths, format, **options)
+                  events: pa.Table | None = None, resources: pa.Table | None = None,
+                  imported: ImportResult | None = None, **options) -> ReportData:
+    """Import trace files and analyse them (fine grain and heavy requests). `events` (the events
+    table: GC, injected pauses) feed the pause detection, `resources` (the resources table) the
+    white box at this one workload level. `imported`: the files already imported."""
+    result = imported if imported is not None else load(paths, format, **options)
     data = ReportData(title=", ".join(Path(p).name for p in paths), window_ns=window_ns, imported=result,
                       requests=result.requests)
+    if resources is not None and resources.num_rows:
+        data.whitebox["(this system)"] = whitebox([(0.0, resources)])
+        data.focus_config = "(this system)"
     if result.requests.num_rows == 0:
         data.notes.append("no requests were imported")
         return data
-    data.fine, why = run_fine(result.requests, None, window_ns)
+    data.fine, why = run_fine(result.requests, events, window_ns)
     if why:
         data.notes.append(why)
     _heavy(data, result.requests)

@@ -267,5 +267,34 @@ def rich_table(summary: Summary) -> Table:
     return table
 
 
-def print_summary(summary: Summary, console: Console | None = None) -> None:
-    (console or Console()).print(rich_table(summary))
+def level_table(data) -> Table | None:
+    """Per workload level of the focus configuration: users, throughput, p50/p90/p99 (ms), errors."""
+    bb = data.blackbox.get(data.focus_config) if data.focus_config else next(iter(data.blackbox.values()), None)
+    if bb is None or bb.curve.num_rows == 0:
+        return None
+    table = Table(title=f"workload levels ({data.focus_config or 'this system'})", expand=False)
+    for name in ("users", "throughput/s", "p50 ms", "p90 ms", "p99 ms", "errors"):
+        table.add_column(name, justify="right")
+    for r in bb.curve.to_pylist():
+        ms = [f"{r[k] * 1e3:.1f}" if r.get(k) is not None and r[k] == r[k] else "-" for k in ("rt_p50", "rt_p90", "rt_p99")]
+        table.add_row(f"{r['users']:g}", f"{r['throughput']:.1f}", *ms, str(r.get("errors", 0)))
+    return table
+
+
+def print_summary(summary: Summary, console: Console | None = None, verbose: bool = True, data=None) -> None:
+    """The verdict line first; with `data`, the per-level table and the per-tier saturated shares;
+    the rest (what to look at, the numbers behind it) when `verbose`."""
+    console = console or Console()
+    console.print(f"[bold]Bottleneck:[/bold] {summary.headline}  [bold]How sure:[/bold] {summary.confidence}",
+                  highlight=False)
+    if data is not None:
+        levels = level_table(data)
+        if levels is not None:
+            console.print(levels)
+        if data.fine is not None:
+            shares = "  ".join(f"{t} {x:.0%}" for t, x in data.fine.saturated_share.items())
+            console.print(f"saturated windows ({data.fine.window_ns / 1e6:g} ms): {shares}", highlight=False)
+    if verbose or data is None:
+        console.print(rich_table(summary))
+    elif summary.look_at:
+        console.print(f"look at: {summary.look_at[0]}", highlight=False)
