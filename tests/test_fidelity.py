@@ -84,7 +84,7 @@ def test_a_database_on_a_quarter_core_is_named_the_bottleneck(tmp_path):
     # throttled, the app server's (a full core) is not
     top = point_dir(result, 300)
     assert cpu_util(top, "db1") > 90
-    assert cpu_util(top, "db1", "cpu_throttled") > 50
+    assert cpu_util(top, "db1", "cpu_quota") > 50
     assert cpu_util(top, "app1") < 70
     verdict = data.fine.verdict
     assert data.fine.exclusive, "the runner links the traced rows: exclusive load decides"

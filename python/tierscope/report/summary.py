@@ -24,6 +24,15 @@ class Summary:
     facts: list[tuple[str, str]] = field(default_factory=list)  # the numbers behind it
 
 
+#: resources shown by another name than their metric
+RESOURCE_NAMES = {"cpu_quota": "CPU quota"}
+
+
+def resource_name(metric: str) -> str:
+    """A white-box metric as the resource it stands for (`cpu_quota`: the CPU quota biting)."""
+    return RESOURCE_NAMES.get(metric, metric)
+
+
 def confidence_words(value: Any) -> str:
     """A confidence (0..1 number or a word) as words with the number."""
     if isinstance(value, (int, float)):
@@ -107,7 +116,7 @@ def whitebox_saturated_tiers(data: ReportData) -> tuple[dict[str, list[str]], st
             continue
         share = max((r["share_above"] for r in wb.shares.to_pylist()
                      if r["host"] == host and r["metric"] == metric and r["users"] == users), default=float("nan"))
-        out.setdefault(tier, []).append(f"{host} {metric} above 95 % in {_pct(share)} of the samples")
+        out.setdefault(tier, []).append(f"{host} {resource_name(metric)} above 95 % in {_pct(share)} of the samples")
     where = " (maximum throughput)" if users == bb.max_throughput_users else ""
     return out, f"at {users:g} users{where}", users == data.fine_users
 
@@ -205,17 +214,17 @@ def build_summary(data: ReportData) -> Summary:
             where = "at maximum throughput" if level == bb.max_throughput_users else \
                 f"at {level:g} users (past the maximum throughput, at {bb.max_throughput_users:g} users)"
             if sat:
-                names = ", ".join(f"{h} {m}" for h, m in sat)
+                names = ", ".join(f"{h} {resource_name(m)}" for h, m in sat)
                 look.append(f"at {level:g} users{tag}, {names} spent most of the time above 95 % "
                             f"(utilisation densities)")
                 if headline is None or fine_says_none:
-                    # a utilisation rather than the throttled time its quota causes
-                    host, metric = sorted(sat, key=lambda hm: hm[1].endswith("throttled"))[0]
+                    # a utilisation rather than the time its CPU quota bites
+                    host, metric = sorted(sat, key=lambda hm: hm[1] == "cpu_quota")[0]
                     share = max(r["share_above"] for r in wb.shares.to_pylist()
                                 if r["host"] == host and r["metric"] == metric and r["users"] == level)
                     tier = server_tiers(data).get(host)
                     tier_text = f" in the {tier} tier" if tier else ""
-                    headline = f"Bottleneck at {host} ({metric}){tier_text}: above 95 % utilisation in {_pct(share)} of the " \
+                    headline = f"Bottleneck at {host} ({resource_name(metric)}){tier_text}: above 95 % utilisation in {_pct(share)} of the " \
                                f"samples {where}{tag}."
                     if fine_says_none:  # the coarse grain found what the analysed point did not show
                         headline += f" (The fine-grained analysis of {data.fine_point or 'the traced point'} " \

@@ -13,8 +13,8 @@ Metrics per host (value over the interval ending at `ts_ns`; rates are per secon
 |---|---|---|
 | cpu_user, cpu_system | percent_core (100 = one core busy) | cpuacct.usage (exact run time), split by the ratio of usage_user / usage_sys (tick-based) |
 | cpu_util | percent (100 = the host's CPU allowance: quota, cpuset or machine) | the same |
-| cpu_throttled | percent (growth of throttled_time over the interval; the kernel sums it over CPUs and adds it when a period ends, so read it as "how hard", and cpu_nr_throttled as "how often") | cpu.stat throttled_time |
-| cpu_nr_throttled | count (periods throttled in the interval) | cpu.stat nr_throttled |
+| cpu_quota | percent: the CPU quota biting (growth of throttled_time over the interval; the kernel sums it over CPUs and adds it when a period ends, so read it as "how hard", and cpu_quota_periods as "how often") | cpu.stat throttled_time |
+| cpu_quota_periods | count (CFS periods in which the quota ran out, in the interval) | cpu.stat nr_throttled |
 | mem_usage | bytes | memory.usage_in_bytes |
 | disk_read_ops, disk_write_ops | ops_per_s | blkio.throttle.io_serviced |
 | disk_read_bytes, disk_write_bytes | bytes_per_s | blkio.throttle.io_service_bytes |
@@ -179,8 +179,8 @@ class _Host:
                 ("cpu_util", "percent", lambda d, c, dt: d[:, 15] * 100.0 / (dt * 1e9) / cores),
             ]  # fmt: skip
         if self.cpustat >= 0:
-            out += [("cpu_throttled", "percent", cpu(3)),
-                    ("cpu_nr_throttled", "count", lambda d, c, dt: d[:, 2])]  # fmt: skip
+            out += [("cpu_quota", "percent", cpu(3)),
+                    ("cpu_quota_periods", "count", lambda d, c, dt: d[:, 2])]  # fmt: skip
         if self.mem >= 0:
             out.append(("mem_usage", "bytes", level(4)))
         if self.ios >= 0:
