@@ -82,12 +82,18 @@ def band(confidence: float) -> str:
     return "high" if confidence >= 0.8 else "medium" if confidence >= 0.5 else "low"
 
 
-def verdict_status(data: Any) -> int:
-    """The exit status for a finished analysis (`ReportData`): 0, LOW_CONFIDENCE or NOT_ENOUGH_DATA."""
+def verdict_status(data: Any, summary: Any) -> int:
+    """The exit status of a finished analysis: of the headline the user was given (the fine-grained
+    verdict, or the white box's saturated resource when it decided): 0 when said with medium or
+    high confidence, LOW_CONFIDENCE when low, NOT_ENOUGH_DATA when nothing was decided."""
     fine = getattr(data, "fine", None)
-    if fine is None or fine.verdict.kind == "insufficient":
+    undecided = fine is None or fine.verdict.kind == "insufficient"
+    word = (summary.confidence or "unknown").split()[0]
+    if word in ("high", "medium"):
+        return OK
+    if undecided:
         return NOT_ENOUGH_DATA
-    return OK if fine.verdict.confidence >= 0.5 else LOW_CONFIDENCE
+    return LOW_CONFIDENCE
 
 
 def _num(x: Any) -> Any:
@@ -99,7 +105,7 @@ def _num(x: Any) -> Any:
 def verdict_document(data: Any, summary: Any) -> dict:
     """The JSON document of `--json`: headline, verdict, shares, N*, levels, heavy requests, notes."""
     doc: dict[str, Any] = {"headline": summary.headline, "confidence": summary.confidence,
-                           "status": verdict_status(data), "point": getattr(data, "fine_point", None)}
+                           "status": verdict_status(data, summary), "point": getattr(data, "fine_point", None)}
     fine = getattr(data, "fine", None)
     if fine is not None:
         v = fine.verdict

@@ -167,7 +167,7 @@ def analyze(
                 console.print(f"wrote {where}")
     except OSError as e:
         fail(f"writing the results: {e.strerror or e}" + (" (disk full)" if _output.no_space(e) else ""))
-    raise typer.Exit(_output.verdict_status(data))
+    raise typer.Exit(_output.verdict_status(data, summary))
 
 
 def register(app: typer.Typer) -> None:

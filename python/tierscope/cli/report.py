@@ -69,7 +69,7 @@ def report(
     except OSError as e:
         err.print(f"[red]error:[/red] writing the results: {e.strerror or e}", highlight=False, soft_wrap=True)
         raise typer.Exit(_output.BAD_INPUT) from None
-    raise typer.Exit(_output.verdict_status(data))
+    raise typer.Exit(_output.verdict_status(data, summary))
 
 
 def register(app: typer.Typer) -> None:
