@@ -7,7 +7,11 @@ above 95 % utilisation (white-box). From these:
 * the **primary bottleneck** of a configuration is the resource with the largest share above 95 %
   at its maximum-throughput level, provided that share reaches `min_share` (default 0.5, the
   "majority of values in the top five percent" of seed 000); else the configuration has *no
-  saturated resource* (seed 001's case: look at the fine-grained analysis);
+  saturated resource* (seed 001's case: look at the fine-grained analysis). Any utilisation the
+  white box has counts: CPU, the CPU quota, disk, memory, sockets (`whitebox.resource_of`); the map
+  gives the tier and the resource in columns of their own besides "<tier> <metric>";
+* **saturated per tier**: every tier's saturated resources in one column ("db: disk; app: CPU"),
+  so a configuration whose database is disk-bound and whose app server is socket-bound says both;
 * **groups** of configurations with similar maximum throughput: sort by maximum throughput and
   start a new group wherever the next value exceeds the previous one by more than `tolerance`
   (relative, default 10 %). Seed 000 reads its three groups off Fig. 3 this way: moving from one
@@ -24,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+from tierscope.analysis.whitebox import resource_of
 
 _TIER_PREFIX = (("mw", "middleware"), ("middleware", "middleware"), ("web", "web"), ("app", "app"), ("db", "db"))
 
@@ -45,6 +51,8 @@ class ConfigurationResult:
     config: str
     max_throughput: float
     shares: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: servers per tier (web, app, middleware, db) when known; else read from a `#W/#A/#C/#D` config
+    counts: Mapping[str, int | None] | None = None
 
 
 def primary_bottleneck(shares: Mapping[tuple[str, str], float], min_share: float = 0.5) -> tuple[str | None, float]:
@@ -70,30 +78,52 @@ def throughput_groups(max_throughput: Mapping[str, float], tolerance: float = 0.
     return groups
 
 
-def _counts(config: str) -> dict[str, int | None]:
-    try:
-        from tierscope.spec import parse_notation
+def _counts(r: ConfigurationResult) -> dict[str, int | None]:
+    if r.counts is not None:
+        return {t: r.counts.get(t) for t in ("web", "app", "middleware", "db")}
+    from tierscope.spec import parse_notation
 
-        parsed = parse_notation(config)
-        return {t: parsed[t]["count"] for t in ("web", "app", "middleware", "db")}
-    except Exception:  # not in #W/#A/#C/#D notation: the map still works, without grid coordinates
+    try:
+        parsed = parse_notation(r.config)
+    except ValueError:  # a name, not #W/#A/#C/#D notation: the map works without grid coordinates
         return {"web": None, "app": None, "middleware": None, "db": None}
+    return {t: parsed[t]["count"] for t in ("web", "app", "middleware", "db")}
+
+
+def saturated_per_tier(shares: Mapping[tuple[str, str], float], min_share: float = 0.5) -> dict[str, list[str]]:
+    """tier -> its saturated resources ("disk", "CPU quota", ...), most saturated first."""
+    out: dict[str, list[str]] = {}
+    for (host, metric), share in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0])):
+        if share >= min_share:
+            names = out.setdefault(tier_of_host(host), [])
+            if resource_of(metric) not in names:
+                names.append(resource_of(metric))
+    return out
 
 
 MAP_SCHEMA = pa.schema([
     ("config", pa.string()), ("web", pa.int64()), ("app", pa.int64()), ("middleware", pa.int64()),
     ("db", pa.int64()), ("max_throughput", pa.float64()), ("bottleneck", pa.string()),
-    ("bottleneck_share", pa.float64()), ("group", pa.int64()),
+    ("bottleneck_share", pa.float64()), ("group", pa.int64()), ("tier", pa.string()), ("resource", pa.string()),
+    ("saturated", pa.string()),
 ])
 
 
 def bottleneck_map(results: Sequence[ConfigurationResult], tolerance: float = 0.10,
                    min_share: float = 0.5) -> pa.Table:
-    """One row per configuration: server counts, maximum throughput, primary bottleneck, group."""
+    """One row per configuration: server counts, maximum throughput, primary bottleneck ("<tier>
+    <metric>", and its tier and resource apart), every tier's saturated resources, group."""
     groups = throughput_groups({r.config: r.max_throughput for r in results}, tolerance)
     rows = []
     for r in results:
         name, share = primary_bottleneck(r.shares, min_share)
-        rows.append({"config": r.config, **_counts(r.config), "max_throughput": float(r.max_throughput),
-                     "bottleneck": name, "bottleneck_share": share, "group": groups[r.config]})
+        tier = resource = None
+        if name is not None:
+            (host, metric), _ = max(r.shares.items(), key=lambda kv: (kv[1], kv[0]))
+            tier, resource = tier_of_host(host), resource_of(metric)
+        per_tier = saturated_per_tier(r.shares, min_share)
+        rows.append({"config": r.config, **_counts(r), "max_throughput": float(r.max_throughput),
+                     "bottleneck": name, "bottleneck_share": share, "group": groups[r.config],
+                     "tier": tier, "resource": resource,
+                     "saturated": "; ".join(f"{t}: {', '.join(n)}" for t, n in per_tier.items()) or None})
     return pa.Table.from_pylist(rows, schema=MAP_SCHEMA)

@@ -4,7 +4,7 @@ writes the `resources` table (ts_ns, host, metric, value, unit).
 It runs as a small process of its own (`python -m tierscope.testbed.monitor`), so it shares no
 interpreter lock with the runner and its cost can be measured alone. Every file it reads is
 opened once and re-read with `os.pread` on the kept-open descriptor; the namespace files
-(/proc/net/dev, /proc/net/sockstat) are opened from inside each host's network namespace (setns)
+(/proc/net/dev, sockstat, snmp) are opened from inside each host's network namespace (setns)
 and stay bound to it. Rows are flushed to Parquet every few seconds.
 
 Metrics per host (value over the interval ending at `ts_ns`; rates are per second):
@@ -15,14 +15,24 @@ Metrics per host (value over the interval ending at `ts_ns`; rates are per secon
 | cpu_util | percent (100 = the host's CPU allowance: quota, cpuset or machine) | the same |
 | cpu_quota | percent: the CPU quota biting (growth of throttled_time over the interval; the kernel sums it over CPUs and adds it when a period ends, so read it as "how hard", and cpu_quota_periods as "how often") | cpu.stat throttled_time |
 | cpu_quota_periods | count (CFS periods in which the quota ran out, in the interval) | cpu.stat nr_throttled |
-| mem_usage | bytes | memory.usage_in_bytes |
+| mem_usage | bytes | memory.usage_in_bytes (includes page cache) |
+| mem_working_set | bytes | usage less the inactive page cache (memory.stat total_inactive_file): what the host cannot give back without paging |
+| mem_util | percent (100 = the host's memory limit, or the machine's RAM when the limit is higher or unset) | mem_working_set / memory.limit_in_bytes |
+| mem_major_faults | faults_per_s (page-cache misses: pages read back from disk) | memory.stat total_pgmajfault |
+| mem_swap | bytes | memory.stat total_swap |
 | disk_read_ops, disk_write_ops | ops_per_s | blkio.throttle.io_serviced |
 | disk_read_bytes, disk_write_bytes | bytes_per_s | blkio.throttle.io_service_bytes |
+| disk_util | percent (only for a host with disk limits: the highest of its read/write ops and bytes rates against the blkio.throttle limits of the limited disk; may pass 100 in a short interval, as the kernel dispatches in slices) | the same, and blkio.throttle.*_device |
 | net_rx_bytes, net_tx_bytes | bytes_per_s | /proc/net/dev in the host's netns (all but lo) |
 | net_rx_packets, net_tx_packets | packets_per_s | the same |
 | sockets_tcp, sockets_tcp_tw | count | /proc/net/sockstat in the netns (TCP inuse, tw) |
+| sockets_established | count (TCP connections established or closing-wait, both directions) | /proc/net/snmp in the netns (Tcp CurrEstab) |
+| sockets_util | percent (only when the target has a `socket_limit`: sockets_established against it) | the same |
 
-Host `machine` gets cpu_user and cpu_system (percent_core, from /proc/stat). Host `monitor`
+Host `machine` gets cpu_user and cpu_system (percent_core, from /proc/stat), mem_util (percent:
+MemTotal less MemAvailable of /proc/meminfo) and, per whole disk, `disk_util_<disk>` (percent: the
+share of the interval the disk had I/O in flight, io_ticks of /proc/diskstats, what iostat calls
+%util) with `disk_ops_<disk>` (ops_per_s, reads + writes completed). Host `monitor`
 gets, once at the end, `monitor_cpu` (percent_core: the monitor's own CPU time over its sampling
 time), `monitor_samples` (count) and `monitor_late` (count of samples taken late by more than
 half an interval) and `monitor_read_errors` (host samples skipped because a file could not be
@@ -57,6 +67,7 @@ class Target:
     cgroups: dict[str, str] = field(default_factory=dict)  # controller -> absolute directory
     netns: str | None = None  # /run/netns/<name>
     cores: float = 1.0  # the CPU allowance, for cpu_util
+    socket_limit: int | None = None  # connections the host's servers accept, for sockets_util
 
 
 # --- the sampling process ----------------------------------------------------------------------
@@ -85,11 +96,16 @@ def _open_in_netns(netns: str, files: list[str]) -> list[int]:
 
 
 class _Host:
-    """Kept-open descriptors and previous counters of one target."""
+    """Kept-open descriptors, limits and previous counters of one target."""
+
+    # positions in the tuple `read` returns
+    USER, SYS, NTHR, THR, MEM, ROPS, WOPS, RBY, WBY, RXB, TXB, RXP, TXP, TCP, TW, USAGE = range(16)
+    WSET, MAJFLT, SWAP, LROPS, LWOPS, LRBY, LWBY, ESTAB = range(16, 24)
 
     def __init__(self, t: Target):
         self.name = t.name
         self.cores = t.cores or 1.0
+        self.socket_limit = t.socket_limit
         cg = t.cgroups
         op = lambda c, f: os.open(os.path.join(cg[c], f), os.O_RDONLY) if c in cg else -1  # noqa: E731
         self.user = op("cpuacct", "cpuacct.usage_user")
@@ -97,11 +113,14 @@ class _Host:
         self.usage = op("cpuacct", "cpuacct.usage")
         self.cpustat = op("cpu", "cpu.stat")
         self.mem = op("memory", "memory.usage_in_bytes")
+        self.memstat = op("memory", "memory.stat")
         self.ios = op("blkio", "blkio.throttle.io_serviced")
         self.iob = op("blkio", "blkio.throttle.io_service_bytes")
-        self.netdev = self.sockstat = -1
+        self.mem_ceiling = _memory_ceiling(cg.get("memory"))
+        self.disk_device, self.disk_limits = _disk_limits(cg.get("blkio"))
+        self.netdev = self.sockstat = self.snmp = -1
         if t.netns:
-            self.netdev, self.sockstat = _open_in_netns(t.netns, ["dev", "sockstat"])
+            self.netdev, self.sockstat, self.snmp = _open_in_netns(t.netns, ["dev", "sockstat", "snmp"])
 
     def read(self) -> tuple:
         pr = os.pread
@@ -115,24 +134,47 @@ class _Host:
                 elif line.startswith(b"throttled_time "):
                     thr = int(line[15:])
         mem = int(pr(self.mem, 64, 0)) if self.mem >= 0 else -1
+        wset = majflt = swap = 0
+        if self.memstat >= 0:
+            inactive = 0
+            for line in pr(self.memstat, 8192, 0).split(b"\n"):
+                if line.startswith(b"total_"):
+                    key, _, value = line[6:].partition(b" ")
+                    if key == b"inactive_file":
+                        inactive = int(value)
+                    elif key == b"pgmajfault":
+                        majflt = int(value)
+                    elif key == b"swap":
+                        swap = int(value)
+            wset = max(mem - inactive, 0)
         rops = wops = rby = wby = 0
+        lrops = lwops = lrby = lwby = 0
+        dev = self.disk_device
         if self.ios >= 0:
             for line in pr(self.ios, 65536, 0).split(b"\n"):
                 p = line.split()
                 if len(p) == 3:
                     if p[1] == b"Read":
                         rops += int(p[2])
+                        if p[0] == dev:
+                            lrops = int(p[2])
                     elif p[1] == b"Write":
                         wops += int(p[2])
+                        if p[0] == dev:
+                            lwops = int(p[2])
             for line in pr(self.iob, 65536, 0).split(b"\n"):
                 p = line.split()
                 if len(p) == 3:
                     if p[1] == b"Read":
                         rby += int(p[2])
+                        if p[0] == dev:
+                            lrby = int(p[2])
                     elif p[1] == b"Write":
                         wby += int(p[2])
+                        if p[0] == dev:
+                            lwby = int(p[2])
         rxb = txb = rxp = txp = 0
-        tcp = tw = -1
+        tcp = tw = estab = -1
         if self.netdev >= 0:
             for line in pr(self.netdev, 65536, 0).split(b"\n")[2:]:
                 name, _, rest = line.partition(b":")
@@ -149,13 +191,19 @@ class _Host:
                     tcp = int(p[p.index(b"inuse") + 1])
                     tw = int(p[p.index(b"tw") + 1])
                     break
+            tcp_lines = [x for x in pr(self.snmp, 8192, 0).split(b"\n") if x.startswith(b"Tcp:")]
+            if len(tcp_lines) >= 2:
+                names, values = tcp_lines[0].split(), tcp_lines[1].split()
+                estab = int(values[names.index(b"CurrEstab")])
         usage = int(pr(self.usage, 64, 0)) if self.usage >= 0 else 0
-        return (user, sysn, nthr, thr, mem, rops, wops, rby, wby, rxb, txb, rxp, txp, tcp, tw, usage)
+        return (user, sysn, nthr, thr, mem, rops, wops, rby, wby, rxb, txb, rxp, txp, tcp, tw, usage,
+                wset, majflt, swap, lrops, lwops, lrby, lwby, estab)  # fmt: skip
 
     def metrics(self) -> list[tuple[str, str, Callable]]:
         """(metric, unit, f(deltas, counters, dt_s) -> values) for what this host can report."""
         import numpy as np
 
+        H = _Host
         cpu = lambda i: lambda d, c, dt: d[:, i] * 100.0 / (dt * 1e9)  # noqa: E731
         rate = lambda i: lambda d, c, dt: d[:, i] / dt  # noqa: E731
         level = lambda i: lambda d, c, dt: c[:, i]  # noqa: E731
@@ -182,37 +230,127 @@ class _Host:
             out += [("cpu_quota", "percent", cpu(3)),
                     ("cpu_quota_periods", "count", lambda d, c, dt: d[:, 2])]  # fmt: skip
         if self.mem >= 0:
-            out.append(("mem_usage", "bytes", level(4)))
+            out.append(("mem_usage", "bytes", level(H.MEM)))
+        if self.memstat >= 0:
+            ceiling = self.mem_ceiling
+            out += [("mem_working_set", "bytes", level(H.WSET)),
+                    ("mem_util", "percent", lambda d, c, dt: c[:, H.WSET] * 100.0 / ceiling),
+                    ("mem_major_faults", "faults_per_s", rate(H.MAJFLT)),
+                    ("mem_swap", "bytes", level(H.SWAP))]  # fmt: skip
         if self.ios >= 0:
             out += [("disk_read_ops", "ops_per_s", rate(5)), ("disk_write_ops", "ops_per_s", rate(6)),
                     ("disk_read_bytes", "bytes_per_s", rate(7)),
                     ("disk_write_bytes", "bytes_per_s", rate(8))]  # fmt: skip
+            if self.disk_limits:
+                limits = [(H.LROPS + i, v) for i, v in enumerate(self.disk_limits) if v]
+
+                def disk_util(d, c, dt):
+                    return np.max([d[:, i] / dt * 100.0 / v for i, v in limits], axis=0)
+
+                out.append(("disk_util", "percent", disk_util))
         if self.netdev >= 0:
             out += [("net_rx_bytes", "bytes_per_s", rate(9)), ("net_tx_bytes", "bytes_per_s", rate(10)),
                     ("net_rx_packets", "packets_per_s", rate(11)),
                     ("net_tx_packets", "packets_per_s", rate(12)),
-                    ("sockets_tcp", "count", level(13)), ("sockets_tcp_tw", "count", level(14))]  # fmt: skip
+                    ("sockets_tcp", "count", level(13)), ("sockets_tcp_tw", "count", level(14)),
+                    ("sockets_established", "count", level(H.ESTAB))]  # fmt: skip
+            if self.socket_limit:
+                limit = float(self.socket_limit)
+                out.append(("sockets_util", "percent", lambda d, c, dt: c[:, H.ESTAB] * 100.0 / limit))
         return out
 
 
-class _Machine:
-    """Machine-wide CPU from /proc/stat (user+nice, system+irq+softirq), in clock ticks."""
+def _mem_total() -> int:
+    with open("/proc/meminfo", "rb") as f:
+        for line in f:
+            if line.startswith(b"MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("MemTotal missing from /proc/meminfo")
 
-    def __init__(self):
+
+def _memory_ceiling(memdir: str | None) -> float:
+    """The memory a host may use: its cgroup limit, or the machine's RAM when that is lower."""
+    total = _mem_total()
+    if not memdir:
+        return float(total)
+    try:
+        limit = int(Path(memdir, "memory.limit_in_bytes").read_text())
+    except (OSError, ValueError):
+        return float(total)
+    return float(min(limit, total))
+
+
+def _disk_limits(blkdir: str | None) -> tuple[bytes | None, tuple[int, int, int, int] | None]:
+    """The limited disk (b"MAJ:MIN") and its (read iops, write iops, read bps, write bps) limits, 0 = none."""
+    if not blkdir:
+        return None, None
+    found: dict[bytes, list[int]] = {}
+    for i, f in enumerate(("read_iops", "write_iops", "read_bps", "write_bps")):
+        try:
+            text = Path(blkdir, f"blkio.throttle.{f}_device").read_bytes()
+        except OSError:
+            continue
+        for line in text.split(b"\n"):
+            p = line.split()
+            if len(p) == 2 and int(p[1]) > 0:
+                found.setdefault(p[0], [0, 0, 0, 0])[i] = int(p[1])
+    if not found:
+        return None, None
+    dev = sorted(found)[0]  # the lab limits one disk
+    return dev, tuple(found[dev])  # type: ignore[return-value]
+
+
+def whole_disks() -> list[str]:
+    """Names of the machine's whole physical disks (/sys/block entries with a device: vda, sda, nvme0n1)."""
+    base = Path("/sys/block")
+    if not base.exists():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / "device").exists() and not p.name.startswith(("loop", "ram", "zram")))
+
+
+class _Machine:
+    """Machine-wide CPU from /proc/stat (user+nice, system+irq+softirq, in clock ticks), memory in
+    use from /proc/meminfo, and each whole disk's busy time and operations from /proc/diskstats."""
+
+    def __init__(self, disks: list[str] | None = None):
         self.name = "machine"
         self.fd = os.open("/proc/stat", os.O_RDONLY)
+        self.meminfo = os.open("/proc/meminfo", os.O_RDONLY)
+        self.diskstats = os.open("/proc/diskstats", os.O_RDONLY)
         self.hz = os.sysconf("SC_CLK_TCK")
+        self.disks = [d.encode() for d in (whole_disks() if disks is None else disks)]
 
     def read(self) -> tuple:
         f = os.pread(self.fd, 256, 0).split(b"\n", 1)[0].split()
-        return (int(f[1]) + int(f[2]), int(f[3]) + int(f[6]) + int(f[7]))
+        total = avail = 0
+        for line in os.pread(self.meminfo, 4096, 0).split(b"\n"):
+            if line.startswith(b"MemTotal:"):
+                total = int(line.split()[1])
+            elif line.startswith(b"MemAvailable:"):
+                avail = int(line.split()[1])
+                break
+        disk: dict[bytes, tuple[int, int]] = {}
+        for line in os.pread(self.diskstats, 65536, 0).split(b"\n"):
+            p = line.split()
+            if len(p) >= 13 and p[2] in self.disks:
+                disk[p[2]] = (int(p[12]), int(p[3]) + int(p[7]))  # io_ticks (ms), reads + writes
+        out = [int(f[1]) + int(f[2]), int(f[3]) + int(f[6]) + int(f[7]), total - avail, total]
+        for d in self.disks:
+            out += disk.get(d, (0, 0))
+        return tuple(out)
 
     def metrics(self) -> list[tuple[str, str, Callable]]:
         hz = self.hz
-        return [
+        out = [
             ("cpu_user", "percent_core", lambda d, c, dt: d[:, 0] * 100.0 / (hz * dt)),
             ("cpu_system", "percent_core", lambda d, c, dt: d[:, 1] * 100.0 / (hz * dt)),
+            ("mem_util", "percent", lambda d, c, dt: c[:, 2] * 100.0 / c[:, 3]),
         ]
+        for k, name in enumerate(self.disks):
+            i = 4 + 2 * k
+            out += [(f"disk_util_{name.decode()}", "percent", lambda d, c, dt, i=i: d[:, i] / 10.0 / dt),
+                    (f"disk_ops_{name.decode()}", "ops_per_s", lambda d, c, dt, i=i: d[:, i + 1] / dt)]  # fmt: skip
+        return out
 
 
 class _Series:
