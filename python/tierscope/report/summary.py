@@ -24,13 +24,14 @@ class Summary:
     facts: list[tuple[str, str]] = field(default_factory=list)  # the numbers behind it
 
 
-#: resources shown by another name than their metric
-RESOURCE_NAMES = {"cpu_quota": "CPU quota"}
-
-
 def resource_name(metric: str) -> str:
-    """A white-box metric as the resource it stands for (`cpu_quota`: the CPU quota biting)."""
-    return RESOURCE_NAMES.get(metric, metric)
+    """A white-box metric as the resource it stands for when that is not the CPU (`cpu_quota`: "CPU
+    quota", `disk_util`: "disk", `mem_util`: "memory", `sockets_util`: "sockets"); CPU metrics
+    keep their name (cpu_util, cpu_user), which says how the CPU was measured."""
+    from tierscope.analysis.whitebox import resource_of
+
+    name = resource_of(metric)
+    return metric if name == "CPU" else name
 
 
 def confidence_words(value: Any) -> str:
