@@ -214,6 +214,58 @@ def test_bridge_connects_hosts_and_the_monitor_counts_the_bytes(lab, tmp_path):
     assert total_bytes("app1", "net_tx_bytes") < 20_000  # app1 was not involved
 
 
+def test_the_monitor_sees_memory_in_use_and_established_connections(lab, tmp_path):
+    """db1 (64 MiB) holds 24 MiB it touched; client1 holds 5 TCP connections to a server in web1.
+    The monitor's working set of db1 covers the 24 MiB and its memory utilisation is that over
+    64 MiB; its mem_usage matches the cgroup's own counter read by the test; web1 and client1 each
+    count exactly 5 established connections, app1 none."""
+    web = lab.hosts["web1"]
+    server = _spawn(web, "import socket, time\n"
+                         f"s = socket.create_server(('{web.address}', 8100), backlog=16)\n"
+                         "held = []\n"
+                         "while True:\n    held.append(s.accept()[0])\n",
+                    stdout=subprocess.DEVNULL)  # fmt: skip
+    client = hog = None
+    try:
+        hog = _spawn(lab.hosts["db1"], "import sys, time\nb = bytearray(24 << 20)\n"
+                                       "for i in range(0, len(b), 4096): b[i] = 1\n"
+                                       "print('ready', flush=True)\ntime.sleep(60)\n",
+                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+        # no probe connection: a server that holds what it accepts keeps a closed one in
+        # CLOSE_WAIT, which the kernel's CurrEstab counts
+        client = _spawn(lab.hosts["client1"], "import socket, time\n"
+                                              "held = []\n"
+                                              "while len(held) < 5:\n"
+                                              "    try:\n"
+                                              f"        held.append(socket.create_connection(('{web.address}', 8100), 1))\n"
+                                              "    except OSError: time.sleep(0.05)\n"
+                                              "print('ready', flush=True)\ntime.sleep(60)\n",
+                        stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert hog.stdout.readline().strip() == "ready"
+        assert client.stdout.readline().strip() == "ready"
+        mon = lab.start_monitor(0.1, tmp_path / "resources.parquet")
+        time.sleep(1.0)
+        memdir = Path(f"/sys/fs/cgroup/memory/{lab.hosts['db1'].cgroup}")
+        usage = int((memdir / "memory.usage_in_bytes").read_text())
+        time.sleep(0.3)
+        df = mon.stop().to_pandas()
+    finally:
+        for p in (client, hog, server):
+            if p is not None:
+                _stop(p)
+    med = df.groupby(["host", "metric"]).value.median()
+    print(f"\ndb1 working set {med['db1', 'mem_working_set'] / 2**20:.1f} MiB, mem_util {med['db1', 'mem_util']:.1f} %; "
+          f"established: web1 {med['web1', 'sockets_established']:.0f}, client1 {med['client1', 'sockets_established']:.0f}")
+    assert 24 * 2**20 <= med["db1", "mem_working_set"] <= 64 * 2**20
+    db = df[df.host == "db1"].pivot_table(index="ts_ns", columns="metric", values="value")
+    np.testing.assert_allclose(db.mem_util, db.mem_working_set * 100 / (64 * 2**20), rtol=1e-9)
+    assert med["db1", "mem_usage"] == pytest.approx(usage, abs=2 * 2**20)
+    assert (df[(df.host == "db1") & (df.metric == "mem_swap")].value == 0).all()  # the machine has no swap in use
+    for host in ("web1", "client1"):
+        assert (df[(df.host == host) & (df.metric == "sockets_established")].value == 5).all()
+    assert (df[(df.host == "app1") & (df.metric == "sockets_established")].value == 0).all()
+
+
 def test_every_host_has_its_own_namespace_address_and_cgroup(lab):
     addrs = {h.address for h in lab.hosts.values()}
     assert addrs == {f"10.77.{LAB}.{i}" for i in range(2, 6)}
@@ -406,6 +458,15 @@ def test_disk_limits_are_enforced_and_the_monitor_counts_the_operations(tmp_path
     written = total("disk_write_bytes")
     assert written == pytest.approx(10 * 2**20, rel=0.15)
     assert 195 <= total("disk_read_ops") <= 260  # dd's 200 reads (+ loading dd if not cached)
+    # the disk's utilisation against its limits: about 100 % while dd ran (10 MB/s of 10 MB/s,
+    # then 200 of 200 IOPS), and the per-sample arithmetic from the rates and the limits
+    wide = db.pivot_table(index="ts_ns", columns="metric", values="value")
+    busy = wide[(wide.disk_write_bytes > 0) | (wide.disk_read_ops > 0)]
+    expect = np.maximum(busy.disk_write_bytes / 10e6, busy.disk_read_ops / 200) * 100
+    np.testing.assert_allclose(busy.disk_util, expect, rtol=1e-9)
+    print(f"db1 disk_util while dd ran: median {busy.disk_util.median():.0f} % over {len(busy)} samples")
+    assert len(busy) >= 12  # ~2 s of I/O at 100 ms
+    assert 70 <= busy.disk_util.median() <= 130
 
 
 def test_machine_cpu_is_recorded_without_hosts(tmp_path):
