@@ -136,17 +136,10 @@ class _Host:
         mem = int(pr(self.mem, 64, 0)) if self.mem >= 0 else -1
         wset = majflt = swap = 0
         if self.memstat >= 0:
-            inactive = 0
-            for line in pr(self.memstat, 8192, 0).split(b"\n"):
-                if line.startswith(b"total_"):
-                    key, _, value = line[6:].partition(b" ")
-                    if key == b"inactive_file":
-                        inactive = int(value)
-                    elif key == b"pgmajfault":
-                        majflt = int(value)
-                    elif key == b"swap":
-                        swap = int(value)
-            wset = max(mem - inactive, 0)
+            buf = pr(self.memstat, 8192, 0)
+            wset = max(mem - _field(buf, b"\ntotal_inactive_file "), 0)
+            majflt = _field(buf, b"\ntotal_pgmajfault ")
+            swap = _field(buf, b"\ntotal_swap ")
         rops = wops = rby = wby = 0
         lrops = lwops = lrby = lwby = 0
         dev = self.disk_device
@@ -191,10 +184,12 @@ class _Host:
                     tcp = int(p[p.index(b"inuse") + 1])
                     tw = int(p[p.index(b"tw") + 1])
                     break
-            tcp_lines = [x for x in pr(self.snmp, 8192, 0).split(b"\n") if x.startswith(b"Tcp:")]
-            if len(tcp_lines) >= 2:
-                names, values = tcp_lines[0].split(), tcp_lines[1].split()
-                estab = int(values[names.index(b"CurrEstab")])
+            buf = pr(self.snmp, 8192, 0)
+            head = buf.find(b"\nTcp:")
+            values = buf.find(b"\nTcp:", head + 1)
+            if head >= 0 and values >= 0:
+                names = buf[head + 1:values].split()
+                estab = int(buf[values + 1:buf.find(b"\n", values + 1)].split()[names.index(b"CurrEstab")])
         usage = int(pr(self.usage, 64, 0)) if self.usage >= 0 else 0
         return (user, sysn, nthr, thr, mem, rops, wops, rby, wby, rxb, txb, rxp, txp, tcp, tw, usage,
                 wset, majflt, swap, lrops, lwops, lrby, lwby, estab)  # fmt: skip
@@ -260,6 +255,16 @@ class _Host:
         return out
 
 
+def _field(buf: bytes, key: bytes) -> int:
+    """The number after `key` (b"\\nname ") in a "name value" file; 0 when the key is absent."""
+    i = buf.find(key)
+    if i < 0:
+        return 0
+    j = i + len(key)
+    k = buf.find(b"\n", j)
+    return int(buf[j:k if k >= 0 else len(buf)].split()[0])
+
+
 def _mem_total() -> int:
     with open("/proc/meminfo", "rb") as f:
         for line in f:
@@ -319,24 +324,23 @@ class _Machine:
         self.diskstats = os.open("/proc/diskstats", os.O_RDONLY)
         self.hz = os.sysconf("SC_CLK_TCK")
         self.disks = [d.encode() for d in (whole_disks() if disks is None else disks)]
+        self.disk_keys = [b" " + d + b" " for d in self.disks]
 
     def read(self) -> tuple:
         f = os.pread(self.fd, 256, 0).split(b"\n", 1)[0].split()
-        total = avail = 0
-        for line in os.pread(self.meminfo, 4096, 0).split(b"\n"):
-            if line.startswith(b"MemTotal:"):
-                total = int(line.split()[1])
-            elif line.startswith(b"MemAvailable:"):
-                avail = int(line.split()[1])
-                break
-        disk: dict[bytes, tuple[int, int]] = {}
-        for line in os.pread(self.diskstats, 65536, 0).split(b"\n"):
-            p = line.split()
-            if len(p) >= 13 and p[2] in self.disks:
-                disk[p[2]] = (int(p[12]), int(p[3]) + int(p[7]))  # io_ticks (ms), reads + writes
+        buf = b"\n" + os.pread(self.meminfo, 256, 0)  # MemTotal and MemAvailable are its first lines
+        total = _field(buf, b"\nMemTotal:")
+        avail = _field(buf, b"\nMemAvailable:")
         out = [int(f[1]) + int(f[2]), int(f[3]) + int(f[6]) + int(f[7]), total - avail, total]
-        for d in self.disks:
-            out += disk.get(d, (0, 0))
+        if self.disks:
+            buf = os.pread(self.diskstats, 16384, 0)
+            for key in self.disk_keys:
+                i = buf.find(key)
+                if i < 0:
+                    out += (0, 0)
+                    continue
+                p = buf[i:buf.find(b"\n", i)].split()  # name, reads, ..., writes, ..., io_ticks
+                out += (int(p[10]), int(p[1]) + int(p[5]))  # io_ticks (ms), reads + writes
         return tuple(out)
 
     def metrics(self) -> list[tuple[str, str, Callable]]:
