@@ -83,6 +83,19 @@ def test_a_disk_bound_database_is_named_by_its_disk_not_its_cpu():
     # at a level where nothing was saturated, the verdict's tier gets nothing
     assert saturated_in_tiers(wb.shares, ["db"], 100) == {"db": []}
 
+    # the report's summary: the verdict's tier as the white box saw it, at the analysed level
+    from types import SimpleNamespace
+
+    from tierscope.report.data import ReportData
+    from tierscope.report.summary import bound_tiers
+
+    data = ReportData(title="t", blackbox={"1/1/1": SimpleNamespace(max_throughput_users=400.0)},
+                      whitebox={"1/1/1": wb}, focus_config="1/1/1", fine_users=300.0)
+    assert bound_tiers(data, ["db", "app"]) == {"db": "db, disk-bound"}
+    data.fine_users = 100.0  # nothing saturated where the fine-grained analysis looked: the maximum's level
+    assert bound_tiers(data, ["db"]) == {"db": "db, disk-bound"}
+    assert bound_tiers(data, ["app"]) == {}
+
 
 def test_disk_operations_against_an_iops_limit_become_the_disk_utilisation():
     """A database with a 200 IOPS limit doing 198 writes/s in 70 % of the seconds and 100 in the

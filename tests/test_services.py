@@ -8,7 +8,7 @@ import socket
 import urllib.request
 
 import pytest
-from tierscope.services.base import ServiceError, free_port, tcp_answers
+from tierscope.services.base import SOCKET_PATH_MAX, ServiceError, free_port, socket_dir, tcp_answers
 from tierscope.services.mariadb import MariaDB
 from tierscope.services.nginx import Nginx
 from tierscope.services.postgres import Postgres, pg_bindir
@@ -48,28 +48,46 @@ def test_nginx_rejects_unknown_balance(tmp_path):
         Nginx(Host.loopback(), 1, tmp_path, balance="random")
 
 
+DEEP = "a-run-directory-nested-as-deep-as-pytest-or-a-user-puts-it" * 2
+
+
+def test_socket_dir_is_short_enough_for_a_unix_socket(tmp_path):
+    near = socket_dir(tmp_path, "mysqld.sock")
+    assert near == tmp_path / "sock"
+    far = socket_dir(tmp_path / DEEP, ".s.PGSQL.5432.lock")
+    assert far != tmp_path / DEEP / "sock"
+    assert len(os.fsencode(far / ".s.PGSQL.5432.lock")) <= SOCKET_PATH_MAX
+    assert socket_dir(tmp_path / DEEP, "x") == socket_dir(tmp_path / DEEP, "x")  # one per workdir
+    assert socket_dir(tmp_path / (DEEP + "2"), "x") != far
+
+
 @needs_root
-def test_postgres_starts_answers_sql_and_stops(tmp_path):
+@pytest.mark.parametrize("where", ["pg", DEEP])
+def test_postgres_starts_answers_sql_and_stops(tmp_path, where):
     pg_bindir()
     port = free_port()
-    with Postgres(Host.loopback(), port, tmp_path / "pg", fsync=False) as pg:
+    with Postgres(Host.loopback(), port, tmp_path / where, fsync=False) as pg:
         pg.create_database("lab")
         pg.create_database("lab")  # idempotent
         pg.sql("create table t (i int)", db="lab")
         pg.sql("insert into t select generate_series(1, 100)", db="lab")
         assert pg.sql("select sum(i) from t", db="lab") == [(5050,)]
         pids = pg.pids()
+        sock = pg.socket_dir
+        assert (sock / f".s.PGSQL.{port}").is_socket()
     assert not tcp_answers("127.0.0.1", port)
+    assert sock.exists() == (sock.parent == tmp_path / where)  # nothing left outside the run
     assert not any(os.path.exists(f"/proc/{p}") for p in pids)
 
 
 @needs_root
 @pytest.mark.skipif(not os.path.exists("/usr/sbin/mariadbd"), reason="mariadb-server not installed")
-def test_mariadb_starts_answers_sql_over_tcp_and_stops(tmp_path):
+@pytest.mark.parametrize("where", ["maria", DEEP])
+def test_mariadb_starts_answers_sql_over_tcp_and_stops(tmp_path, where):
     import pymysql
 
     port = free_port()
-    with MariaDB(Host.loopback(), port, tmp_path / "maria", durable=False) as db:
+    with MariaDB(Host.loopback(), port, tmp_path / where, durable=False) as db:
         db.create_database("lab")
         conn = pymysql.connect(**db.connect_args("lab"), autocommit=True)
         with conn.cursor() as cur:
@@ -79,7 +97,10 @@ def test_mariadb_starts_answers_sql_over_tcp_and_stops(tmp_path):
             assert int(cur.fetchone()[0]) == 5050
         conn.close()
         pids = db.pids()
+        sock = db.socket
+        assert sock.is_socket()
     assert not tcp_answers("127.0.0.1", port)
+    assert sock.parent.exists() == (sock.parent.parent == tmp_path / where)
     assert not any(os.path.exists(f"/proc/{p}") for p in pids)
 
 

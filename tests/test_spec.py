@@ -90,18 +90,20 @@ count = 1
 [topology.app]
 count = 3
 node_type = ["L", "S", "L"]
+[topology.middleware]
+count = 1
 [topology.db]
 count = 2
 node_type = "L"
-dbms = "mariadb"
+dbms = "postgres"
 [workload]
 users = 5
 """
     (p,) = points(text)
     assert [(s.name, s.node_type) for s in p.config.servers()] == [
-        ("web1", "S"), ("app1", "L"), ("app2", "S"), ("app3", "L"), ("db1", "L"), ("db2", "L"),
+        ("web1", "S"), ("app1", "L"), ("app2", "S"), ("app3", "L"), ("mw1", "S"), ("db1", "L"), ("db2", "L"),
     ]  # fmt: skip
-    assert p.config.topology.db.dbms == "mariadb"
+    assert p.config.topology.db.dbms == "postgres"
     msg = error_of(text.replace('["L", "S", "L"]', '["L", "S"]'))
     assert "t.toml: topology.app: " in msg and "expected 3 entries, got 2" in msg
 
@@ -161,6 +163,11 @@ users = 5
         ('scale = "huge"\n' + MIN, "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of tiny, small, paper, got 'huge'"),
         ("scale = true\n" + MIN, "t.toml: scale: expected a fraction"),
         ("colour = 1\n" + MIN, "t.toml: colour: unknown key"),
+        ('topology = "1/1/1/1M"\n' + MIN,
+         "t.toml: topology: the topology has 1 clustering middleware server(s) with mariadb: the middleware "
+         "speaks the PostgreSQL protocol only"),
+        ('topology = "1/1/0/2"\n' + MIN,
+         "t.toml: topology: the topology has 2 database servers and no clustering middleware"),
     ],
 )
 def test_bad_specs_name_the_key_and_what_was_expected(text, expected):
@@ -171,6 +178,14 @@ def test_missing_file_names_the_file(tmp_path):
     with pytest.raises(SpecError) as info:
         load_spec(tmp_path / "nope.toml")
     assert str(tmp_path / "nope.toml") in str(info.value) and "cannot read" in str(info.value)
+
+
+def test_a_spec_that_is_not_utf8_names_line_and_column(tmp_path):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'name = "x"\n# caf\xe9\n' + MIN.encode())
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value).startswith(f"{path}:2:6: not UTF-8 (byte 0xe9)")
 
 
 # --- scalars -----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from tierscope import __version__, tables
 from tierscope.services.base import free_port
-from tierscope.spec import Point, Spec, expand
+from tierscope.spec import Point, Spec, db_topology_problem, expand
 
 #: ports the tiers listen on inside their hosts (every host has its own address)
 WEB_PORT, APP_PORT = 8000, 9000
@@ -196,15 +196,11 @@ MIDDLEWARE_PORT = 25322
 
 
 def check_db_topology(dbms: str, n_db: int, n_middleware: int) -> None:
-    """Raise PointFailed for database/middleware combinations the lab cannot run."""
-    if n_middleware and dbms != "postgres":
-        raise PointFailed(f"the topology has {n_middleware} clustering middleware server(s) with {dbms}: the "
-                          "middleware speaks the PostgreSQL protocol only (use dbms = postgres, letter P)")
-    if n_db > 1 and not n_middleware:
-        raise PointFailed(f"the topology has {n_db} database servers and no clustering middleware: several "
-                          "database servers are replicas behind a middleware (e.g. 1/2/1/2), set #C >= 1")
-    if n_db < 1:
-        raise PointFailed("the topology has no database server")
+    """Raise PointFailed for database/middleware combinations the lab cannot run (a spec refuses
+    them when it is loaded; this guards configurations built in code)."""
+    problem = db_topology_problem(dbms, n_db, n_middleware)
+    if problem:
+        raise PointFailed(problem)
 
 
 def start_middleware(ctx: PointContext, mws: list, db_addresses: list[str], db_cfg, progress: Progress) -> list:
@@ -538,6 +534,7 @@ class RunResult:
     interrupted: bool = False
     report: Path | None = None
     summary: object | None = None  # tierscope.report.Summary of the whole run
+    data: object | None = None  # tierscope.report.ReportData the summary was built from
 
 
 def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: str, progress: Progress,
@@ -640,16 +637,16 @@ def run_experiment(spec: Spec, out: Path, *, resume: bool = False, mode: str = "
         shutil.rmtree(run_dir / ".work", ignore_errors=True)
     if report and (result.done or result.skipped):
         progress.phase = "analysing"
-        result.report, result.summary = write_run_report(run_dir, spec)
+        result.report, result.summary, result.data = write_run_report(run_dir, spec)
     return result
 
 
-def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object]:
-    """Analyse the run and write run_dir/report.html; returns its path and the summary."""
+def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object, object]:
+    """Analyse the run and write run_dir/report.html; returns its path, the summary and the data."""
     from tierscope.report import build_summary, collect_run, write_report
 
     points = expand(spec)
     window_ns = int(round(points[0].config.monitor.window * 1e9)) if points else 50_000_000
     data = collect_run(run_dir, window_ns=window_ns)
     summary = build_summary(data)
-    return write_report(data, run_dir / "report.html", summary), summary
+    return write_report(data, run_dir / "report.html", summary), summary, data

@@ -479,6 +479,17 @@ class Client(_Model):
     node_type: str | None = None  # None: the generator runs without limits
 
 
+def db_topology_problem(dbms: str | None, n_db: int, n_middleware: int) -> str | None:
+    """Why the lab cannot build this database tier (None when it can)."""
+    if n_middleware and dbms not in (None, "postgres"):
+        return (f"the topology has {n_middleware} clustering middleware server(s) with {dbms}: the middleware "
+                "speaks the PostgreSQL protocol only (use dbms = postgres, letter P)")
+    if n_db > 1 and not n_middleware:
+        return (f"the topology has {n_db} database servers and no clustering middleware: several database "
+                "servers are replicas behind a middleware (e.g. 1/2/1/2), set #C >= 1")
+    return None
+
+
 class PointConfig(_Model):
     """A fully resolved configuration: what one sweep point builds, drives, watches and injects."""
 
@@ -553,6 +564,9 @@ class PointConfig(_Model):
                     )
         if self.client.node_type and self.client.node_type not in self.node_types:
             raise ValueError(f"client.node_type: node type {self.client.node_type!r} is not defined")
+        problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
+        if problem:
+            raise ValueError(f"topology: {problem}")
         if self.benchmark == "rubbos":
             for tier in ("web", "app", "db"):
                 if getattr(self.topology, tier).count < 1:
@@ -747,9 +761,16 @@ def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; every sweep point is validated. Raises SpecError."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as err:
         raise SpecError(f"{path}: cannot read: {err.strerror or err}") from err
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise SpecError(f"{path}:{line}:{column}: not UTF-8 (byte 0x{data[err.start]:02x}); a spec is TOML, "
+                        f"which is UTF-8 text") from None
     return parse_spec(text, where=str(path), name=path.stem)
 
 

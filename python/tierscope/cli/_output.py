@@ -132,7 +132,12 @@ def verdict_document(data: Any, summary: Any) -> dict:
 
 def write_json(data: Any, summary: Any, target: str) -> str:
     """Write the `--json` document to `target` (a path, or "-" for stdout); returns where."""
-    text = json.dumps(verdict_document(data, summary), indent=2, default=str)
+    return write_document(verdict_document(data, summary), target)
+
+
+def write_document(doc: dict, target: str) -> str:
+    """Write a JSON document to `target` (a path, or "-" for stdout); returns where."""
+    text = json.dumps(doc, indent=2, default=str)
     if target == "-":
         print(text)
         return "stdout"

@@ -17,6 +17,9 @@ def run(
     loopback: bool = typer.Option(False, "--loopback", help="Run every server on loopback without limits "
                                   "(what is lost is printed), instead of namespaced hosts."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not analyse nor write report.html."),
+    json_out: str | None = typer.Option(None, "--json", metavar="FILE",
+                                        help="Also write the verdict and the points' outcome as JSON to FILE "
+                                        "('-' for stdout; the terminal output then goes to stderr)."),
 ) -> None:
     """Run an experiment spec: every sweep point, then the report naming the bottleneck.
 
@@ -24,30 +27,35 @@ def run(
     collect the tables into OUT/<run>/<point>/. Ctrl-C stops cleanly and keeps finished points
     (continue with --resume).
 
+    Exit status: 0 all points done, 1 a point failed, 2 bad spec or output, 130 interrupted.
+
     Example: [bold]tierscope run examples/specs/tiny.toml -o results[/bold]
     """
     code = execute(spec_path, out, resume=resume, run_name=run_name, mode="loopback" if loopback else "auto",
-                   report=not no_report)
+                   report=not no_report, json_out=json_out)
     raise typer.Exit(code)
 
 
 def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str | None = None, mode: str = "auto",
-            report: bool = True) -> int:
+            report: bool = True, json_out: str | None = None) -> int:
     """Load the spec, run it with the live display, print the outcome; returns the exit status."""
+    from tierscope.cli import _output
     from tierscope.cli._live import LiveDisplay
     from tierscope.runner import Progress, run_experiment
     from tierscope.spec import SpecError, load_spec
 
-    console = Console()
+    console = Console(stderr=json_out == "-")
     try:
         spec = load_spec(spec_path)
-    except SpecError as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}")
-        return 2
+        if json_out not in (None, "-"):
+            _output.check_output_file(Path(json_out), "--json")
+    except (SpecError, ValueError, OSError) as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        return _output.BAD_INPUT
     progress = Progress()
     # Ctrl-C raises KeyboardInterrupt here; the runner stops the current point's generator, tears
     # the point down, drops its unfinished directory and returns with `interrupted` set.
-    with LiveDisplay(progress, enabled=sys.stdout.isatty()):
+    with LiveDisplay(progress, enabled=sys.stdout.isatty() and json_out != "-"):
         result = run_experiment(spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress,
                                 report=report)
     console.print(f"run directory: {result.dir}")
@@ -62,6 +70,14 @@ def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str |
 
         print_summary(result.summary, console)
         console.print(f"report: {result.report}")
+    if json_out is not None:
+        doc = _output.verdict_document(result.data, result.summary) if result.summary is not None else {}
+        doc["run"] = {"dir": str(result.dir), "done": result.done, "skipped": result.skipped,
+                      "failed": [{"point": p, "reason": r} for p, r in result.failed],
+                      "report": str(result.report) if result.report else None}
+        where = _output.write_document(doc, json_out)
+        if where != "stdout":
+            console.print(f"wrote {where}")
     return 0 if not result.failed else 1
 
 

@@ -98,17 +98,39 @@ def server_tiers(data: ReportData) -> dict[str, str]:
     return dict(zip(pairs.column("server").to_pylist(), pairs.column("tier").to_pylist()))
 
 
+def _whitebox_level(data: ReportData) -> tuple[Any, Any, float] | None:
+    """(black box, white box, users) of the analysed configuration at the level the fine-grained
+    analysis looked at when a resource was saturated there, else at its maximum throughput."""
+    config = data.focus_config if data.focus_config in data.blackbox else next(iter(data.blackbox), None)
+    if config is None or config not in data.whitebox:
+        return None
+    bb, wb = data.blackbox[config], data.whitebox[config]
+    users = data.fine_users if wb.saturated.get(data.fine_users) else bb.max_throughput_users
+    return bb, wb, users
+
+
+def bound_tiers(data: ReportData, tiers: list[str]) -> dict[str, str]:
+    """For each of `tiers` with a saturated white-box resource at the level `whitebox_saturated_tiers`
+    reads: "db, disk-bound" (`whitebox.bound_words`)."""
+    from tierscope.analysis.whitebox import bound_words, saturated_in_tiers
+
+    level = _whitebox_level(data)
+    if level is None or not tiers:
+        return {}
+    _bb, wb, users = level
+    found = saturated_in_tiers(wb.shares, tiers, users, host_tiers=server_tiers(data))
+    return {t: bound_words(t, items) for t, items in found.items() if items}
+
+
 def whitebox_saturated_tiers(data: ReportData) -> tuple[dict[str, list[str]], str, bool]:
     """Tiers with a resource above 95 % most of the time at the workload level the fine-grained
     analysis looked at, else at the maximum throughput of the analysed configuration:
     tier -> ["db1 cpu_util above 95 % in 98 % of the samples", ...], the level in words, and
     whether it is the analysed point's level."""
-    config = data.focus_config if data.focus_config in data.blackbox else next(iter(data.blackbox), None)
-    if config is None or config not in data.whitebox:
+    level = _whitebox_level(data)
+    if level is None:
         return {}, "", False
-    bb, wb = data.blackbox[config], data.whitebox[config]
-    # the level the fine-grained analysis looked at, else the maximum throughput's
-    users = data.fine_users if wb.saturated.get(data.fine_users) else bb.max_throughput_users
+    bb, wb, users = level
     tiers = server_tiers(data)
     out: dict[str, list[str]] = {}
     for host, metric in wb.saturated.get(users) or []:
@@ -191,6 +213,8 @@ def build_summary(data: ReportData) -> Summary:
             headline = replaced
         else:
             headline += more_text
+        for words in bound_tiers(data, list(getattr(verdict, "tiers", []) or [])).values():
+            facts.append(("bound by", words))
         lines, more = _fine_lines(data.fine, window_ms)
         look += lines
         facts += more

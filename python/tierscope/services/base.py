@@ -8,10 +8,12 @@ data directory), `command()` (the foreground argv), `healthy()`, and optionally 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +47,35 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((address, 0))
         return s.getsockname()[1]
+
+
+SOCKET_PATH_MAX = 107
+"""Longest path a unix socket can be bound to on Linux (sun_path is 108 bytes with the NUL)."""
+
+
+def socket_dir(workdir: Path, socket_name: str) -> Path:
+    """Where a service puts its unix socket `socket_name`: `workdir/sock` when the socket's path
+    fits in SOCKET_PATH_MAX bytes, else a short directory in the temporary directory named after
+    a hash of `workdir` (deep run directories, e.g. pytest's, are longer than a socket can be).
+    Remove it with `drop_socket_dir` once the program has stopped."""
+    own = workdir / "sock"
+    if len(os.fsencode(own / socket_name)) <= SOCKET_PATH_MAX:
+        return own
+    digest = hashlib.sha1(os.fsencode(workdir)).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "tierscope-sock" / digest
+
+
+def drop_socket_dir(path: Path, workdir: Path) -> None:
+    """Remove a socket directory `socket_dir` put outside `workdir` (nothing left in /tmp)."""
+    if workdir in path.parents:
+        return
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        path.parent.rmdir()  # the shared parent, when no other service uses it
+    except OSError:
+        pass
 
 
 def descendants(pid: int) -> list[int]:

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from tierscope.services._accounts import give_to
-from tierscope.services.base import Service, ServiceError
+from tierscope.services.base import Service, ServiceError, drop_socket_dir, socket_dir
 from tierscope.testbed.host import Host
 
 LAB_USER = "tierscope"
@@ -58,7 +58,7 @@ class MariaDB(Service):
 
     @property
     def socket(self) -> Path:
-        return self.workdir / "mysqld.sock"
+        return socket_dir(self.workdir, "mysqld.sock") / "mysqld.sock"
 
     @property
     def conf_path(self) -> Path:
@@ -92,7 +92,9 @@ class MariaDB(Service):
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.conf_path.write_text(self.conf())
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
         give_to(self.user, self.workdir)
+        give_to(self.user, self.socket.parent)
         if not self.initialised():
             out = subprocess.run(
                 [
@@ -109,6 +111,10 @@ class MariaDB(Service):
             if out.returncode != 0:
                 raise ServiceError(f"{self.name}: mariadb-install-db failed:\n{out.stdout}\n{out.stderr}")
             give_to(self.user, self.workdir)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        super().stop(timeout)
+        drop_socket_dir(self.socket.parent, self.workdir)
 
     def command(self) -> list[str]:
         argv = [_binary("mariadbd", "mysqld"), f"--defaults-file={self.conf_path}"]

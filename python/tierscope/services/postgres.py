@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from tierscope.services._accounts import give_to, run_as
-from tierscope.services.base import Service, ServiceError
+from tierscope.services.base import Service, ServiceError, drop_socket_dir, socket_dir
 from tierscope.testbed.host import Host
 
 
@@ -59,7 +59,7 @@ class Postgres(Service):
 
     @property
     def socket_dir(self) -> Path:
-        return self.workdir / "sock"
+        return socket_dir(self.workdir, f".s.PGSQL.{self.port}.lock")
 
     @property
     def log_file(self) -> Path:
@@ -90,8 +90,9 @@ class Postgres(Service):
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.socket_dir.mkdir(exist_ok=True)
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
         give_to(self.user, self.workdir)
+        give_to(self.user, self.socket_dir)
         if not self.initialised():
             out = subprocess.run(
                 run_as(
@@ -137,6 +138,7 @@ class Postgres(Service):
 
         self.stop_signal = signal.SIGINT
         super().stop(timeout)
+        drop_socket_dir(self.socket_dir, self.workdir)
 
     def sql(self, statement: str, db: str = "postgres", params: tuple | None = None) -> list[tuple]:
         """Run one statement (autocommit) and return its rows ([] when it returns none)."""
