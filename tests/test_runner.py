@@ -97,6 +97,27 @@ def test_resume_runs_only_what_is_missing(tiny_run, tmp_path):
     assert (run_dir / first / "manifest.json").stat().st_mtime_ns == before
 
 
+def test_run_json_gives_the_points_and_the_verdict(tiny_run, tmp_path):
+    import subprocess
+    import sys
+
+    spec, result = tiny_run
+    shutil.copytree(result.dir, tmp_path / "tiny")
+    out = tmp_path / "verdict.json"
+    cmd = [str(Path(sys.executable).parent / "tierscope"), "run", str(TINY), "-o", str(tmp_path), "--resume",
+           "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    assert sorted(doc["run"]["skipped"]) == sorted(result.done) and doc["run"]["failed"] == []
+    assert doc["run"]["report"] == str(tmp_path / "tiny" / "report.html")
+    assert sorted(r["users"] for cfg in doc["levels"].values() for r in cfg) == [5, 10]
+    assert doc["headline"] and doc["confidence"]
+    bad = subprocess.run(cmd[:-1] + [str(out / "v.json")], capture_output=True,  # under a file
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--json" in bad.stderr
+
+
 def test_a_tier_killed_mid_run_gives_a_failed_point_and_the_sweep_goes_on(tmp_path):
     raw = tomllib.loads(TINY.read_text())
     raw["workload"]["users"] = [5, 6]
