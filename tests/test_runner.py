@@ -55,6 +55,26 @@ def test_every_point_finishes_with_every_table(tiny_run):
         assert manifest["topology"] == "1S/1S/0/1S-P"
 
 
+def test_sockets_util_is_established_connections_against_the_servers_limit(tiny_run):
+    spec, result = tiny_run
+    from tierscope.spec import expand
+
+    c = expand(spec)[0].config
+    limits = {"db1": c.soft.db.max_connections, "web1": c.soft.web.workers * c.soft.web.connections}
+    res = pq.read_table(result.dir / result.done[0] / "resources.parquet").to_pylist()
+    if not any(r["metric"] == "sockets_established" for r in res):
+        pytest.skip("loopback fallback: no per-host network namespace")
+    by = {}
+    for r in res:
+        by.setdefault((r["host"], r["metric"]), {})[r["ts_ns"]] = r["value"]
+    for host, limit in limits.items():
+        util, estab = by[(host, "sockets_util")], by[(host, "sockets_established")]
+        assert util.keys() == estab.keys()
+        assert all(util[t] == pytest.approx(estab[t] * 100.0 / limit) for t in util)
+        assert max(estab.values()) >= 1  # the app's pool / the generator's connections
+    assert ("app1", "sockets_util") not in by  # no limit the soft resources state
+
+
 def test_requests_traced_at_the_web_tier_match_the_generator_log(tiny_run):
     _, result = tiny_run
     for pid in result.done:

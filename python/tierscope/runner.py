@@ -195,6 +195,15 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
 MIDDLEWARE_PORT = 25322
 
 
+def socket_limits(c) -> dict[str, int]:
+    """Per server, the TCP connections it accepts where the soft resources say so: a database's
+    `max_connections`, a web server's workers x `worker_connections` (nginx counts client and
+    upstream connections alike). The monitor turns established connections into `sockets_util`."""
+    out = {s.name: c.soft.db.max_connections for s in c.tier_servers("db")}
+    out.update({s.name: c.soft.web.workers * c.soft.web.connections for s in c.tier_servers("web")})
+    return out
+
+
 def check_db_topology(dbms: str, n_db: int, n_middleware: int) -> None:
     """Raise PointFailed for database/middleware combinations the lab cannot run (a spec refuses
     them when it is loaded; this guards configurations built in code)."""
@@ -559,7 +568,8 @@ def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: st
         c = point.config
         if c.monitor.capture:
             start_capture(ctx)
-        ctx.monitor = ctx.testbed.start_monitor(c.monitor.interval, pdir / "resources.parquet")  # type: ignore[attr-defined]
+        ctx.monitor = ctx.testbed.start_monitor(c.monitor.interval, pdir / "resources.parquet",  # type: ignore[attr-defined]
+                                                socket_limits=socket_limits(c))
         if c.interference.pause or c.interference.noisy_neighbour:
             pids = {s.name: s.pids for s in ctx.services}
             ctx.interference = ctx.testbed.start_interference(point, seed=point.seed, pids=pids)  # type: ignore[attr-defined]

@@ -291,8 +291,9 @@ class Testbed:
         machine = len(cgroups.machine_cpus()) if self.mode == "namespaces" else (os.cpu_count() or 1)
         return nt.cores(machine) if nt is not None and self.mode == "namespaces" else float(machine)
 
-    def monitor_targets(self) -> list[Target]:
-        """What the resource monitor samples: every namespaced host ([] in the loopback fallback)."""
+    def monitor_targets(self, socket_limits: dict[str, int] | None = None) -> list[Target]:
+        """What the resource monitor samples: every namespaced host ([] in the loopback fallback).
+        `socket_limits`: per host, the connections its servers accept (gives `sockets_util`)."""
         out = []
         for name, h in self.hosts.items():
             if not h.cgroup:
@@ -300,13 +301,13 @@ class Testbed:
             cg = {c: str(cgroups.path(c, h.cgroup)) for c in ("cpu", "cpuacct", "memory", "blkio")}
             out.append(
                 Target(name=name, cgroups=cg, netns=str(network.NETNS_DIR / h.netns) if h.netns else None,
-                       cores=self.cores(name))
+                       cores=self.cores(name), socket_limit=(socket_limits or {}).get(name))
             )  # fmt: skip
         return out
 
-    def start_monitor(self, interval: float, out: str | Path) -> Monitor:
+    def start_monitor(self, interval: float, out: str | Path, socket_limits: dict[str, int] | None = None) -> Monitor:
         """Start the resource monitor on every host; stopped by `down()` if not before."""
-        mon = Monitor(self.monitor_targets(), interval, Path(out)).start()
+        mon = Monitor(self.monitor_targets(socket_limits), interval, Path(out)).start()
         self._monitors.append(mon)
         return mon
 
