@@ -159,3 +159,73 @@ def test_tempo_batches_and_legacy_instrumentation_library_spans(spans, tmp_path)
     path.write_text(json.dumps({"batches": doc["resourceSpans"]}, indent=1))
     assert detect(path) == "otlp"
     _check(load_file(path))
+
+
+def _one_resource_doc(n, resource_last=False, service="web", instance="web1"):
+    """One resourceSpans element holding `n` SERVER spans (ids 1..n), as exporters that batch everything write."""
+    spans = [{"traceId": f"{s + 1:032x}", "spanId": f"{s + 1:016x}", "name": f"GET /{s}", "kind": 2,
+              "startTimeUnixNano": str(T0 + s * MS), "endTimeUnixNano": str(T0 + s * MS + MS // 2),
+              "attributes": [{"key": "http.response.status_code", "value": {"intValue": "200"}}],
+              "status": {}} for s in range(n)]
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": service}},
+                               {"key": "service.instance.id", "value": {"stringValue": instance}}]}
+    scope_spans = [{"scope": {"name": "tierscope-test"}, "spans": spans}]
+    element = {"scopeSpans": scope_spans, "resource": resource} if resource_last \
+        else {"resource": resource, "scopeSpans": scope_spans}
+    return {"resourceSpans": [element]}
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+@pytest.mark.parametrize("k", [1, 17, 39])
+def test_cut_inside_the_only_element_keeps_the_spans_before_the_cut(tmp_path, k, indent):
+    n = 40
+    text = json.dumps(_one_resource_doc(n), indent=indent)
+    cut = text.index(f'"{k + 1:016x}"') + 5  # inside span k's spanId
+    path = tmp_path / "cut.json"
+    path.write_text(text[:cut])
+    assert detect(path) == "otlp"
+    result = load_file(path)
+    rows = result.requests.to_pylist()
+    assert len(rows) == k
+    assert [r["request_id"] for r in sorted(rows, key=lambda r: r["arrival_ns"])] == [f"{s + 1:016x}" for s in range(k)]
+    assert {(r["tier"], r["server"]) for r in rows} == {("web", "web1")}
+    assert result.skipped == 1
+    assert result.skipped_at[0].startswith(f"{path}:$.resourceSpans[0].scopeSpans[0].spans[{k}]: JSON syntax error, "
+                                           "rest of file unread")
+
+
+def test_cut_between_spans_and_after_the_last_span(tmp_path):
+    n = 10
+    text = json.dumps(_one_resource_doc(n))
+    between = text.index(f'{{"traceId": "{5 + 1:032x}"')  # just before span 5 opens
+    after = text.rindex('"status": {}}') + len('"status": {}}')  # every span complete, their list is not
+    for cut, kept, at in ((between, 5, "spans[5]"), (after, n, f"spans[{n}]")):
+        path = tmp_path / f"cut{cut}.json"
+        path.write_text(text[:cut])
+        result = load_file(path, format="otlp")
+        assert result.requests.num_rows == kept
+        assert result.skipped == 1 and f"$.resourceSpans[0].scopeSpans[0].{at}: JSON syntax error" in result.skipped_at[0]
+
+
+def test_resource_after_scope_spans_still_names_the_tier(tmp_path):
+    n = 6
+    doc = _one_resource_doc(n, resource_last=True, service="app", instance="app7")
+    doc["resourceSpans"].append(_one_resource_doc(1, service="web", instance="web1")["resourceSpans"][0])
+    doc["resourceSpans"][1]["scopeSpans"][0]["spans"][0]["spanId"] = "f" * 16
+    path = tmp_path / "resource_last.json"
+    path.write_text(json.dumps(doc, indent=1))
+    assert json.loads(path.read_text())["resourceSpans"][0].keys() == {"scopeSpans", "resource"}
+    result = load_file(path)
+    assert result.skipped == 0
+    rows = result.requests.to_pylist()
+    assert sorted((r["tier"], r["server"]) for r in rows) == [("app", "app7")] * n + [("web", "web1")]
+
+
+def test_cut_before_any_complete_span_is_a_format_error(tmp_path):
+    text = json.dumps(_one_resource_doc(5), indent=2)
+    for cut in (text.index('"resource"') + 30, text.index('"spans"') + 12, text.index(f'"{1:016x}"') + 3,
+                text.index('"status"')):
+        path = tmp_path / "cut.json"
+        path.write_text(text[:cut])
+        with pytest.raises(FormatError, match="not OTLP JSON: JSON syntax error before the first complete span"):
+            load_file(path, format="otlp")

@@ -18,6 +18,9 @@ Mapping to `requests` (one row per request at one server):
   else ``server.address``; server = ``server.address[:port]`` (or ``net.peer.name[:port]``);
 - INTERNAL, PRODUCER and CONSUMER spans are not requests but still link parents to children;
 - ``parent_id`` is the nearest ancestor span that is itself a row (the upstream request).
+
+A single document is read span by span, so a file cut part way (a truncated write, a full disk)
+keeps every complete span before the cut and counts the rest as one skipped record.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ import base64
 import binascii
 from pathlib import Path
 from typing import Any
+
+import ijson
+from ijson.common import ObjectBuilder
 
 from tierscope.ingest import _json
 from tierscope.ingest.registry import Format, register_format
@@ -38,6 +44,8 @@ _KINDS = {
     "SPAN_KIND_PRODUCER": "producer", "SPAN_KIND_CONSUMER": "consumer", "SPAN_KIND_UNSPECIFIED": "unspecified",
 }
 _TOP_KEYS = ("resourceSpans", "resource_spans", "batches")
+_SCOPE_KEYS = ("scopeSpans", "scope_spans", "instrumentationLibrarySpans", "instrumentation_library_spans")
+_NO_SERVICE = "resource has no service.name (the tier)"
 
 
 def _get(obj: dict, *names: str, default: Any = None) -> Any:
@@ -123,16 +131,20 @@ def _int_or_none(v: Any) -> int | None:
         return None
 
 
+def _service_instance(resource: Any) -> tuple[str | None, str | None]:
+    """(service.name, service.instance.id or host.name) of a ``resource`` object."""
+    items = resource.get("attributes") if isinstance(resource, dict) else None
+    res_attrs = attributes(items if isinstance(items, list) else None)
+    return res_attrs.get("service.name"), res_attrs.get("service.instance.id") or res_attrs.get("host.name")
+
+
 def read_resource_spans(rs: Any, where: str, sink: RequestSink) -> None:
     """Every span of one ``resourceSpans`` element into `sink`."""
     if not isinstance(rs, dict):
         sink.skip(where, "expected an object with resource and scopeSpans")
         return
-    res_attrs = attributes(_get(rs.get("resource") or {}, "attributes", default=[]))
-    service = res_attrs.get("service.name")
-    instance = res_attrs.get("service.instance.id") or res_attrs.get("host.name")
-    scopes = _get(rs, "scopeSpans", "scope_spans", "instrumentationLibrarySpans", "instrumentation_library_spans",
-                  default=None)
+    service, instance = _service_instance(rs.get("resource"))
+    scopes = _get(rs, *_SCOPE_KEYS, default=None)
     if not isinstance(scopes, list):
         sink.skip(where, "no scopeSpans list")
         return
@@ -166,7 +178,7 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
     attrs = attributes(span.get("attributes"))
     if kind == "server":
         if not service:
-            raise ValueError("resource has no service.name (the tier)")
+            raise ValueError(_NO_SERVICE)
         server = instance or _addr(attrs, ("server.address", "net.host.name"), ("server.port", "net.host.port")) or service
         tier = service
     elif kind == "client":
@@ -220,8 +232,191 @@ def read(path: Path, sink: RequestSink, **_options) -> None:
     if prefix is None:
         raise FormatError(f"{path}: not OTLP JSON: no resourceSpans (or batches) list found in the first "
                           f"10,000 JSON tokens; expected {{\"resourceSpans\": [...]}} as the file exporter writes")
-    for where, rs in _json.stream_items(path, prefix, sink, "OTLP JSON"):
-        read_resource_spans(rs, where, sink)
+    _read_document(path, prefix, sink)
+
+
+# Where `_read_document` is between values: inside the top array, a resourceSpans element, its
+# scopeSpans list, one scope, or that scope's spans list.
+_TOP, _ELEM, _SCOPES, _SCOPE, _SPANS = range(5)
+# What the value being read (captured) becomes once complete.
+_CAP_SKIP, _CAP_RESOURCE, _CAP_SPAN = range(10, 13)  # distinct from the levels: `want` holds either
+_STARTS = frozenset(("start_map", "start_array"))
+_ENDS = frozenset(("end_map", "end_array"))
+
+
+def _read_document(path: Path, prefix: str, sink: RequestSink) -> None:
+    """The resourceSpans array(s) at ijson `prefix` of one JSON document, span by span.
+
+    Each span is built on its own (`ObjectBuilder` on `ijson.parse` events) and handed to `_span`
+    as soon as it is complete, so a file cut part way (a truncated write, a full disk) keeps every
+    span before the cut even when one resourceSpans element holds them all, as exporters often
+    write. A span needs its element's ``resource`` (the tier); when the resource comes after
+    ``scopeSpans`` in the element, that element's spans wait for it (or for the element's end).
+    A syntax error part way ends the read: what was read is kept, and the rest is one skipped
+    record at the span (or element) being read; with nothing complete before it, a FormatError.
+    """
+    base = f"{path}:{'$.' + prefix if prefix else '$'}"
+    i = j = k = -1  # element, scope and span index (locations say scopeSpans whatever the key's spelling)
+    level = _TOP
+    want = None  # after a map key: what its value is (None: not waiting for a value)
+    depth = 0  # > 0 while capturing a value (building it, or skipping it when builder is None)
+    builder: ObjectBuilder | None = None
+    cap = _CAP_SKIP
+    elements = spans_read = 0  # complete elements and complete spans (whether they import or not)
+    # Per element: the resource's service and instance once read, spans waiting for it, and which
+    # lists were found; per scope: whether it had a spans list.
+    has_resource = has_scopes = has_spans = False
+    service = instance = None
+    pending: list[tuple[str, Any]] = []
+
+    def emit(span: Any, loc: str, cut: bool = False) -> None:
+        try:
+            _span(span, service, instance, sink)
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            reason = str(err)
+            if cut and reason == _NO_SERVICE:
+                reason += ": the element's resource is not in the file (cut before it)"
+            sink.skip(loc, reason)
+
+    def flush(cut: bool = False) -> None:
+        for loc, span in pending:
+            emit(span, loc, cut)
+        pending.clear()
+
+    def where() -> str:
+        """The location reading stopped at: the span (element, scope) being read, else the next one."""
+        elem = f"{base}[{i}]"
+        if level == _TOP:
+            return elem if depth else f"{base}[{i + 1}]"
+        if level == _ELEM:
+            return f"{elem}.resource" if depth and cap == _CAP_RESOURCE else elem
+        if level == _SCOPES:
+            return f"{elem}.scopeSpans[{j if depth else j + 1}]"
+        if level == _SCOPE:
+            return f"{elem}.scopeSpans[{j}]"
+        return f"{elem}.scopeSpans[{j}].spans[{k if depth else k + 1}]"
+
+    with open(path, "rb") as f:
+        events = ijson.parse(f, use_float=True)
+        try:
+            for pfx, event, value in events:
+                if event != "start_array" or pfx != prefix:
+                    continue
+                # Inside one top array (a document may hold several, e.g. a list of export requests).
+                for _pfx, event, value in events:
+                    if depth:  # inside the value being captured: only its end matters here
+                        if builder is not None:
+                            builder.event(event, value)
+                        if event in _STARTS:
+                            depth += 1
+                            continue
+                        if event not in _ENDS:
+                            continue
+                        depth -= 1
+                        if depth:
+                            continue
+                        captured = builder.value if builder is not None else None
+                    elif want is not None:  # the value of a key just read
+                        wanted, want = want, None
+                        if wanted == _SCOPES or wanted == _SPANS:
+                            if event == "start_array":
+                                if wanted == _SCOPES:
+                                    level, has_scopes, j = _SCOPES, True, -1
+                                else:
+                                    level, has_spans, k = _SPANS, True, -1
+                                continue
+                            wanted = _CAP_SKIP  # not a list: as if the key were absent
+                        cap = wanted
+                        if event in _STARTS:
+                            builder = ObjectBuilder() if cap != _CAP_SKIP else None
+                            if builder is not None:
+                                builder.event(event, value)
+                            depth = 1
+                            continue
+                        captured = value  # a scalar value is complete at once
+                    elif level == _SPANS:
+                        if event == "end_array":
+                            level = _SCOPE
+                            continue
+                        k += 1
+                        cap = _CAP_SPAN
+                        if event in _STARTS:
+                            builder = ObjectBuilder()
+                            builder.event(event, value)
+                            depth = 1
+                            continue
+                        captured = value
+                    elif level == _SCOPE:
+                        if event == "map_key":
+                            want = _SPANS if value == "spans" and not has_spans else _CAP_SKIP
+                        elif event == "end_map":
+                            if not has_spans:
+                                sink.skip(f"{base}[{i}].scopeSpans[{j}]", "no spans list")
+                            level = _SCOPES
+                        continue
+                    elif level == _ELEM:
+                        if event == "map_key":
+                            if value == "resource":
+                                want = _CAP_RESOURCE
+                            elif value in _SCOPE_KEYS and not has_scopes:  # the first list found is read
+                                want = _SCOPES
+                            else:
+                                want = _CAP_SKIP
+                        elif event == "end_map":
+                            if not has_scopes:
+                                sink.skip(f"{base}[{i}]", "no scopeSpans list")
+                            flush()
+                            elements += 1
+                            level = _TOP
+                        continue
+                    elif level == _SCOPES:
+                        if event == "end_array":
+                            level = _ELEM
+                            continue
+                        j += 1
+                        if event == "start_map":
+                            level, has_spans = _SCOPE, False
+                            continue
+                        sink.skip(f"{base}[{i}].scopeSpans[{j}]", "no spans list")
+                        cap, builder, depth = _CAP_SKIP, None, 1 if event in _STARTS else 0
+                        continue
+                    else:  # _TOP
+                        if event == "end_array":
+                            break
+                        i += 1
+                        if event == "start_map":
+                            level, has_resource, has_scopes = _ELEM, False, False
+                            service = instance = None
+                            continue
+                        sink.skip(f"{base}[{i}]", "expected an object with resource and scopeSpans")
+                        if event in _STARTS:
+                            cap, builder, depth = _CAP_SKIP, None, 1
+                        else:
+                            elements += 1
+                        continue
+                    # A captured value is complete.
+                    builder = None
+                    if cap == _CAP_SPAN:
+                        spans_read += 1
+                        loc = f"{base}[{i}].scopeSpans[{j}].spans[{k}]"
+                        if has_resource:
+                            emit(captured, loc)
+                        else:
+                            pending.append((loc, captured))
+                    elif cap == _CAP_RESOURCE:
+                        has_resource = True
+                        service, instance = _service_instance(captured)
+                        flush()
+                    elif level == _TOP:  # a skipped element that was not an object
+                        elements += 1
+        except ijson.JSONError as err:
+            if not spans_read and not elements:
+                raise FormatError(f"{path}: not OTLP JSON: JSON syntax error before the first complete span "
+                                  f"({err})") from None
+            # The cut first (only the first few skip locations are kept), then the spans of an element
+            # whose resource was to come after them: CLIENT spans and the parent links still count.
+            sink.skip(where(), f"JSON syntax error, rest of file unread ({err})")
+            flush(cut=True)
 
 
 def _find_resource_spans(doc: Any, depth: int = 0) -> tuple[str, list] | None:
