@@ -15,7 +15,7 @@ BIN   := $(VENV)/bin
 # Debian packages the lab starts, traces or compares against.
 APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client \
                 postgresql-15 postgresql-client-15 postgresql-contrib iproute2 procps \
-                chromium
+                chromium redis-server
 
 ENGINE_SOURCES := $(shell find engine/src -name '*.rs' 2>/dev/null) engine/Cargo.toml
 PY_META        := pyproject.toml $(wildcard packaging/data/scripts/*)
@@ -38,7 +38,7 @@ system-packages:
 	fi
 	@# Debian starts installed daemons; tierscope starts its own, on its own ports and data dirs.
 	@if [ "$$(id -u)" = 0 ]; then \
-	  for s in nginx mariadb postgresql; do service $$s stop >/dev/null 2>&1 || true; done; fi
+	  for s in nginx mariadb postgresql redis-server; do service $$s stop >/dev/null 2>&1 || true; done; fi
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)

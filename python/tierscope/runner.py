@@ -512,17 +512,6 @@ def write_manifest(ctx: PointContext, status: str, reason: str | None, spec: Spe
     (ctx.dir / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
 
 
-def free_lab(first: int = 0, last: int = 63) -> int:
-    """The first lab number with no bridge and no state file (another run or test may hold one)."""
-    from tierscope.testbed import network
-    from tierscope.testbed.lab import state_dir
-
-    for lab in range(first, last + 1):
-        if not network.link_exists(network.bridge_name(lab)) and not (state_dir() / f"lab{lab}.json").exists():
-            return lab
-    raise PointFailed(f"every lab number {first}..{last} is in use (see `tierscope testbed status`)")
-
-
 def point_status(point_dir: Path) -> str | None:
     """done / failed / None (never finished) from a point's manifest."""
     try:
@@ -549,7 +538,7 @@ class RunResult:
 def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: str, progress: Progress,
               vers: dict) -> tuple[str, str | None]:
     """Run one point start to finish; always tears down; returns (status, reason)."""
-    from tierscope.testbed.lab import Testbed
+    from tierscope.testbed.lab import Testbed, free_lab
 
     pdir = run_dir / point.id
     if pdir.exists():

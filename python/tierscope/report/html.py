@@ -1,16 +1,28 @@
-"""One self-contained HTML file: the summary in words first, then the figures. Plotly's JavaScript is
-inlined once (no CDN, works offline); a section without data says so instead of showing an empty
-plot."""
+"""One self-contained HTML file: the summary in words first, what was analysed, then the figures.
+Plotly's JavaScript is inlined once (no CDN, works offline); a section without data says so instead
+of showing an empty plot.
+
+Size: the inlined plotly.js is the package's ``package_data/plotly.min.js`` (already minified,
+~4.8 MB with plotly 7), which is most of the page. Figures are embedded as JSON (numbers as base64
+typed arrays) and drawn by one script at the end; their shared Plotly template is written once.
+``compress_js=True`` inlines plotly.js gzipped and base64-encoded instead (~1.9 MB), unpacked by the
+browser (DecompressionStream: Chrome 80, Firefox 113, Safari 16.4 or later) — still offline.
+"""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
 import html
+import json
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import plotly.graph_objects as go
 import plotly.offline
+from plotly.io.json import to_json_plotly
 
 from tierscope.report import figures
 from tierscope.report.data import ReportData
@@ -20,7 +32,9 @@ from tierscope.report.summary import Summary, build_summary
 SECTIONS: list[tuple[str, str, str, Callable[[ReportData], go.Figure | None], str]] = [
     ("timeline", "Load and throughput of every tier",
      "Per server and per window: the mean number of requests inside the server (load) and the requests it "
-     "completed per second. A bottleneck shows as load climbing while throughput stays flat.",
+     "completed per second. A bottleneck shows as load climbing while throughput stays flat. Servers of one tier "
+     "share a hue and differ by shade and dash; shaded bands are stalls (a server holding requests and "
+     "completing none) and pauses (GC, injected freezes) — hover the marks above them.",
      figures.timeline, "needs per-request timings at the servers (requests table) and the fine-grained analysis"),
     ("main-sequence", "Main sequence and saturation point N*",
      "Throughput against load, one dot per window. Throughput grows with load until the server saturates at "
@@ -36,13 +50,18 @@ SECTIONS: list[tuple[str, str, str, Callable[[ReportData], go.Figure | None], st
      "tier, so a synchronous chain correlates positively; negative exclusive correlation means tiers take turns.",
      figures.correlation_matrix, "needs two or more tiers"),
     ("load-curve", "Response time and throughput against workload",
-     "The black-box view: throughput and 90th-percentile response time per workload level. The knee (dashed) is "
-     "where response time starts to climb: the system reaches its capacity there.",
+     "The black-box view: throughput, and the median, 90th and 99th percentile response time (p90 solid, p50 "
+     "and p99 dashed) per workload level; when requests failed, the error rate (% of all requests) on the right "
+     "axis. The knee (dashed) is where response time starts to climb: the system reaches its capacity there.",
      figures.load_curve, "needs a run with two or more workload levels (users) and the generator's client_requests"),
     ("density", "Utilisation densities",
      "How much of the time each resource spent at each utilisation, per workload level (seed 000 Fig. 1). A "
      "bright band at the right edge means the resource is saturated at that workload.",
      figures.utilisation_density, "needs resources.parquet with percent metrics"),
+    ("two-grains", "One host at two grains",
+     "The CPU of the host most often saturated at the analysed point, as sampled and re-aggregated to 1 s from "
+     "the same samples (seed 001): short saturations that the 1 s average hides show at the fine grain.",
+     figures.two_grains_figure, "needs the analysed point's resources.parquet with CPU sampled finer than 1 s"),
     ("bottleneck-map", "Bottleneck map",
      "Maximum throughput per configuration, with its primary bottleneck and its group of configurations with "
      "similar maximum throughput (seed 000 Fig. 2/3).",
@@ -61,7 +80,11 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;margin-top:2em;border
 .summary .headline{font-size:1.2em;font-weight:600} .note{color:#666;font-style:italic}
 table.facts{border-collapse:collapse;margin-top:.6em} table.facts td{padding:.15em .8em .15em 0;vertical-align:top}
 table.facts td:first-child{color:#555;white-space:nowrap} .meta{color:#777;font-size:.9em}
+.plot{width:100%}
 """
+
+#: Plotly's config for every figure
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
 def _summary_html(summary: Summary) -> str:
@@ -88,10 +111,105 @@ def _heavy_table(data: ReportData) -> str:
     return f'<table class="facts">{head}{rows}</table>'
 
 
-def render_html(data: ReportData, summary: Summary | None = None) -> str:
-    """The report as one HTML string (Plotly inlined once)."""
+def _levels(data: ReportData) -> list[float]:
+    users = {float(u) for bb in data.blackbox.values() if "users" in bb.curve.column_names
+             for u in bb.curve.column("users").to_pylist() if u is not None}
+    users |= {float(p.users) for p in data.points if p.users is not None}
+    return sorted(users)
+
+
+def _config_rows(data: ReportData) -> list[tuple[str, str]]:
+    """What is known about the run, one (name, value) a row."""
+    rows: list[tuple[str, str]] = []
+    if data.fine_point:
+        rows.append(("analysed point", data.fine_point))
+    rows.append(("window", f"{data.window_ns / 1e6:g} ms"))
+    if data.blackbox:
+        rows.append(("configurations", ", ".join(data.blackbox)))
+    levels = _levels(data)
+    if levels:
+        rows.append(("workload levels", ", ".join(f"{u:g}" for u in levels) + " users"))
+    if data.points:
+        rows.append(("points", str(len(data.points))))
+    if data.imported is not None:
+        rows.append(("imported", data.imported.summary()))
+    elif data.requests is not None:
+        tiers = sorted({t for t in data.requests.column("tier").to_pylist() if t is not None}) \
+            if "tier" in data.requests.column_names else []
+        rows.append(("requests", f"{data.requests.num_rows} at {len(tiers)} tier(s) {', '.join(tiers)}".rstrip()))
+    return rows
+
+
+def _config_html(data: ReportData) -> str:
+    body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in _config_rows(data))
+    return f'<section id="configuration"><h2>What was analysed</h2><table class="facts">{body}</table></section>'
+
+
+def _json_for_script(text: str) -> str:
+    """JSON that cannot close its <script> element ("<" appears in JSON only inside strings)."""
+    return text.replace("<", "\\u003c")
+
+
+class _Figures:
+    """Figures as JSON in the page, their Plotly templates written once (shared by all figures)."""
+
+    def __init__(self) -> None:
+        self.templates: dict[str, str] = {}
+
+    def embed(self, fig: go.Figure, div_id: str) -> str:
+        d = fig.to_dict()
+        layout = d.get("layout", {})
+        template = layout.pop("template", None)
+        if template is not None:
+            text = to_json_plotly(template)
+            key = "t" + hashlib.sha1(text.encode()).hexdigest()[:10]
+            self.templates.setdefault(key, text)
+            layout["template"] = key
+        height = layout.get("height")
+        spec = _json_for_script(to_json_plotly({"data": d.get("data", []), "layout": layout}))
+        style = f' style="height:{int(height)}px"' if isinstance(height, (int, float)) else ""
+        return (f'<div id="{div_id}" class="plot"{style}></div>'
+                f'<script type="application/json" class="tierscope-figure" data-div="{div_id}">{spec}</script>')
+
+    def script(self) -> str:
+        """The one script that draws every figure: `tierscopeDraw()`."""
+        templates = ",".join(f'"{k}":{_json_for_script(v)}' for k, v in self.templates.items())
+        return ("<script>var TIERSCOPE_TEMPLATES={" + templates + "};"
+                "function tierscopeDraw(){var C=" + json.dumps(PLOT_CONFIG) + ";"
+                "document.querySelectorAll('script.tierscope-figure').forEach(function(s){"
+                "var f=JSON.parse(s.textContent),t=f.layout.template;"
+                "if(typeof t==='string'&&t in TIERSCOPE_TEMPLATES)"
+                "f.layout.template=JSON.parse(JSON.stringify(TIERSCOPE_TEMPLATES[t]));"
+                "Plotly.newPlot(s.getAttribute('data-div'),f.data,f.layout,C);});}</script>")
+
+
+def _plotlyjs(compress: bool) -> tuple[str, str]:
+    """(what goes in <head>, what draws the figures at the end of <body>)."""
+    js = plotly.offline.get_plotlyjs()
+    if not compress:
+        return f'<script type="text/javascript">{js}</script>', "<script>tierscopeDraw();</script>"
+    packed = base64.b64encode(gzip.compress(js.encode("utf-8"), 9, mtime=0)).decode("ascii")
+    unpack = (
+        "<script>(function(){var why='this browser cannot unpack the inlined plotly.js (it needs "
+        "DecompressionStream: Chrome 80, Firefox 113, Safari 16.4 or later); write the report with "
+        "compress_js=False';"
+        "function fail(e){document.querySelectorAll('div.plot').forEach(function(d){d.textContent=why+"
+        "(e?' ('+e+')':'');});}"
+        "if(typeof DecompressionStream==='undefined'){fail();return;}"
+        "var b=atob(document.getElementById('plotlyjs-gz').textContent.trim()),u=new Uint8Array(b.length);"
+        "for(var i=0;i<b.length;i++)u[i]=b.charCodeAt(i);"
+        "new Response(new Blob([u]).stream().pipeThrough(new DecompressionStream('gzip'))).text()"
+        ".then(function(code){var s=document.createElement('script');s.text=code;document.head.appendChild(s);"
+        "tierscopeDraw();}).catch(fail);})();</script>")
+    return (f'<script type="application/octet-stream" id="plotlyjs-gz">{packed}</script>', unpack)
+
+
+def render_html(data: ReportData, summary: Summary | None = None, *, compress_js: bool = False) -> str:
+    """The report as one HTML string (Plotly inlined once; gzipped with `compress_js`, see the
+    module docstring)."""
     summary = summary or build_summary(data)
     parts, missing = [], []
+    embedded = _Figures()
     for sid, title, words, build, why in SECTIONS:
         try:
             fig = build(data)
@@ -100,8 +218,7 @@ def render_html(data: ReportData, summary: Summary | None = None) -> str:
         if fig is None:
             missing.append((title, why))
             continue
-        body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{sid}",
-                           config={"displaylogo": False, "responsive": True})
+        body = embedded.embed(fig, f"fig-{sid}")
         extra = _heavy_table(data) if sid == "heavy" else ""
         parts.append(f'<section id="{sid}"><h2>{html.escape(title)}</h2><p>{html.escape(words)}</p>{body}{extra}'
                      "</section>")
@@ -111,19 +228,22 @@ def render_html(data: ReportData, summary: Summary | None = None) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     from tierscope import __version__
 
+    head_js, draw = _plotlyjs(compress_js)
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>tierscope report: {html.escape(data.title)}</title><style>{_CSS}</style>"
-        f"<script type=\"text/javascript\">{plotly.offline.get_plotlyjs()}</script></head><body>"
+        f"{head_js}</head><body>"
         f"<h1>tierscope report: {html.escape(data.title)}</h1>"
         f'<p class="meta">tierscope {__version__}, {when}; window {data.window_ns / 1e6:g} ms</p>'
-        f"{_summary_html(summary)}{''.join(parts)}{omitted}</body></html>"
+        f"{_summary_html(summary)}{_config_html(data)}{''.join(parts)}{omitted}"
+        f"{embedded.script()}{draw}</body></html>"
     )
 
 
-def write_report(data: ReportData, path: str | Path, summary: Summary | None = None) -> Path:
-    """Write the HTML report to `path` (parent directories created)."""
+def write_report(data: ReportData, path: str | Path, summary: Summary | None = None, *,
+                 compress_js: bool = False) -> Path:
+    """Write the HTML report to `path` (parent directories created); `compress_js`: see render_html."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(data, summary), encoding="utf-8")
+    path.write_text(render_html(data, summary, compress_js=compress_js), encoding="utf-8")
     return path

@@ -1,4 +1,5 @@
-"""The application server: gunicorn with gthread workers running the RUBBoS WSGI application.
+"""The application server: gunicorn with gthread workers running a WSGI application (RUBBoS unless
+`app` names another, e.g. the log service; `app_env` is its configuration as environment).
 
 The soft resources the seed papers turn are parameters: `workers` (processes), `threads` per
 worker (like Tomcat's maxThreads: requests in service at once per worker) and `pool_size`, the
@@ -17,7 +18,7 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
-from tierscope.apps.rubbos.dal import DbConfig
+from tierscope.apps.dal import DbConfig
 from tierscope.services.base import Service
 from tierscope.testbed.host import Host
 
@@ -42,7 +43,10 @@ class AppServer(Service):
         port: int,
         workdir: str | Path,
         *,
-        db: DbConfig,
+        db: DbConfig | None = None,
+        app: str = APP,
+        app_env: dict[str, str] | None = None,
+        health_path: str = "/rubbos/health",
         workers: int = 2,
         threads: int = 8,
         pool_size: int | None = None,
@@ -64,7 +68,10 @@ class AppServer(Service):
                 raise ValueError(f"appserver {label}: expected >= 1, got {value}")
         self.workers = int(workers)
         self.threads = int(threads)
-        self.db = replace(db, pool_size=int(pool_size or threads), pool_timeout_s=pool_timeout_s)
+        self.db = replace(db, pool_size=int(pool_size or threads), pool_timeout_s=pool_timeout_s) if db else None
+        self.app = app
+        self.app_env = dict(app_env or {})
+        self.health_path = health_path
         self.backlog = backlog
         self.connections = int(connections)
         self.keepalive_s = keepalive_s
@@ -90,7 +97,10 @@ class AppServer(Service):
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        env.update(self.app_env, PYTHONUNBUFFERED="1")
         d = self.db
+        if d is None:
+            return env
         env.update(
             RUBBOS_DBMS=d.dbms,
             RUBBOS_DB_HOST=d.host,
@@ -128,7 +138,7 @@ class AppServer(Service):
             "--error-logfile", str(self.error_log),
             "--pid", str(self.workdir / "gunicorn.pid"),
             "--worker-tmp-dir", "/dev/shm" if os.path.isdir("/dev/shm") else str(self.workdir),
-            "--name", f"rubbos-{self.port}",
+            "--name", f"{self.app.split('.')[2] if self.app.count('.') >= 2 else 'app'}-{self.port}",
         ]
         if _has_setting("control_socket_disable"):  # gunicorn >= 24: one shared socket path otherwise
             argv.append("--no-control-socket")
@@ -137,11 +147,11 @@ class AppServer(Service):
                 "--access-logfile", str(self.access_log),
                 "--access-logformat", '%(h)s %(t)s "%(r)s" %(s)s %(B)s %(M)s %({x-request-id}i)s',
             ]
-        return argv + [APP]
+        return argv + [self.app]
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.url + "/rubbos/health", timeout=1) as r:
+            with urllib.request.urlopen(self.url + self.health_path, timeout=1) as r:
                 return r.status == 200
         except OSError:
             return False

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from tierscope.apps.rubbos.dal import DbConfig
+from tierscope.apps.dal import DbConfig
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 

@@ -47,6 +47,14 @@ def state_dir() -> Path:
     return Path("/tmp/tierscope-testbed")
 
 
+def free_lab(first: int = 0, last: int = 63) -> int:
+    """The first lab number with no bridge and no state file (another run or test may hold one)."""
+    for lab in range(first, last + 1):
+        if not network.link_exists(network.bridge_name(lab)) and not (state_dir() / f"lab{lab}.json").exists():
+            return lab
+    raise TestbedError(f"every lab number {first}..{last} is in use (see `tierscope testbed status`)")
+
+
 def namespaces_unavailable() -> str | None:
     """Why namespaced hosts with limits cannot be built here (None when they can)."""
     return network.unavailable_reason() or cgroups.unavailable_reason()
@@ -119,6 +127,12 @@ class Testbed:
         ]
         client_nt = config.node_types[config.client.node_type] if config.client.node_type else None
         plan.append((CLIENT, client_nt))
+        return self.up_hosts(plan)
+
+    def up_hosts(self, plan: list[tuple[str, NodeType | None]]) -> dict[str, Host]:
+        """Build the hosts of `plan`: (name, node type or None for no limits), in address order."""
+        if self.hosts:
+            raise TestbedError("this testbed is already up; call down() first")
         if len(plan) > 253:
             raise TestbedError(f"too many hosts for one lab subnet: {len(plan)} (at most 253)")
         self.mode = self._resolve_mode()

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from urllib.parse import parse_qs
 
 from tierscope.apps.rubbos import pages
-from tierscope.apps.rubbos.dal import Database, DatabaseError, DbConfig, DuplicateKey, PoolTimeout, like_prefix, like_prefix10
+from tierscope.apps.dal import Database, DatabaseError, DbConfig, DuplicateKey, PoolTimeout, like_prefix, like_prefix10
 from tierscope.apps.rubbos.pages import esc, url
 
 log = logging.getLogger("tierscope.rubbos")

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tierscope.apps.rubbos.dal import DbConfig
+from tierscope.apps.dal import DbConfig
 
 #: bumped when the same (scale, seed) would give different rows; older snapshots are reloaded
 GENERATOR_VERSION = 2

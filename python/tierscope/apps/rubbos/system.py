@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierscope.apps.rubbos import datagen, pages, snapshot
-from tierscope.apps.rubbos.dal import DbConfig
+from tierscope.apps.dal import DbConfig
 from tierscope.services.appserver import AppServer
 from tierscope.services.base import Service, ServiceError, tcp_answers
 from tierscope.testbed.host import Host

@@ -1,5 +1,5 @@
-"""One data-access module for RUBBoS over PostgreSQL (psycopg 3 + psycopg_pool) and MariaDB
-(PyMySQL with a bounded pool), chosen by configuration.
+"""One data-access module for the apps (RUBBoS, the log service) over PostgreSQL (psycopg 3 +
+psycopg_pool) and MariaDB (PyMySQL with a bounded pool), chosen by configuration.
 
 Every statement is parameterised (`%s` placeholders in both drivers) and gets the request id
 appended as a trailing sqlcommenter comment, `/*request_id='<url-encoded id>'*/`, so a passive
@@ -176,7 +176,7 @@ class _PostgresPool:
             timeout=config.pool_timeout_s,
             kwargs={"autocommit": True, "prepare_threshold": None, "row_factory": dict_row},
             open=True,
-            name="rubbos",
+            name=config.database,
         )
 
     def get(self):

@@ -1,0 +1,219 @@
+"""The log service's WSGI application (gunicorn: `tierscope.apps.logservice.app:create_app()`).
+
+    POST /log     Authorization: Bearer <token>
+                  {"id": "<unique id, 1-64 characters>", "level": 0-7, "message": "..."}
+                  201 {"status": "stored" | "queued"}  the record is stored (direct) or enqueued
+                  400 malformed body, 401 unknown token, 413 body over the limit,
+                  503 not taken (database busy past its timeout, queue full): not acknowledged
+    GET /health   200 when the database answers
+    GET /stats    this worker's counters (mode, requests, refused, stored, queued)
+
+Configuration from the environment (`LogServiceConfig.from_env`): LOGSVC_MODE (direct, queue,
+durable), LOGSVC_DBMS, LOGSVC_DB_HOST/PORT/USER/PASSWORD/NAME, LOGSVC_POOL_SIZE,
+LOGSVC_DB_TIMEOUT_S (the wait for a connection), LOGSVC_AUTH_CACHE (1: every client's token read
+once when a worker starts, a token not in it asked of the database; seed 003's authentication
+cache; 0: one query per request), LOGSVC_COLLECTORS, LOGSVC_BATCH_ROWS,
+LOGSVC_BATCH_MS, LOGSVC_QUEUE_MAX, LOGSVC_REDIS_URL, LOGSVC_MAX_BODY.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, fields
+
+from tierscope.apps.dal import Database, DatabaseError, DbConfig, PoolTimeout
+from tierscope.apps.logservice.store import DirectStore, DurableStore, QueueStore, Record, Refused
+
+MODES = ("direct", "queue", "durable")
+
+
+@dataclass(frozen=True)
+class LogServiceConfig:
+    mode: str = "direct"
+    dbms: str = "postgresql"
+    db_host: str = "127.0.0.1"
+    db_port: int = 5432
+    db_user: str = "postgres"
+    db_password: str = ""
+    db_name: str = "logs"
+    pool_size: int = 8
+    db_timeout_s: float = 5.0
+    auth_cache: bool = True
+    collectors: int = 2
+    batch_rows: int = 1000
+    batch_ms: float = 50.0
+    queue_max: int = 100_000
+    redis_url: str = ""
+    max_body: int = 16_384
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode == "durable" and not self.redis_url:
+            raise ValueError("mode durable needs redis_url (the broker that keeps the queue)")
+
+    def env(self) -> dict[str, str]:
+        """As environment variables for the app server (inverse of `from_env`)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f"LOGSVC_{f.name.upper()}"] = ("1" if v else "0") if isinstance(v, bool) else str(v)
+        return out
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "LogServiceConfig":
+        kw = {}
+        for f in fields(cls):
+            raw = env.get(f"LOGSVC_{f.name.upper()}")
+            if raw is None:
+                continue
+            kind = type(f.default)
+            kw[f.name] = raw == "1" if kind is bool else kind(raw)
+        return cls(**kw)
+
+    def db(self) -> DbConfig:
+        return DbConfig(dbms=self.dbms, host=self.db_host, port=self.db_port, user=self.db_user,
+                        password=self.db_password, database=self.db_name, pool_size=self.pool_size,
+                        pool_timeout_s=self.db_timeout_s)
+
+
+def _answer(start_response, code: int, doc: dict):
+    body = json.dumps(doc).encode()
+    reason = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+              405: "Method Not Allowed", 413: "Payload Too Large", 503: "Service Unavailable"}[code]
+    start_response(f"{code} {reason}", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class BadRecord(ValueError):
+    pass
+
+
+def parse_record(body: bytes, client_id: int, received_ns: int) -> Record:
+    """A record from a request body, or BadRecord saying what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise BadRecord(f"body is not JSON ({err.__class__.__name__})") from None
+    if not isinstance(doc, dict):
+        raise BadRecord("body: expected a JSON object")
+    rid, level, message = doc.get("id"), doc.get("level", 6), doc.get("message")
+    if not isinstance(rid, str) or not 1 <= len(rid) <= 64:
+        raise BadRecord("id: expected a string of 1 to 64 characters")
+    if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= 7:
+        raise BadRecord("level: expected an integer 0..7 (syslog severity)")
+    if not isinstance(message, str):
+        raise BadRecord("message: expected a string")
+    return Record(rid, client_id, level, message, received_ns)
+
+
+class LogService:
+    def __init__(self, config: LogServiceConfig):
+        self.config = config
+        self.db = Database(config.db())
+        if config.mode == "direct":
+            self.store = DirectStore(self.db)
+        elif config.mode == "queue":
+            self.store = QueueStore(self.db, collectors=config.collectors, batch_rows=config.batch_rows,
+                                    batch_ms=config.batch_ms, queue_max=config.queue_max)
+        else:
+            self.store = DurableStore(self.db, config.redis_url, collectors=config.collectors,
+                                      batch_rows=config.batch_rows, batch_ms=config.batch_ms,
+                                      stream_max=config.queue_max)
+        self.tokens: dict[str, int] = {}
+        self.counts = {"requests": 0, "refused": 0, "unauthorized": 0, "malformed": 0, "auth_queries": 0}
+        self._lock = threading.Lock()
+        if config.auth_cache:  # warm: one query for every known client; a miss asks the database
+            try:
+                with self.db.session() as s:
+                    self.tokens = {r["token"]: int(r["id"]) for r in s.query("SELECT id, token FROM clients")}
+            except DatabaseError as err:
+                logging.getLogger("tierscope.logservice").warning("auth cache not warmed: %s", err)
+        atexit.register(self.close)
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.counts[key] += 1
+
+    def client_of(self, token: str, request_id: str | None) -> int | None:
+        """The client id of `token` (None when unknown); through the cache when enabled."""
+        if self.config.auth_cache and token in self.tokens:
+            return self.tokens[token]
+        self._count("auth_queries")
+        with self.db.session(request_id) as s:
+            row = s.one("SELECT id FROM clients WHERE token = %s", (token,))
+        if row is None:
+            return None
+        if self.config.auth_cache:
+            self.tokens[token] = int(row["id"])
+        return int(row["id"])
+
+    def __call__(self, environ, start_response):
+        path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
+        if path == "/health":
+            try:
+                with self.db.session() as s:
+                    s.one("SELECT 1 AS one")
+            except DatabaseError as err:
+                return _answer(start_response, 503, {"error": str(err)})
+            return _answer(start_response, 200, {"status": "ok", "mode": self.config.mode})
+        if path == "/stats":
+            return _answer(start_response, 200, {**self.store.stats(), **self.counts, "pid": os.getpid()})
+        if path != "/log":
+            return _answer(start_response, 404, {"error": f"no such path {path!r} (POST /log)"})
+        if method != "POST":
+            return _answer(start_response, 405, {"error": "POST a record to /log"})
+        self._count("requests")
+        received_ns = time.time_ns()
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._count("malformed")
+            return _answer(start_response, 400, {"error": "Content-Length: expected a number of bytes"})
+        if length > self.config.max_body:
+            self._count("malformed")
+            return _answer(start_response, 413, {"error": f"body of {length} bytes, at most {self.config.max_body}"})
+        body = environ["wsgi.input"].read(length) if length else b""
+        auth = environ.get("HTTP_AUTHORIZATION", "")
+        request_id = environ.get("HTTP_X_REQUEST_ID")
+        try:
+            client = self.client_of(auth[7:].strip(), request_id) if auth.startswith("Bearer ") else None
+        except PoolTimeout as err:
+            self._count("refused")
+            return _answer(start_response, 503, {"error": f"database busy: {err}"})
+        except DatabaseError as err:
+            self._count("refused")
+            return _answer(start_response, 503, {"error": str(err)})
+        if client is None:
+            self._count("unauthorized")
+            return _answer(start_response, 401, {"error": "unknown token (Authorization: Bearer <token>)"})
+        try:
+            record = parse_record(body, client, received_ns)
+        except BadRecord as err:
+            self._count("malformed")
+            return _answer(start_response, 400, {"error": str(err)})
+        try:
+            status = self.store.put(record)
+        except Refused as err:
+            self._count("refused")
+            return _answer(start_response, 503, {"error": str(err)})
+        return _answer(start_response, 201, {"status": status})
+
+    def close(self) -> None:
+        """Write what is still queued in this process (clean exit), then close the pool."""
+        self.store.close(deadline_s=8.0)
+        self.db.close()
+
+
+def create_app(config: LogServiceConfig | None = None) -> LogService:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s")
+    return LogService(config or LogServiceConfig.from_env())
