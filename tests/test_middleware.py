@@ -549,7 +549,7 @@ def test_a_backend_that_goes_away_is_disabled_and_reads_go_on(pair):
 
 def test_rubbos_pages_through_the_middleware(pair):
     from tierscope.apps.rubbos import datagen
-    from tierscope.apps.rubbos.dal import DbConfig
+    from tierscope.apps.dal import DbConfig
     from tierscope.services.appserver import AppServer
     from tierscope.services.base import free_port
     from tierscope.testbed.host import Host

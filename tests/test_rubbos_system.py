@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from tierscope.apps.rubbos import datagen, mixes, pages
-from tierscope.apps.rubbos.dal import DbConfig
+from tierscope.apps.dal import DbConfig
 from tierscope.apps.rubbos.system import make_db
 from tierscope.services.appserver import AppServer
 from tierscope.services.base import free_port

@@ -47,6 +47,7 @@ class ReportData:
     heavy: pa.Table | None = None
     heavy_summary: pa.Table | None = None
     stalls: pa.Table | None = None  # analysis.heavy.stall_events: requests held by a stopped server
+    resources: pa.Table | None = None  # the resources table of the analysed point, if any
     truth: pa.Table | None = None  # the simulator's saturation_truth of the analysed point, if any
     imported: ImportResult | None = None
     points: list[Point] = field(default_factory=list)
@@ -109,7 +110,7 @@ def collect_files(paths: Sequence[str | Path], format: str | None = None, window
     white box at this one workload level. `imported`: the files already imported."""
     result = imported if imported is not None else load(paths, format, **options)
     data = ReportData(title=", ".join(Path(p).name for p in paths), window_ns=window_ns, imported=result,
-                      requests=result.requests)
+                      requests=result.requests, resources=resources)
     if resources is not None and resources.num_rows:
         data.whitebox["(this system)"] = whitebox([(0.0, resources)])
         data.focus_config = "(this system)"
@@ -246,6 +247,7 @@ def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[st
 def _analyse_point(data: ReportData, chosen: Point, reqs: pa.Table, window_ns: int,
                    points: list[Point] | None = None) -> None:
     data.requests = reqs
+    data.resources = chosen.tables.get("resources")
     data.fine_users = chosen.users
     data.fine_point = f"{chosen.config + ' ' if chosen.config else ''}{chosen.name}" + (
         f" ({chosen.users:g} users)" if chosen.users is not None else "")

@@ -319,7 +319,8 @@ def saturation_strip(data: ReportData) -> go.Figure | None:
     thinned = [_thin(x, (row, "max")) for row in z]
     x = thinned[0][0]
     z = [t[1] for t in thinned]
-    fig = go.Figure(go.Heatmap(z=_f4(np.asarray(z)), **_x(x), y=labels, zmin=0, zmax=1, colorscale=[[0, "#f4f4f4"], [1, "#d62728"]],
+    fig = go.Figure(go.Heatmap(z=_f4(np.asarray(z)), **_x(x), y=labels, zmin=0, zmax=1,
+                               colorscale=[[0, "#f4f4f4"], [1, "#d62728"]],
                                colorbar=dict(title="saturated")))
     fig.update_layout(height=120 + 50 * len(labels), xaxis_title="seconds since the first window", **LAYOUT)
     return fig
@@ -499,7 +500,8 @@ def two_grains_figure(data: ReportData | pa.Table, threshold: float = 95.0) -> g
     # each sample is the mean over the interval ending at its time stamp: steps drawn leftwards ("vh")
     fig = go.Figure([
         go.Scatter(x=xf, y=yf, mode="lines", line=dict(color="#6baed6", width=1, shape="vh"),
-                   name=f"{g.host} {g.metric} at {fine_ms:g} ms ({g.fine_share_above:.1%} of samples >= {threshold:g} %)"),
+                   name=f"{g.host} {g.metric} at {fine_ms:g} ms "
+                        f"({g.fine_share_above:.1%} of samples >= {threshold:g} %)"),
         go.Scatter(x=xc, y=yc, mode="lines+markers", line=dict(color="#08306b", width=2.5, shape="vh"),
                    name=f"the same at {g.coarse_interval_ns / 1e9:g} s "
                         f"({g.coarse_share_above:.1%} of samples >= {threshold:g} %)"),
