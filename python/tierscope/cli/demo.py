@@ -24,6 +24,8 @@ def demo(
                                      "tier (like JVM garbage collections), so the bottleneck alternates."),
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory."),
     loopback: bool = typer.Option(False, "--loopback", help="Run on loopback without namespaces or limits."),
+    ingest: bool = typer.Option(False, "--ingest", help="Instead: seed 003's log service, direct inserts vs queue "
+                                "and batch collectors, loss counted (about a minute)."),
 ) -> None:
     """Run the demo experiment: a 3-tier RUBBoS system, four workload levels, a report.
 
@@ -31,8 +33,13 @@ def demo(
     workload levels with the capture on, and writes report.html naming the bottleneck. Takes under
     five minutes on a 2-core machine, data load included.
 
-    Example: [bold]tierscope demo[/bold]   or   [bold]tierscope demo --alternating[/bold]
+    Example: [bold]tierscope demo[/bold]   or   [bold]tierscope demo --alternating[/bold]   or
+    [bold]tierscope demo --ingest[/bold]
     """
+    if ingest:
+        from tierscope.cli.ingest import ingest as run_ingest
+
+        run_ingest(preset("ingest"), out, modes=None, clients=None, records=None, loopback=loopback)
     from tierscope.cli.run import execute
 
     spec = preset("demo-alternating" if alternating else "demo")

@@ -39,10 +39,10 @@ class Service:
     """The service under test, the same in every mode."""
 
     dbms: str = "postgresql"
-    db_cpu: float | None = 0.25  # cores of the database host (None: no limit)
+    db_cpu: float | None = 0.1  # cores of the database host (None: no limit)
     fsync: bool = True
     app_workers: int = 2
-    app_threads: int = 512  # like a servlet container: many threads, few connections
+    app_threads: int = 256  # like a servlet container: many threads, few connections
     pool_size: int = 4  # database connections per app worker
     db_timeout_s: float = 0.5  # the app's wait for a database connection
     auth_cache: bool = True
@@ -72,7 +72,7 @@ class ModeResult:
     load_s: float
     stored_per_s: float
     p90_ms: float | None
-    busiest: str = ""  # the host whose CPU was busiest during the load, "db1 CPU 97 %"
+    bottleneck: str = ""  # the most saturated resource during the load, "db1 CPU quota 71 %"
     testbed: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -99,20 +99,24 @@ def count(outcomes: pa.Table, stored: set[str]) -> dict:
                 stored_per_s=round(stored_here / span, 1) if span > 0 else 0.0, p90_ms=p90)
 
 
-def busiest_host(resources: pa.Table, start_ns: int, end_ns: int, cores: dict[str, float]) -> str:
-    """"db1 CPU 97 %": the host with the highest mean CPU utilisation (of its allowance) in the window."""
+def bottleneck(resources: pa.Table | None, start_ns: int, end_ns: int) -> str:
+    """The most saturated resource during the load, from the white box's shares above 95 %
+    (`analysis.whitebox`): "db1 CPU quota 71 %" (share of the samples), or the busiest CPU when
+    nothing reaches 95 %: "app1 CPU mean 61 %"."""
+    from tierscope.analysis.whitebox import resource_of, whitebox
+
     if resources is None or resources.num_rows == 0:
         return ""
-    r = resources.filter(pc.and_(pc.equal(resources["metric"], "cpu_util"),
-                                 pc.and_(pc.greater_equal(resources["ts_ns"], start_ns),
-                                         pc.less_equal(resources["ts_ns"], end_ns))))
-    best = ("", -1.0)
-    for host in set(r["host"].to_pylist()):
-        v = r.filter(pc.equal(r["host"], host))["value"]
-        mean = pc.mean(v).as_py() or 0.0
-        if mean > best[1]:
-            best = (host, mean)
-    return f"{best[0]} CPU {best[1]:.0f} %" if best[0] else ""
+    inside = resources.filter(pc.and_(pc.greater_equal(resources["ts_ns"], start_ns),
+                                      pc.less_equal(resources["ts_ns"], end_ns)))
+    rows = [r for r in whitebox([(0, inside)]).shares.to_pylist() if r["metric"] not in ("cpu_user", "cpu_system")]
+    if not rows:
+        return ""
+    top = max(rows, key=lambda r: (r["share_above"], r["mean"]))
+    if top["share_above"] > 0:
+        return f"{top['host']} {resource_of(top['metric'])} {100 * top['share_above']:.0f} %"
+    cpu = max((r for r in rows if r["metric"] == "cpu_util"), key=lambda r: r["mean"], default=top)
+    return f"{cpu['host']} {resource_of(cpu['metric'])} mean {cpu['mean']:.0f} %"
 
 
 def run_mode(mode: str, service: Service, load: Load, workdir: Path, *, testbed_mode: str = "auto",
@@ -201,7 +205,7 @@ def run_mode(mode: str, service: Service, load: Load, workdir: Path, *, testbed_
         resources = pq.read_table(workdir / "resources.parquet") if (workdir / "resources.parquet").exists() else None
         counts = count(outcomes, stored)
         start, end = pc.min(outcomes["sent_ns"]).as_py(), pc.max(outcomes["done_ns"]).as_py()
-        result = ModeResult(mode=mode, **counts, busiest=busiest_host(resources, start, end, {}), testbed=tb.mode or "")
+        result = ModeResult(mode=mode, **counts, bottleneck=bottleneck(resources, start, end), testbed=tb.mode or "")
         if tb.lost:
             result.notes.append("loopback testbed: no CPU limit on the database, " + "; ".join(tb.lost))
     (workdir / "result.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")

@@ -1,0 +1,109 @@
+"""`tierscope ingest [PRESET]`: seed 003's log service, each mode at the same offered load, loss
+counted by record id in the database."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def results_table(results: list) -> Table:
+    """One column per mode, one row per measure (fits a terminal with three modes)."""
+    t = Table(title="log service: the same offered load in each mode")
+    t.add_column("")
+    for r in results:
+        t.add_column(r.mode, justify="right")
+    rows = [
+        ("records sent", lambda r: str(r.sent)),
+        ("acknowledged (201)", lambda r: str(r.acknowledged)),
+        ("refused (503)", lambda r: str(r.refused)),
+        ("timed out", lambda r: f"{r.timed_out} ({r.timed_out_stored} stored)"),
+        ("connection errors", lambda r: str(r.connection_errors + r.other)),
+        ("stored", lambda r: str(r.stored)),
+        ("lost (sent, not stored)", lambda r: f"{r.lost} ({100 * r.lost / max(1, r.sent):.1f} %)"),
+        ("lost though acknowledged", lambda r: str(r.lost_acknowledged)),
+        ("stored rows/s", lambda r: f"{r.stored_per_s:.0f}"),
+        ("p90 of acknowledged, ms", lambda r: f"{r.p90_ms:.0f}" if r.p90_ms is not None else "-"),
+        ("bottleneck (share > 95 %)", lambda r: r.bottleneck or "-"),
+    ]
+    for name, cell in rows:
+        t.add_row(name, *(cell(r) for r in results))
+    return t
+
+
+def ingest(
+    preset_path: Path = typer.Argument(None, metavar="[PRESET]", help="An ingest preset (TOML); default: the "
+                                       "shipped presets/ingest.toml."),
+    out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/ingest-<time>/<mode>/."),
+    modes: list[str] = typer.Option(None, "--mode", help="Only this mode (repeat for several): direct, queue, durable."),
+    clients: int = typer.Option(None, "--clients", min=1, help="Override load.clients."),
+    records: int = typer.Option(None, "--records", min=1, help="Override load.records (per client)."),
+    loopback: bool = typer.Option(False, "--loopback", help="Run on loopback without namespaces or limits."),
+) -> None:
+    """Compare the log service's modes at the same offered load (seed 003).
+
+    Starts the database (its CPU limited), the broker (durable mode), the log service on the app
+    server and the driver in hosts of their own, for each mode in turn; the driver's clients post
+    records with unique ids and a timeout. After each mode the service is drained and every id is
+    looked up in the database. Prints, per mode: records sent, acknowledged, refused (503),
+    timed out, stored, lost (sent, not stored), lost though acknowledged (must be 0), stored
+    rows/s, p90 latency and the most saturated resource. Tables in OUT/ingest-<time>/<mode>/.
+
+    Exit status: 0 done, 1 a mode failed or lost an acknowledged record, 2 bad preset.
+
+    Example: [bold]tierscope ingest[/bold]   or   [bold]tierscope ingest --mode direct --clients 500[/bold]
+    """
+    from tierscope.apps.logservice.experiment import run_mode
+    from tierscope.apps.logservice.preset import PresetError, load_preset
+    from tierscope.cli.demo import preset
+
+    console, err = Console(), Console(stderr=True)
+    try:
+        path = preset_path or preset("ingest")
+        chosen, load, service, description = load_preset(path)
+        if modes:
+            bad = [m for m in modes if m not in ("direct", "queue", "durable")]
+            if bad:
+                raise PresetError(f"--mode {bad[0]}: expected direct, queue or durable")
+            chosen = list(dict.fromkeys(modes))
+        load = replace(load, clients=clients or load.clients, records=records or load.records)
+    except (PresetError, FileNotFoundError, ValueError) as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    run_dir = out / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}"
+    console.print(f"{description or path}: {load.clients} clients x {load.records} records, timeout "
+                  f"{load.timeout_s:g} s; modes {', '.join(chosen)}")
+    results, failed = [], []
+    with console.status("") as status:
+        for mode in chosen:
+            try:
+                results.append(run_mode(mode, service, replace(load, run=mode), run_dir / mode,
+                                        testbed_mode="loopback" if loopback else "auto",
+                                        phase=lambda s: status.update(s)))
+            except KeyboardInterrupt:
+                err.print("[yellow]interrupted[/yellow]: servers and hosts are stopped")
+                raise typer.Exit(130) from None
+            except Exception as e:  # one mode failing does not stop the others
+                failed.append((mode, f"{type(e).__name__}: {e}"))
+    if results:
+        console.print(results_table(results))
+    for r in results:
+        for note in r.notes:
+            console.print(f"[dim]{r.mode}: {note}[/dim]")
+    for mode, reason in failed:
+        err.print(f"[red]failed[/red] {mode}: {reason}", highlight=False, soft_wrap=True)
+    (run_dir).mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps({"results": [r.as_dict() for r in results],
+                                                      "failed": failed}, indent=2) + "\n")
+    console.print(f"tables: {run_dir}")
+    raise typer.Exit(1 if failed or any(r.lost_acknowledged for r in results) else 0)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ingest")(ingest)
