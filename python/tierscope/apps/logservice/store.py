@@ -232,6 +232,7 @@ class DurableStore(_Collectors):
         self._local = threading.local()
         self._claim_lock = threading.Lock()
         self._next_claim = 0.0
+        self._backlog, self._backlog_at = 0, 0.0
         self.start()
 
     def put(self, r: Record) -> str:
@@ -240,7 +241,10 @@ class DurableStore(_Collectors):
         if self._stop.is_set():
             raise Refused("shutting down")
         try:
-            if self.redis.xlen(STREAM) >= self.stream_max:
+            now = time.monotonic()
+            if now >= self._backlog_at:  # the stream's length, read at most every 100 ms
+                self._backlog, self._backlog_at = self.redis.xlen(STREAM), now + 0.1
+            if self._backlog >= self.stream_max:
                 raise Refused(f"stream full ({self.stream_max} records)")
             self.redis.xadd(STREAM, {"id": r.id, "c": r.client_id, "l": r.level, "m": r.message, "t": r.received_ns})
         except redis.RedisError as err:
