@@ -23,11 +23,14 @@ def simulate(
     from tierscope.simulate import SpecError, load_spec
     from tierscope.simulate import simulate as run
 
+    from tierscope.cli._output import OutputError, check_output_dir
+
     console = Console()
     try:
         parsed = load_spec(spec)
-    except SpecError as err:
-        console.print(f"[red]error:[/red] {err}", markup=True, highlight=False)
+        check_output_dir(output, "-o")
+    except (SpecError, OutputError) as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     started = time.perf_counter()
     sim = run(parsed)

@@ -36,9 +36,18 @@ def trace(
     from tierscope.trace import LiveCapture, TraceError, link_transactions, trace_capture
     from tierscope.trace.capture import CaptureError
 
+    from tierscope.cli._output import OutputError, check_output_file
+
     console = Console(stderr=True)
     if (capture is None) == (live is None):
         console.print("[red]error:[/red] give a CAPTURE file or --live IFACE (one of them)")
+        raise typer.Exit(2)
+    try:  # before capturing for --duration seconds, not after
+        check_output_file(output, "-o")
+        if keep_capture is not None:
+            check_output_file(keep_capture, "--keep-capture")
+    except OutputError as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     tmpdir = None
     if live is not None:
