@@ -30,10 +30,9 @@ from tierscope import __version__, tables
 from tierscope.services.base import free_port
 from tierscope.spec import Point, Spec, db_topology_problem, expand
 
-#: ports the tiers listen on inside their hosts (every host has its own address)
+#: ports the web and app tiers listen on inside their hosts (every host has its own address; a
+#: database server listens on its DBMS's port, `services.databases.PORT`)
 WEB_PORT, APP_PORT = 8000, 9000
-DB_PORT = {"postgres": 5432, "mariadb": 3306}
-DBMS_NAME = {"postgres": "postgresql", "mariadb": "mariadb"}
 
 DONE, FAILED = "done", "failed"
 
@@ -85,43 +84,21 @@ class PointContext:
     server_map: list[tuple[str, str, str, str]] = field(default_factory=list)  # addr:port tier name proto
 
 
-# --- data: one loaded snapshot per (dbms, scale, seed) ----------------------------------------
-
-
-def scale_name(scale: float | str) -> str:
-    """The RUBBoS data preset for a spec's `scale`: a preset name, or a fraction of the paper's data
-    set rounded to the nearest preset on a log scale (tiny = 0.002, small = 0.2, paper = 1 by users;
-    the boundaries are the geometric midpoints 0.02 and 0.45)."""
-    if isinstance(scale, str):
-        return scale
-    if scale < 0.02:
-        return "tiny"
-    if scale < 0.45:
-        return "small"
-    return "paper"
+# --- data: loaded once per the application's data key ----------------------------------------
 
 
 def prepare_data(points: list[Point], work: Path, say: Callable[[str], None]) -> dict[tuple, Path]:
-    """Load (or reuse) the database snapshot every point starts from; returns their data dirs."""
-    from tierscope.apps.rubbos import snapshot, system
+    """Load (or reuse) the data every point starts from, once per (benchmark, data key); returns
+    the loaded data directories by that key."""
+    from tierscope.apps import provider
 
     out: dict[tuple, Path] = {}
     for p in points:
         c = p.config
-        key = (c.dbms, scale_name(c.scale), c.seed)
-        if key in out:
-            continue
-        snap = snapshot.snapshot_for(DBMS_NAME[c.dbms], key[1], c.seed)
-        if not snap.fresh():
-            say(f"loading RUBBoS data: {DBMS_NAME[c.dbms]}, scale {key[1]} (once; later runs reuse the snapshot)")
-            opts = system.Options(dbms=DBMS_NAME[c.dbms], scale=key[1], seed=c.seed, db_port=free_port(),
-                                  run_dir=work / "prepare")
-            db, _cfg, report, _restored = system.start_loaded_db(opts, work / "prepare" / key[1], say=say)
-            db.stop()
-            if report is not None:
-                say(f"loaded {sum(report.rows.values()):,} rows in {report.seconds:.1f} s")
-            shutil.rmtree(work / "prepare", ignore_errors=True)
-        out[key] = snap.data
+        app = provider(c.benchmark)
+        key = (c.benchmark, *app.data_key(c))
+        if key not in out:
+            out[key] = app.prepare_data(c, work, say)
     return out
 
 
@@ -132,32 +109,34 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     """Start the database server(s), the clustering middleware (if the topology has one), the app
     servers and nginx in their hosts; return the system's URL.
 
-    Every database server starts from the same snapshot. With middleware servers, each one has all
-    database servers as backends (RAIDb-1) and the app servers are spread over them round robin;
-    without, the one database server serves the app servers directly."""
-    from tierscope.apps.rubbos import pages, snapshot
-    from tierscope.apps.rubbos.system import make_db
-    from tierscope.services.appserver import AppServer
+    Every database server starts from the same loaded data. With middleware servers, each one has
+    all database servers as backends (RAIDb-1) and the app servers are spread over them round
+    robin; without, the one database server serves the app servers directly. What runs in each
+    tier comes from the benchmark's provider (`tierscope.apps`)."""
+    from tierscope.apps import provider
+    from tierscope.services import databases
     from tierscope.services.nginx import Nginx
 
     c = ctx.point.config
+    app = provider(c.benchmark)
     hosts = ctx.hosts
     dbs = c.tier_servers("db")
     mws = c.tier_servers("middleware")
     check_db_topology(c.dbms, len(dbs), len(mws))
-    port = DB_PORT[c.dbms]
-    proto = "postgres" if c.dbms == "postgres" else "mysql"
+    dbms = databases.dbms_name(c.dbms)
+    port = databases.PORT[dbms]
+    data_dir = data_dirs[(c.benchmark, *app.data_key(c))]
     cfg = None
     db_addresses = []
     for db_server in dbs:
         progress.phase = f"starting database {db_server.name}" if len(dbs) > 1 else "starting database"
-        db, db_cfg = make_db(DBMS_NAME[c.dbms], port, ctx.dir / db_server.name, fsync=False,
-                             memory=f"{max(16, c.soft.db.cache // 2**20)}M", host=hosts[db_server.name],
-                             max_connections=c.soft.db.max_connections, name=db_server.name)
-        snapshot.copy_tree(data_dirs[(c.dbms, scale_name(c.scale), c.seed)], db.data_dir)
+        db, db_cfg = app.database_server(dbms, hosts[db_server.name], port, ctx.dir / db_server.name,
+                                         cache=f"{max(16, c.soft.db.cache // 2**20)}M",
+                                         max_connections=c.soft.db.max_connections, name=db_server.name)
+        app.restore(data_dir, db)
         ctx.services.append(db)
         db.start()
-        ctx.server_map.append((db.address, "db", db_server.name, proto))
+        ctx.server_map.append((db.address, "db", db_server.name, databases.PROTOCOL[dbms]))
         db_addresses.append(db.address)
         cfg = cfg or db_cfg
 
@@ -168,17 +147,16 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     progress.phase = "starting app servers"
     apps = []
     for i, s in enumerate(c.tier_servers("app")):
-        app = AppServer(hosts[s.name], APP_PORT, ctx.dir / s.name, db=app_cfgs[i % len(app_cfgs)],
-                        workers=c.soft.app.workers, threads=c.soft.app.threads, pool_size=c.soft.app.db_pool,
-                        events_dir=ctx.dir / "app-events" / s.name, name=s.name)
-        ctx.services.append(app)
-        app.start()
-        apps.append(app)
-        ctx.server_map.append((app.address, "app", s.name, "http"))
+        server = app.app_server(hosts[s.name], APP_PORT, ctx.dir / s.name, db=app_cfgs[i % len(app_cfgs)],
+                                soft=c.soft.app, events_dir=ctx.dir / "app-events" / s.name, name=s.name)
+        ctx.services.append(server)
+        server.start()
+        apps.append(server)
+        ctx.server_map.append((server.address, "app", s.name, "http"))
 
     progress.phase = "starting web server"
     webs = c.tier_servers("web")
-    root = pages.write_static(ctx.dir / "www")
+    root = app.static_root(ctx.dir / "www")
     web = None
     for s in webs:
         web = Nginx(hosts[s.name], WEB_PORT, ctx.dir / s.name, root=root, upstreams=[a.address for a in apps],
@@ -248,13 +226,13 @@ def start_capture(ctx: PointContext) -> None:
                               filter=CAPTURE_FILTER, snaplen=c.monitor.snaplen).start()
 
 
-def workload_file(mix: str) -> Path:
-    from tierscope.apps.rubbos import mixes
+def workload_file(benchmark: str, mix: str) -> Path:
+    from tierscope.apps import provider
 
-    path = Path(mixes.__file__).parent / "workloads" / f"{mix}.toml"
-    if not path.exists():
-        raise PointFailed(f"no workload file for mix {mix!r} ({path})")
-    return path
+    try:
+        return provider(benchmark).workload_file(mix)
+    except FileNotFoundError as err:
+        raise PointFailed(str(err)) from None
 
 
 def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
@@ -265,7 +243,7 @@ def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
     w = c.workload
     users = _users_of(ctx.point)
     argv = engine_args(
-        workload_file(c.mix), target=url, log=ctx.dir / "client_requests.parquet", users=users,
+        workload_file(c.benchmark, c.mix), target=url, log=ctx.dir / "client_requests.parquet", users=users,
         ramp_up=f"{w.ramp_up}s", duration=f"{w.run}s", ramp_down=f"{w.ramp_down}s", think=w.think_time,
         think_dispersion=w.dispersion if w.dispersion > 1 else None, seed=ctx.point.seed,
     )
@@ -330,12 +308,13 @@ def collect(ctx: PointContext) -> dict:
         ctx.capture.stop()  # type: ignore[attr-defined]
         ctx.capture = None
     stop_services(ctx)
-    from tierscope.apps.rubbos import events as app_events
+    from tierscope.apps import provider
 
     ev_dir = ctx.dir / "app-events"
     if ev_dir.exists():
+        app = provider(ctx.point.config.benchmark)
         for d in sorted(ev_dir.iterdir()):
-            ctx.events.append(app_events.collect(d))
+            ctx.events.append(app.events(d))
     events = pa.concat_tables([tables.conform(t, "events") for t in ctx.events]) if ctx.events else tables.empty("events")
     tables.write(events, ctx.dir / "events.parquet", "events")
     counts["events"] = events.num_rows
@@ -457,24 +436,15 @@ def versions() -> dict:
         return text[0] if text else None
 
     from tierscope.engine import engine_version
+    from tierscope.services.databases import server_binaries
 
     return {
         "tierscope": __version__,
         "tierscope-engine": engine_version(),
         "nginx": first_line(["nginx", "-v"]),
-        "postgres": first_line([str(pg), "--version"]) if (pg := _pg_bin()) else None,
-        "mariadb": first_line(["mariadbd", "--version"]),
+        **{name: first_line([binary, "--version"]) if binary else None for name, binary in server_binaries().items()},
         "tcpdump": first_line(["tcpdump", "--version"]),
     }
-
-
-def _pg_bin() -> Path | None:
-    try:
-        from tierscope.services.postgres import pg_bindir
-
-        return pg_bindir() / "postgres"
-    except Exception:
-        return None
 
 
 def write_manifest(ctx: PointContext, status: str, reason: str | None, spec: Spec, counts: dict,

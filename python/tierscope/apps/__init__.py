@@ -1,1 +1,65 @@
-"""Applications tierscope builds and serves as systems under test."""
+"""Applications tierscope builds and serves as systems under test.
+
+The runner knows no application: it asks the spec's `benchmark` for its `AppProvider` (`provider`),
+which says how to load the data once, put it into each database server, run the app server, write
+the static pages nginx serves, which workload file drives a mix, and where the app's own events
+(GC, injected pauses) are. RUBBoS is `apps.rubbos.provider`; a new system plugs in by adding its
+provider to `PROVIDERS`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import pyarrow as pa
+
+
+class AppProvider(Protocol):
+    """What the runner needs of a system under test's application (see the module docstring)."""
+
+    name: str
+
+    def data_key(self, config: Any) -> tuple:
+        """What the loaded data depends on (points with the same key share one load)."""
+
+    def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
+        """Load the data for `config` once (or reuse a snapshot); the loaded data directory."""
+
+    def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
+                        max_connections: int, name: str) -> tuple[Any, Any]:
+        """The database server (not started) holding the app's database, and its `DbConfig`."""
+
+    def restore(self, data_dir: Path, server: Any) -> None:
+        """Put the loaded data into a (stopped) database server's data directory."""
+
+    def app_server(self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path,
+                   name: str) -> Any:
+        """The app server (not started) running the application against `db`."""
+
+    def static_root(self, directory: Path) -> Path:
+        """Write the static content under `directory`; the document root nginx serves."""
+
+    def workload_file(self, mix: str) -> Path:
+        """The generator's workload file for `mix` (FileNotFoundError when there is none)."""
+
+    def events(self, events_dir: Path) -> pa.Table:
+        """The app's own events (GC, injected pauses) written under `events_dir`, as an events table."""
+
+
+def _rubbos() -> AppProvider:
+    from tierscope.apps.rubbos.provider import PROVIDER
+
+    return PROVIDER
+
+
+#: benchmark name (a spec's `benchmark`) -> its provider, imported when asked for
+PROVIDERS: dict[str, Callable[[], AppProvider]] = {"rubbos": _rubbos}
+
+
+def provider(benchmark: str) -> AppProvider:
+    """The provider of `benchmark`; ValueError naming the known ones otherwise."""
+    try:
+        return PROVIDERS[benchmark]()
+    except KeyError:
+        raise ValueError(f"benchmark {benchmark!r}: expected one of {', '.join(PROVIDERS)}") from None

@@ -28,10 +28,10 @@ import pyarrow.parquet as pq
 
 from tierscope.apps.logservice.app import MODES, LogServiceConfig
 from tierscope.apps.logservice.driver import CONNECTION_ERROR, TIMEOUT, Load
+from tierscope.services.databases import PORT, database_server
 
 APP = "tierscope.apps.logservice.app:create_app()"
 APP_PORT, REDIS_PORT = 8080, 6379
-DB_PORT = {"postgresql": 5432, "mariadb": 3306}
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,8 @@ class Service:
     queue_max: int = 200_000
 
     def __post_init__(self):
-        if self.dbms not in DB_PORT:
-            raise ValueError(f"dbms: expected one of {', '.join(DB_PORT)}, got {self.dbms!r}")
+        if self.dbms not in PORT:
+            raise ValueError(f"dbms: expected one of {', '.join(PORT)}, got {self.dbms!r}")
 
 
 @dataclass
@@ -142,23 +142,15 @@ def run_mode(mode: str, service: Service, load: Load, workdir: Path, *, testbed_
         try:
             phase("starting the database")
             db_host = hosts["db1"]
-            if service.dbms == "postgresql":
-                from tierscope.services.postgres import Postgres
-
-                dbs = Postgres(db_host, DB_PORT["postgresql"], workdir / "db1", fsync=service.fsync,
-                               max_connections=service.app_workers * (service.pool_size + 2) + 10, name="db1")
-                user, password = "postgres", ""
-            else:
-                from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
-
-                dbs = MariaDB(db_host, DB_PORT["mariadb"], workdir / "db1", durable=service.fsync,
-                              max_connections=service.app_workers * (service.pool_size + 2) + 10, name="db1")
-                user, password = LAB_USER, LAB_PASSWORD
+            dbs, db_cfg = database_server(service.dbms, db_host, PORT[service.dbms], workdir / "db1", database="logs",
+                                          fsync=service.fsync,
+                                          max_connections=service.app_workers * (service.pool_size + 2) + 10,
+                                          name="db1")
             services.append(dbs.start())
             dbs.create_database("logs")
             cfg = LogServiceConfig(
-                mode=mode, dbms=service.dbms, db_host=db_host.address, db_port=DB_PORT[service.dbms], db_user=user,
-                db_password=password, db_name="logs", pool_size=service.pool_size, db_timeout_s=service.db_timeout_s,
+                mode=mode, dbms=service.dbms, db_host=db_cfg.host, db_port=db_cfg.port, db_user=db_cfg.user,
+                db_password=db_cfg.password, db_name=db_cfg.database, pool_size=service.pool_size, db_timeout_s=service.db_timeout_s,
                 auth_cache=service.auth_cache, collectors=service.collectors, batch_rows=service.batch_rows,
                 batch_ms=service.batch_ms, queue_max=service.queue_max,
                 redis_url=f"redis://{hosts['broker1'].address}:{REDIS_PORT}/0" if mode == "durable" else "")

@@ -79,22 +79,10 @@ def make_db(dbms: str, port: int, workdir: Path, fsync: bool = False, memory: st
     `memory` is the cache (shared_buffers / innodb_buffer_pool_size) as "<n>M"; `host` defaults to
     loopback.
     """
-    host = host or Host.loopback("db")
-    if dbms == "postgresql":
-        from tierscope.services.postgres import Postgres
+    from tierscope.services.databases import database_server
 
-        svc = Postgres(host, port, workdir, fsync=fsync, shared_buffers=memory.replace("M", "MB"),
-                       max_connections=max_connections, name=name)
-        return svc, DbConfig("postgresql", host=host.address, port=port, user="postgres", password="",
-                             database="rubbos")
-    if dbms == "mariadb":
-        from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
-
-        svc = MariaDB(host, port, workdir, durable=fsync, buffer_pool=memory, max_connections=max_connections,
-                      name=name)
-        return svc, DbConfig("mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD,
-                             database="rubbos")
-    raise ValueError(f"dbms: expected postgresql or mariadb, got {dbms!r}")
+    return database_server(dbms, host or Host.loopback("db"), port, workdir, database="rubbos", fsync=fsync,
+                           cache=memory, max_connections=max_connections, name=name)
 
 
 def start_loaded_db(o: Options, workdir: Path, say=print) -> tuple[Service, DbConfig, datagen.LoadReport | None, Path | None]:

@@ -1,0 +1,37 @@
+"""The runner knows no application: it asks the benchmark's provider (tierscope.apps)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tierscope import apps
+from tierscope.apps.rubbos.provider import RubbosProvider, scale_name
+
+RUNNER = Path(apps.__file__).parent.parent / "runner.py"
+
+
+def test_the_runner_imports_no_application_and_no_dbms():
+    tree = ast.parse(RUNNER.read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [m for m in imported if m.startswith("tierscope.apps.") or m in (
+        "tierscope.services.postgres", "tierscope.services.mariadb", "tierscope.services.appserver")]
+    assert "rubbos" not in RUNNER.read_text().lower()
+
+
+def test_providers_by_benchmark():
+    assert isinstance(apps.provider("rubbos"), RubbosProvider)
+    with pytest.raises(ValueError, match="benchmark 'tpcw': expected one of rubbos"):
+        apps.provider("tpcw")
+    with pytest.raises(FileNotFoundError, match="no workload file for mix 'shopping'"):
+        apps.provider("rubbos").workload_file("shopping")
+    assert apps.provider("rubbos").workload_file("browse_only").name == "browse_only.toml"
+
+
+@pytest.mark.parametrize("scale, name", [("small", "small"), (0.002, "tiny"), (0.0199, "tiny"), (0.02, "small"),
+                                         (0.449, "small"), (0.45, "paper"), (1, "paper")])
+def test_a_fraction_of_the_paper_scale_rounds_to_the_nearest_preset(scale, name):
+    assert scale_name(scale) == name
