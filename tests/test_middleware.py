@@ -105,6 +105,46 @@ def test_round_robin_sequence_skips_disabled_backends():
     assert balance.choose_rr(1, [False, False])[0] is None
 
 
+def test_smooth_weighted_round_robin_interleaves_by_weight():
+    cur, seq = [0.0, 0.0, 0.0], []
+    for _ in range(7):
+        i, cur = balance.choose_wrr(cur, [5, 1, 1], [True, True, True])
+        seq.append("abc"[i])
+    assert "".join(seq) == "aabacaa"  # nginx's example: not aaaaabc
+    assert cur == [0.0, 0.0, 0.0]  # one whole cycle brings every counter back
+    cur, seq = [0.0, 0.0], []
+    for _ in range(300):
+        i, cur = balance.choose_wrr(cur, [2, 1], [True, True])
+        seq.append(i)
+    assert seq.count(0) == 200 and seq.count(1) == 100
+    i, cur2 = balance.choose_wrr([0.0, 0.0, 0.0], [5, 1, 1], [False, True, True])
+    assert i == 1 and cur2[0] == 0.0  # a disabled backend takes no part
+    assert balance.choose_wrr([0.0], [1], [False])[0] is None
+    assert balance.choose_wrr([0.0, 0.0], [0, 3], [True, True])[0] == 1  # weight 0: never chosen
+
+
+@pytest.mark.parametrize("pending, latency, enabled, chosen", [
+    ([0, 0], [0.010, 0.001], [True, True], 1),  # the faster one when both are idle
+    ([5, 0], [0.001, 0.004], [True, True], 1),  # 6 x 1 ms > 1 x 4 ms
+    ([1, 0], [0.001, 0.004], [True, True], 0),  # 2 x 1 ms < 1 x 4 ms
+    ([0, 0], [0.001, None], [True, True], 1),  # not tried yet: tried now
+    ([0, 3], [0.001, None], [True, True], 1),
+    ([0, 0], [None, None], [True, True], 0),
+    ([0, 0], [0.001, 0.009], [False, True], 1),
+    ([0], [0.001], [False], None),
+])
+def test_least_response_time_times_in_flight(pending, latency, enabled, chosen):
+    assert balance.choose_lrt(pending, latency, enabled) == chosen
+
+
+def test_ewma_follows_the_samples():
+    x = None
+    for _ in range(60):
+        x = balance.ewma(x, 0.010)
+    assert x == pytest.approx(0.010)
+    assert balance.ewma(None, 0.5) == 0.5 and balance.ewma(1.0, 0.0, alpha=0.25) == 0.75
+
+
 # --- pure: macros --------------------------------------------------------------------------------
 
 AT = datetime(2026, 11, 22, 16, 30, 5, 123456, tzinfo=UTC)
@@ -225,7 +265,7 @@ def pair():
 
 
 @contextlib.contextmanager
-def middleware(pair, policy="lprf", wait="first", db=DB, name="mw", stats=None):
+def middleware(pair, policy="lprf", wait="first", db=DB, name="mw", stats=None, weights=None):
     """The middleware in front of both servers; `stats` (a dict) receives its counts after it stops."""
     from tierscope.services.base import free_port
     from tierscope.services.middleware import Middleware
@@ -233,7 +273,7 @@ def middleware(pair, policy="lprf", wait="first", db=DB, name="mw", stats=None):
 
     work, pgs = pair
     mw = Middleware(Host.loopback(name), free_port(), work / name, backends=[p.address for p in pgs], database=db,
-                    pool=4, policy=policy, wait=wait, name=name)
+                    pool=4, policy=policy, wait=wait, weights=weights, name=name)
     mw.start()
     try:
         yield mw
@@ -301,6 +341,39 @@ def test_round_robin_alternates_reads(pair):
     after = seq_scans(pgs, "probe_rr", sum(before) + 11)
     assert [a - b for a, b in zip(after, before)] == [6, 5]
     assert [b["reads"] for b in stats["backends"]] == [6, 5]
+
+
+def test_weighted_round_robin_reads_by_weight(pair):
+    import psycopg
+
+    _, pgs = pair
+    fresh_table(pgs, "probe_wrr")
+    before = seq_scans(pgs, "probe_wrr", 0)
+    stats: dict = {}
+    with middleware(pair, "wrr", stats=stats, weights=[3, 1]) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+        for _ in range(12):
+            conn.execute("SELECT count(*) FROM probe_wrr")
+    after = seq_scans(pgs, "probe_wrr", sum(before) + 12)
+    assert [a - b for a, b in zip(after, before)] == [9, 3]
+    assert [b["reads"] for b in stats["backends"]] == [9, 3] and stats["policy"] == "wrr"
+    assert [b["weight"] for b in stats["backends"]] == [3, 1]
+
+
+def test_least_response_time_sends_reads_away_from_a_slow_backend(pair):
+    """Backend 1 answers a read in ~20 ms (pg_sleep in a view), backend 2 at once: after each has
+    been tried, lrt sends the reads to backend 2 although one client never queues on either."""
+    import psycopg
+
+    _, pgs = pair
+    for i, p in enumerate(pgs):
+        p.sql("DROP VIEW IF EXISTS probe_lrt", db=DB)
+        p.sql(f"CREATE VIEW probe_lrt AS SELECT {i} AS who, pg_sleep({0.02 if i == 0 else 0})::text AS slept", db=DB)
+    stats: dict = {}
+    with middleware(pair, "lrt", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+        who = [conn.execute("SELECT who FROM probe_lrt").fetchone()[0] for _ in range(40)]
+    assert who[:2] == [0, 1] and who.count(1) >= 37, who  # each tried once, then the slow one avoided
+    lat = {b["name"]: b["read_latency_ms"] for b in stats["backends"]}
+    assert min(lat.values()) < 10 < max(lat.values())
 
 
 def test_overlapping_reads_spread_over_both_backends_under_lprf(pair):

@@ -166,6 +166,12 @@ users = 5
         ('topology = "1/1/1/1M"\n' + MIN,
          "t.toml: topology: the topology has 1 clustering middleware server(s) with mariadb: the middleware "
          "speaks the PostgreSQL protocol only"),
+        ('topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "wrr"\nweights = [1, 2, 3]\n',
+         "t.toml: soft.middleware.weights: expected one weight per database server (2), one of them > 0"),
+        ('topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nweights = [1, 2]\n',
+         "soft.middleware.weights: only with policy = \"wrr\" (policy is 'lprf')"),
+        ('topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "random"\n',
+         "t.toml: soft.middleware.policy: Input should be 'lprf', 'rr', 'wrr' or 'lrt'"),
         ('topology = "1/1/0/2"\n' + MIN,
          "t.toml: topology: the topology has 2 database servers and no clustering middleware"),
     ],

@@ -199,8 +199,10 @@ def start_middleware(ctx: PointContext, mws: list, db_addresses: list[str], db_c
     out = []
     for s in mws:
         progress.phase = f"starting middleware {s.name}"
+        soft = c.soft.middleware
         mw = Middleware(ctx.hosts[s.name], MIDDLEWARE_PORT, ctx.dir / s.name, backends=db_addresses,
-                        database=db_cfg.database, user=db_cfg.user, pool=c.soft.middleware.pool, name=s.name)
+                        database=db_cfg.database, user=db_cfg.user, pool=soft.pool, policy=soft.policy,
+                        wait=soft.wait, weights=soft.weights, name=s.name)
         ctx.services.append(mw)
         mw.start()
         ctx.server_map.append((mw.address, "middleware", s.name, "postgres"))

@@ -354,6 +354,9 @@ class AppSoft(_Model):
 
 class MiddlewareSoft(_Model):
     pool: int = Field(default=16, ge=1, le=4096)  # connections to each database server
+    policy: Literal["lprf", "rr", "wrr", "lrt"] = "lprf"  # read balancing (docs/middleware.md)
+    weights: list[Annotated[float, Field(ge=0)]] | None = None  # wrr: one per database server
+    wait: Literal["first", "all"] = "first"  # a write is answered after the first / all backends
 
 
 class DbSoft(_Model):
@@ -564,6 +567,12 @@ class PointConfig(_Model):
                     )
         if self.client.node_type and self.client.node_type not in self.node_types:
             raise ValueError(f"client.node_type: node type {self.client.node_type!r} is not defined")
+        mw = self.soft.middleware
+        if mw.weights is not None and (len(mw.weights) != self.topology.db.count or not any(w > 0 for w in mw.weights)):
+            raise ValueError(f"soft.middleware.weights: expected one weight per database server "
+                             f"({self.topology.db.count}), one of them > 0, got {mw.weights}")
+        if mw.weights is not None and mw.policy != "wrr":
+            raise ValueError(f"soft.middleware.weights: only with policy = \"wrr\" (policy is {mw.policy!r})")
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")

@@ -40,7 +40,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "(trust authentication; default: postgres)")
     ap.add_argument("--pool", type=int, default=16, help="connections to each backend at most (default: 16)")
     ap.add_argument("--policy", choices=balance.POLICIES, default=balance.LPRF,
-                    help="read balancing: lprf = Least-Pending-Requests-First (default), rr = round robin")
+                    help="read balancing: lprf = Least-Pending-Requests-First (default), rr = round robin, "
+                    "wrr = weighted round robin (--weights), lrt = least (pending + 1) x recent read latency")
+    ap.add_argument("--weights", metavar="W,W,...", help="with wrr: one weight per --backend, in order "
+                    "(default: all 1)")
     ap.add_argument("--wait", choices=WAITS, default="first",
                     help="answer a write after the first backend succeeded (default) or after all finished")
     ap.add_argument("--stats", metavar="PATH", help="write the counts as JSON here on exit")
@@ -53,6 +56,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.listen_host, args.listen_port = host.strip("[]"), int(port)
     if args.pool < 1:
         ap.error(f"--pool {args.pool}: expected >= 1")
+    args.weight_list = [1.0] * len(args.backend)
+    if args.weights:
+        try:
+            args.weight_list = [float(w) for w in args.weights.split(",")]
+        except ValueError:
+            ap.error(f"--weights {args.weights!r}: expected numbers separated by commas")
+        if len(args.weight_list) != len(args.backend) or any(w < 0 for w in args.weight_list) \
+                or not any(w > 0 for w in args.weight_list):
+            ap.error(f"--weights {args.weights!r}: expected {len(args.backend)} weights >= 0, one > 0")
     return args
 
 
@@ -62,6 +74,8 @@ async def main_async(args: argparse.Namespace) -> int:
     except ValueError as err:
         log(str(err))
         return 2
+    for b, w in zip(backends, args.weight_list):
+        b.weight = w
     manager = RequestManager(backends, args.policy, args.wait, database=args.db, user=args.user)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

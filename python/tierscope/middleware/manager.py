@@ -46,6 +46,8 @@ class Backend:
     failed_writes: int = 0
     writes_started: int = 0
     writes_done: int = 0
+    weight: float = 1.0  # for weighted round robin
+    read_latency_s: float | None = None  # moving average of its reads' durations (for lrt)
     write_progress: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     async def wait_for_writes(self, upto: int) -> None:
@@ -82,6 +84,7 @@ class RequestManager:
         self.user = user
         self.write_lock = asyncio.Lock()
         self._rr_next = 0
+        self._wrr_current = [0.0] * len(backends)
         self._kinds: dict[str, str] = {}
         self.inflight: set[asyncio.Task] = set()  # writes still running on slower backends
         self.parameters: dict[str, str] = {}
@@ -110,6 +113,11 @@ class RequestManager:
         flags = [b.enabled for b in self.backends]
         if self.policy == balance.LPRF:
             i = balance.choose_lprf([b.pending for b in self.backends], flags)
+        elif self.policy == balance.WRR:
+            i, self._wrr_current = balance.choose_wrr(self._wrr_current, [b.weight for b in self.backends], flags)
+        elif self.policy == balance.LRT:
+            i = balance.choose_lrt([b.pending for b in self.backends], [b.read_latency_s for b in self.backends],
+                                   flags)
         else:
             i, self._rr_next = balance.choose_rr(self._rr_next, flags)
         if i is None:
@@ -117,6 +125,10 @@ class RequestManager:
         b = self.backends[i]
         b.pending += 1
         return b
+
+    def read_done(self, backend: Backend, seconds: float) -> None:
+        """A read executed on `backend` in `seconds` (its moving average feeds the lrt policy)."""
+        backend.read_latency_s = balance.ewma(backend.read_latency_s, seconds)
 
     def disable(self, backend: Backend, reason: str) -> None:
         if not backend.enabled:
@@ -162,6 +174,7 @@ class RequestManager:
             "disabled": [b.name for b in self.backends if not b.enabled],
             "backends": [
                 {"name": b.name, "enabled": b.enabled, "disabled_reason": b.disabled_reason, "reads": b.reads,
+                 "weight": b.weight, "read_latency_ms": None if b.read_latency_s is None else round(1e3 * b.read_latency_s, 3),
                  "writes": b.writes, "failed_writes": b.failed_writes, "connections_opened": b.pool.opened,
                  "pool": b.pool.size}
                 for b in self.backends

@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -408,8 +409,11 @@ class Session:
                     self.m.disable(backend, f"read failed: {err}")
                     self.m.counts["read_retries"] += 1
                     continue
+                t0 = time.perf_counter()
                 res = await self.execute(backend, conn, out, sink)
                 backend.pool.release(conn)
+                if not res.broken:
+                    self.m.read_done(backend, time.perf_counter() - t0)
                 if res.broken and conn.reused and not client_saw:
                     # an idle pooled connection may have gone stale: once more on a new one
                     backend.pool.drop_idle()

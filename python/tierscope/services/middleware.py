@@ -1,7 +1,7 @@
 """The clustering middleware tier (C-JDBC-like RAIDb-1, `python -m tierscope.middleware`) as a
 `Service`: one process on host:port in front of the database servers `backends` ("addr:port",
-in LPRF order), with `pool` connections to each, read policy `policy` ("lprf" | "rr") and write
-completion `wait` ("first" | "all"). The counts it writes on exit are `stats()`.
+in LPRF order), with `pool` connections to each, read policy `policy` ("lprf" | "rr" | "wrr" with
+`weights` | "lrt", see `tierscope.middleware.balance`) and write completion `wait` ("first" | "all"). The counts it writes on exit are `stats()`.
 """
 
 from __future__ import annotations
@@ -34,13 +34,20 @@ class Middleware(Service):
         pool: int = 16,
         policy: str = "lprf",
         wait: str = "first",
+        weights: list[float] | None = None,
         name: str | None = None,
     ):
+        from tierscope.middleware.balance import POLICIES
+
         super().__init__(host, port, workdir, name)
         if not backends:
             raise ValueError("middleware backends: expected at least one database server address")
-        if policy not in ("lprf", "rr"):
-            raise ValueError(f"middleware policy: expected lprf or rr, got {policy!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"middleware policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+        if weights is not None and (len(weights) != len(backends) or any(w < 0 for w in weights)
+                                    or not any(w > 0 for w in weights)):
+            raise ValueError(f"middleware weights: expected {len(backends)} weights >= 0 (one per database "
+                             f"server), one of them > 0, got {weights}")
         if wait not in ("first", "all"):
             raise ValueError(f"middleware wait: expected first or all, got {wait!r}")
         if int(pool) < 1:
@@ -51,6 +58,7 @@ class Middleware(Service):
         self.pool = int(pool)
         self.policy = policy
         self.wait = wait
+        self.weights = list(weights) if weights is not None else None
 
     @property
     def stats_path(self) -> Path:
@@ -76,6 +84,8 @@ class Middleware(Service):
                 "--policy", self.policy, "--wait", self.wait, "--stats", str(self.stats_path)]
         for b in self.backends:
             argv += ["--backend", b]
+        if self.weights is not None:
+            argv += ["--weights", ",".join(f"{w:g}" for w in self.weights)]
         return argv
 
     def stats(self) -> dict:
