@@ -33,11 +33,12 @@ class RubbosProvider:
         return (config.dbms, scale_name(config.scale), config.seed)
 
     def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
-        from tierscope.apps.rubbos import snapshot, system
+        from tierscope.apps import snapshot
+        from tierscope.apps.rubbos import datagen, system
         from tierscope.services.base import free_port
 
         dbms, scale = dbms_name(config.dbms), scale_name(config.scale)
-        snap = snapshot.snapshot_for(dbms, scale, config.seed)
+        snap = snapshot.snapshot_for("rubbos", dbms, scale, config.seed, datagen.GENERATOR_VERSION)
         if not snap.fresh():
             say(f"loading RUBBoS data: {dbms}, scale {scale} (once; later runs reuse the snapshot)")
             opts = system.Options(dbms=dbms, scale=scale, seed=config.seed, db_port=free_port(),
@@ -57,7 +58,7 @@ class RubbosProvider:
                                max_connections=max_connections, name=name)
 
     def restore(self, data_dir: Path, server: Any) -> None:
-        from tierscope.apps.rubbos import snapshot
+        from tierscope.apps import snapshot
 
         snapshot.copy_tree(data_dir, server.data_dir)
 

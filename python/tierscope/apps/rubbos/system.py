@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tierscope.apps.rubbos import datagen, pages, snapshot
+from tierscope.apps import snapshot
+from tierscope.apps.rubbos import datagen, pages
 from tierscope.apps.dal import DbConfig
 from tierscope.services.appserver import AppServer
 from tierscope.services.base import Service, ServiceError, tcp_answers
@@ -41,7 +42,7 @@ class Options:
     db_port: int | None = None
     run_dir: Path = DEFAULT_RUN_DIR
     fresh: bool = False
-    snapshots: Path = snapshot.DEFAULT_ROOT
+    snapshots: Path = snapshot.default_root("rubbos")
     fsync: bool = False
     db_memory: str = "256M"
 
@@ -90,7 +91,7 @@ def start_loaded_db(o: Options, workdir: Path, say=print) -> tuple[Service, DbCo
     (and snapshotted for next time)."""
     port = o.db_port or DEFAULT_DB_PORT[o.dbms]
     db, cfg = make_db(o.dbms, port, workdir, o.fsync, o.db_memory)
-    snap = snapshot.snapshot_for(o.dbms, o.scale, o.seed, o.snapshots)
+    snap = snapshot.snapshot_for("rubbos", o.dbms, o.scale, o.seed, datagen.GENERATOR_VERSION, o.snapshots)
     if not o.fresh and snap.fresh():
         say(f"restoring {o.dbms} {o.scale} from snapshot {snap.path} (loaded {snap.age_s() / 3600:.1f} h ago)")
         snapshot.copy_tree(snap.data, db.data_dir)

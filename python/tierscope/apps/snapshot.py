@@ -1,5 +1,5 @@
-"""Snapshot and restore the database files of a loaded RUBBoS scale, so every experiment point
-starts from the same state in seconds instead of reloading.
+"""Snapshot and restore the database files of an app's loaded data (RUBBoS, the bookstore), so
+every experiment point starts from the same state in seconds instead of reloading.
 
 A snapshot is a copy of the server's data directory taken while the server is stopped (a clean
 shutdown, so the copy is consistent), plus `meta.json` (dbms, scale, seed, load time, rows).
@@ -7,7 +7,8 @@ Copies use `cp -a --reflink=auto` (a reflink on filesystems that support it, oth
 copy that keeps owners and modes).
 
 Dates in the data are relative to the load time; a snapshot older than `max_age_s` (default one
-day) is reported stale so the caller reloads instead (OlderStories looks at the last 7 days).
+day) is reported stale so the caller reloads instead (RUBBoS's OlderStories looks at the last 7
+days); so is one made by another version of the app's data generator (`generator`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_ROOT = Path.home() / ".cache" / "tierscope" / "rubbos" / "snapshots"
+CACHE = Path.home() / ".cache" / "tierscope"
+
+
+def default_root(app: str) -> Path:
+    """Where an app's snapshots live: ~/.cache/tierscope/<app>/snapshots."""
+    return CACHE / app / "snapshots"
 
 
 @dataclass(frozen=True)
 class Snapshot:
     path: Path
+    generator: str | None = None  # the data generator version a fresh snapshot must have
 
     @property
     def data(self) -> Path:
@@ -44,15 +51,14 @@ class Snapshot:
         return time.time() - float(self.meta.get("loaded_at", 0))
 
     def fresh(self, max_age_s: float = 86400.0) -> bool:
-        """Exists, is younger than `max_age_s` and was made by this data generator version."""
-        from tierscope.apps.rubbos.datagen import GENERATOR_VERSION
-
+        """Exists, is younger than `max_age_s` and was made by the `generator` version."""
         return (self.exists() and self.age_s() < max_age_s
-                and self.meta.get("generator") == GENERATOR_VERSION)
+                and (self.generator is None or self.meta.get("generator") == self.generator))
 
 
-def snapshot_for(dbms: str, scale: str, seed: int, root: Path = DEFAULT_ROOT) -> Snapshot:
-    return Snapshot(Path(root) / f"{dbms}-{scale}-seed{seed}")
+def snapshot_for(app: str, dbms: str, scale: str, seed: int, generator: str | None = None,
+                 root: Path | None = None) -> Snapshot:
+    return Snapshot(Path(root or default_root(app)) / f"{dbms}-{scale}-seed{seed}", generator)
 
 
 def copy_tree(src: Path, dst: Path) -> None:
