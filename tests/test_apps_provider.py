@@ -24,8 +24,8 @@ def test_the_runner_imports_no_application_and_no_dbms():
 
 def test_providers_by_benchmark():
     assert isinstance(apps.provider("rubbos"), RubbosProvider)
-    with pytest.raises(ValueError, match="benchmark 'tpcw': expected one of rubbos"):
-        apps.provider("tpcw")
+    with pytest.raises(ValueError, match="benchmark 'tpcc': expected one of rubbos, tpcw"):
+        apps.provider("tpcc")
     with pytest.raises(FileNotFoundError, match="no workload file for mix 'shopping'"):
         apps.provider("rubbos").workload_file("shopping")
     assert apps.provider("rubbos").workload_file("browse_only").name == "browse_only.toml"

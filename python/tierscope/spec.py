@@ -40,9 +40,11 @@ DBMS = {"M": "mariadb", "P": "postgres"}
 DBMS_LETTER = {v: k for k, v in DBMS.items()}
 #: node-type letters must not collide with DBMS letters in the notation
 RESERVED_LETTERS = set(DBMS)
-MIXES = {"rubbos": ("browse_only", "read_write")}
+MIXES = {"rubbos": ("browse_only", "read_write"), "tpcw": ("browsing", "shopping", "ordering")}
+#: how messages name a benchmark
+BENCHMARK_NAMES = {"rubbos": "RUBBoS", "tpcw": "the bookstore"}
 #: named data sets per benchmark (tierscope.apps.rubbos.datagen.PRESETS)
-SCALE_PRESETS = {"rubbos": ("tiny", "small", "paper")}
+SCALE_PRESETS = {"rubbos": ("tiny", "small", "paper"), "tpcw": ("tiny", "small", "paper")}
 
 BUILTIN_NODE_TYPES: dict[str, dict[str, Any]] = {
     "S": {"cpu": 1.0, "memory": "2GiB", "description": "standard (normal) node: one core, 2 GiB"},
@@ -499,8 +501,8 @@ class PointConfig(_Model):
     name: str
     description: str = ""
     seed: int = Field(default=1, ge=0)
-    benchmark: Literal["rubbos"] = "rubbos"
-    mix: str = "browse_only"
+    benchmark: Literal["rubbos", "tpcw"] = "rubbos"
+    mix: str | None = None  # the benchmark's first mix when not given
     scale: Annotated[float | str, BeforeValidator(_parse_scale)] = 0.01  # fraction of the paper's, or a preset
     dbms: Literal["postgres", "mariadb"] = "postgres"
     default_node_type: str = "S"
@@ -548,6 +550,8 @@ class PointConfig(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> "PointConfig":
         allowed = MIXES[self.benchmark]
+        if self.mix is None:
+            self.mix = allowed[0]
         if self.mix not in allowed:
             raise ValueError(f"mix: expected one of {', '.join(allowed)}, got {self.mix!r}")
         presets = SCALE_PRESETS[self.benchmark]
@@ -576,10 +580,9 @@ class PointConfig(_Model):
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")
-        if self.benchmark == "rubbos":
-            for tier in ("web", "app", "db"):
-                if getattr(self.topology, tier).count < 1:
-                    raise ValueError(f"topology.{tier}: RUBBoS needs at least one {tier} server")
+        for tier in ("web", "app", "db"):
+            if getattr(self.topology, tier).count < 1:
+                raise ValueError(f"topology.{tier}: {BENCHMARK_NAMES[self.benchmark]} needs at least one {tier} server")
         names = {s.name for s in self.servers()}
         for kind, items in (("pause", self.interference.pause),
                             ("noisy_neighbour", self.interference.noisy_neighbour)):  # fmt: skip

@@ -55,8 +55,11 @@ CLIENT_REQUESTS = pa.schema(
         pa.field("end_ns", pa.int64(), nullable=False),
         pa.field("status", pa.int32()),  # HTTP status, 0 when no response
         pa.field("bytes", pa.int64()),  # response bytes
-        pa.field("error", pa.string()),  # null, connect, timeout, reset, http5xx, marker, cancelled, other
+        pa.field("error", pa.string()),  # null, connect, timeout, reset, http5xx, marker, embedded, cancelled, other
         pa.field("phase", pa.string(), nullable=False),  # ramp_up, run, ramp_down
+        pa.field("embedded", pa.int32()),  # images fetched with the page; null: fetching off or the page failed
+        pa.field("embedded_bytes", pa.int64()),  # their response bytes on the wire
+        pa.field("embedded_failed", pa.int32()),  # of those, no 2xx/3xx response
     ]
 )
 

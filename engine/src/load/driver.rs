@@ -21,10 +21,11 @@ use super::clock;
 use super::http::{self, Conn, ErrorKind, ExchangeError, Target};
 use super::log::{LogWriter, Record};
 use super::markov::{Move, Target as To, Walker};
-use super::params::{encode_into, Fallback};
+use super::embedded::embedded_urls;
+use super::params::{encode_into, Env, Fallback, Part};
 use super::progress::Stats;
 use super::think::Think;
-use super::workload::{Method, Policy, Unit, Workload};
+use super::workload::{Method, Page, Policy, Unit, Variant, Workload};
 
 /// A rendered request: path (with query) and form body; what history remembers for BACK.
 #[derive(Clone, Debug)]
@@ -39,6 +40,14 @@ const BATCH: usize = 4096;
 struct Pool {
     sem: Semaphore,
     idle: RefCell<Vec<Conn>>,
+}
+
+/// A user's own connections: the page connection (policy per-user) and the small kept-alive
+/// pool for embedded objects (at most `[embedded] connections`).
+#[derive(Default)]
+struct UserConns {
+    page: Option<Conn>,
+    embedded: Vec<Conn>,
 }
 
 struct Ctx {
@@ -71,6 +80,77 @@ struct Ctx {
     deadlines: RefCell<Deadlines>,
     /// pre-built request bytes of pages with a literal URL and no body
     static_requests: Vec<Option<Arc<[u8]>>>,
+    /// per session type: whether it has `learn` variables
+    learns: Vec<bool>,
+}
+
+/// Render page `i` of `wl`: the path (after `prefix`) with its placeholders filled in, and the
+/// form body of a POST. A page with variants draws one per request.
+fn render_page(wl: &Workload, prefix: &str, i: usize, env: &Env, rng: &mut SmallRng) -> Result<Req, Fallback> {
+    let page = &wl.pages[i];
+    let variant = pick_variant(page, rng);
+    let mut path = String::with_capacity(64);
+    path.push_str(prefix);
+    let mut tmp = String::new();
+    for part in &page.url.parts {
+        match part {
+            Part::Lit(s) => path.push_str(s),
+            Part::Var(name) => {
+                tmp.clear();
+                lookup(page, variant, name, env, rng, &mut tmp)?;
+                encode_into(&tmp, &mut path);
+            }
+        }
+    }
+    let form = if page.method == Method::Post {
+        let mut f = String::new();
+        for (k, p) in &page.form {
+            if !f.is_empty() {
+                f.push('&');
+            }
+            encode_into(k, &mut f);
+            f.push('=');
+            tmp.clear();
+            p.value(env, rng, &mut tmp)?;
+            encode_into(&tmp, &mut f);
+        }
+        Some(Arc::from(f))
+    } else {
+        None
+    };
+    Ok(Req { path: Arc::from(path), form })
+}
+
+fn pick_variant<'a>(page: &'a Page, rng: &mut SmallRng) -> Option<&'a Variant> {
+    match page.variants.len() {
+        0 => None,
+        1 => page.variants.first(),
+        _ => {
+            let total: f64 = page.variants.iter().map(|v| v.weight).sum();
+            let mut u = rng.gen::<f64>() * total;
+            for v in &page.variants {
+                if u < v.weight {
+                    return Some(v);
+                }
+                u -= v.weight;
+            }
+            page.variants.last()
+        }
+    }
+}
+
+/// A placeholder's value: the variant's params, the page's params and form, the session variables.
+fn lookup(page: &Page, variant: Option<&Variant>, name: &str, env: &Env, rng: &mut SmallRng, out: &mut String) -> Result<(), Fallback> {
+    if let Some((_, p)) = variant.and_then(|v| v.params.iter().find(|(k, _)| k == name)) {
+        return p.value(env, rng, out);
+    }
+    if let Some((_, p)) = page.params.iter().chain(page.form.iter()).find(|(k, _)| k == name) {
+        return p.value(env, rng, out);
+    }
+    if let Some((_, v)) = env.vars.iter().find(|(k, _)| &**k == name) {
+        out.push_str(v);
+    }
+    Ok(())
 }
 
 fn mix(seed: u64, k: u64) -> u64 {
@@ -141,58 +221,38 @@ impl Ctx {
             .zip(&self.var_names[stype])
             .map(|((_, p), name)| {
                 let mut v = String::new();
-                let _ = p.value(&[], b"", &self.words, rng, &mut v);
+                let _ = p.value(&Env::new(&[], b"", "", &self.words), rng, &mut v);
                 (name.clone(), v)
             })
             .collect()
     }
 
-    /// Render page `i` (URL and form) from the session variables and the previous body.
-    fn render(&self, i: usize, vars: &[(Arc<str>, String)], body: &[u8], rng: &mut SmallRng) -> Result<Req, Fallback> {
+    /// Learn `learn` session variables that are still empty from a response body.
+    fn learn(&self, stype: usize, vars: &mut [(Arc<str>, String)], body: &[u8]) {
+        if body.is_empty() || !self.learns[stype] {
+            return;
+        }
+        for ((_, p), (_, v)) in self.wl.session_types[stype].vars.iter().zip(vars.iter_mut()) {
+            if v.is_empty() {
+                if let Some(x) = p.learn_from(body) {
+                    *v = x;
+                }
+            }
+        }
+    }
+
+    /// Render page `i` (URL and form) from the session variables and the previous response.
+    fn render(&self, i: usize, env: &Env, rng: &mut SmallRng) -> Result<Req, Fallback> {
         if let Some(p) = &self.static_paths[i] {
             return Ok(Req { path: p.clone(), form: None });
         }
-        let page = &self.wl.pages[i];
-        let mut path = String::with_capacity(64);
-        path.push_str(&self.target.prefix);
-        let mut tmp = String::new();
-        for part in &page.url.parts {
-            match part {
-                super::params::Part::Lit(s) => path.push_str(s),
-                super::params::Part::Var(name) => {
-                    tmp.clear();
-                    self.lookup(page, name, vars, body, rng, &mut tmp)?;
-                    encode_into(&tmp, &mut path);
-                }
-            }
-        }
-        let form = if page.method == Method::Post {
-            let mut f = String::new();
-            for (k, p) in &page.form {
-                if !f.is_empty() {
-                    f.push('&');
-                }
-                encode_into(k, &mut f);
-                f.push('=');
-                tmp.clear();
-                p.value(vars, body, &self.words, rng, &mut tmp)?;
-                encode_into(&tmp, &mut f);
-            }
-            Some(Arc::from(f))
-        } else {
-            None
-        };
-        Ok(Req { path: Arc::from(path), form })
+        render_page(&self.wl, &self.target.prefix, i, env, rng)
     }
 
-    fn lookup(&self, page: &super::workload::Page, name: &str, vars: &[(Arc<str>, String)], body: &[u8], rng: &mut SmallRng, out: &mut String) -> Result<(), Fallback> {
-        if let Some((_, p)) = page.params.iter().chain(page.form.iter()).find(|(k, _)| k == name) {
-            return p.value(vars, body, &self.words, rng, out);
-        }
-        if let Some((_, v)) = vars.iter().find(|(k, _)| &**k == name) {
-            out.push_str(v);
-        }
-        Ok(())
+    /// The start page of a session (no previous response).
+    fn render_start(&self, vars: &[(Arc<str>, String)], rng: &mut SmallRng) -> Req {
+        let start = self.wl.start;
+        self.render(start, &Env::new(vars, b"", "", &self.words), rng).unwrap_or_else(|_| Req { path: self.static_or_empty(start), form: None })
     }
 
     fn request_bytes(&self, page: usize, req: &Req, close: bool) -> ReqBytes {
@@ -200,6 +260,21 @@ impl Ctx {
             return ReqBytes::Shared(b.clone());
         }
         ReqBytes::Owned(self.build_request(page, req, close))
+    }
+
+    /// A GET of an embedded object.
+    fn object_request(&self, path: &str, close: bool) -> Vec<u8> {
+        let mut b = Vec::with_capacity(64 + path.len() + self.target.host_header.len());
+        b.extend_from_slice(b"GET ");
+        b.extend_from_slice(path.as_bytes());
+        b.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        b.extend_from_slice(self.target.host_header.as_bytes());
+        b.extend_from_slice(b"\r\nUser-Agent: tierscope\r\n");
+        if close {
+            b.extend_from_slice(b"Connection: close\r\n");
+        }
+        b.extend_from_slice(b"\r\n");
+        b
     }
 
     fn build_request(&self, page: usize, req: &Req, close: bool) -> Vec<u8> {
@@ -366,9 +441,138 @@ struct Outcome {
     body: Option<Vec<u8>>,
 }
 
-/// Send one request under the connection policy and log it.
+/// One exchange on `conn` (or a new connection), under the request timeout; a kept-alive
+/// connection found closed before any response byte is retried once on a new one. Returns the
+/// response and the connection when it can be kept.
+async fn exchange(ctx: &Ctx, mut conn: Option<Conn>, bytes: &[u8], mut body: Option<&mut Vec<u8>>, close: bool) -> (Result<http::Response, ErrorKind>, Option<Conn>) {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut c = match conn.take() {
+            Some(c) => c,
+            None => match http::connect(ctx.target.addr, ctx.connect_timeout).await {
+                Ok(c) => c,
+                Err(e) => return (Err(e), None),
+            },
+        };
+        let res = {
+            let exchange = std::pin::pin!(c.exchange(bytes, body.as_deref_mut(), BODY_CAP));
+            Deadline::new(ctx, exchange).await
+        };
+        match res {
+            Err(_) => return (Err(ErrorKind::Timeout), None),
+            Ok(Ok(r)) => {
+                let keep = r.keep_alive && !close;
+                return (Ok(r), if keep { Some(c) } else { None });
+            }
+            Ok(Err(ExchangeError::ClosedBeforeResponse)) if attempt == 1 => {
+                // a stale kept-alive connection: retry once on a new one (as browsers do)
+                if let Some(b) = body.as_deref_mut() {
+                    b.clear();
+                }
+                continue;
+            }
+            Ok(Err(ExchangeError::ClosedBeforeResponse)) => return (Err(ErrorKind::Reset), None),
+            Ok(Err(ExchangeError::Kind(k))) => return (Err(k), None),
+        }
+    }
+}
+
+/// What fetching a page's embedded objects gave.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+struct EmbeddedOut {
+    /// objects requested
+    count: u32,
+    /// response bytes on the wire
+    bytes: u64,
+    /// objects that did not come back 2xx/3xx
+    failed: u32,
+    /// of those, the page errors: no response (connect, timeout, reset, unparseable) or 5xx
+    errors: u32,
+}
+
+/// One connection's share of the objects: take the next URL until none is left.
+async fn embedded_worker(ctx: &Ctx, urls: &[String], next: &Cell<usize>, mut conn: Option<Conn>, close: bool) -> (Option<Conn>, EmbeddedOut) {
+    let mut out = EmbeddedOut::default();
+    loop {
+        let i = next.get();
+        if i >= urls.len() {
+            break;
+        }
+        next.set(i + 1);
+        let bytes = ctx.object_request(&urls[i], close);
+        let (res, c) = exchange(ctx, conn.take(), &bytes, None, close).await;
+        conn = c;
+        out.count += 1;
+        match res {
+            Ok(r) => {
+                out.bytes += r.bytes;
+                if r.status >= 400 {
+                    out.failed += 1;
+                    if r.status >= 500 {
+                        out.errors += 1;
+                    }
+                }
+            }
+            Err(_) => {
+                out.failed += 1;
+                out.errors += 1;
+            }
+        }
+    }
+    (conn, out)
+}
+
+/// Fetch every URL once with up to `connections` parallel connections, taken from (and given
+/// back to) the user's kept-alive pool `pool`; returns when the last byte of the last object
+/// has arrived.
+async fn fetch_embedded(ctx: &Ctx, urls: &[String], pool: &mut Vec<Conn>, connections: usize, close: bool) -> EmbeddedOut {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    let workers = connections.min(urls.len());
+    if workers == 0 {
+        return EmbeddedOut::default();
+    }
+    let next = Cell::new(0usize);
+    type Worker<'a> = Pin<Box<dyn Future<Output = (Option<Conn>, EmbeddedOut)> + 'a>>;
+    let mut futs: Vec<Worker> = (0..workers).map(|_| Box::pin(embedded_worker(ctx, urls, &next, pool.pop(), close)) as Worker).collect();
+    let mut done: Vec<Option<(Option<Conn>, EmbeddedOut)>> = (0..workers).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, d) in futs.iter_mut().zip(done.iter_mut()) {
+            if d.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *d = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    drop(futs);
+    let mut total = EmbeddedOut::default();
+    for (conn, out) in done.into_iter().flatten() {
+        if let Some(c) = conn {
+            pool.push(c);
+        }
+        total.count += out.count;
+        total.bytes += out.bytes;
+        total.failed += out.failed;
+        total.errors += out.errors;
+    }
+    total
+}
+
+/// Send one request under the connection policy (and, with `[embedded]`, fetch the page's
+/// embedded objects) and log it.
 #[allow(clippy::too_many_arguments)]
-async fn request(ctx: &Ctx, user: u32, session: u64, page: usize, req: &Req, intended_s: f64, own: &mut Option<Conn>, prev: Prev) -> Outcome {
+async fn request(ctx: &Ctx, user: u32, session: u64, page: usize, req: &Req, intended_s: f64, conns: &mut UserConns, prev: Prev) -> Outcome {
     let close = ctx.policy == Policy::PerRequest;
     let bytes = ctx.request_bytes(page, req, close);
     let intended_ns = ctx.ns_at(intended_s);
@@ -388,15 +592,18 @@ async fn request(ctx: &Ctx, user: u32, session: u64, page: usize, req: &Req, int
             bytes: 0,
             error: None,
             phase: ctx.phase_at(intended_s),
+            embedded: None,
+            embedded_bytes: 0,
+            embedded_failed: 0,
         }),
     };
     let permit = match &ctx.pool {
         Some(p) => p.sem.acquire().await.ok(),
         None => None,
     };
-    let mut conn = match (ctx.policy, &ctx.pool) {
+    let conn = match (ctx.policy, &ctx.pool) {
         (Policy::Pool, Some(p)) => p.idle.borrow_mut().pop(),
-        (Policy::PerUser, _) => own.take(),
+        (Policy::PerUser, _) => conns.page.take(),
         _ => None,
     };
     let start_ns = clock::now_ns();
@@ -412,74 +619,60 @@ async fn request(ctx: &Ctx, user: u32, session: u64, page: usize, req: &Req, int
         st.think_real_n += 1;
     }
     let mut body = if ctx.needs_body { Some(Vec::new()) } else { None };
-    let mut attempt = 0;
-    let result: Result<http::Response, ErrorKind> = loop {
-        attempt += 1;
-        let mut c = match conn.take() {
-            Some(c) => c,
-            None => match http::connect(ctx.target.addr, ctx.connect_timeout).await {
-                Ok(c) => c,
-                Err(e) => break Err(e),
-            },
-        };
-        let res = {
-            let exchange = std::pin::pin!(c.exchange(&bytes, body.as_mut(), BODY_CAP));
-            Deadline::new(ctx, exchange).await
-        };
-        match res {
-            Err(_) => break Err(ErrorKind::Timeout),
-            Ok(Ok(r)) => {
-                if r.keep_alive && !close {
-                    conn = Some(c);
-                }
-                break Ok(r);
-            }
-            Ok(Err(ExchangeError::ClosedBeforeResponse)) if attempt == 1 => {
-                // a stale kept-alive connection: retry once on a new one (as browsers do)
-                if let Some(b) = body.as_mut() {
-                    b.clear();
-                }
-                continue;
-            }
-            Ok(Err(ExchangeError::ClosedBeforeResponse)) => break Err(ErrorKind::Reset),
-            Ok(Err(ExchangeError::Kind(k))) => break Err(k),
-        }
-    };
+    let (result, conn) = exchange(ctx, conn, &bytes, body.as_mut(), close).await;
     // give the connection back
     if let Some(c) = conn {
         match (ctx.policy, &ctx.pool) {
             (Policy::Pool, Some(p)) => p.idle.borrow_mut().push(c),
-            (Policy::PerUser, _) => *own = Some(c),
+            (Policy::PerUser, _) => conns.page = Some(c),
             _ => {}
         }
     }
     drop(permit);
     let end_ns = clock::now_ns();
-    let mut rec = guard.rec.take().unwrap();
-    drop(guard);
-    rec.end_ns = end_ns;
     let mut force_back = false;
-    match result {
-        Ok(r) => {
-            rec.status = r.status;
-            rec.bytes = r.bytes;
-            rec.first_byte_ns = r.first_byte_ns;
-            if r.status >= 500 {
-                rec.error = Some(ErrorKind::Http5xx);
-            } else if let Some(b) = &body {
-                if ctx.wl.error_markers.iter().any(|m| contains(b, m)) {
-                    rec.error = Some(ErrorKind::Marker);
-                } else if ctx.wl.back_on.iter().any(|m| contains(b, m)) {
-                    force_back = true;
+    {
+        let rec = guard.rec.as_mut().expect("record");
+        rec.end_ns = end_ns;
+        match result {
+            Ok(r) => {
+                rec.status = r.status;
+                rec.bytes = r.bytes;
+                rec.first_byte_ns = r.first_byte_ns;
+                if r.status >= 500 {
+                    rec.error = Some(ErrorKind::Http5xx);
+                } else if let Some(b) = &body {
+                    if ctx.wl.error_markers.iter().any(|m| contains(b, m)) {
+                        rec.error = Some(ErrorKind::Marker);
+                    } else if ctx.wl.back_on.iter().any(|m| contains(b, m)) {
+                        force_back = true;
+                    }
                 }
             }
-        }
-        Err(k) => {
-            rec.error = Some(k);
-            body = None;
+            Err(k) => {
+                rec.error = Some(k);
+                body = None;
+            }
         }
     }
-    let error = rec.error;
+    // embedded objects (TPC-W WIRT): the page's time runs to the last byte of the last object
+    let page_ok = guard.rec.as_ref().is_some_and(|r| r.error.is_none());
+    if let (Some(emb), true, Some(b)) = (ctx.wl.embedded.as_ref(), page_ok, body.as_deref()) {
+        let urls = embedded_urls(b, &emb.pattern, &req.path, &ctx.target.host_header, emb.max_objects);
+        let got = fetch_embedded(ctx, &urls, &mut conns.embedded, emb.connections, close).await;
+        let end = clock::now_ns();
+        let rec = guard.rec.as_mut().expect("record");
+        rec.end_ns = end;
+        rec.embedded = Some(got.count);
+        rec.embedded_bytes = got.bytes;
+        rec.embedded_failed = got.failed;
+        if got.errors > 0 {
+            rec.error = Some(ErrorKind::Embedded);
+        }
+    }
+    let rec = guard.rec.take().expect("record");
+    drop(guard);
+    let (error, end_ns) = (rec.error, rec.end_ns);
     ctx.emit(rec);
     Outcome { error, end_s: (end_ns - ctx.t0_ns) as f64 / 1e9, end_ns, force_back, body }
 }
@@ -518,20 +711,27 @@ fn think_for(ctx: &Ctx, page: usize, at_s: f64, rng: &mut SmallRng) -> f64 {
 
 /// Walk one session starting at `intended` (s). Returns the instant the next session may start
 /// (after the final think time), or None when the run is over.
-async fn session(ctx: &Ctx, user: u32, stype: usize, rng: &mut SmallRng, own: &mut Option<Conn>, mut intended: f64, prev: &mut Prev) -> Option<f64> {
+async fn session(ctx: &Ctx, user: u32, stype: usize, rng: &mut SmallRng, conns: &mut UserConns, mut intended: f64, prev: &mut Prev) -> Option<f64> {
     let chain = &ctx.wl.chains[ctx.wl.session_types[stype].chain];
     let start = ctx.wl.start;
     let sid = ctx.sessions.get();
     ctx.sessions.set(sid + 1);
-    let vars = ctx.draw_vars(stype, rng);
+    let mut vars = ctx.draw_vars(stype, rng);
+    // TPC-W user session minimum duration: the session ends at the first move to the start
+    // page whose request would start after it
+    let min_end = if ctx.wl.session_min_mean_s > 0.0 {
+        Some(intended + super::think::truncated_exp_at(ctx.wl.session_min_mean_s, ctx.wl.session_min_max_s, rng))
+    } else {
+        None
+    };
     let mut walker: Walker<Req> = Walker::new(start);
-    let mut cur = ctx.render(start, &vars, b"", rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None });
+    let mut cur = ctx.render_start(&vars, rng);
     let mut n = 0u32;
     loop {
         if ctx.stop.get() || intended >= ctx.end_s {
             return None;
         }
-        let out = request(ctx, user, sid, walker.current, &cur, intended, own, *prev).await;
+        let out = request(ctx, user, sid, walker.current, &cur, intended, conns, *prev).await;
         n += 1;
         let z = think_for(ctx, walker.current, out.end_s, rng);
         // realized think times are measured for requests of the run phase whose think time
@@ -543,35 +743,43 @@ async fn session(ctx: &Ctx, user: u32, stype: usize, rng: &mut SmallRng, own: &m
         // share one wake-up of the event loop)
         let next = if z > 0.0 { ctx.align(out.end_s + z) } else { out.end_s };
         let mut ended = false;
-        if out.error.is_some() {
-            // RUBBoS: an error restarts the session at the start page (same session)
+        if out.error.is_some_and(|e| e != ErrorKind::Embedded) {
+            // RUBBoS: an error restarts the session at the start page (same session); a failed
+            // embedded object does not (the page itself arrived)
             walker.restart(start);
-            cur = ctx.render(start, &vars, b"", rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None });
-        } else if n >= ctx.wl.max_transitions {
-            ended = true;
+            cur = ctx.render_start(&vars, rng);
         } else {
             let body: &[u8] = out.body.as_deref().unwrap_or(b"");
-            let mut t = walker.draw(chain, out.force_back, rng);
-            let mut rendered = None;
-            if let To::Page(j) = t {
-                match ctx.render(j, &vars, body, rng) {
-                    Ok(r) => rendered = Some(r),
-                    Err(Fallback::Back) => t = To::Back,
-                    Err(Fallback::Restart) => {
-                        walker.restart(start);
-                        t = To::Page(start);
-                        rendered = Some(ctx.render(start, &vars, b"", rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None }));
+            ctx.learn(stype, &mut vars, body);
+            if n >= ctx.wl.max_transitions {
+                ended = true;
+            } else {
+                let mut t = walker.draw(chain, out.force_back, rng);
+                if t == To::Page(start) && min_end.is_some_and(|e| next >= e) {
+                    ended = true;
+                } else {
+                    let mut rendered = None;
+                    if let To::Page(j) = t {
+                        match ctx.render(j, &Env::new(&vars, body, &cur.path, &ctx.words), rng) {
+                            Ok(r) => rendered = Some(r),
+                            Err(Fallback::Back) => t = To::Back,
+                            Err(Fallback::Restart) => {
+                                walker.restart(start);
+                                t = To::Page(start);
+                                rendered = Some(ctx.render_start(&vars, rng));
+                            }
+                        }
+                    }
+                    match walker.apply(chain, t, &cur) {
+                        Move::Go(_) => cur = rendered.expect("rendered page"),
+                        Move::Back(_, r) => cur = r,
+                        Move::Restart => {
+                            walker.restart(start);
+                            cur = ctx.render_start(&vars, rng);
+                        }
+                        Move::End => ended = true,
                     }
                 }
-            }
-            match walker.apply(chain, t, &cur) {
-                Move::Go(_) => cur = rendered.expect("rendered page"),
-                Move::Back(_, r) => cur = r,
-                Move::Restart => {
-                    walker.restart(start);
-                    cur = ctx.render(start, &vars, b"", rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None });
-                }
-                Move::End => ended = true,
             }
         }
         drop(out);
@@ -609,13 +817,13 @@ async fn closed_user(ctx: Rc<Ctx>, user: u32, first_at: f64) {
     let ctx = &*ctx;
     let mut rng = SmallRng::seed_from_u64(mix(ctx.seed, user as u64));
     let stype = pick_type(ctx, &mut rng);
-    let mut own: Option<Conn> = None;
+    let mut conns = UserConns::default();
     let first_at = ctx.align(first_at);
     ctx.sleep_until_s(first_at).await;
     let _active = Active::new(ctx);
     let mut at = first_at;
     let mut prev = Prev::default();
-    while let Some(next) = session(ctx, user, stype, &mut rng, &mut own, at, &mut prev).await {
+    while let Some(next) = session(ctx, user, stype, &mut rng, &mut conns, at, &mut prev).await {
         ctx.sleep_until_s(next).await;
         at = next;
     }
@@ -625,20 +833,20 @@ async fn open_arrival(ctx: Rc<Ctx>, k: u64, at: f64) {
     let ctx = &*ctx;
     let mut rng = SmallRng::seed_from_u64(mix(ctx.seed, k));
     let stype = pick_type(ctx, &mut rng);
-    let mut own: Option<Conn> = None;
+    let mut conns = UserConns::default();
     let _active = Active::new(ctx);
     let mut prev = Prev::default();
     match ctx.wl.arrivals.as_ref().map(|a| a.unit) {
         Some(Unit::Session) => {
-            let _ = session(ctx, k as u32, stype, &mut rng, &mut own, at, &mut prev).await;
+            let _ = session(ctx, k as u32, stype, &mut rng, &mut conns, at, &mut prev).await;
         }
         _ => {
             let sid = ctx.sessions.get();
             ctx.sessions.set(sid + 1);
             let vars = ctx.draw_vars(stype, &mut rng);
             let start = ctx.wl.start;
-            let req = ctx.render(start, &vars, b"", &mut rng).unwrap_or_else(|_| Req { path: ctx.static_or_empty(start), form: None });
-            let _ = request(ctx, k as u32, sid, start, &req, at, &mut own, Prev::default()).await;
+            let req = ctx.render_start(&vars, &mut rng);
+            let _ = request(ctx, k as u32, sid, start, &req, at, &mut conns, Prev::default()).await;
         }
     }
 }
@@ -710,13 +918,9 @@ async fn interrupted() -> &'static str {
     }
 }
 
-pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: bool) -> Result<i32> {
+/// The shared state of a run (the clock starts now).
+fn new_ctx(wl: Workload, target: Target, log: Option<Sender<Vec<Record>>>, seed: u64) -> Rc<Ctx> {
     let names: Vec<String> = wl.pages.iter().map(|p| p.name.clone()).collect();
-    let writer = match log {
-        Some(p) => Some(LogWriter::create(p, names.clone())?),
-        None => None,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (t0, t0_ns) = {
         let _ = clock::base();
         let t0 = Instant::now();
@@ -728,6 +932,7 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
         .map(|p| if p.url.is_literal() && p.method == Method::Get { Some(Arc::from(format!("{}{}", target.prefix, p.url.literal()))) } else { None })
         .collect();
     let var_names = wl.session_types.iter().map(|t| t.vars.iter().map(|(n, _)| Arc::from(n.as_str())).collect()).collect();
+    let learns = wl.session_types.iter().map(|t| t.vars.iter().any(|(_, p)| matches!(p, super::params::Param::Learn { .. }))).collect();
     let policy = match (wl.policy, wl.arrivals.as_ref().map(|a| a.unit)) {
         (Policy::PerUser, Some(Unit::Request)) => Policy::PerRequest,
         (p, _) => p,
@@ -737,15 +942,20 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
     let nominal_rate = if wl.think_mean_s > 0.0 { 1.0 / wl.think_mean_s } else { 0.0 };
     let think = Think::new(if wl.arrivals.is_some() { 1.0 } else { wl.think_dispersion }, wl.think_contrast, nominal_rate, seed);
     let end_s = wl.ramp_up_s + wl.run_s + wl.ramp_down_s;
-    let ctx = Rc::new(Ctx {
+    let mut stats = Stats::new(names);
+    stats.from_intended = wl.arrivals.is_some();
+    if wl.embedded.is_some() {
+        stats.embedded = Some([0; 4]);
+    }
+    let mut ctx = Ctx {
         target,
         t0,
         t0_ns,
         end_s,
         stop: Cell::new(false),
-        stats: RefCell::new(Stats::new(names)),
+        stats: RefCell::new(stats),
         batch: RefCell::new(Vec::with_capacity(BATCH)),
-        log: RefCell::new(writer.as_ref().map(|w| w.sender())),
+        log: RefCell::new(log),
         active_users: Cell::new(0),
         in_flight: Cell::new(0),
         sessions: Cell::new(0),
@@ -762,11 +972,11 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
         quantum_s: wl.think_quantum_ms / 1000.0,
         deadlines: RefCell::new(Deadlines::default()),
         static_requests: vec![],
+        learns,
         max_think_mean: wl.pages.iter().filter_map(|p| p.think_mean_s).fold(wl.think_mean_s, f64::max),
         wl,
-    });
-    ctx.stats.borrow_mut().from_intended = ctx.wl.arrivals.is_some();
-    let static_requests = (0..ctx.wl.pages.len())
+    };
+    ctx.static_requests = (0..ctx.wl.pages.len())
         .map(|i| {
             ctx.static_paths[i].as_ref().map(|p| {
                 let req = Req { path: p.clone(), form: None };
@@ -774,8 +984,17 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
             })
         })
         .collect();
-    let mut ctx = ctx;
-    Rc::get_mut(&mut ctx).expect("ctx not shared yet").static_requests = static_requests;
+    Rc::new(ctx)
+}
+
+pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: bool) -> Result<i32> {
+    let names: Vec<String> = wl.pages.iter().map(|p| p.name.clone()).collect();
+    let writer = match log {
+        Some(p) => Some(LogWriter::create(p, names)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let ctx = new_ctx(wl, target, writer.as_ref().map(|w| w.sender()), seed);
     let local = LocalSet::new();
     let signal = local.block_on(&rt, async {
         if ctx.wl.arrivals.is_some() {
@@ -838,39 +1057,15 @@ pub fn simulate(wl: &Workload, requests: u64, seed: u64) -> String {
     let mut rng = SmallRng::seed_from_u64(seed);
     let words = super::workload::builtin_words();
     let mut counts = vec![0u64; wl.pages.len()];
-    let (mut sessions, mut backs, mut ends, mut restarts, mut capped) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut sessions, mut backs, mut ends, mut restarts, mut capped, mut min_ends) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut think_sum = 0.0;
     let mut done = 0u64;
-    let prefix = "";
-    let render = |i: usize, vars: &[(Arc<str>, String)], rng: &mut SmallRng| -> Result<String, Fallback> {
-        let page = &wl.pages[i];
-        let mut path = String::from(prefix);
-        let mut tmp = String::new();
-        for part in &page.url.parts {
-            match part {
-                super::params::Part::Lit(s) => path.push_str(s),
-                super::params::Part::Var(name) => {
-                    tmp.clear();
-                    if let Some((_, p)) = page.params.iter().chain(page.form.iter()).find(|(k, _)| k == name) {
-                        if p.is_extract() {
-                            tmp.push('1'); // a dry run assumes every extraction finds a link
-                        } else {
-                            p.value(vars, b"", &words, rng, &mut tmp)?;
-                        }
-                    } else if let Some((_, v)) = vars.iter().find(|(k, _)| &**k == name) {
-                        tmp.push_str(v);
-                    }
-                    encode_into(&tmp, &mut path);
-                }
-            }
-        }
-        for (_, p) in &page.form {
-            tmp.clear();
-            if !p.is_extract() {
-                p.value(vars, b"", &words, rng, &mut tmp)?;
-            }
-        }
-        Ok(path)
+    // simulated time: think times only (responses take no time)
+    let mut clock_s = 0.0;
+    let render = |i: usize, vars: &[(Arc<str>, String)], url: &str, rng: &mut SmallRng| -> Result<String, Fallback> {
+        // a dry run assumes every extraction finds a link ("1")
+        let env = Env { vars, body: b"", url, words: &words, dry: true };
+        render_page(wl, "", i, &env, rng).map(|r| r.path.to_string())
     };
     let total_w: f64 = wl.session_types.iter().map(|t| t.weight).sum();
     while done < requests {
@@ -890,20 +1085,27 @@ pub fn simulate(wl: &Workload, requests: u64, seed: u64) -> String {
             .iter()
             .map(|(n, p)| {
                 let mut v = String::new();
-                let _ = p.value(&[], b"", &words, &mut rng, &mut v);
+                let _ = p.value(&Env::new(&[], b"", "", &words), &mut rng, &mut v);
                 (Arc::from(n.as_str()), v)
             })
             .collect();
         sessions += 1;
+        let min_end = if wl.session_min_mean_s > 0.0 {
+            Some(clock_s + super::think::truncated_exp_at(wl.session_min_mean_s, wl.session_min_max_s, &mut rng))
+        } else {
+            None
+        };
         let mut walker: Walker<String> = Walker::new(wl.start);
-        let mut cur = render(wl.start, &vars, &mut rng).unwrap_or_default();
+        let mut cur = render(wl.start, &vars, "", &mut rng).unwrap_or_default();
         let mut n = 0;
         loop {
             counts[walker.current] += 1;
             done += 1;
             n += 1;
             let mean = wl.pages[walker.current].think_mean_s.unwrap_or(wl.think_mean_s);
-            think_sum += super::think::truncated_exp(mean, &mut rng);
+            let z = super::think::truncated_exp(mean, &mut rng);
+            think_sum += z;
+            clock_s += z;
             if done >= requests {
                 break;
             }
@@ -912,15 +1114,19 @@ pub fn simulate(wl: &Workload, requests: u64, seed: u64) -> String {
                 break;
             }
             let mut t = walker.draw(chain, false, &mut rng);
+            if t == To::Page(wl.start) && min_end.is_some_and(|e| clock_s >= e) {
+                min_ends += 1;
+                break;
+            }
             let mut rendered = None;
             if let To::Page(j) = t {
-                match render(j, &vars, &mut rng) {
+                match render(j, &vars, &cur, &mut rng) {
                     Ok(r) => rendered = Some(r),
                     Err(Fallback::Back) => t = To::Back,
                     Err(Fallback::Restart) => {
                         walker.restart(wl.start);
                         t = To::Page(wl.start);
-                        rendered = Some(render(wl.start, &vars, &mut rng).unwrap_or_default());
+                        rendered = Some(render(wl.start, &vars, "", &mut rng).unwrap_or_default());
                     }
                 }
             }
@@ -934,7 +1140,7 @@ pub fn simulate(wl: &Workload, requests: u64, seed: u64) -> String {
                     backs += 1;
                     restarts += 1;
                     walker.restart(wl.start);
-                    cur = render(wl.start, &vars, &mut rng).unwrap_or_default();
+                    cur = render(wl.start, &vars, "", &mut rng).unwrap_or_default();
                 }
                 Move::End => {
                     ends += 1;
@@ -953,10 +1159,183 @@ pub fn simulate(wl: &Workload, requests: u64, seed: u64) -> String {
         "pages": Value::Object(pages),
         "back": backs,
         "end": ends,
+        "session_min_ends": min_ends,
         "restart_on_empty_history": restarts,
         "capped_sessions": capped,
         "mean_pages_per_session": done as f64 / sessions.max(1) as f64,
+        "mean_session_s": clock_s / sessions.max(1) as f64,
         "think_mean_s": think_sum / done.max(1) as f64,
     }})
     .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    type Seen = Arc<Mutex<Vec<String>>>;
+
+    /// A keep-alive HTTP/1.1 server: `reply(path)` gives (status, body, delay before answering);
+    /// returns its address, the paths requested in order and the connections accepted.
+    async fn serve(reply: fn(&str) -> (u16, String, u64)) -> (std::net::SocketAddr, Seen, Arc<AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen: Seen = Arc::new(Mutex::new(vec![]));
+        let conns = Arc::new(AtomicUsize::new(0));
+        let (s2, c2) = (seen.clone(), conns.clone());
+        tokio::task::spawn_local(async move {
+            loop {
+                let (mut sock, _) = l.accept().await.unwrap();
+                c2.fetch_add(1, Ordering::SeqCst);
+                let seen = s2.clone();
+                tokio::task::spawn_local(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match sock.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end);
+                        let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                        seen.lock().unwrap().push(path.clone());
+                        let (status, body, delay) = reply(&path);
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        let resp = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                        if sock.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, seen, conns)
+    }
+
+    fn site(path: &str) -> (u16, String, u64) {
+        if path.starts_with("/page") {
+            // 5 distinct objects on the target (one twice, one elsewhere, one data: URL)
+            let body = "<html><img src=\"/img/a.gif\"><IMG SRC='/img/b.gif'> <img src=\"img/c.gif\">\
+                <img src=\"/img/a.gif\"> <img src=\"http://example.com/x.gif\"> <img src=\"data:image/gif;base64,AA\">\
+                <input type=\"image\" src=\"/img/d.gif\"> <img alt=\"t\" src=\"/img/e.gif\"></html>";
+            (200, body.to_string(), 10)
+        } else if path.contains("missing") {
+            (404, "no".into(), 0)
+        } else if path.contains("busy") {
+            (503, "busy".into(), 0)
+        } else {
+            (200, "GIF89a-image-bytes".into(), 40)
+        }
+    }
+
+    fn workload(extra: &str) -> Workload {
+        let text = format!("[workload]\nstart = \"P\"\n[users]\ncount = 1\n{extra}\n[[pages]]\nname = \"P\"\nurl = \"/page\"\n");
+        super::super::workload::parse(&text, Path::new("t.toml")).unwrap()
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        LocalSet::new().block_on(&rt, f)
+    }
+
+    /// 10 objects, 4 connections, 40 ms each: three rounds (>= 120 ms), 4 connections opened
+    /// once and kept alive for the next page; every object requested exactly once; 404s are
+    /// failed objects, 503s and unreachable objects are page errors.
+    #[test]
+    fn embedded_pool_fetches_each_object_once_on_at_most_n_kept_alive_connections() {
+        block_on(async {
+            let (addr, seen, conns) = serve(site).await;
+            let ctx = new_ctx(workload("[embedded]\nconnections = 4"), Target::parse(&format!("http://{addr}")).unwrap(), None, 1);
+            tokio::task::spawn_local(watchdog(ctx.clone()));
+            let urls: Vec<String> = (0..10).map(|i| format!("/img/{i}.gif")).collect();
+            let mut pool = vec![];
+            let t = Instant::now();
+            let out = fetch_embedded(&ctx, &urls, &mut pool, 4, false).await;
+            let el = t.elapsed();
+            assert_eq!((out.count, out.failed, out.errors), (10, 0, 0));
+            assert_eq!(out.bytes, 10 * "HTTP/1.1 200 X\r\nContent-Length: 18\r\n\r\nGIF89a-image-bytes".len() as u64);
+            assert!(el >= Duration::from_millis(120) && el < Duration::from_millis(400), "{el:?}");
+            assert_eq!(conns.load(Ordering::SeqCst), 4);
+            assert_eq!(pool.len(), 4);
+            let mut got = seen.lock().unwrap().clone();
+            got.sort();
+            let mut want = urls.clone();
+            want.sort();
+            assert_eq!(got, want);
+            // the next page: the kept-alive connections are reused
+            let out = fetch_embedded(&ctx, &urls[..3], &mut pool, 4, false).await;
+            assert_eq!(out.count, 3);
+            assert_eq!(conns.load(Ordering::SeqCst), 4);
+            assert_eq!(pool.len(), 4);
+            // one connection only: strictly sequential
+            let mut one = vec![];
+            let t = Instant::now();
+            fetch_embedded(&ctx, &urls[..3], &mut one, 1, false).await;
+            assert!(t.elapsed() >= Duration::from_millis(120));
+            assert_eq!(one.len(), 1);
+            // 404: a failed object, not a page error; 503: both
+            let bad = vec!["/img/missing.gif".to_string(), "/img/busy.gif".to_string(), "/img/ok.gif".to_string()];
+            let out = fetch_embedded(&ctx, &bad, &mut pool, 4, false).await;
+            assert_eq!((out.count, out.failed, out.errors), (3, 2, 1));
+        });
+    }
+
+    /// The page's logged time runs from its request to the last byte of its last object; the
+    /// row counts the objects; the objects are not rows.
+    #[test]
+    fn page_time_includes_its_embedded_objects() {
+        block_on(async {
+            let (addr, seen, conns) = serve(site).await;
+            let ctx = new_ctx(workload("[embedded]\nconnections = 4"), Target::parse(&format!("http://{addr}")).unwrap(), None, 1);
+            tokio::task::spawn_local(watchdog(ctx.clone()));
+            let mut uc = UserConns::default();
+            let req = Req { path: Arc::from("/page"), form: None };
+            let out = request(&ctx, 0, 0, 0, &req, 0.0, &mut uc, Prev::default()).await;
+            assert_eq!(out.error, None);
+            let batch = ctx.batch.borrow();
+            assert_eq!(batch.len(), 1);
+            let r = &batch[0];
+            assert_eq!(r.embedded, Some(5));
+            assert_eq!(r.embedded_failed, 0);
+            // page 10 ms, then 5 objects of 40 ms on 4 connections: two rounds
+            let ms = (r.end_ns - r.start_ns) as f64 / 1e6;
+            assert!(ms >= 90.0, "{ms} ms");
+            assert!(r.first_byte_ns - r.start_ns < 80_000_000);
+            let mut got = seen.lock().unwrap().clone();
+            assert_eq!(got[0], "/page");
+            got.sort();
+            assert_eq!(got, vec!["/img/a.gif", "/img/b.gif", "/img/c.gif", "/img/d.gif", "/img/e.gif", "/page"]);
+            assert_eq!(conns.load(Ordering::SeqCst), 1 + 4);
+            assert!(uc.page.is_some() && uc.embedded.len() == 4);
+            assert!((out.end_s - ctx.now_s()).abs() < 0.05);
+        });
+    }
+
+    /// TPC-W USMD: without END a session ends only at a move to the start page after its
+    /// minimum duration; sessions last at least the mean of the truncated draw.
+    #[test]
+    fn sessions_end_at_home_after_their_minimum_duration() {
+        let text = "[workload]\nstart = \"H\"\nmax_transitions = 100000\nsession_min_mean_s = 60\n[think]\nmean_s = 1.0\n\
+            [[pages]]\nname = \"H\"\nurl = \"/h\"\n[[pages]]\nname = \"A\"\nurl = \"/a\"\n\
+            [transitions]\nH = { A = 0.9 }\nA = { H = 0.5, A = 0.5 }\n";
+        let wl = super::super::workload::parse(text, Path::new("t.toml")).unwrap();
+        assert_eq!(wl.session_min_max_s, 240.0);
+        let out: Value = serde_json::from_str(&simulate(&wl, 400_000, 3)).unwrap();
+        let d = &out["dry_run"];
+        let sessions = d["sessions"].as_u64().unwrap();
+        assert_eq!(d["end"], 0);
+        assert!(d["session_min_ends"].as_u64().unwrap() + 1 >= sessions);
+        // E[min(X, 240)] = 60 (1 - e^-4) = 58.9 s, plus the wait for the next move to H
+        // (about 2.5 s of think here); 400k requests at ~1 s: ~6,000 sessions
+        let mean_s = d["mean_session_s"].as_f64().unwrap();
+        assert!((58.0..66.0).contains(&mean_s), "mean session {mean_s} s over {sessions}");
+    }
 }

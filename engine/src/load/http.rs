@@ -17,13 +17,23 @@ pub enum ErrorKind {
     Reset,
     Http5xx,
     Marker,
+    /// an embedded object (image) of the page failed: connect, timeout, reset, 5xx, unparseable
+    Embedded,
     Other,
     Cancelled,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 7] =
-        [ErrorKind::Connect, ErrorKind::Timeout, ErrorKind::Reset, ErrorKind::Http5xx, ErrorKind::Marker, ErrorKind::Other, ErrorKind::Cancelled];
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::Connect,
+        ErrorKind::Timeout,
+        ErrorKind::Reset,
+        ErrorKind::Http5xx,
+        ErrorKind::Marker,
+        ErrorKind::Embedded,
+        ErrorKind::Other,
+        ErrorKind::Cancelled,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
@@ -31,6 +41,7 @@ impl ErrorKind {
             ErrorKind::Reset => "reset",
             ErrorKind::Http5xx => "http5xx",
             ErrorKind::Marker => "marker",
+            ErrorKind::Embedded => "embedded",
             ErrorKind::Other => "other",
             ErrorKind::Cancelled => "cancelled",
         }

@@ -36,6 +36,12 @@ pub struct Record {
     pub bytes: u64,
     pub error: Option<ErrorKind>,
     pub phase: u8,
+    /// embedded objects fetched with the page (None: fetching is off, or no page arrived)
+    pub embedded: Option<u32>,
+    /// their response bytes on the wire
+    pub embedded_bytes: u64,
+    /// those that did not come back 2xx/3xx (transport error, 4xx, 5xx)
+    pub embedded_failed: u32,
 }
 
 const SCHEMA: &str = "message client_requests {
@@ -51,6 +57,9 @@ const SCHEMA: &str = "message client_requests {
   optional int64 bytes;
   optional binary error (UTF8);
   required binary phase (UTF8);
+  optional int32 embedded;
+  optional int64 embedded_bytes;
+  optional int32 embedded_failed;
 }";
 
 /// Rows per row group.
@@ -169,6 +178,21 @@ fn write_group(writer: &mut SerializedFileWriter<File>, recs: &[Record], names: 
                 let v: Vec<ByteArray> = recs.iter().map(|r| ByteArray::from(PHASES[r.phase as usize])).collect();
                 cw.typed::<ByteArrayType>().write_batch(&v, None, None)?;
             }
+            12 => {
+                let def: Vec<i16> = recs.iter().map(|r| r.embedded.is_some() as i16).collect();
+                let v: Vec<i32> = recs.iter().filter_map(|r| r.embedded).map(|n| n as i32).collect();
+                cw.typed::<Int32Type>().write_batch(&v, Some(&def), None)?;
+            }
+            13 => {
+                let def: Vec<i16> = recs.iter().map(|r| r.embedded.is_some() as i16).collect();
+                let v: Vec<i64> = recs.iter().filter(|r| r.embedded.is_some()).map(|r| r.embedded_bytes as i64).collect();
+                cw.typed::<Int64Type>().write_batch(&v, Some(&def), None)?;
+            }
+            14 => {
+                let def: Vec<i16> = recs.iter().map(|r| r.embedded.is_some() as i16).collect();
+                let v: Vec<i32> = recs.iter().filter(|r| r.embedded.is_some()).map(|r| r.embedded_failed as i32).collect();
+                cw.typed::<Int32Type>().write_batch(&v, Some(&def), None)?;
+            }
             _ => unreachable!(),
         }
         cw.close()?;
@@ -203,6 +227,9 @@ mod tests {
                 bytes: 10,
                 error: if i % 3 == 0 { Some(ErrorKind::Connect) } else { None },
                 phase: 1,
+                embedded: if i % 2 == 0 { Some(5) } else { None },
+                embedded_bytes: 5000,
+                embedded_failed: 1,
             })
             .collect();
         tx.send(recs).unwrap();
@@ -211,7 +238,7 @@ mod tests {
         use parquet::file::reader::{FileReader, SerializedFileReader};
         let r = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
         assert_eq!(r.metadata().file_metadata().num_rows(), 1000);
-        assert_eq!(r.metadata().file_metadata().schema_descr().num_columns(), 12);
+        assert_eq!(r.metadata().file_metadata().schema_descr().num_columns(), 15);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -9,6 +9,7 @@ use clap::Args;
 
 pub mod arrivals;
 pub mod driver;
+pub mod embedded;
 pub mod http;
 pub mod log;
 pub mod markov;
@@ -81,6 +82,12 @@ pub struct LoadArgs {
     /// Override [connection] request_timeout_s.
     #[arg(long)]
     pub request_timeout: Option<f64>,
+    /// Do not fetch embedded objects (ignore the workload's [embedded] section).
+    #[arg(long)]
+    pub no_embedded: bool,
+    /// Override [embedded] connections (parallel connections per user for embedded objects).
+    #[arg(long)]
+    pub embedded_connections: Option<usize>,
     /// Random seed (runs with the same seed draw the same walks and think times).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -167,6 +174,18 @@ pub fn run(args: LoadArgs) -> Result<i32> {
     }
     if let Some(t) = args.request_timeout {
         wl.request_timeout_s = t.max(0.001);
+    }
+    if let Some(n) = args.embedded_connections {
+        if !(1..=workload::MAX_EMBEDDED).contains(&n) {
+            bail!("--embedded-connections must be in [1, {}]", workload::MAX_EMBEDDED);
+        }
+        match wl.embedded.as_mut() {
+            Some(e) => e.connections = n,
+            None => bail!("--embedded-connections: {} fetches no embedded objects (no [embedded] section)", args.workload.display()),
+        }
+    }
+    if args.no_embedded {
+        wl.embedded = None;
     }
     if let Some(n) = args.dry_run {
         println!("{}", driver::simulate(&wl, n, args.seed));

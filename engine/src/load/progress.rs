@@ -84,6 +84,8 @@ pub struct Stats {
     pub think_real_n: u64,
     /// the drawn think times of the realized pairs (same pairs as think_real_*)
     pub think_pair_drawn_sum: f64,
+    /// embedded objects of run-phase pages: pages fetched for, objects, bytes, failed
+    pub embedded: Option<[u64; 4]>,
 }
 
 impl Stats {
@@ -105,6 +107,7 @@ impl Stats {
             think_real_sum: 0.0,
             think_real_n: 0,
             think_pair_drawn_sum: 0.0,
+            embedded: None,
         }
     }
 
@@ -128,6 +131,12 @@ impl Stats {
             self.total.add(r, latency_us);
             let late_us = ((r.start_ns - r.intended_ns).max(0) / 1000) as u64;
             let _ = self.lateness.record(late_us.clamp(1, 3_600_000_000));
+            if let (Some(e), Some(n)) = (self.embedded.as_mut(), r.embedded) {
+                e[0] += 1;
+                e[1] += n as u64;
+                e[2] += r.embedded_bytes;
+                e[3] += r.embedded_failed as u64;
+            }
         }
     }
 
@@ -193,6 +202,18 @@ impl Stats {
                 "mean_drawn_of_realized_s": if self.think_real_n > 0 { json!(self.think_pair_drawn_sum / self.think_real_n as f64) } else { Value::Null },
             }),
         );
+        if let Some(e) = self.embedded {
+            s.insert(
+                "embedded".into(),
+                json!({
+                    "pages": e[0],
+                    "objects": e[1],
+                    "bytes": e[2],
+                    "failed": e[3],
+                    "objects_per_page": if e[0] > 0 { json!(e[1] as f64 / e[0] as f64) } else { Value::Null },
+                }),
+            );
+        }
         for (k, v) in extra {
             s.insert(k, v);
         }

@@ -16,6 +16,17 @@ pub fn truncated_exp<R: Rng>(mean: f64, rng: &mut R) -> f64 {
     x.min(10.0 * mean)
 }
 
+/// A negative-exponential draw with mean `mean`, values beyond `cap` become `cap` (TPC-W's user
+/// session minimum duration: mean 15 min, cap 60 min, clause 6.1.9.2).
+#[inline]
+pub fn truncated_exp_at<R: Rng>(mean: f64, cap: f64, rng: &mut R) -> f64 {
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    let u: f64 = 1.0 - rng.gen::<f64>(); // (0, 1]
+    (-mean * u.ln()).min(cap)
+}
+
 /// The mean of `truncated_exp(mean)`: E[min(X, 10 m)] = m (1 - e^-10).
 #[allow(dead_code)]
 pub fn truncated_mean(mean: f64) -> f64 {
@@ -82,6 +93,29 @@ mod tests {
         assert!(max <= 70.0);
         // P(X > 70) = e^-10 = 4.54e-5 -> about 45 of 1e6 at the cap
         assert!((15..=90).contains(&at_cap), "at cap {at_cap}");
+    }
+
+    #[test]
+    fn session_minimum_duration_mean_and_cap() {
+        // TPC-W USMD: mean 15 min, capped at 60 min; E[min(X, 4m)] = m (1 - e^-4)
+        let mut rng = SmallRng::seed_from_u64(12);
+        let n = 400_000;
+        let (m, cap) = (900.0, 3600.0);
+        let mut sum = 0.0;
+        let mut at_cap = 0;
+        for _ in 0..n {
+            let x = truncated_exp_at(m, cap, &mut rng);
+            assert!(x <= cap);
+            sum += x;
+            at_cap += (x == cap) as u32;
+        }
+        let mean = sum / n as f64;
+        let want = m * (1.0 - (-4.0f64).exp());
+        // sd of the mean ~ 900 / sqrt(n) = 1.4 s: 4 sd
+        assert!((mean - want).abs() < 6.0, "mean {mean} vs {want}");
+        // P(X > 4m) = e^-4 = 1.83 %
+        let p = at_cap as f64 / n as f64;
+        assert!((p - 0.0183).abs() < 0.0015, "at cap {p}");
     }
 
     /// Closed loop, zero response time: N users each think then "request". With I = 1 the

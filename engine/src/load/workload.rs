@@ -28,7 +28,33 @@ pub struct Page {
     /// form fields in file order (POST body)
     pub form: Vec<(String, Param)>,
     pub think_mean_s: Option<f64>,
+    /// alternative parameter sets, one drawn (by weight) per request; their params are looked
+    /// up before the page's own
+    pub variants: Vec<Variant>,
 }
+
+#[derive(Debug)]
+pub struct Variant {
+    pub weight: f64,
+    pub params: Vec<(String, Param)>,
+}
+
+/// `[embedded]`: fetch the objects a page embeds (images), as a browser does (TPC-W WIRT).
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    /// parallel connections per user (a small kept-alive pool of its own)
+    pub connections: usize,
+    /// capture group 1 = the object's URL
+    pub pattern: regex::bytes::Regex,
+    /// distinct objects fetched per page at most (<= MAX_EMBEDDED)
+    pub max_objects: usize,
+}
+
+/// The hard cap on embedded objects per page.
+pub const MAX_EMBEDDED: usize = 64;
+
+/// The default `[embedded] pattern`: the src of <img> and <input type="image"> tags.
+pub const DEFAULT_EMBEDDED_PATTERN: &str = r#"(?i)<(?:img|input)\b[^>]*?\ssrc\s*=\s*["']([^"']+)["']"#;
 
 #[derive(Debug)]
 pub struct SessionType {
@@ -67,6 +93,9 @@ pub struct Workload {
     pub name: String,
     pub start: usize,
     pub max_transitions: u32,
+    /// TPC-W user session minimum duration (USMD): negative-exponential mean (0 = off) and cap
+    pub session_min_mean_s: f64,
+    pub session_min_max_s: f64,
     pub back_on: Vec<Vec<u8>>,
     pub error_markers: Vec<Vec<u8>>,
     pub think_mean_s: f64,
@@ -86,6 +115,7 @@ pub struct Workload {
     pub chains: Vec<Chain>,
     pub chain_names: Vec<String>,
     pub session_types: Vec<SessionType>,
+    pub embedded: Option<Embedded>,
 }
 
 impl Workload {
@@ -93,9 +123,11 @@ impl Workload {
     pub fn needs_body(&self) -> bool {
         !self.back_on.is_empty()
             || !self.error_markers.is_empty()
+            || self.embedded.is_some()
             || self.pages.iter().any(|p| {
-                p.params.iter().chain(p.form.iter()).any(|(_, v)| v.is_extract())
+                p.params.iter().chain(p.form.iter()).chain(p.variants.iter().flat_map(|v| v.params.iter())).any(|(_, v)| v.reads_body())
             })
+            || self.session_types.iter().any(|t| t.vars.iter().any(|(_, v)| v.reads_body()))
     }
     #[allow(dead_code)]
     pub fn page_index(&self, name: &str) -> Option<usize> {
@@ -232,7 +264,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
         &src,
         &root,
         "",
-        &["workload", "think", "users", "arrivals", "phases", "connection", "session_vars", "session_types", "pages", "transitions"],
+        &["workload", "think", "users", "arrivals", "phases", "connection", "embedded", "session_vars", "session_types", "pages", "transitions"],
     )?;
     let section = |name: &str| -> Result<Sec> {
         let header = format!("[{name}]");
@@ -247,10 +279,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
     // [workload]
     let w = section("workload")?;
     if let Some(t) = w.t {
-        check_keys(&src, t, "[workload]", &["name", "start", "max_transitions", "back_on", "error_markers"])?;
+        check_keys(&src, t, "[workload]", &["name", "start", "max_transitions", "session_min_mean_s", "session_min_max_s", "back_on", "error_markers"])?;
     }
     let name = w.str("name")?.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
     let max_transitions = w.f64("max_transitions", 1000.0, 1.0)? as u32;
+    let session_min_mean_s = w.f64("session_min_mean_s", 0.0, 0.0)?;
+    let session_min_max_s = w.f64("session_min_max_s", 4.0 * session_min_mean_s, 0.0)?;
     let back_on: Vec<Vec<u8>> = w.strings("back_on")?.into_iter().map(String::into_bytes).collect();
     let error_markers: Vec<Vec<u8>> = w.strings("error_markers")?.into_iter().map(String::into_bytes).collect();
 
@@ -318,13 +352,41 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
     let connect_timeout_s = co.f64("connect_timeout_s", 3.0, 0.001)?;
     let request_timeout_s = co.f64("request_timeout_s", 30.0, 0.001)?;
 
+    // [embedded]
+    let em = section("embedded")?;
+    let embedded = match em.t {
+        None => None,
+        Some(t) => {
+            check_keys(&src, t, "[embedded]", &["fetch", "connections", "pattern", "max_objects"])?;
+            let fetch = match t.get("fetch") {
+                None => true,
+                Some(Value::Boolean(b)) => *b,
+                Some(_) => return Err(em.err("fetch", "true or false")),
+            };
+            let connections = em.f64("connections", 4.0, 1.0)?;
+            if connections > MAX_EMBEDDED as f64 || connections.fract() != 0.0 {
+                return Err(em.err("connections", &format!("an integer in [1, {MAX_EMBEDDED}]")));
+            }
+            let max_objects = em.f64("max_objects", MAX_EMBEDDED as f64, 1.0)?;
+            if max_objects > MAX_EMBEDDED as f64 || max_objects.fract() != 0.0 {
+                return Err(em.err("max_objects", &format!("an integer in [1, {MAX_EMBEDDED}]")));
+            }
+            let pat = em.str("pattern")?.unwrap_or_else(|| DEFAULT_EMBEDDED_PATTERN.to_string());
+            let pattern = regex::bytes::Regex::new(&pat).map_err(|e| em.err("pattern", &format!("a regex ({e})")))?;
+            if pattern.captures_len() < 2 {
+                return Err(em.err("pattern", "a regex with a capture group (...) around the URL"));
+            }
+            fetch.then_some(Embedded { connections: connections as usize, pattern, max_objects: max_objects as usize })
+        }
+    };
+
     // [session_vars]
     let mut default_vars = vec![];
     if let Some(v) = root.get("session_vars") {
         let t = v.as_table().ok_or_else(|| anyhow!("{}: [session_vars] must be a table", src.at(src.header_line("[session_vars]"))))?;
         for (k, v) in t {
             let line = src.key_line("[session_vars]", k);
-            let p = Param::from_value(v, &base_dir, false).map_err(|e| anyhow!("{}: session variable '{k}': {e}", src.at(line)))?;
+            let p = Param::parse(v, &base_dir, false, true).map_err(|e| anyhow!("{}: session variable '{k}': {e}", src.at(line)))?;
             default_vars.push((k.clone(), p));
         }
     }
@@ -340,8 +402,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
         };
         let line = src.page_line(&pname);
         for k in t.keys() {
-            if !["name", "method", "url", "params", "form", "think_mean_s"].contains(&k.as_str()) {
-                bail!("{}: page '{pname}': unknown key '{k}' (expected name, method, url, params, form, think_mean_s)", src.at(line));
+            if !["name", "method", "url", "params", "form", "think_mean_s", "variants"].contains(&k.as_str()) {
+                bail!("{}: page '{pname}': unknown key '{k}' (expected name, method, url, params, form, think_mean_s, variants)", src.at(line));
             }
         }
         if pname == "BACK" || pname == "END" {
@@ -383,8 +445,39 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
                 _ => bail!("{}: page '{pname}': think_mean_s must be a number >= 0", src.at(line)),
             },
         };
+        let mut variants = vec![];
+        if let Some(v) = t.get("variants") {
+            let arr = v.as_array().ok_or_else(|| anyhow!("{}: page '{pname}': variants must be [[pages.variants]] entries", src.at(line)))?;
+            for (vi, vv) in arr.iter().enumerate() {
+                let vt = vv.as_table().ok_or_else(|| anyhow!("{}: page '{pname}': variant {} must be a table", src.at(line), vi + 1))?;
+                for k in vt.keys() {
+                    if !["weight", "params"].contains(&k.as_str()) {
+                        bail!("{}: page '{pname}' variant {}: unknown key '{k}' (expected weight, params)", src.at(line), vi + 1);
+                    }
+                }
+                let weight = match vt.get("weight") {
+                    None => 1.0,
+                    Some(w) => match num(w) {
+                        Some(x) if x >= 0.0 && x.is_finite() => x,
+                        _ => bail!("{}: page '{pname}' variant {}: weight must be a number >= 0", src.at(line), vi + 1),
+                    },
+                };
+                let mut vparams = vec![];
+                if let Some(pv) = vt.get("params") {
+                    let pt = pv.as_table().ok_or_else(|| anyhow!("{}: page '{pname}' variant {}: params must be a table", src.at(line), vi + 1))?;
+                    for (k, v) in pt {
+                        let p = Param::from_value(v, &base_dir, true).map_err(|e| anyhow!("{}: page '{pname}' variant {} params.{k}: {e}", src.at(line), vi + 1))?;
+                        vparams.push((k.clone(), p));
+                    }
+                }
+                variants.push(Variant { weight, params: vparams });
+            }
+            if !variants.is_empty() && variants.iter().map(|v| v.weight).sum::<f64>() <= 0.0 {
+                bail!("{}: page '{pname}': variant weights sum to 0", src.at(line));
+            }
+        }
         let url = Template::parse(&url).map_err(|e| anyhow!("{}: page '{pname}' url: {e}", src.at(line)))?;
-        pages.push(Page { name: pname, method, url, params, form, think_mean_s });
+        pages.push(Page { name: pname, method, url, params, form, think_mean_s, variants });
     }
     if pages.is_empty() {
         bail!("{}: no [[pages]] given", path.display());
@@ -462,7 +555,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
                 if let Some(vt) = t.get("vars") {
                     let vt = vt.as_table().ok_or_else(|| anyhow!("{}: session type '{sname}': vars must be a table", src.at(line)))?;
                     for (k, v) in vt {
-                        let p = Param::from_value(v, &base_dir, false).map_err(|e| anyhow!("{}: session type '{sname}' var '{k}': {e}", src.at(line)))?;
+                        let p = Param::parse(v, &base_dir, false, true).map_err(|e| anyhow!("{}: session type '{sname}' var '{k}': {e}", src.at(line)))?;
                         match vars.iter_mut().find(|(n, _)| n == k) {
                             Some(slot) => slot.1 = p,
                             None => vars.push((k.clone(), p)),
@@ -484,8 +577,17 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
         for (_, p) in page.params.iter().chain(page.form.iter()) {
             names.extend(p.template_vars());
         }
+        for v in &page.variants {
+            for (_, p) in &v.params {
+                names.extend(p.template_vars());
+            }
+        }
         for n in names {
-            if page.params.iter().any(|(k, _)| k == n) || page.form.iter().any(|(k, _)| k == n) {
+            // a page parameter: of the page, or of every variant
+            if page.params.iter().any(|(k, _)| k == n)
+                || page.form.iter().any(|(k, _)| k == n)
+                || (!page.variants.is_empty() && page.variants.iter().all(|v| v.params.iter().any(|(k, _)| k == n)))
+            {
                 continue;
             }
             for st in &session_types {
@@ -506,6 +608,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
         name,
         start,
         max_transitions,
+        session_min_mean_s,
+        session_min_max_s,
         back_on,
         error_markers,
         think_mean_s,
@@ -525,6 +629,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
         chains,
         chain_names,
         session_types,
+        embedded,
     })
 }
 
@@ -589,4 +694,71 @@ also did many before must through back years where much your way well down shoul
 little state good very make world still own see men work long get here between both life being under never day same another \
 know while last might us great old year off come since against go came right used take three story comment server browser";
     Arc::new(W.split_whitespace().map(str::to_string).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "[workload]\nstart = \"A\"\n[[pages]]\nname = \"A\"\nurl = \"/a\"\n";
+
+    fn err(text: &str) -> String {
+        parse(text, Path::new("w.toml")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn embedded_section_defaults_and_errors() {
+        let wl = parse(BASE, Path::new("w.toml")).unwrap();
+        assert!(wl.embedded.is_none());
+        let wl = parse(&format!("{BASE}[embedded]\n"), Path::new("w.toml")).unwrap();
+        let e = wl.embedded.as_ref().unwrap();
+        assert_eq!((e.connections, e.max_objects), (4, 64));
+        assert!(wl.needs_body());
+        let wl = parse(&format!("{BASE}[embedded]\nfetch = false\nconnections = 2\n"), Path::new("w.toml")).unwrap();
+        assert!(wl.embedded.is_none());
+        let wl = parse(&format!("{BASE}[embedded]\nconnections = 2\nmax_objects = 8\npattern = 'src=\"([^\"]+)\"'\n"), Path::new("w.toml")).unwrap();
+        let e = wl.embedded.unwrap();
+        assert_eq!((e.connections, e.max_objects), (2, 8));
+        assert!(err(&format!("{BASE}[embedded]\nconnections = 65\n")).contains("w.toml:7: [embedded] connections"));
+        assert!(err(&format!("{BASE}[embedded]\nmax_objects = 100\n")).contains("[embedded] max_objects"));
+        assert!(err(&format!("{BASE}[embedded]\npattern = 'src=\"[^\"]+\"'\n")).contains("capture group"));
+        assert!(err(&format!("{BASE}[embedded]\nconection = 2\n")).contains("unknown key 'conection'"));
+    }
+
+    #[test]
+    fn session_minimum_duration_keys() {
+        let wl = parse(&BASE.replace("start = \"A\"", "start = \"A\"\nsession_min_mean_s = 900\n"), Path::new("w.toml")).unwrap();
+        assert_eq!((wl.session_min_mean_s, wl.session_min_max_s), (900.0, 3600.0));
+        let wl = parse(&BASE.replace("start = \"A\"", "start = \"A\"\nsession_min_mean_s = 60\nsession_min_max_s = 100\n"), Path::new("w.toml")).unwrap();
+        assert_eq!((wl.session_min_mean_s, wl.session_min_max_s), (60.0, 100.0));
+        assert_eq!(parse(BASE, Path::new("w.toml")).unwrap().session_min_mean_s, 0.0);
+    }
+
+    #[test]
+    fn variants_and_learn_variables() {
+        let text = r#"[workload]
+start = "S"
+[session_vars]
+C_ID = { nurand = [1023, 1, 2880], blank = 0.2, learn = 'C_ID=(\d+)' }
+SHOPPING_ID = { learn = 'SHOPPING_ID=(\d+)' }
+[[pages]]
+name = "S"
+url = "/s?t={search_type}&q={search_string}&c={C_ID}"
+[[pages.variants]]
+weight = 2
+params = { search_type = "author", search_string = { digsyl = { nurand = [511, 0, 1000] }, syllables = 7 } }
+[[pages.variants]]
+params = { search_type = "subject", search_string = { choice = ["ARTS", "TRAVEL"] } }
+"#;
+        let wl = parse(text, Path::new("w.toml")).unwrap();
+        assert_eq!(wl.pages[0].variants.len(), 2);
+        assert_eq!(wl.pages[0].variants[0].weight, 2.0);
+        assert!(wl.needs_body()); // learn reads bodies
+        // a placeholder only some variants give is an error
+        let bad = text.replace("params = { search_type = \"subject\", search_string", "params = { search_type = \"subject\", other");
+        assert!(err(&bad).contains("placeholder {search_string}"), "{}", err(&bad));
+        // learn in a page parameter is an error
+        let bad = text.replace("search_type = \"author\",", "search_type = { learn = 'x(y)' },");
+        assert!(err(&bad).contains("only possible for session variables"), "{}", err(&bad));
+    }
 }

@@ -3,8 +3,8 @@
 The runner knows no application: it asks the spec's `benchmark` for its `AppProvider` (`provider`),
 which says how to load the data once, put it into each database server, run the app server, write
 the static pages nginx serves, which workload file drives a mix, and where the app's own events
-(GC, injected pauses) are. RUBBoS is `apps.rubbos.provider`; a new system plugs in by adding its
-provider to `PROVIDERS`.
+(GC, injected pauses) are. RUBBoS is `apps.rubbos.provider`, the TPC-W-like bookstore `apps.bookstore.provider`; a new system
+plugs in by adding its provider to `PROVIDERS`.
 """
 
 from __future__ import annotations
@@ -53,8 +53,14 @@ def _rubbos() -> AppProvider:
     return PROVIDER
 
 
+def _bookstore() -> AppProvider:
+    from tierscope.apps.bookstore.provider import PROVIDER
+
+    return PROVIDER
+
+
 #: benchmark name (a spec's `benchmark`) -> its provider, imported when asked for
-PROVIDERS: dict[str, Callable[[], AppProvider]] = {"rubbos": _rubbos}
+PROVIDERS: dict[str, Callable[[], AppProvider]] = {"rubbos": _rubbos, "tpcw": _bookstore}
 
 
 def provider(benchmark: str) -> AppProvider:

@@ -1,0 +1,102 @@
+"""The bookstore as the runner sees it (`tierscope.apps.AppProvider`): data loaded once per (DBMS,
+scale, seed) into a snapshot every database server starts from, the gunicorn app, the static pages
+and images nginx serves, and the workload files of the browsing, shopping and ordering mixes."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from tierscope.services.databases import dbms_name
+
+APP = "tierscope.apps.bookstore.app:create_app()"
+
+
+def scale_name(scale: float | str) -> str:
+    """A spec's scale as a bookstore scale: a name of `datagen.SCALES`, or a fraction of the paper's
+    data set (100 k items) rounded on a log scale (tiny = 1 k items, small = 10 k, paper = 100 k)."""
+    if isinstance(scale, str):
+        return scale
+    if scale < 0.0316:  # geometric midpoint of 0.01 and 0.1
+        return "tiny"
+    if scale < 0.316:
+        return "small"
+    return "paper"
+
+
+class BookstoreProvider:
+    name = "tpcw"
+
+    def data_key(self, config: Any) -> tuple:
+        return (config.dbms, scale_name(config.scale), config.seed)
+
+    def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
+        from tierscope.apps import snapshot
+        from tierscope.apps.bookstore import datagen
+        from tierscope.services.base import free_port
+        from tierscope.testbed.host import Host
+
+        dbms, scale = dbms_name(config.dbms), scale_name(config.scale)
+        snap = snapshot.snapshot_for("bookstore", dbms, scale, config.seed, str(datagen.GENERATOR_VERSION))
+        if snap.fresh():
+            return snap.data
+        say(f"loading the bookstore: {dbms}, scale {scale} (once; later runs reuse the snapshot)")
+        workdir = work / "prepare-bookstore" / scale
+        db, cfg = self.database_server(dbms, Host.loopback("db"), free_port(), workdir, cache="256M",
+                                       max_connections=50, name="load")
+        db.start()
+        try:
+            report = datagen.load(cfg, scale, config.seed, progress=say)
+            say(f"loaded {report.total_rows:,} rows in {report.seconds:.1f} s")
+            snapshot.take(db, snap, {"dbms": dbms, "scale": scale, "seed": config.seed, "loaded_at": time.time(),
+                                     "generator": str(datagen.GENERATOR_VERSION), "rows": report.rows,
+                                     "db_size_bytes": report.db_size_bytes})
+        finally:
+            db.stop()
+            shutil.rmtree(work / "prepare-bookstore", ignore_errors=True)
+        return snap.data
+
+    def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
+                        max_connections: int, name: str) -> tuple[Any, Any]:
+        from tierscope.services.databases import database_server
+
+        return database_server(dbms, host, port, workdir, database="tpcw", fsync=False, cache=cache,
+                               max_connections=max_connections, name=name)
+
+    def restore(self, data_dir: Path, server: Any) -> None:
+        from tierscope.apps import snapshot
+
+        snapshot.copy_tree(data_dir, server.data_dir)
+
+    def app_server(self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path,
+                   name: str) -> Any:
+        from tierscope.services.appserver import AppServer
+
+        env = {"TPCW_DBMS": db.dbms, "TPCW_DB_HOST": db.host, "TPCW_DB_PORT": str(db.port),
+               "TPCW_DB_USER": db.user, "TPCW_DB_PASSWORD": db.password, "TPCW_DB_NAME": db.database,
+               "TPCW_POOL_SIZE": str(soft.db_pool)}
+        return AppServer(host, port, workdir, app=APP, app_env=env, health_path="/tpcw/health",
+                         workers=soft.workers, threads=soft.threads, events_dir=events_dir, name=name)
+
+    def static_root(self, directory: Path) -> Path:
+        from tierscope.apps.bookstore import static
+
+        return static.write_static(directory)
+
+    def workload_file(self, mix: str) -> Path:
+        path = Path(__file__).parent / "workloads" / f"{mix}.toml"
+        if not path.exists():
+            raise FileNotFoundError(f"no workload file for mix {mix!r} ({path})")
+        return path
+
+    def events(self, events_dir: Path) -> pa.Table:
+        from tierscope import tables
+
+        return tables.empty("events")  # the bookstore records no GC or pause events of its own
+
+
+PROVIDER = BookstoreProvider()
