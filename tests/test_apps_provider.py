@@ -35,3 +35,21 @@ def test_providers_by_benchmark():
                                          (0.449, "small"), (0.45, "paper"), (1, "paper")])
 def test_a_fraction_of_the_paper_scale_rounds_to_the_nearest_preset(scale, name):
     assert scale_name(scale) == name
+
+
+def test_bookstore_workloads_draw_from_the_data_set_of_the_point():
+    from types import SimpleNamespace
+
+    from tierscope.apps.bookstore.provider import TINY_DRAWS, scaled_workload
+
+    tiny = apps.provider("tpcw").workload_file("browsing", SimpleNamespace(scale="tiny"))
+    text = tiny.read_text()
+    assert all(d in text for d in TINY_DRAWS.values())
+    small = apps.provider("tpcw").workload_file("browsing", SimpleNamespace(scale="small"))
+    scaled = small.read_text()
+    # 10,000 items: A = 511 (TPC-W 2.10.5.1); 288,000 customers: A = 65535 (2.3.2)
+    assert "[65535, 1, 288000]" in scaled and "[511, 0, 1000]" in scaled and "[511, 0, 2000]" in scaled
+    assert not any(d in scaled for d in TINY_DRAWS.values())
+    assert scaled.count("\n") == text.count("\n")
+    with pytest.raises(ValueError, match="no customer draw"):
+        scaled_workload("nothing here", 10_000, 288_000)

@@ -132,7 +132,8 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
         progress.phase = f"starting database {db_server.name}" if len(dbs) > 1 else "starting database"
         db, db_cfg = app.database_server(dbms, hosts[db_server.name], port, ctx.dir / db_server.name,
                                          cache=f"{max(16, c.soft.db.cache // 2**20)}M",
-                                         max_connections=c.soft.db.max_connections, name=db_server.name)
+                                         max_connections=c.soft.db.max_connections, name=db_server.name,
+                                         fsync=c.soft.db.fsync)
         app.restore(data_dir, db)
         ctx.services.append(db)
         db.start()
@@ -228,11 +229,11 @@ def start_capture(ctx: PointContext) -> None:
                               filter=CAPTURE_FILTER, snaplen=c.monitor.snaplen).start()
 
 
-def workload_file(benchmark: str, mix: str) -> Path:
+def workload_file(config) -> Path:
     from tierscope.apps import provider
 
     try:
-        return provider(benchmark).workload_file(mix)
+        return provider(config.benchmark).workload_file(config.mix, config)
     except FileNotFoundError as err:
         raise PointFailed(str(err)) from None
 
@@ -245,7 +246,7 @@ def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
     w = c.workload
     users = _users_of(ctx.point)
     argv = engine_args(
-        workload_file(c.benchmark, c.mix), target=url, log=ctx.dir / "client_requests.parquet", users=users,
+        workload_file(c), target=url, log=ctx.dir / "client_requests.parquet", users=users,
         ramp_up=f"{w.ramp_up}s", duration=f"{w.run}s", ramp_down=f"{w.ramp_down}s", think=w.think_time,
         think_dispersion=w.dispersion if w.dispersion > 1 else None, seed=ctx.point.seed,
     )

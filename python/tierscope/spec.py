@@ -364,6 +364,7 @@ class MiddlewareSoft(_Model):
 class DbSoft(_Model):
     max_connections: int = Field(default=100, ge=5, le=100_000)
     cache: Size = parse_size("128MiB")  # shared_buffers / innodb_buffer_pool_size
+    fsync: bool = False  # commits reach the disk (on for studies of the disk; off is faster)
 
 
 class Soft(_Model):

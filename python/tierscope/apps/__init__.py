@@ -27,7 +27,7 @@ class AppProvider(Protocol):
         """Load the data for `config` once (or reuse a snapshot); the loaded data directory."""
 
     def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
-                        max_connections: int, name: str) -> tuple[Any, Any]:
+                        max_connections: int, name: str, fsync: bool = False) -> tuple[Any, Any]:
         """The database server (not started) holding the app's database, and its `DbConfig`."""
 
     def restore(self, data_dir: Path, server: Any) -> None:
@@ -40,8 +40,9 @@ class AppProvider(Protocol):
     def static_root(self, directory: Path) -> Path:
         """Write the static content under `directory`; the document root nginx serves."""
 
-    def workload_file(self, mix: str) -> Path:
-        """The generator's workload file for `mix` (FileNotFoundError when there is none)."""
+    def workload_file(self, mix: str, config: Any = None) -> Path:
+        """The generator's workload file for `mix` at the data set of `config` (a PointConfig;
+        FileNotFoundError when there is none)."""
 
     def events(self, events_dir: Path) -> pa.Table:
         """The app's own events (GC, injected pauses) written under `events_dir`, as an events table."""

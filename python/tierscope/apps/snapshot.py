@@ -62,13 +62,41 @@ def snapshot_for(app: str, dbms: str, scale: str, seed: int, generator: str | No
 
 
 def copy_tree(src: Path, dst: Path) -> None:
-    """Copy a directory keeping owners and modes (reflink when the filesystem can)."""
+    """Copy a directory keeping owners and modes (reflink when the filesystem can), then write the
+    copy to disk and drop it from the page cache (`evict`)."""
     if dst.exists():
         shutil.rmtree(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(dst)], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"copy {src} -> {dst} failed: {out.stderr.strip()}")
+    evict(dst)
+
+
+def evict(root: Path) -> int:
+    """Write every file under `root` to disk and drop its pages from the page cache; returns the
+    bytes dropped. A restored database then reads its data through its own host's memory cgroup
+    (page cache is charged to the cgroup that first reads a page: pages the copy left cached
+    would be charged to the copier, and a database host's memory limit would never bite)."""
+    import os
+
+    total = 0
+    for base, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(base, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue  # sockets, dangling links
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                total += os.fstat(fd).st_size
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    return total
 
 
 def take(service, snap: Snapshot, meta: dict) -> Snapshot:

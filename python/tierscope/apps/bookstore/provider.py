@@ -28,6 +28,25 @@ def scale_name(scale: float | str) -> str:
     return "paper"
 
 
+#: the draws of the shipped workload files (the tiny data set: 1,000 items, 28,800 customers)
+TINY_DRAWS = {"customer": "[4095, 1, 28800]", "author": "[63, 0, 100]", "title": "[63, 0, 200]"}
+
+
+def scaled_workload(text: str, items: int, customers: int) -> str:
+    """A workload file's NURand draws for `items` items and `customers` customers: C_ID =
+    NURand(A(customers), 1, customers), author strings DigSyl(NURand(A(items), 0, items/10)),
+    title strings DigSyl(NURand(A(items), 0, items/5)) (TPC-W clauses 2.3.2, 2.10.5.1)."""
+    from tierscope.apps.bookstore.datagen import customer_a, item_a
+
+    new = {"customer": f"[{customer_a(customers)}, 1, {customers}]",
+           "author": f"[{item_a(items)}, 0, {items // 10}]", "title": f"[{item_a(items)}, 0, {items // 5}]"}
+    for kind, old in TINY_DRAWS.items():
+        if old not in text:
+            raise ValueError(f"workload file: no {kind} draw {old} to scale")
+        text = text.replace(old, new[kind])
+    return text
+
+
 class BookstoreProvider:
     name = "tpcw"
 
@@ -61,10 +80,10 @@ class BookstoreProvider:
         return snap.data
 
     def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
-                        max_connections: int, name: str) -> tuple[Any, Any]:
+                        max_connections: int, name: str, fsync: bool = False) -> tuple[Any, Any]:
         from tierscope.services.databases import database_server
 
-        return database_server(dbms, host, port, workdir, database="tpcw", fsync=False, cache=cache,
+        return database_server(dbms, host, port, workdir, database="tpcw", fsync=fsync, cache=cache,
                                max_connections=max_connections, name=name)
 
     def restore(self, data_dir: Path, server: Any) -> None:
@@ -87,11 +106,25 @@ class BookstoreProvider:
 
         return static.write_static(directory)
 
-    def workload_file(self, mix: str) -> Path:
+    def workload_file(self, mix: str, config: Any = None) -> Path:
+        """The mix's workload file, its customer and search-string draws scaled to the data set of
+        `config` (the shipped files draw from the tiny set; see `scaled_workload`)."""
         path = Path(__file__).parent / "workloads" / f"{mix}.toml"
         if not path.exists():
             raise FileNotFoundError(f"no workload file for mix {mix!r} ({path})")
-        return path
+        scale = scale_name(config.scale) if config is not None else "tiny"
+        if scale == "tiny":
+            return path
+        from tierscope.apps.bookstore.datagen import scale_named
+        from tierscope.apps.snapshot import CACHE
+
+        items, ebs = scale_named(scale)
+        out = CACHE / "bookstore" / "workloads" / f"{mix}-{scale}.toml"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        text = scaled_workload(path.read_text(), items, 2880 * ebs)
+        if not out.exists() or out.read_text() != text:
+            out.write_text(text)
+        return out
 
     def events(self, events_dir: Path) -> pa.Table:
         from tierscope import tables

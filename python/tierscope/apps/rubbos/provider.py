@@ -51,10 +51,10 @@ class RubbosProvider:
         return snap.data
 
     def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
-                        max_connections: int, name: str) -> tuple[Any, Any]:
+                        max_connections: int, name: str, fsync: bool = False) -> tuple[Any, Any]:
         from tierscope.services.databases import database_server
 
-        return database_server(dbms, host, port, workdir, database="rubbos", fsync=False, cache=cache,
+        return database_server(dbms, host, port, workdir, database="rubbos", fsync=fsync, cache=cache,
                                max_connections=max_connections, name=name)
 
     def restore(self, data_dir: Path, server: Any) -> None:
@@ -74,7 +74,7 @@ class RubbosProvider:
 
         return pages.write_static(directory)
 
-    def workload_file(self, mix: str) -> Path:
+    def workload_file(self, mix: str, config: Any = None) -> Path:
         from tierscope.apps.rubbos import mixes
 
         path = Path(mixes.__file__).parent / "workloads" / f"{mix}.toml"
