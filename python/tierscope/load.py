@@ -56,6 +56,8 @@ def engine_args(
     seed: int | None = None,
     dry_run: int | None = None,
     quiet: bool = False,
+    no_embedded: bool = False,
+    embedded_connections: int | None = None,
 ) -> list[str]:
     """The engine's argv for these options (None = as in the workload file)."""
     argv = [str(engine_path()), "load", str(workload)]
@@ -75,12 +77,15 @@ def engine_args(
         ("--request-timeout", request_timeout),
         ("--seed", seed),
         ("--dry-run", dry_run),
+        ("--embedded-connections", embedded_connections),
     ]
     for flag, value in options:
         if value is not None:
             argv += [flag, str(value)]
     if quiet:
         argv.append("--quiet")
+    if no_embedded:
+        argv.append("--no-embedded")
     return argv
 
 

@@ -26,6 +26,10 @@ def load(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
     dry_run: Optional[int] = typer.Option(None, "--dry-run", help="Walk the chain for N requests without sending; print the page counts."),
     json_lines: bool = typer.Option(False, "--json", help="Print the engine's JSON lines instead of the live display."),
+    no_embedded: bool = typer.Option(False, "--no-embedded", help="Do not fetch the pages' images even when the "
+                                     "workload's [embedded] says so."),
+    embedded_connections: Optional[int] = typer.Option(None, "--embedded-connections", min=1,
+                                                       help="Override [embedded] connections (per user)."),
 ) -> None:
     """Run a workload against a target: live progress, then a per-page summary of the run phase.
 
@@ -42,7 +46,8 @@ def load(
         raise typer.Exit(2)
     argv = engine_args(workload, target=target, log=log, users=users, rate=rate, duration=duration,
                        ramp_up=ramp_up, ramp_down=ramp_down, think=think, policy=policy,
-                       pool_size=pool_size, seed=seed, dry_run=dry_run)
+                       pool_size=pool_size, seed=seed, dry_run=dry_run, no_embedded=no_embedded,
+                       embedded_connections=embedded_connections)
     try:
         if json_lines or dry_run is not None:
             result = run_load(argv, on_progress=lambda p: print(json.dumps(p), flush=True))
