@@ -27,9 +27,9 @@ def load(
     dry_run: Optional[int] = typer.Option(None, "--dry-run", help="Walk the chain for N requests without sending; print the page counts."),
     json_lines: bool = typer.Option(False, "--json", help="Print the engine's JSON lines instead of the live display."),
     no_embedded: bool = typer.Option(False, "--no-embedded", help="Do not fetch the pages' images even when the "
-                                     "workload's [embedded] says so."),
+                                     "workload's embedded section says so."),
     embedded_connections: Optional[int] = typer.Option(None, "--embedded-connections", min=1,
-                                                       help="Override [embedded] connections (per user)."),
+                                                       help="Override the workload's embedded connections (per user)."),
 ) -> None:
     """Run a workload against a target: live progress, then a per-page summary of the run phase.
 
