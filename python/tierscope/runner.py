@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tierscope import __version__, tables
-from tierscope.services.base import free_port
 from tierscope.spec import Point, Spec, db_topology_problem, expand
 
 #: ports the web and app tiers listen on inside their hosts (every host has its own address; a
