@@ -15,7 +15,6 @@ generator's embedded-object fetching.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import threading
 import time

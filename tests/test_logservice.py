@@ -9,11 +9,9 @@ import json
 import os
 import shutil
 import signal
-import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
