@@ -2,7 +2,8 @@
 #
 #   make setup     install what is missing (apt as root, Python venv, native engine); idempotent
 #   make demo      run the demo (depends on setup)
-#   make test      the test suite (depends on setup); what CI runs
+#   make test      the lint and the test suite (depends on setup); what CI runs
+#   make lint      the house rules: pyflakes' checks over python/, tests/ and bench/
 #   make bench     the benchmarks in bench/ (each prints ratios against a peer run side by side)
 #   make fuzz      a longer fuzzing run of the tracer's protocol parsers
 #   make fidelity  the real-run fidelity scenarios and the slow checks that do not fit in `make test`
@@ -20,7 +21,7 @@ APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client
 ENGINE_SOURCES := $(shell find engine/src -name '*.rs' 2>/dev/null) engine/Cargo.toml
 PY_META        := pyproject.toml $(wildcard packaging/data/scripts/*)
 
-.PHONY: setup system-packages demo test test-python test-engine bench fuzz fidelity clean
+.PHONY: setup system-packages demo test lint test-python test-engine bench fuzz fidelity clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -52,7 +53,12 @@ $(VENV)/.installed: $(VENV)/bin/python $(ENGINE_SOURCES) $(PY_META)
 demo: setup
 	$(BIN)/tierscope demo
 
-test: setup test-engine test-python
+test: setup lint test-engine test-python
+
+# House rules any change must keep: no unused imports or variables, no undefined names, no syntax
+# errors (pyflakes' rules; --isolated so a user's own ruff configuration does not change them).
+lint: setup
+	$(BIN)/ruff check --isolated --select F,E9 python tests $(filter-out %__pycache__,$(wildcard bench/*))
 
 test-engine:
 	cd engine && cargo test --release -q

@@ -3,7 +3,6 @@ a simulation), with exit status 2 and the option named."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

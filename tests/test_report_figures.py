@@ -4,7 +4,6 @@ size of the page (plotly.js inlined once, plain or gzipped)."""
 
 import re
 import types
-from pathlib import Path
 
 import numpy as np
 import plotly.offline
@@ -253,7 +252,7 @@ def test_configuration_table_for_a_run_and_for_imported_requests():
 
 def _full(tmp_path) -> ReportData:
     servers = [("app", "app1"), ("db", "db1"), ("web", "web1")]
-    other, chosen = LazyTables(), LazyTables()
+    chosen = LazyTables()
     chosen["resources"] = _resources(50 * MS)
     return ReportData(title="full", fine=_fine(_series(servers, n=3000)), stalls=_stalls(20),
                       blackbox={"c1": _blackbox(_curve([0, 0, 0, 5, 50]))}, fine_point="c1 u50 (50 users)",

@@ -89,9 +89,9 @@ def test_two_tier_capture_links_by_id_and_by_time_alike(tmp_path):
     root.mkdir()
     for i in range(3):
         (root / f"p{i}.html").write_text(f"page {i}\n" * 50)
-    with Nginx(Host.loopback(), APP, tmp_path / "app", root=root, name="app1") as app, \
+    with Nginx(Host.loopback(), APP, tmp_path / "app", root=root, name="app1"), \
          Nginx(Host.loopback(), WEB, tmp_path / "web", upstreams=[f"127.0.0.1:{APP}"],
-               locations="        proxy_hide_header X-Request-Id;\n", name="web1") as web:
+               locations="        proxy_hide_header X-Request-Id;\n", name="web1"):
         pcap = tmp_path / "two.pcap"
         with LiveCapture("lo", pcap, filter=f"tcp port {WEB} or tcp port {APP}"):
             conn = http.client.HTTPConnection("127.0.0.1", WEB, timeout=5)
@@ -133,7 +133,7 @@ def test_cli_live_capture_and_file_mode(tmp_path):
     (root / "index.html").write_text("hello\n")
     stop = threading.Event()
     done: list[int] = []
-    with Nginx(Host.loopback(), WEB, tmp_path / "web", root=root) as ng:
+    with Nginx(Host.loopback(), WEB, tmp_path / "web", root=root):
         def client():
             conn = http.client.HTTPConnection("127.0.0.1", WEB, timeout=5)
             while not stop.is_set():
