@@ -156,7 +156,7 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
 
     progress.phase = "starting web server"
     webs = c.tier_servers("web")
-    root = app.static_root(ctx.dir / "www")
+    root = app.static_root(ctx.dir / "www", c)
     web = None
     for s in webs:
         web = Nginx(hosts[s.name], WEB_PORT, ctx.dir / s.name, root=root, upstreams=[a.address for a in apps],

@@ -37,8 +37,9 @@ class AppProvider(Protocol):
                    name: str) -> Any:
         """The app server (not started) running the application against `db`."""
 
-    def static_root(self, directory: Path) -> Path:
-        """Write the static content under `directory`; the document root nginx serves."""
+    def static_root(self, directory: Path, config: Any = None) -> Path:
+        """Write the static content for `config` (a PointConfig) under `directory`; the document
+        root nginx serves."""
 
     def workload_file(self, mix: str, config: Any = None) -> Path:
         """The generator's workload file for `mix` at the data set of `config` (a PointConfig;

@@ -101,10 +101,12 @@ class BookstoreProvider:
         return AppServer(host, port, workdir, app=APP, app_env=env, health_path="/tpcw/health",
                          workers=soft.workers, threads=soft.threads, events_dir=events_dir, name=name)
 
-    def static_root(self, directory: Path) -> Path:
-        from tierscope.apps.bookstore import static
+    def static_root(self, directory: Path, config: Any = None) -> Path:
+        """The static GIFs and one thumbnail and one image per item of the point's data set."""
+        from tierscope.apps.bookstore import datagen, static
 
-        return static.write_static(directory)
+        items = datagen.scale_named(scale_name(config.scale))[0] if config is not None else 100_000
+        return static.write_static(directory, items=items)
 
     def workload_file(self, mix: str, config: Any = None) -> Path:
         """The mix's workload file, its customer and search-string draws scaled to the data set of

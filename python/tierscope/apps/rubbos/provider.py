@@ -69,7 +69,7 @@ class RubbosProvider:
         return AppServer(host, port, workdir, db=db, workers=soft.workers, threads=soft.threads,
                          pool_size=soft.db_pool, events_dir=events_dir, name=name)
 
-    def static_root(self, directory: Path) -> Path:
+    def static_root(self, directory: Path, config: Any = None) -> Path:
         from tierscope.apps.rubbos import pages
 
         return pages.write_static(directory)
