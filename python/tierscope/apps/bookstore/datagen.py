@@ -45,6 +45,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
+from tierscope.apps.bulkload import load_tsv_mariadb
 from tierscope.apps.dal import DbConfig
 
 #: bumped when the same (items, ebs, seed) would give different rows; older snapshots are reloaded
@@ -631,20 +632,7 @@ def _load_mariadb(cfg: DbConfig, directory: Path, rows: dict[str, int], say) -> 
                 if table not in rows:
                     continue
                 path = directory / f"{table}.tsv"
-                cols = ", ".join(TABLE_COLUMNS[table])
-                try:
-                    if method != "LOAD DATA LOCAL INFILE":
-                        raise pymysql.err.OperationalError(0, "LOCAL INFILE already refused")
-                    cur.execute(
-                        f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET utf8mb4 "
-                        f"FIELDS TERMINATED BY '\\t' LINES TERMINATED BY '\\n' ({cols})",
-                        (str(path),),
-                    )
-                except pymysql.err.OperationalError as err:
-                    if method == "LOAD DATA LOCAL INFILE":
-                        say(f"LOAD DATA LOCAL INFILE refused ({err}); using multi-row INSERT")
-                    method = "multi-row INSERT"
-                    _insert_batches(cur, table, path)
+                method = load_tsv_mariadb(cur, table, TABLE_COLUMNS[table], path, method, say)
                 say(f"{table}: {rows[table]} rows")
             cur.execute("SET unique_checks = 1, foreign_key_checks = 1")
             for stmt in index_sql:
@@ -661,21 +649,6 @@ def _load_mariadb(cfg: DbConfig, directory: Path, rows: dict[str, int], say) -> 
     finally:
         conn.close()
     return method, size
-
-
-def _insert_batches(cur, table: str, path: Path, batch: int = 500) -> None:
-    cols = TABLE_COLUMNS[table]
-    placeholders = "(" + ", ".join(["%s"] * len(cols)) + ")"
-    sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES "
-    buf: list[list[str]] = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            buf.append(line.rstrip("\n").split("\t"))
-            if len(buf) >= batch:
-                cur.execute(sql + ", ".join([placeholders] * len(buf)), [v for r in buf for v in r])
-                buf = []
-    if buf:
-        cur.execute(sql + ", ".join([placeholders] * len(buf)), [v for r in buf for v in r])
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
+from tierscope.apps.bulkload import load_tsv_mariadb
 from tierscope.apps.dal import DbConfig
 
 #: bumped when the same (scale, seed) would give different rows; older snapshots are reloaded
@@ -425,20 +426,7 @@ def load(cfg: DbConfig, scale: Scale | str, seed: int = 42, now: datetime | None
                                 f.write(text)
                                 n += k
                         nbytes += path.stat().st_size
-                        cols = ", ".join(TABLE_COLUMNS[table])
-                        try:
-                            if method != "LOAD DATA LOCAL INFILE":
-                                raise pymysql.err.OperationalError(0, "LOCAL INFILE already refused")
-                            cur.execute(
-                                f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET utf8mb4 "
-                                f"FIELDS TERMINATED BY '\\t' LINES TERMINATED BY '\\n' ({cols})",
-                                (str(path),),
-                            )
-                        except pymysql.err.OperationalError as err:
-                            if method == "LOAD DATA LOCAL INFILE":
-                                say(f"LOAD DATA LOCAL INFILE refused ({err}); using multi-row INSERT")
-                            method = "multi-row INSERT"
-                            _insert_batches(cur, table, path)
+                        method = load_tsv_mariadb(cur, table, TABLE_COLUMNS[table], path, method, say)
                         rows[table] = n
                         path.unlink()
                         say(f"{table}: {n} rows")
@@ -464,16 +452,3 @@ def load(cfg: DbConfig, scale: Scale | str, seed: int = 42, now: datetime | None
     return LoadReport(scale.name, cfg.dbms, ordered, seconds, nbytes, int(size), method)
 
 
-def _insert_batches(cur, table: str, path: Path, batch: int = 500) -> None:
-    cols = TABLE_COLUMNS[table]
-    placeholders = "(" + ", ".join(["%s"] * len(cols)) + ")"
-    sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES "
-    buf: list[list[str]] = []
-    with open(path) as f:
-        for line in f:
-            buf.append(line.rstrip("\n").split("\t"))
-            if len(buf) >= batch:
-                cur.execute(sql + ", ".join([placeholders] * len(buf)), [v for r in buf for v in r])
-                buf = []
-    if buf:
-        cur.execute(sql + ", ".join([placeholders] * len(buf)), [v for r in buf for v in r])
