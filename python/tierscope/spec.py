@@ -356,7 +356,7 @@ class AppSoft(_Model):
 
 class MiddlewareSoft(_Model):
     pool: int = Field(default=16, ge=1, le=4096)  # connections to each database server
-    policy: Literal["lprf", "rr", "wrr", "lrt"] = "lprf"  # read balancing (docs/middleware.md)
+    policy: Literal["lprf", "rr", "wrr", "lrt", "aware"] = "lprf"  # read balancing (docs/middleware.md)
     weights: list[Annotated[float, Field(ge=0)]] | None = None  # wrr: one per database server
     wait: Literal["first", "all"] = "first"  # a write is answered after the first / all backends
 

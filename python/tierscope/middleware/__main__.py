@@ -41,9 +41,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pool", type=int, default=16, help="connections to each backend at most (default: 16)")
     ap.add_argument("--policy", choices=balance.POLICIES, default=balance.LPRF,
                     help="read balancing: lprf = Least-Pending-Requests-First (default), rr = round robin, "
-                    "wrr = weighted round robin (--weights), lrt = least (pending + 1) x recent read latency")
+                    "wrr = weighted round robin (--weights), lrt = least (pending + 1) x recent read latency, "
+                    "aware = least expected wait (the expected remaining service of the reads in flight, by "
+                    "their statements' moving-average service times: away from replicas busy with heavy queries)")
     ap.add_argument("--weights", metavar="W,W,...", help="with wrr: one weight per --backend, in order "
                     "(default: all 1)")
+    ap.add_argument("--labels", action="store_true",
+                    help="keep per-statement service times and heavy reads per backend under any policy "
+                    "(aware always does); they go to --stats")
+    ap.add_argument("--heavy-factor", type=float, default=10.0, metavar="K",
+                    help="a statement is heavy when its average service time is more than K times the typical "
+                    "read's (the median over the reads; default: 10)")
+    ap.add_argument("--series-interval", type=float, default=0.05, metavar="S",
+                    help="sample pending requests, heavy reads in flight and reads done per backend every S "
+                    "seconds into the stats' series (the last hour at 50 ms; 0: off; default: 0.05)")
     ap.add_argument("--wait", choices=WAITS, default="first",
                     help="answer a write after the first backend succeeded (default) or after all finished")
     ap.add_argument("--stats", metavar="PATH", help="write the counts as JSON here on exit")
@@ -54,6 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not sep or not port.isdigit() or not host:
         ap.error(f"--listen {args.listen!r}: expected ADDR:PORT")
     args.listen_host, args.listen_port = host.strip("[]"), int(port)
+    if args.heavy_factor <= 1:
+        ap.error(f"--heavy-factor {args.heavy_factor}: expected > 1")
+    if args.series_interval < 0:
+        ap.error(f"--series-interval {args.series_interval}: expected >= 0")
     if args.pool < 1:
         ap.error(f"--pool {args.pool}: expected >= 1")
     args.weight_list = [1.0] * len(args.backend)
@@ -76,7 +91,8 @@ async def main_async(args: argparse.Namespace) -> int:
         return 2
     for b, w in zip(backends, args.weight_list):
         b.weight = w
-    manager = RequestManager(backends, args.policy, args.wait, database=args.db, user=args.user)
+    manager = RequestManager(backends, args.policy, args.wait, database=args.db, user=args.user,
+                             track_labels=args.labels, heavy_factor=args.heavy_factor)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -93,9 +109,11 @@ async def main_async(args: argparse.Namespace) -> int:
         return 1
     log(f"listening on {args.listen}; backends {', '.join(args.backend)}; policy {args.policy}; "
         f"wait {args.wait}; pool {args.pool}")
+    manager.start_series(args.series_interval)
     try:
         await stop.wait()
     finally:
+        manager.stop_series()
         server.close()
         await manager.drain()  # a write answered with wait=first may still run on a slower backend
         manager.close()

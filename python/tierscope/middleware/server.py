@@ -196,7 +196,7 @@ class Session:
                 self.m.counts["transaction_units"] += 1
                 await self.write(unit)
             elif kind == sqlmod.READ:
-                await self.read(unit)
+                await self.read(unit, self.m.label(texts) if self.m.track and texts else None)
             else:
                 await self.write(unit)
         except NoBackend as err:
@@ -380,10 +380,11 @@ class Session:
         return res
 
     # --- reads -------------------------------------------------------------------------------
-    async def read(self, unit: list[wire.Message]) -> None:
+    async def read(self, unit: list[wire.Message], label: str | None = None) -> None:
         out = self.outgoing(unit, None)
         while True:
             backend = self.m.choose_read()
+            token = self.m.read_begin(backend, label)
             started = backend.writes_started
             client_saw = False
             held: list[bytes] = []
@@ -413,7 +414,7 @@ class Session:
                 res = await self.execute(backend, conn, out, sink)
                 backend.pool.release(conn)
                 if not res.broken:
-                    self.m.read_done(backend, time.perf_counter() - t0)
+                    self.m.read_done(backend, time.perf_counter() - t0, label)
                 if res.broken and conn.reused and not client_saw:
                     # an idle pooled connection may have gone stale: once more on a new one
                     backend.pool.drop_idle()
@@ -430,6 +431,7 @@ class Session:
                     self.writer.write(b"".join(held))
             finally:
                 backend.pending -= 1
+                self.m.read_end(backend, token)
             backend.reads += 1
             self.m.counts["reads"] += 1
             if res.broken:

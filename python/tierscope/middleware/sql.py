@@ -169,6 +169,17 @@ def strip_trailing_comment(sql: str) -> str:
     return sql
 
 
+_LITERAL = re.compile(r"'(?:[^']|'')*'|(?<![A-Za-z0-9_$])[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
+_SPACE = re.compile(r"\s+")
+
+
+def label(sql: str) -> str:
+    """The statement's label for service-time statistics: the text without a trailing comment,
+    string and number literals replaced by `?` and whitespace collapsed, so `... WHERE id = 7` and
+    `... WHERE id = 8` (simple protocol) share one label, as do `$1` forms (extended protocol)."""
+    return _SPACE.sub(" ", _LITERAL.sub("?", strip_trailing_comment(sql))).strip()
+
+
 def first_word(sql: str) -> str:
     for t in tokens(sql):
         return t.text if t.kind == "word" else ""

@@ -1,0 +1,146 @@
+"""The resource-aware read policy (`aware`): pure decisions worked out by hand, and the manager's
+bookkeeping (labels, heavy reads in flight, the 50 ms series) driven without a network.
+
+The real comparison with LPRF, RR, WRR and LRT on two CPU-limited PostgreSQL replicas is in
+tests/test_middleware_heavy.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tierscope.middleware import balance, sql
+from tierscope.middleware.manager import Backend, RequestManager
+from tierscope.middleware.pool import BackendPool
+
+# --- pure ----------------------------------------------------------------------------------------
+
+
+def test_labels_share_a_statement_with_different_literals():
+    a = sql.label("SELECT abalance FROM pgbench_accounts WHERE aid = 1234; /*request_id='x'*/")
+    b = sql.label("SELECT  abalance FROM pgbench_accounts\n WHERE aid = 77;")
+    assert a == b == "SELECT abalance FROM pgbench_accounts WHERE aid = ?;"
+    assert sql.label("SELECT * FROM t WHERE s = 'it''s' AND x1 = 3.5e3 AND y = $1") == \
+        "SELECT * FROM t WHERE s = ? AND x1 = ? AND y = $1"  # x1 keeps its digit, $1 stays
+    assert sql.label("SELECT 1") != sql.label("SELECT 1 FROM big ORDER BY md5(x)")
+
+
+@pytest.mark.parametrize("expected, elapsed, remaining", [
+    (0.100, 0.0, 0.100),
+    (0.100, 0.060, 0.040),
+    (0.100, 0.090, 0.025),  # never below a quarter of the average
+    (0.100, 0.500, 0.025),
+    (0.0, 0.1, 0.0),
+])
+def test_expected_remaining(expected, elapsed, remaining):
+    assert balance.expected_remaining(expected, elapsed) == pytest.approx(remaining)
+
+
+def test_expected_wait_sums_the_reads_in_flight_and_counts_writes_as_typical():
+    now = 10.0
+    # a heavy read (200 ms average) 50 ms in, and two light ones (1 ms) just started
+    inflight = [(0.200, 9.950), (0.001, 10.0), (0.001, 10.0)]
+    assert balance.expected_wait(inflight, now) == pytest.approx(0.150 + 0.002)
+    assert balance.expected_wait(inflight, now, others=3, typical_s=0.001) == pytest.approx(0.155)
+    assert balance.expected_wait([], now) == 0.0
+
+
+@pytest.mark.parametrize("waits, pending, enabled, chosen", [
+    ([0.150, 0.002], [1, 2], [True, True], 1),  # LPRF would take 0 (fewer pending): a heavy runs there
+    ([0.002, 0.150], [2, 1], [True, True], 0),
+    ([0.0, 0.0], [0, 0], [True, True], 0),  # a tie goes to the earliest
+    ([0.001, 0.001], [2, 1], [True, True], 1),  # equal waits: fewer pending
+    ([0.0, 0.5], [0, 3], [False, True], 1),  # a disabled backend is skipped
+    ([0.0], [0], [False], None),
+])
+def test_aware_choice(waits, pending, enabled, chosen):
+    assert balance.choose_aware(waits, pending, enabled) == chosen
+
+
+def test_aware_with_alike_requests_is_least_pending():
+    # every read takes 1 ms and none finishes: the expected wait is 1 ms x pending
+    pending, seq = [0, 0, 0], []
+    for _ in range(6):
+        i = balance.choose_aware([0.001 * n for n in pending], pending, [True] * 3)
+        assert i == balance.choose_lprf(pending)
+        seq.append(i)
+        pending[i] += 1
+    assert seq == [0, 1, 2, 0, 1, 2]
+
+
+def test_weighted_median_and_heavy_labels():
+    assert balance.weighted_median([5.0, 1.0, 3.0], [1, 1, 1]) == 3.0
+    assert balance.weighted_median([1.0, 100.0], [95, 5]) == 1.0  # the typical execution, not the mean
+    assert balance.weighted_median([1.0, 100.0], [1, 1]) == 1.0  # the lower median
+    assert balance.weighted_median([1.0], [0]) is None
+    service = {"light": 0.001, "medium": 0.004, "heavy": 0.120}
+    counts = {"light": 950, "medium": 40, "heavy": 10}
+    heavy, typical = balance.heavy_labels(service, counts)
+    assert heavy == {"heavy"} and typical == 0.001
+    # at sub-millisecond scale nothing is heavy (the floor: 5 ms)
+    assert balance.heavy_labels({"a": 0.0001, "b": 0.003}, {"a": 10, "b": 1})[0] == set()
+    assert balance.heavy_labels({}, {}) == (set(), None)
+
+
+# --- the manager's bookkeeping (no network) ------------------------------------------------------
+
+
+def manager(policy="aware") -> RequestManager:
+    backends = [Backend(n, BackendPool(n, "127.0.0.1", 1, "u", "d", size=4)) for n in ("a", "b")]
+    return RequestManager(backends, policy)
+
+
+def test_manager_sends_light_reads_away_from_the_replica_running_a_heavy_one():
+    async def go():
+        m = manager()
+        a, b = m.backends
+        # teach it the labels: 95 light reads of 1 ms, 5 heavy reads of 100 ms
+        for _ in range(95):
+            m.read_done(a, 0.001, "light")
+        for _ in range(5):
+            m.read_done(b, 0.100, "heavy")
+        m.update_heavy()
+        assert m.heavy_set == {"heavy"} and m.typical_s == 0.001
+        # a heavy read starts: the first backend (idle) gets it
+        h = m.choose_read()
+        th = m.read_begin(h, "heavy")
+        assert h is a and a.heavy == 1 and a.pending == 1
+        # two light reads: both to b although LPRF would put the second on a ([1,1] -> a)
+        picks = []
+        for _ in range(2):
+            x = m.choose_read()
+            m.read_begin(x, "light")
+            picks.append(x.name)
+        assert picks == ["b", "b"] and balance.choose_lprf([a.pending, b.pending - 1]) == 0
+        m.read_end(a, th)
+        a.pending -= 1
+        assert a.heavy == 0 and not a.inflight and a.heavy_reads == 1
+        assert m.choose_read() is a  # idle again
+        s = m.stats()
+        assert s["labels"]["heavy"] == ["heavy"] and s["labels"]["typical_ms"] == 1.0
+        assert [x["heavy_reads"] for x in s["backends"]] == [1, 0]
+
+    asyncio.run(go())
+
+
+def test_series_samples_pending_and_heavy_on_a_50ms_grid():
+    async def go():
+        m = manager("lprf")
+        a, b = m.backends
+        a.pending, b.heavy = 3, 1
+        m.start_series(0.05)
+        await asyncio.sleep(0.52)
+        m.stop_series()
+        n = len(m.series)
+        await asyncio.sleep(0.12)
+        assert len(m.series) == n  # stopped
+        return m.series_stats(), n
+
+    s, n = asyncio.run(go())
+    assert 9 <= n <= 12  # samples at 0, 50, ..., 500 ms (a busy machine may skip a slot)
+    assert s["interval_s"] == 0.05 and s["pending"] == {"a": [3] * n, "b": [0] * n}
+    assert s["heavy"]["b"] == [1] * n and s["reads"]["a"] == [0] * n
+    gaps = [y - x for x, y in zip(s["t_s"], s["t_s"][1:])]
+    assert all(0.03 <= g <= 0.2 for g in gaps), gaps
