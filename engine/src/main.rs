@@ -6,12 +6,17 @@
 //! * `trace` — the passive network tracer: reads a pcap/pcapng capture and turns every TCP
 //!   request/response exchange (HTTP/1.1, PostgreSQL, MySQL/MariaDB) into the `requests` table.
 //!
+//! * `ycsb`, `tpcc` — database benchmark drivers (YCSB core workloads, TPC-C) that talk to
+//!   PostgreSQL or MariaDB directly; summary JSON on stdout, optional per-operation Parquet.
+//!
 //! The Python package `tierscope` drives both; users rarely call this binary directly.
 
 use clap::{Parser, Subcommand};
 
 #[cfg(feature = "load")]
 mod load;
+#[cfg(feature = "oltp")]
+mod oltp;
 #[cfg(feature = "trace")]
 mod trace;
 
@@ -30,6 +35,9 @@ enum Command {
     #[cfg(feature = "trace")]
     /// Turn a pcap/pcapng capture into the `requests` table (one row per exchange).
     Trace(trace::TraceArgs),
+    #[cfg(feature = "oltp")]
+    /// YCSB core workloads A-F against PostgreSQL or MariaDB (load, run).
+    Ycsb(oltp::ycsb::YcsbArgs),
     /// Print the engine version.
     Version,
 }
@@ -41,6 +49,8 @@ fn main() {
         Command::Load(args) => load::run(args),
         #[cfg(feature = "trace")]
         Command::Trace(args) => trace::run(args),
+        #[cfg(feature = "oltp")]
+        Command::Ycsb(args) => oltp::ycsb::run(args),
         Command::Version => {
             println!("tierscope-engine {}", env!("CARGO_PKG_VERSION"));
             Ok(0)

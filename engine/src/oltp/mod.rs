@@ -1,0 +1,16 @@
+//! Database benchmark drivers: YCSB (`ycsb`) and TPC-C (`tpcc`) against PostgreSQL and
+//! MariaDB/MySQL, talking to the server directly with prepared statements.
+//!
+//! Each driver has a `load` phase (creates and fills its tables) and a `run` phase (a fixed number
+//! of client threads, one connection each, bounded by time and by operation count) that prints a
+//! summary JSON on stdout and can write one row per operation to Parquet.
+//!
+//! * [`db`] — one client interface over both servers (`?` placeholders, typed values).
+//! * [`generators`] — YCSB's Zipfian / scrambled Zipfian / latest key choosers.
+//! * [`stats`] — per-operation counts, HDR latency histograms, the Parquet op log.
+//! * [`ycsb`] — the YCSB core workloads A–F.
+
+pub mod db;
+pub mod generators;
+pub mod stats;
+pub mod ycsb;
