@@ -336,7 +336,7 @@ def test_the_complete_example_in_the_docs_is_valid():
     pts = expand(parse_spec(toml, where="docs/spec.md"))
     assert len(pts) == 7  # as the text below the example says
     c = pts[0].config
-    assert c.client.node_type == "G" and c.node_types["G"].cpus == "1"
+    assert c.client.node_type == "C" and c.node_types["C"].cpus == "1"
     assert c.node_types["S"].cpu == 0.5 and c.node_types["S"].memory == 2 * 2**30
     assert "changed: cpu=0.5" in c.node_types["S"].description
 

@@ -7,7 +7,8 @@ list of `Point`s the runner executes, each a fully resolved configuration with a
 
 The topology notation of the papers is `#W/#A/#C/#D` (web / app / clustering middleware / database
 server counts), each count optionally followed by a node-type letter, the database field also by a
-DBMS letter (M = MariaDB, P = PostgreSQL): `1/2/0/1L`, `1L/2S/0/1S-P`, `1/1/1/2ML`.
+DBMS letter (M = MariaDB, P = PostgreSQL, G = a Galera cluster of MariaDB nodes): `1/2/0/1L`,
+`1L/2S/0/1S-P`, `1/1/1/2ML`, `1/1/0/3G`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pydantic import (
 TIERS = ("web", "app", "middleware", "db")
 #: short server-name prefix per tier: web1, app1, mw1, db1
 SERVER_PREFIX = {"web": "web", "app": "app", "middleware": "mw", "db": "db"}
-DBMS = {"M": "mariadb", "P": "postgres"}
+DBMS = {"M": "mariadb", "P": "postgres", "G": "galera"}
 DBMS_LETTER = {v: k for k, v in DBMS.items()}
 #: node-type letters must not collide with DBMS letters in the notation
 RESERVED_LETTERS = set(DBMS)
@@ -172,7 +173,7 @@ class _Model(BaseModel):
 # --- topology ----------------------------------------------------------------------------------
 
 _FIELD_RE = re.compile(r"^(\d+)([A-Z]?)$")
-_DB_FIELD_RE = re.compile(r"^(\d+)(?:([MP])([A-Z]?)|([A-Z]?)(?:-([A-Z]))?)$")
+_DB_FIELD_RE = re.compile(r"^(\d+)(?:([MPG])([A-Z]?)|([A-Z]?)(?:-([A-Z]))?)$")
 
 
 def parse_notation(text: str, default_dbms: str | None = None) -> dict[str, Any]:
@@ -197,19 +198,19 @@ def parse_notation(text: str, default_dbms: str | None = None) -> dict[str, Any]
             if not m:
                 raise ValueError(
                     f"{text!r}: database field {field!r}: expected a count, an optional node-type "
-                    "letter and an optional DBMS letter M or P, e.g. \"1\", \"2L\", \"1M\", \"1S-P\""
+                    "letter and an optional DBMS letter M, P or G, e.g. \"1\", \"2L\", \"1M\", \"1S-P\", \"3G\""
                 )
             count = int(m.group(1))
             letter = m.group(2) or m.group(5) or default_dbms
             node_type = m.group(3) or m.group(4) or None
             if letter is not None and letter not in DBMS:
                 raise ValueError(
-                    f"{text!r}: DBMS letter {letter!r}: expected M (MariaDB) or P (PostgreSQL)"
+                    f"{text!r}: DBMS letter {letter!r}: expected M (MariaDB) or P (PostgreSQL) or G (Galera)"
                 )
             if node_type in RESERVED_LETTERS:
                 raise ValueError(
                     f"{text!r}: database field {field!r}: {node_type} after a dash is read as a "
-                    "node type, but M and P are DBMS letters; write e.g. \"1S-P\" or \"1P\""
+                    "node type, but M, P and G are DBMS letters; write e.g. \"1S-P\" or \"1P\""
                 )
             out[tier] = {"count": count, "node_type": node_type, "dbms": DBMS.get(letter or "")}
         else:
@@ -233,7 +234,7 @@ class TierSpec(_Model):
 
     count: int = Field(ge=0, le=32)
     node_type: str | list[str] | None = None
-    dbms: Literal["postgres", "mariadb"] | None = None
+    dbms: Literal["postgres", "mariadb", "galera"] | None = None
 
     @field_validator("dbms", mode="before")
     @classmethod
@@ -486,13 +487,20 @@ class Client(_Model):
 
 
 def db_topology_problem(dbms: str | None, n_db: int, n_middleware: int) -> str | None:
-    """Why the lab cannot build this database tier (None when it can)."""
+    """Why the lab cannot build this database tier (None when it can).
+
+    Several database servers are replicas behind a clustering middleware (PostgreSQL only), or the
+    nodes of a Galera cluster, which replicates by itself and takes no middleware."""
+    if n_middleware and dbms == "galera":
+        return (f"the topology has {n_middleware} clustering middleware server(s) with galera: a Galera cluster "
+                "replicates by itself (the app servers use its nodes directly), set #C = 0, e.g. 1/1/0/3G")
     if n_middleware and dbms not in (None, "postgres"):
         return (f"the topology has {n_middleware} clustering middleware server(s) with {dbms}: the middleware "
                 "speaks the PostgreSQL protocol only (use dbms = postgres, letter P)")
-    if n_db > 1 and not n_middleware:
+    if n_db > 1 and not n_middleware and dbms != "galera":
         return (f"the topology has {n_db} database servers and no clustering middleware: several database "
-                "servers are replicas behind a middleware (e.g. 1/2/1/2), set #C >= 1")
+                "servers are replicas behind a middleware (e.g. 1/2/1/2), set #C >= 1, or the nodes of a "
+                "Galera cluster (DBMS letter G, e.g. 1/1/0/3G)")
     return None
 
 
@@ -505,7 +513,7 @@ class PointConfig(_Model):
     benchmark: Literal["rubbos", "tpcw"] = "rubbos"
     mix: str | None = None  # the benchmark's first mix when not given
     scale: Annotated[float | str, BeforeValidator(_parse_scale)] = 0.01  # fraction of the paper's, or a preset
-    dbms: Literal["postgres", "mariadb"] = "postgres"
+    dbms: Literal["postgres", "mariadb", "galera"] = "postgres"
     default_node_type: str = "S"
     topology: Annotated[Topology, BeforeValidator(_topology_input)] = Field(
         default_factory=Topology
@@ -534,7 +542,7 @@ class PointConfig(_Model):
             if not re.fullmatch(r"[A-Z]", name) or name in RESERVED_LETTERS:
                 raise ValueError(
                     f"node type {name!r}: expected one upper-case letter other than M and P "
-                    "(those are DBMS letters)"
+                    "(MariaDB, PostgreSQL) and G (Galera): those are DBMS letters"
                 )
             if isinstance(table, dict) and name in merged:
                 changed = {k: v for k, v in table.items() if k != "description"}
@@ -563,6 +571,8 @@ class PointConfig(_Model):
             )
         if self.topology.db.dbms is None:
             self.topology.db.dbms = self.dbms
+        else:  # the topology's DBMS letter names the point's DBMS (what the runner and the apps start)
+            self.dbms = self.topology.db.dbms
         for tier in TIERS:
             for t in getattr(self.topology, tier).types(self.default_node_type):
                 if t not in self.node_types:

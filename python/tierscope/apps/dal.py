@@ -9,6 +9,12 @@ A request takes one connection for its whole duration (like a servlet taking one
 from its pool): `with db.session(request_id) as s: s.query(...)`. The pool per process is bounded
 (`pool_size`); waiting longer than `pool_timeout_s` for a connection raises `PoolTimeout`.
 All statements run in autocommit mode, as in the original (no explicit transactions).
+
+For MariaDB, `host` may list several servers, "addr[:port],addr[:port],..." (a port omitted is
+`port`), like MariaDB Connector/J's load-balanced URL: the nodes of a multi-master cluster
+(Galera). The pool then gives each session a connection to the next node round robin, reusing an
+idle one to that node or opening one, and fails over to the other nodes when a node refuses; it
+never holds more than `pool_size` connections open in all.
 """
 
 from __future__ import annotations
@@ -51,6 +57,23 @@ class DbConfig:
             raise ValueError(f"dbms: expected one of {DBMS}, got {self.dbms!r}")
         if self.pool_size < 1:
             raise ValueError(f"pool_size: expected >= 1, got {self.pool_size}")
+
+
+def hosts_of(host: str, port: int) -> list[tuple[str, int]]:
+    """The (address, port) pairs of a host list "addr[:port],addr[:port]" (`port` when omitted)."""
+    out = []
+    for part in host.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        addr, sep, p = part.rpartition(":")
+        if sep and addr and p.isdigit() and (part.count(":") == 1 or addr.endswith("]")):
+            out.append((addr.strip("[]"), int(p)))
+        else:
+            out.append((part, port))
+    if not out:
+        raise ValueError(f"host: expected an address or a list addr[:port],..., got {host!r}")
+    return out
 
 
 def sqlcomment(request_id: str | None) -> str:
@@ -204,46 +227,84 @@ class _PostgresPool:
 
 
 class _MariaPool:
-    """A bounded pool of PyMySQL connections: at most `pool_size` exist at once."""
+    """A bounded pool of PyMySQL connections: at most `pool_size` exist at once; over several
+    nodes, sessions go to them round robin (see the module docstring)."""
 
     def __init__(self, config: DbConfig):
         import pymysql
 
         self.pymysql = pymysql
         self.config = config
-        self.idle: queue.LifoQueue = queue.LifoQueue()
+        self.nodes = hosts_of(config.host, config.port)
+        self.idle: list[queue.LifoQueue] = [queue.LifoQueue() for _ in self.nodes]
         self.slots = threading.BoundedSemaphore(config.pool_size)
+        self.lock = threading.Lock()
+        self.next_node = 0
+        self.opened = 0  # connections open now (in use or idle)
         self.closed = False
 
-    def _connect(self):
+    def _connect(self, node: int):
         c = self.config
-        return self.pymysql.connect(
-            host=c.host, port=c.port, user=c.user, password=c.password, database=c.database,
+        host, port = self.nodes[node]
+        conn = self.pymysql.connect(
+            host=host, port=port, user=c.user, password=c.password, database=c.database,
             autocommit=True, charset="utf8mb4", connect_timeout=5,
             cursorclass=self.pymysql.cursors.DictCursor,
         )
+        conn.tierscope_node = node
+        return conn
 
     def get(self):
         if not self.slots.acquire(timeout=self.config.pool_timeout_s):
             raise PoolTimeout(f"no database connection free within {self.config.pool_timeout_s} s")
+        with self.lock:
+            first = self.next_node
+            self.next_node = (first + 1) % len(self.nodes)
         try:
-            return self.idle.get_nowait()
+            return self.idle[first].get_nowait()
         except queue.Empty:
             pass
+        self._make_room()
+        errors = []
+        for k in range(len(self.nodes)):  # the chosen node, then fail over to the next ones
+            node = (first + k) % len(self.nodes)
+            try:
+                conn = self._connect(node)
+            except self.pymysql.Error as err:
+                errors.append(f"{self.nodes[node][0]}:{self.nodes[node][1]}: {err}")
+                continue
+            with self.lock:
+                self.opened += 1
+            return conn
+        self.slots.release()
+        raise DatabaseError(f"cannot connect to MariaDB: {'; '.join(errors)}")
+
+    def _make_room(self) -> None:
+        """Close an idle connection to another node when the pool is full (only with several nodes)."""
+        with self.lock:
+            if self.opened < self.config.pool_size:
+                return
+        for q in self.idle:
+            try:
+                conn = q.get_nowait()
+            except queue.Empty:
+                continue
+            self._close(conn)
+            return
+
+    def _close(self, conn) -> None:
         try:
-            return self._connect()
-        except self.pymysql.Error as err:
-            self.slots.release()
-            raise DatabaseError(f"cannot connect to MariaDB: {err}") from err
+            conn.close()
+        except Exception:
+            pass
+        with self.lock:
+            self.opened -= 1
 
     def put(self, conn, ok: bool) -> None:
         if ok and conn.open and not self.closed:
-            self.idle.put(conn)
+            self.idle[getattr(conn, "tierscope_node", 0)].put(conn)
         else:
-            try:
-                conn.close()
-            except Exception:
-                pass
+            self._close(conn)
         self.slots.release()
 
     def execute(self, conn, sql: str, params: tuple):
@@ -265,10 +326,10 @@ class _MariaPool:
 
     def close(self) -> None:
         self.closed = True
-        while True:
-            try:
-                self.idle.get_nowait().close()
-            except queue.Empty:
-                break
-            except Exception:
-                pass
+        for q in self.idle:
+            while True:
+                try:
+                    conn = q.get_nowait()
+                except queue.Empty:
+                    break
+                self._close(conn)

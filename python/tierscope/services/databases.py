@@ -1,6 +1,11 @@
 """The database servers the lab runs, behind one factory: `database_server(dbms, ...)` gives the
 server (not started) and the configuration an app uses to reach it. The runner and the apps ask
-here instead of knowing PostgreSQL's or MariaDB's classes, ports, users and wire protocols."""
+here instead of knowing PostgreSQL's, MariaDB's or Galera's classes, ports, users and wire protocols.
+
+Galera (`galera`) is MariaDB with the Galera provider: each database server of the tier is one node
+of one cluster (the servers of a runner point, `<point>/db1`, `<point>/db2`, ..., form one), node 1
+bootstraps it and the others join as they start (tierscope.services.galera). Its data is MariaDB's
+(`data_dbms`), and an app reaches every node of the cluster through `client_config`."""
 
 from __future__ import annotations
 
@@ -11,11 +16,13 @@ from tierscope.services.base import Service
 from tierscope.testbed.host import Host
 
 #: the DBMS names of the services and of `DbConfig` (a spec's "postgres" is "postgresql" here)
-DBMS = ("postgresql", "mariadb")
+DBMS = ("postgresql", "mariadb", "galera")
 #: the port a database server listens on inside its own host
-PORT = {"postgresql": 5432, "mariadb": 3306}
+PORT = {"postgresql": 5432, "mariadb": 3306, "galera": 3306}
 #: the wire protocol the passive tracer decodes for it
-PROTOCOL = {"postgresql": "postgres", "mariadb": "mysql"}
+PROTOCOL = {"postgresql": "postgres", "mariadb": "mysql", "galera": "mysql"}
+#: the DBMS whose data files (and loaded snapshots) a DBMS uses
+DATA_DBMS = {"postgresql": "postgresql", "mariadb": "mariadb", "galera": "mariadb"}
 
 
 def dbms_name(spec_dbms: str) -> str:
@@ -23,12 +30,31 @@ def dbms_name(spec_dbms: str) -> str:
     return "postgresql" if spec_dbms in ("postgres", "postgresql") else spec_dbms
 
 
+def data_dbms(dbms: str) -> str:
+    """The DBMS whose data directory `dbms` (a services name) starts from: a Galera node starts
+    from a MariaDB snapshot, so Galera and MariaDB points share one loaded data set."""
+    return DATA_DBMS.get(dbms, dbms)
+
+
+def client_config(db: DbConfig) -> DbConfig:
+    """What an app server uses to reach the database `db` names: for a node of a running Galera
+    cluster, every running node (`host` = "addr:port,addr:port,...": the app's pool spreads its
+    sessions over them round robin, tierscope.apps.dal); otherwise `db` itself."""
+    from dataclasses import replace
+
+    from tierscope.services.galera import cluster_serving
+
+    cluster = cluster_serving(db.host, db.port)
+    return replace(db, host=cluster.client_hosts()) if cluster is not None else db
+
+
 def database_server(dbms: str, host: Host, port: int, workdir: Path, *, database: str, fsync: bool = False,
                     cache: str = "256M", max_connections: int = 300,
                     name: str | None = None) -> tuple[Service, DbConfig]:
     """The server of `dbms` (not started) and the app's configuration to reach `database` on it.
 
-    `cache` is shared_buffers / innodb_buffer_pool_size as "<n>M"."""
+    `cache` is shared_buffers / innodb_buffer_pool_size as "<n>M". A `galera` server is a new node
+    of the cluster of the servers whose workdirs are beside `workdir` (`galera.node_of`)."""
     if dbms == "postgresql":
         from tierscope.services.postgres import Postgres
 
@@ -40,6 +66,14 @@ def database_server(dbms: str, host: Host, port: int, workdir: Path, *, database
         from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
 
         svc = MariaDB(host, port, workdir, durable=fsync, buffer_pool=cache, max_connections=max_connections,
+                      name=name)
+        return svc, DbConfig("mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD,
+                             database=database)
+    if dbms == "galera":
+        from tierscope.services.galera import node_of
+        from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER
+
+        svc = node_of(host, port, workdir, durable=fsync, buffer_pool=cache, max_connections=max_connections,
                       name=name)
         return svc, DbConfig("mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD,
                              database=database)

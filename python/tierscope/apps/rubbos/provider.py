@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from tierscope.services.databases import dbms_name
+from tierscope.services.databases import data_dbms, dbms_name
 
 
 def scale_name(scale: float | str) -> str:
@@ -30,14 +30,14 @@ class RubbosProvider:
     name = "rubbos"
 
     def data_key(self, config: Any) -> tuple:
-        return (config.dbms, scale_name(config.scale), config.seed)
+        return (data_dbms(dbms_name(config.dbms)), scale_name(config.scale), config.seed)
 
     def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
         from tierscope.apps import snapshot
         from tierscope.apps.rubbos import datagen, system
         from tierscope.services.base import free_port
 
-        dbms, scale = dbms_name(config.dbms), scale_name(config.scale)
+        dbms, scale = data_dbms(dbms_name(config.dbms)), scale_name(config.scale)
         snap = snapshot.snapshot_for("rubbos", dbms, scale, config.seed, datagen.GENERATOR_VERSION)
         if not snap.fresh():
             say(f"loading RUBBoS data: {dbms}, scale {scale} (once; later runs reuse the snapshot)")
@@ -65,8 +65,9 @@ class RubbosProvider:
     def app_server(self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path,
                    name: str) -> Any:
         from tierscope.services.appserver import AppServer
+        from tierscope.services.databases import client_config
 
-        return AppServer(host, port, workdir, db=db, workers=soft.workers, threads=soft.threads,
+        return AppServer(host, port, workdir, db=client_config(db), workers=soft.workers, threads=soft.threads,
                          pool_size=soft.db_pool, events_dir=events_dir, name=name)
 
     def static_root(self, directory: Path, config: Any = None) -> Path:
