@@ -679,19 +679,23 @@ def window_series_file(
 
 
 def window_series_sql(
-    source: str,
+    source: str | list[str],
     window_ns: int = DEFAULT_WINDOW_NS,
     base_ns: int | None = None,
     *,
+    exclusive: bool = False,
+    shared_ids: str = "error",
     connection=None,
     memory_limit: str | None = None,
 ) -> pa.Table:
-    """The same load and throughput as `window_series`, computed by DuckDB on a Parquet file/glob.
+    """The same load and throughput as `window_series`, computed by DuckDB on Parquet files.
 
-    For inputs larger than memory: DuckDB streams the file and spills its aggregation to disk.
-    Each request is exploded into the windows it touches (`range`/`unnest`), its overlap with each
-    one summed; departures are counted per window. Integer arithmetic on ns relative to the base.
-    Windows a server never touches are absent (not zero-filled) in this variant.
+    `source`: a Parquet file, a glob, or a list of them. For inputs larger than memory: DuckDB
+    streams the files and spills its aggregation to disk. The query is `sql_query` (shared with
+    the Spark engine, `spark_windows.window_series_spark`); columns `SQL_SCHEMA` (with
+    `load_exclusive` when `exclusive`). Windows a server never touches are absent (not
+    zero-filled) in this variant. Request ids shared by several rows raise `SharedRequestIds`;
+    with `shared_ids="ignore"` the links are left out instead (`load_exclusive` = `load`).
     """
     import duckdb
 
@@ -699,43 +703,202 @@ def window_series_sql(
     con = connection or duckdb.connect()
     if memory_limit:
         con.execute(f"SET memory_limit='{memory_limit}'")
-    src = "read_parquet(" + _sql_literal(source) + ")"
+    sources = [source] if isinstance(source, str) else list(source)
+    src = "read_parquet([" + ", ".join(_sql_literal(s) for s in sources) + "])"
+    columns = {c[0] for c in con.sql(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+    links = exclusive and {"request_id", "parent_id"} <= columns
+    row = con.execute(preflight_query(src, columns, links)).fetchall()[0]
+    check = preflight(row, ", ".join(sources), shared_ids=shared_ids)
+    links = links and not shared_id_count(row)
+    if check is None:
+        return sql_empty(exclusive)
     if base_ns is None:
-        lo = con.sql(f"SELECT min(arrival_ns) FROM {src}").fetchall()[0][0]
-        if lo is None:
-            return _empty_series(False, False, False)
-        base_ns = floor_base(int(lo), window_ns)
-    query = sql_query(src, window_ns, base_ns)
+        base_ns = floor_base(check, window_ns)
+    query = sql_query(src, window_ns, base_ns, exclusive=exclusive, links=links, dialect="duckdb")
     relation = con.sql(query)
     fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
-    return fetch()
+    return sql_conform(fetch(), exclusive)
 
 
 def _sql_literal(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def sql_query(src: str, window_ns: int, base_ns: int) -> str:
-    """The one-query DuckDB formulation (explode into touched windows, then group)."""
+# ---------------------------------------------------------------------------------------------
+# The window SQL, one text for DuckDB and Spark SQL.
+#
+# Everything is ANSI-ish SQL both engines parse the same way: CTEs, CASE, greatest/least, `%`
+# on non-negative BIGINTs, window functions with ROWS frames, CAST(... AS DOUBLE). Windows are
+# keyed by their start offset from the base (`t - t % W`), so no integer division is needed
+# (DuckDB spells it `//`, Spark `div`; `/` is floating point in both). The one construct the two
+# dialects spell differently is "one output row per element of an integer range", kept in
+# SQL_DIALECTS.
+
+#: Per engine: how to turn one row into one row per window start in [lo, hi] (inclusive) by `step`.
+SQL_DIALECTS = {
+    "duckdb": "unnest(generate_series({lo}, {hi}, {step}))",
+    "spark": "explode(sequence({lo}, {hi}, {step}))",
+}
+
+#: Columns (and Arrow types) of the SQL engines' window series; `load_exclusive` only when asked.
+SQL_SCHEMA = pa.schema(
+    [
+        pa.field("tier", pa.string()),
+        pa.field("server", pa.string()),
+        pa.field("window_start_ns", pa.int64()),
+        pa.field("load", pa.float64()),
+        pa.field("load_exclusive", pa.float64()),
+        pa.field("throughput", pa.float64()),
+    ]
+)
+
+
+def sql_schema(exclusive: bool) -> pa.Schema:
+    """`SQL_SCHEMA` without `load_exclusive` unless `exclusive`."""
+    return SQL_SCHEMA if exclusive else SQL_SCHEMA.remove(SQL_SCHEMA.get_field_index("load_exclusive"))
+
+
+def sql_empty(exclusive: bool) -> pa.Table:
+    return sql_schema(exclusive).empty_table()
+
+
+def sql_conform(table: pa.Table, exclusive: bool) -> pa.Table:
+    """An engine's result with the columns in `SQL_SCHEMA` order and types (engines differ in string
+    and integer widths), so results of different engines compare with `Table.equals`."""
+    schema = sql_schema(exclusive)
+    return pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+
+
+def preflight_query(src: str, columns: set[str], links: bool) -> str:
+    """One pass over the requests that finds the base and what would make the window query wrong:
+    the earliest arrival, rows with a null tier/server/time, rows departing before they arrive,
+    and (with `links`) request ids carried by more than one row."""
+    missing = {"tier", "server", "arrival_ns", "departure_ns"} - set(columns)
+    if missing:
+        raise ValueError(f"requests: required columns missing: {sorted(missing)}")
+    dup = "count(request_id) - count(DISTINCT request_id)" if links else "0"
+    return f"""
+SELECT min(arrival_ns) AS first_arrival_ns,
+       count(*) - count(tier) + count(*) - count(server)
+         + count(*) - count(arrival_ns) + count(*) - count(departure_ns) AS null_fields,
+       sum(CASE WHEN departure_ns < arrival_ns THEN 1 ELSE 0 END) AS backwards,
+       {dup} AS shared_ids
+FROM {src}
+"""
+
+
+class SharedRequestIds(ValueError):
+    """Request ids carried by more than one row: parent_id cannot name one parent row in SQL."""
+
+
+def preflight(row, where: str, *, shared_ids: str = "error") -> int | None:
+    """The earliest arrival from a `preflight_query` result row (None for no rows), or ValueError.
+
+    Request ids shared by several rows (a traced run forwards one id along a transaction) raise
+    `SharedRequestIds` unless `shared_ids="ignore"` (the caller then leaves the links out).
+    """
+    first, nulls, backwards, shared = row
+    if first is None:
+        return None
+    if nulls:
+        raise ValueError(f"{where}: {nulls} null values in tier, server, arrival_ns or departure_ns")
+    if backwards:
+        raise ValueError(f"{where}: {backwards} rows have departure_ns < arrival_ns")
+    if shared and shared_ids != "ignore":
+        raise SharedRequestIds(
+            f"{where}: {shared} request ids are carried by more than one row (a traced run shares one id "
+            "along a transaction); the SQL engines link parent_id to a unique request_id: use the numpy "
+            "engine (fine.resolve_parent_rows) for exclusive load"
+        )
+    return int(first)
+
+
+def shared_id_count(row) -> int:
+    """How many request ids a `preflight_query` row found on more than one row."""
+    return int(row[3] or 0)
+
+
+def sql_query(
+    src: str,
+    window_ns: int,
+    base_ns: int,
+    *,
+    exclusive: bool = False,
+    links: bool | None = None,
+    dialect: str = "duckdb",
+) -> str:
+    """Load, (exclusive load,) and throughput per (tier, server, window) as one query over `src`.
+
+    Definitions as `window_series` (module docstring), in integer ns relative to `base_ns`
+    (earlier times clipped to it): each request is exploded into the windows from the one holding
+    its arrival to the one holding its departure, its overlap with each summed; the departure's
+    window counts a completion. With `exclusive`, each request's children (parent_id =
+    request_id, ids unique) are clipped to the request, merged into their union per parent
+    (a new run starts where a child begins after every earlier one ended), and the union is
+    exploded the same way with sign −1 at the parent's server: `load_exclusive`. `links=False`
+    (no request_id/parent_id columns) makes `load_exclusive` equal `load`. `src` is a table
+    expression (`read_parquet(...)`, a view name); `dialect` a key of `SQL_DIALECTS`.
+    """
+    if dialect not in SQL_DIALECTS:
+        raise ValueError(f"unknown SQL dialect {dialect!r}; one of {', '.join(SQL_DIALECTS)}")
     w, b = int(window_ns), int(base_ns)
+    links = exclusive if links is None else (links and exclusive)
+    explode = SQL_DIALECTS[dialect].format(lo="a - a % w", hi="d - d % w", step="w")
+    id_cols = ", request_id, parent_id" if links else ""
+    waits = ""
+    pieces = "SELECT tier, server, a, d, 1 AS sign FROM r"
+    if links:
+        waits = """,
+-- each child's interval clipped to its parent's, charged to the parent's server
+waits AS (
+  SELECT p.tier, p.server, p.request_id AS parent, greatest(c.a, p.a) AS s, least(c.d, p.d) AS e
+  FROM r AS c JOIN r AS p ON c.parent_id = p.request_id
+  WHERE least(c.d, p.d) > greatest(c.a, p.a)
+),
+-- their union per parent: a new run starts where a wait begins after every earlier one ended
+starts AS (
+  SELECT tier, server, parent, s, e,
+         CASE WHEN s > max(e) OVER (PARTITION BY parent ORDER BY s, e
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+              THEN 1 ELSE 0 END AS new_run
+  FROM waits
+),
+runs AS (
+  SELECT tier, server, parent, s, e,
+         sum(new_run) OVER (PARTITION BY parent ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS run
+  FROM starts
+),
+merged AS (
+  SELECT tier, server, min(s) AS a, max(e) AS d FROM runs GROUP BY tier, server, parent, run
+)"""
+        pieces += "\n  UNION ALL\n  SELECT tier, server, a, d, -1 AS sign FROM merged"
+    exclusive_col = (
+        "\n       CAST(sum(sign * (least(d, ws + w) - greatest(a, ws))) AS DOUBLE) / w AS load_exclusive,"
+        if exclusive
+        else ""
+    )
     return f"""
 WITH r AS (
-  SELECT tier, server, arrival_ns - {b} AS a, departure_ns - {b} AS d FROM {src}
+  -- integer ns since the base (a multiple of the window), earlier times clipped to it
+  SELECT tier, server{id_cols},
+         greatest(arrival_ns - CAST({b} AS BIGINT), CAST(0 AS BIGINT)) AS a,
+         greatest(departure_ns - CAST({b} AS BIGINT), CAST(0 AS BIGINT)) AS d
+  FROM {src}
+){waits},
+pieces AS (
+  {pieces}
 ),
+-- one row per (piece, window start) from the arrival's window to the departure's
 touched AS (
-  SELECT tier, server, a, d, unnest(range(a // {w}, greatest(a // {w}, (d - 1) // {w}) + 1)) AS k FROM r
-),
-load AS (
-  SELECT tier, server, k,
-         sum(least(d, (k + 1) * {w}) - greatest(a, k * {w})) / {w}::DOUBLE AS load
-  FROM touched GROUP BY ALL
-),
-done AS (
-  SELECT tier, server, d // {w} AS k, count(*) * 1e9 / {w} AS throughput FROM r GROUP BY ALL
+  SELECT tier, server, a, d, sign, w, {explode} AS ws
+  FROM (SELECT tier, server, a, d, sign, CAST({w} AS BIGINT) AS w FROM pieces) AS p
 )
-SELECT coalesce(load.tier, done.tier) AS tier, coalesce(load.server, done.server) AS server,
-       {b} + coalesce(load.k, done.k) * {w} AS window_start_ns,
-       coalesce(load.load, 0.0) AS load, coalesce(done.throughput, 0.0) AS throughput
-FROM load FULL OUTER JOIN done USING (tier, server, k)
+SELECT tier, server, CAST({b} AS BIGINT) + ws AS window_start_ns,
+       CAST(sum(CASE WHEN sign = 1 THEN least(d, ws + w) - greatest(a, ws) ELSE 0 END) AS DOUBLE) / w
+         AS load,{exclusive_col}
+       CAST(sum(CASE WHEN sign = 1 AND ws = d - d % w THEN 1 ELSE 0 END) AS DOUBLE) * 1000000000 / w
+         AS throughput
+FROM touched
+GROUP BY tier, server, ws, w
 ORDER BY tier, server, window_start_ns
 """

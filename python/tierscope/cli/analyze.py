@@ -16,8 +16,14 @@ CELL_BYTES = 200
 #: pcap and pcapng magic numbers
 PCAP_MAGIC = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1", b"\x0a\x0d\x0d\x0a")
 
-EPILOG = ("Exit status: 0 a verdict with medium or high confidence; 3 a verdict with low confidence; "
-          "4 not enough data for a verdict; 2 bad input (a file, an option, an output path); 1 a failure.")
+EPILOG = ("Exit status: 0 a verdict with medium or high confidence (with --engine duckdb or spark: the "
+          "window series was written); 3 a verdict with low confidence; 4 not enough data for a verdict; "
+          "2 bad input (a file, an option, an output path, or the engine is not installed); 1 a failure.")
+
+#: Where the window analysis runs (--engine); the first is the default.
+ENGINES = ("numpy", "duckdb", "spark")
+#: Options that only the whole (numpy) analysis uses.
+WHOLE_ANALYSIS_ONLY = ("--report", "--json", "--format", "--log-format", "--tier")
 
 
 def _table_kind(path: Path) -> str | None:
@@ -65,10 +71,147 @@ def _available_memory() -> int | None:
     return None
 
 
+def _engine_sources(files: list[str], engine: str) -> list[str]:
+    """The requests Parquet inputs of --engine duckdb/spark, checked; ValueError naming the file.
+
+    A local file must be a requests table; a directory holding requests.parquet (a point or an
+    `analyze -o` directory) means that file, any other directory its Parquet files (Spark writes
+    tables as directories); for Spark, a URL with a scheme (hdfs://, s3a://) is passed on as is.
+    """
+    import pyarrow.parquet as pq
+
+    out = []
+    for name in files:
+        if "://" in name:
+            if engine != "spark":
+                raise ValueError(f"{name}: URLs are read by --engine spark only")
+            out.append(name)
+            continue
+        path = Path(name)
+        if not path.exists():
+            raise FileNotFoundError(f"no such file or directory: {name}")
+        if path.is_dir():
+            if (path / "requests.parquet").is_file():
+                path = path / "requests.parquet"
+            else:
+                out.append(str(path) if engine == "spark" else str(path / "*.parquet"))
+                continue
+        _refuse_pcap(path)
+        try:
+            columns = set(pq.read_schema(path).names)
+        except Exception:
+            columns = set()
+        if "arrival_ns" not in columns:
+            raise ValueError(f"{path}: not a tierscope requests table (Parquet with arrival_ns); --engine {engine} "
+                             f"reads only those: import other formats first with `tierscope analyze {path} -o DIR`, "
+                             f"then `tierscope analyze DIR/requests.parquet --engine {engine}`")
+        out.append(str(path))
+    return out
+
+
+def _series_summary(series, window_ns: int) -> list[dict]:
+    """Per server, over the trace's window axis (first to last window of any server): requests
+    completed, mean and peak window load, mean exclusive load, mean throughput (/s)."""
+    import numpy as np
+
+    if series.num_rows == 0:
+        return []
+    starts = np.asarray(series.column("window_start_ns"), np.int64)
+    n_windows = int((starts.max() - starts.min()) // window_ns) + 1
+    seconds = n_windows * window_ns / 1e9
+    tier = series.column("tier").to_pylist()
+    server = series.column("server").to_pylist()
+    load = np.asarray(series.column("load"), np.float64)
+    excl = np.asarray(series.column("load_exclusive"), np.float64) if "load_exclusive" in series.column_names else None
+    thr = np.asarray(series.column("throughput"), np.float64)
+    rows: dict[tuple[str, str], list[int]] = {}
+    for i, key in enumerate(zip(tier, server)):
+        rows.setdefault(key, []).append(i)
+    out = []
+    for (t, s), idx in rows.items():
+        done = float(thr[idx].sum()) * window_ns / 1e9
+        out.append({"tier": t, "server": s, "requests": round(done), "load_mean": float(load[idx].sum()) / n_windows,
+                    "load_peak": float(load[idx].max()),
+                    "load_exclusive_mean": None if excl is None else float(excl[idx].sum()) / n_windows,
+                    "throughput": done / seconds})
+    return out
+
+
+def _analyze_windows(files: list[str], engine: str, master: str | None, window_ns: int, output: Path,
+                     console: Console, fail) -> None:
+    """--engine duckdb|spark: the per-window series of requests tables too big for memory."""
+    import pyarrow.parquet as pq
+    from rich.table import Table
+
+    from tierscope.analysis.windows import SharedRequestIds, window_series_sql
+
+    try:
+        _output.check_output_dir(output, "-o")
+        sources = _engine_sources(files, engine)
+    except (ValueError, OSError) as e:
+        fail(_output.printable(str(e)))
+    if engine == "spark":
+        from tierscope.analysis import spark_windows
+
+        try:
+            spark_windows.check_spark()
+        except spark_windows.EngineUnavailable as e:
+            fail(str(e))
+        where = f"spark ({spark_windows.resolve_master(master)})"
+
+        def run(exclusive: bool):
+            return spark_windows.window_series_spark(sources, window_ns, exclusive=exclusive, master=master)
+    else:
+        where = "duckdb"
+
+        def run(exclusive: bool):
+            return window_series_sql(sources, window_ns, exclusive=exclusive)
+
+    console.print(f"window series of {', '.join(sources)} on {where}")
+    note = None
+    try:
+        try:
+            series = run(True)
+        except SharedRequestIds as e:
+            note = f"no exclusive load: {e}"
+            series = run(False)
+    except (ValueError, OSError) as e:
+        fail(_output.printable(str(e)))
+    except Exception as e:  # the engine's own errors (a Spark AnalysisException for a bad path, ...)
+        if type(e).__name__ == "AnalysisException":
+            fail(_output.printable(str(e).splitlines()[0] if str(e) else type(e).__name__))
+        raise
+    if note:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    summary = _series_summary(series, window_ns)
+    if not summary:
+        console.print("no requests in the input")
+        raise typer.Exit(_output.NOT_ENOUGH_DATA)
+    table = Table(title=f"per server, {window_ns / 1e6:g} ms windows", caption="load, excl. load: mean over the "
+                  "trace; peak: the largest window's load; excl.: without the time waiting on downstream calls")
+    for name in ("tier", "server", "requests", "load", "peak", "excl. load", "req/s"):
+        table.add_column(name, justify="left" if name in ("tier", "server") else "right")
+    for r in summary:
+        excl = "—" if r["load_exclusive_mean"] is None else f"{r['load_exclusive_mean']:.2f}"
+        table.add_row(r["tier"], r["server"], f"{r['requests']:,}", f"{r['load_mean']:.2f}", f"{r['load_peak']:.2f}",
+                      excl, f"{r['throughput']:,.1f}")
+    console.print(table)
+    try:
+        path = output / "windows.parquet"
+        pq.write_table(series, path)
+    except OSError as e:
+        fail(f"writing the results: {e.strerror or e}" + (" (disk full)" if _output.no_space(e) else ""))
+    console.print(f"wrote {path} ({series.num_rows:,} rows: tier, server, window_start_ns, load, "
+                  f"{'load_exclusive, ' if 'load_exclusive' in series.column_names else ''}throughput)")
+    raise typer.Exit(_output.OK)
+
+
 def analyze(
-    files: list[Path] = typer.Argument(..., help="Trace or log files: OTLP JSON, Jaeger, Zipkin, nginx/Apache "
-                                                 "access logs, tierscope Parquet tables (requests, and events or "
-                                                 "resources next to them), or one run/point directory."),
+    files: list[str] = typer.Argument(..., help="Trace or log files: OTLP JSON, Jaeger, Zipkin, nginx/Apache "
+                                                "access logs, tierscope Parquet tables (requests, and events or "
+                                                "resources next to them), or one run/point directory. With "
+                                                "--engine duckdb/spark: requests Parquet files or directories "
+                                                "(spark also reads hdfs://, s3a://... URLs)."),
     format: str | None = typer.Option(None, "--format", "-f", help="Read every trace file as this format instead "
                                       "of detecting it: otlp, jaeger, zipkin, nginx, apache, parquet."),
     window_ms: float = typer.Option(50.0, "--window-ms", help=f"Window of the fine-grained analysis, in ms "
@@ -82,6 +225,19 @@ def analyze(
                                           "string of the access logs, when it is not the documented one."),
     tier: str | None = typer.Option(None, "--tier", help="Tier name for access-log rows (default: web)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print how the verdict was reached."),
+    engine: str = typer.Option("numpy", "--engine", metavar="|".join(ENGINES),
+                               help="Where the window analysis runs. numpy (default): the whole analysis in "
+                                    "memory: per-window load, N*, saturated windows, the verdict, the report. "
+                                    "duckdb or spark: only the per-server window series (load, exclusive load, "
+                                    "throughput) of requests tables too big for memory, from one SQL query both "
+                                    "engines run; written to DIR/windows.parquet with a per-server summary. "
+                                    "spark runs on --spark-master and needs pyspark (pip install "
+                                    "'tierscope\\[spark]') and Java 17+."),
+    spark_master: str | None = typer.Option(None, "--spark-master", metavar="URL",
+                                            help="Spark master for --engine spark: local[N] (Spark inside this "
+                                                 "process on N cores), spark://host:7077, yarn, k8s://...; default "
+                                                 "$TIERSCOPE_SPARK_MASTER, else local[2]. A cluster's executors "
+                                                 "must be able to read the input paths."),
 ) -> None:
     """Import traces or access logs of any system and find its bottleneck.
 
@@ -90,6 +246,8 @@ def analyze(
     next to the traces feed the pause detection and the white box.
 
     Example: [bold]tierscope analyze spans.jsonl access.log --window-ms 50 -o out --report --json -[/bold]
+
+    Big traces: [bold]tierscope analyze requests.parquet --engine spark --spark-master local[2] -o out[/bold]
     """
     from tierscope import tables
     from tierscope.ingest import FormatError
@@ -108,6 +266,18 @@ def analyze(
         fail(f"--window-ms {window_ms:g}: at least {MIN_WINDOW_MS:g} ms (a shorter window holds a fraction of one "
              f"request's service)")
     window_ns = int(round(window_ms * 1e6))
+    if engine not in ENGINES:
+        fail(f"--engine {engine}: one of {', '.join(ENGINES)}")
+    if spark_master is not None and engine != "spark":
+        fail(f"--spark-master is for --engine spark (this is --engine {engine})")
+    if engine != "numpy":
+        given = [name for name, value in zip(WHOLE_ANALYSIS_ONLY, (report, json_out, format, log_format, tier))
+                 if value not in (None, False) and not (name == "--format" and value == "parquet")]
+        if given:
+            fail(f"{', '.join(given)}: only with the whole analysis (--engine numpy); --engine {engine} writes "
+                 f"the window series only")
+        _analyze_windows(files, engine, spark_master, window_ns, output, console, fail)
+    files = [Path(f) for f in files]
     try:
         _output.check_output_dir(output, "-o")
         if json_out not in (None, "-"):
