@@ -57,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "seconds into the stats' series (the last hour at 50 ms; 0: off; default: 0.05)")
     ap.add_argument("--wait", choices=WAITS, default="first",
                     help="answer a write after the first backend succeeded (default) or after all finished")
+    ap.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                    help="the event loop: uvloop (libuv, faster) or asyncio's own; auto = uvloop when it is "
+                    "installed (default)")
     ap.add_argument("--stats", metavar="PATH", help="write the counts as JSON here on exit")
     ap.add_argument("--connect-timeout", type=float, default=10.0,
                     help="seconds to wait for the backends at start (default: 10)")
@@ -108,7 +111,7 @@ async def main_async(args: argparse.Namespace) -> int:
         log(f"cannot listen on {args.listen}: {err}")
         return 1
     log(f"listening on {args.listen}; backends {', '.join(args.backend)}; policy {args.policy}; "
-        f"wait {args.wait}; pool {args.pool}")
+        f"wait {args.wait}; pool {args.pool}; loop {type(loop).__module__.split('.')[0]}")
     manager.start_series(args.series_interval)
     try:
         await stop.wait()
@@ -126,8 +129,23 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0
 
 
+def loop_factory(choice: str):
+    """The event loop factory for --loop (None: asyncio's default loop)."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise SystemExit("middleware: --loop uvloop: uvloop is not installed (pip install uvloop)")
+        return None
+    return uvloop.new_event_loop
+
+
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(main_async(parse_args(argv)))
+    args = parse_args(argv)
+    with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+        return runner.run(main_async(args))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from tierscope.middleware import wire
 
 
+RECV_SIZE = 262144  # bytes asked for per read from a socket
+
+
 class BackendError(Exception):
     """A backend could not be reached or broke the protocol (not an SQL error)."""
 
@@ -22,6 +25,7 @@ class BackendConnection:
         self.status = b"I"  # transaction status from the last ReadyForQuery
         self.broken = False
         self.reused = False  # taken from the idle list (not opened for this use)
+        self.buf = b""  # bytes received and not consumed yet (replies are read in bulk)
 
     @classmethod
     async def open(cls, host: str, port: int, user: str, database: str, timeout: float = 10.0) -> BackendConnection:
@@ -60,9 +64,26 @@ class BackendConnection:
                 return
 
     async def read(self) -> tuple[bytes, bytes]:
-        header = await self.reader.readexactly(5)
-        body = await self.reader.readexactly(wire.header_length(header))
-        return header[:1], body
+        """The next message (type, body)."""
+        while True:
+            buf = self.buf
+            end = 5 + wire.header_length(buf) if len(buf) >= 5 else 0
+            if end and len(buf) >= end:
+                self.buf = buf[end:]
+                return buf[:1], buf[5:end]
+            await self.more(end - len(buf) if end else 0)
+
+    async def more(self, missing: int = 0) -> bytes:
+        """Whatever the backend sent next (or the `missing` rest of a long message, at once),
+        appended to `buf` (which is also returned)."""
+        if missing > 0:
+            chunk = await self.reader.readexactly(missing)
+        else:
+            chunk = await self.reader.read(RECV_SIZE)
+        if not chunk:
+            raise asyncio.IncompleteReadError(self.buf, None)
+        self.buf = self.buf + chunk if self.buf else chunk
+        return self.buf
 
     def send(self, data: bytes) -> None:
         self.writer.write(data)

@@ -8,6 +8,7 @@ the unnamed statement, so any pooled backend connection can serve any unit.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import random
 import re
@@ -18,11 +19,14 @@ from datetime import UTC, datetime
 from tierscope.middleware import sql as sqlmod
 from tierscope.middleware import wire
 from tierscope.middleware.manager import Backend, NoBackend, RequestManager, log
-from tierscope.middleware.pool import BackendConnection, BackendError
+from tierscope.middleware.pool import RECV_SIZE, BackendConnection, BackendError
 from tierscope.middleware.replies import HIDE, PASS, ReplyPlan
 
 _DEALLOCATE = re.compile(r"^\s*DEALLOCATE\s+(?:PREPARE\s+)?(ALL|\"?[A-Za-z0-9_$]+\"?)\s*;?\s*$", re.IGNORECASE)
 _session_ids = itertools.count(1)
+_parse = functools.lru_cache(maxsize=4096)(wire.Parse.decode)  # a unit's Parse is read 2-3 times
+_UNIT_PARTS = frozenset((wire.PARSE, wire.BIND, wire.DESCRIBE, wire.EXECUTE, wire.CLOSE))
+_NOTED = frozenset((wire.ERROR, wire.COMMAND_COMPLETE, wire.READY))  # replies the proxy reads itself
 
 
 @dataclass
@@ -78,12 +82,24 @@ class Session:
             if not await self.startup():
                 return
             unit: list[wire.Message] = []
+            buf, pos = b"", 0  # what the client sent and the proxy has not read yet (read in bulk)
             while True:
-                header = await self.reader.readexactly(5)
-                body = await self.reader.readexactly(wire.header_length(header))
-                msg = wire.Message(header[:1], body)
+                if len(buf) - pos < 5:
+                    chunk = await self.reader.read(RECV_SIZE)
+                    if not chunk:
+                        raise asyncio.IncompleteReadError(buf[pos:], None)
+                    buf, pos = buf[pos:] + chunk if pos < len(buf) else chunk, 0
+                    continue
+                end = pos + 5 + wire.header_length(buf, pos)
+                if end > len(buf):  # the rest of a long message, at once
+                    buf, end, pos = buf[pos:] + await self.reader.readexactly(end - len(buf)), end - pos, 0
+                msg = wire.Message(buf[pos:pos + 1], buf[pos + 5:end])
+                pos = end
                 if msg.kind == wire.TERMINATE:
                     return
+                if msg.kind in _UNIT_PARTS:  # nothing to answer yet: the unit goes on
+                    unit.append(msg)
+                    continue
                 if msg.kind == wire.QUERY and self.open is None:
                     await self.dispatch([msg])
                 elif msg.kind == wire.QUERY:
@@ -209,7 +225,7 @@ class Session:
         answers = []
         for msg in unit:
             if msg.kind == wire.PARSE:
-                p = wire.Parse.decode(msg.body)
+                p = _parse(msg.body)
                 if not p.name:
                     return False
                 answers.append((p, wire.frame(wire.PARSE_COMPLETE, b"")))
@@ -255,7 +271,7 @@ class Session:
             if msg.kind == wire.QUERY:
                 out.append(wire.query_text(msg.body))
             elif msg.kind == wire.PARSE:
-                p = wire.Parse.decode(msg.body)
+                p = _parse(msg.body)
                 out.append(p.sql)
                 if not p.name:
                     unnamed = p
@@ -289,21 +305,22 @@ class Session:
         for msg in unit:
             k = msg.kind
             if k == wire.QUERY:
-                q = wire.query_text(msg.body)
-                if macros_at is not None:
-                    q, n = sqlmod.rewrite_macros(q, macros_at)
+                if macros_at is None:
+                    parts.append(msg.encode())
+                else:
+                    q, n = sqlmod.rewrite_macros(wire.query_text(msg.body), macros_at)
                     self.m.counts["macros_rewritten"] += n
-                parts.append(wire.query(q))
+                    parts.append(wire.query(q) if n else msg.encode())
                 plan.append(("sent", wire.QUERY, PASS, ""))
             elif k == wire.PARSE:
-                p = wire.Parse.decode(msg.body)
+                p = _parse(msg.body)
                 if p.name:
                     self.statements[p.name] = p
                     self.m.counts["named_statements"] += 1
                     plan.append(("here", wire.frame(wire.PARSE_COMPLETE, b"")))
                 else:
                     self.unnamed = p
-                    parts.append(text(p).encode())
+                    parts.append(msg.encode() if macros_at is None else text(p).encode())
                     plan.append(("sent", wire.PARSE, PASS, ""))
                     slot = p
             elif k == wire.BIND:
@@ -313,7 +330,7 @@ class Session:
                     parts.append(msg.encode())
                 else:
                     load(target)
-                    parts.append(b._replace(statement="").encode())
+                    parts.append(b._replace(statement="").encode() if b.statement else msg.encode())
                 plan.append(("sent", wire.BIND, PASS, ""))
             elif k in (wire.DESCRIBE, wire.CLOSE):
                 t = wire.Target.decode(msg.body)
@@ -358,21 +375,47 @@ class Session:
             emit(early)
         try:
             conn.send(out.data)
+            # the replies are parsed where they were received; consecutive replies the client sees
+            # are passed on as one slice of the received bytes (not re-framed one by one)
+            buf, pos, run = conn.buf, 0, -1  # run: where the replies not yet passed on begin
+            reply = plan.reply
             while not plan.done:
-                kind, body = await conn.read()
-                passed, after = plan.reply(kind)
-                if kind == wire.ERROR:
-                    res.ok = False
-                    res.error = res.error or wire.error_text(body)
-                elif kind == wire.COMMAND_COMPLETE:
-                    res.tags.append(wire.command_tag(body))
-                elif kind == wire.READY:
-                    res.status = body[:1]
-                    conn.status = res.status
-                if passed:
-                    emit(wire.frame(kind, body))
-                for a in after:
-                    emit(a)
+                end = pos + 5 + wire.header_length(buf, pos) if len(buf) - pos >= 5 else 0
+                if end:
+                    if end <= len(buf):
+                        kind = buf[pos:pos + 1]
+                        passed, after = reply(kind)
+                        if kind in _NOTED:
+                            if kind == wire.ERROR:
+                                res.ok = False
+                                res.error = res.error or wire.error_text(buf[pos + 5:end])
+                            elif kind == wire.COMMAND_COMPLETE:
+                                res.tags.append(wire.command_tag(buf[pos + 5:end]))
+                            else:
+                                res.status = buf[pos + 5:pos + 6]
+                                conn.status = res.status
+                        if passed:
+                            if run < 0:
+                                run = pos
+                        elif run >= 0:
+                            emit(buf[run:pos])
+                            run = -1
+                        if after:
+                            if run >= 0:
+                                emit(buf[run:end])
+                                run = -1
+                            for a in after:
+                                emit(a)
+                        pos = end
+                        continue
+                if run >= 0:
+                    emit(buf[run:pos])
+                    run = -1
+                conn.buf = buf[pos:]
+                buf, pos = await conn.more(end - len(buf) if end else 0), 0
+            if run >= 0:
+                emit(buf[run:pos])
+            conn.buf = buf[pos:]
         except (OSError, asyncio.IncompleteReadError, wire.ProtocolError, BackendError) as err:
             res.ok, res.broken = False, True
             res.error = f"connection to {backend.name} failed: {err!r}"

@@ -44,11 +44,14 @@ def frame(kind: bytes, body: bytes) -> bytes:
     return kind + struct.pack("!I", len(body) + 4) + body
 
 
-def header_length(header: bytes) -> int:
-    """The body length announced by a 5-byte message header."""
-    n = struct.unpack("!I", header[1:5])[0]
+_LENGTH = struct.Struct("!I")
+
+
+def header_length(header: bytes, pos: int = 0) -> int:
+    """The body length announced by the 5-byte message header at `pos`."""
+    n = _LENGTH.unpack_from(header, pos + 1)[0]
     if n < 4 or n > MAX_MESSAGE:
-        raise ProtocolError(f"bad message length {n} for type {header[:1]!r}")
+        raise ProtocolError(f"bad message length {n} for type {header[pos:pos + 1]!r}")
     return n - 4
 
 
@@ -56,7 +59,7 @@ def split(buf: bytes) -> tuple[list[Message], bytes]:
     """The complete messages at the start of `buf` and the incomplete rest."""
     out, pos = [], 0
     while len(buf) - pos >= 5:
-        n = header_length(buf[pos:pos + 5])
+        n = header_length(buf, pos)
         if len(buf) - pos - 5 < n:
             break
         out.append(Message(buf[pos:pos + 1], bytes(buf[pos + 5:pos + 5 + n])))
