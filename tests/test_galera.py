@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -108,6 +109,18 @@ def test_a_host_list_names_every_node():
 # --- a real 3-node cluster on loopback ---------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def labdir():
+    """A work directory outside /tmp/pytest-of-root: every pytest session that starts (another
+    one on this machine, too) resets that directory to mode 0700, and the servers, running as
+    `mysql`, could then no longer reach their own files in the middle of a test."""
+    d = Path(tempfile.mkdtemp(prefix="tierscope-galera-"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _connect(node, db="lab", **kw):
     return pymysql.connect(host=node.host.address, port=node.port, user=LAB_USER, password=LAB_PASSWORD,
                            database=db, autocommit=True, connect_timeout=5, **kw)
@@ -120,14 +133,14 @@ def _one(node, sql, db="lab"):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(labdir):
     """Three nodes started from copies of one MariaDB snapshot (a table `t` with one row), the way
     the runner starts them; stopped at the end, and the test checks nothing is left."""
     for mark in needs_galera:
         if mark.args[0]:
             pytest.skip(mark.kwargs["reason"])
     provider_library()
-    root = tmp_path_factory.mktemp("galera")
+    root = labdir / "cluster"
     host = Host.loopback()
     seed = MariaDB(host, free_port(), root / "seed", durable=False, buffer_pool="32M")
     with seed:
@@ -225,9 +238,9 @@ class TestThreeNodes:
             db.close()
         assert db._impl.opened == 0
 
-    def test_an_empty_node_joins_by_rsync_sst_and_leaves_cleanly(self, cluster, tmp_path):
+    def test_an_empty_node_joins_by_rsync_sst_and_leaves_cleanly(self, cluster, labdir):
         n1 = cluster.nodes[0]
-        extra = cluster.node(n1.host, free_port(), tmp_path / "db4", durable=False, buffer_pool="32M", name="db4")
+        extra = cluster.node(n1.host, free_port(), labdir / "cluster" / "db4", durable=False, buffer_pool="32M", name="db4")
         try:
             extra.start()
             assert cluster.wait_for_size(4, timeout=60)["db4"]["wsrep_local_state_comment"] == "Synced"
@@ -258,12 +271,12 @@ class TestThreeNodes:
         n3.stop()  # reaps what is left of the killed node
 
 
-def test_a_node_whose_provider_refuses_its_options_fails_with_its_log(tmp_path):
+def test_a_node_whose_provider_refuses_its_options_fails_with_its_log(labdir):
     for mark in needs_galera:
         if mark.args[0]:
             pytest.skip(mark.kwargs["reason"])
     c = GaleraCluster("refused")
-    node = c.node(Host.loopback(), free_port(), tmp_path / "db1", durable=False, buffer_pool="32M", name="db1",
+    node = c.node(Host.loopback(), free_port(), labdir / "refused" / "db1", durable=False, buffer_pool="32M", name="db1",
                   settings={"wsrep_provider_options": '"gcache.size=8M; no.such.option=1"'})
     with pytest.raises(ServiceError) as err:
         c.start()
@@ -275,7 +288,7 @@ def test_a_node_whose_provider_refuses_its_options_fails_with_its_log(tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed")
-def test_rubbos_on_a_two_node_galera_cluster_end_to_end(tmp_path):
+def test_rubbos_on_a_two_node_galera_cluster_end_to_end(labdir):
     for mark in needs_galera:
         if mark.args[0]:
             pytest.skip(mark.kwargs["reason"])
@@ -287,7 +300,7 @@ def test_rubbos_on_a_two_node_galera_cluster_end_to_end(tmp_path):
     raw["soft"] = {"db": {"cache": "32MiB"}}
     spec = spec_from_dict(raw, where="galera-e2e", name="galera-e2e")
     t0 = time.monotonic()
-    result = run_experiment(spec, tmp_path, report=False)
+    result = run_experiment(spec, labdir / "runs", report=False)
     seconds = time.monotonic() - t0
     assert result.failed == [] and len(result.done) == 1, result.failed
     d = result.dir / result.done[0]
