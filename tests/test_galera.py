@@ -106,6 +106,30 @@ def test_a_host_list_names_every_node():
         hosts_of(" , ", 3306)
 
 
+def test_the_factory_makes_the_database_servers_of_one_point_one_cluster(tmp_path):
+    from tierscope.services import galera
+    from tierscope.services.databases import database_server
+
+    h = Host.loopback()
+    made = [database_server("galera", h, 3306, tmp_path / "point" / f"db{i}", database="rubbos", name=f"db{i}")
+            for i in (1, 2, 3)]
+    nodes = [svc for svc, _ in made]
+    assert {id(n.cluster) for n in nodes} == {id(nodes[0].cluster)} and nodes[0].cluster.nodes == nodes
+    assert len({n.group_port for n in nodes}) == 3  # loopback: a group port each
+    assert all(cfg.dbms == "mariadb" and cfg.port == 3306 and cfg.user == LAB_USER for _, cfg in made)
+    other, _ = database_server("galera", h, 3306, tmp_path / "other" / "db1", database="rubbos", name="db1")
+    assert other.cluster is not nodes[0].cluster
+    assert nodes[0].cluster not in galera._CLUSTERS.values()  # never started: forgotten for the next point
+    for n in nodes:  # as if every node had run and stopped: the directory's next node starts a new cluster
+        n.started = True
+    again, _ = database_server("galera", h, 3306, tmp_path / "other" / "db2", database="rubbos", name="db2")
+    assert again.cluster is other.cluster
+    ns = Host(name="db1", address="10.77.0.2", netns="tierscope-x-db1")
+    inside, _ = database_server("galera", ns, 3306, tmp_path / "ns" / "db1", database="rubbos", name="db1")
+    assert (inside.group_port, inside.ist_port, inside.sst_port) == (4567, 4568, 4444)  # own address: defaults
+    galera._CLUSTERS.clear()
+
+
 # --- a real 3-node cluster on loopback ---------------------------------------------------------
 
 

@@ -142,6 +142,7 @@ class GaleraNode(MariaDB):
         self.gcache = gcache
         self.slave_threads = slave_threads
         self.bootstrap = False
+        self.started = False  # started at least once (so a cluster all of whose nodes stopped is over)
         cluster.nodes.append(self)
 
     @property
@@ -186,6 +187,7 @@ class GaleraNode(MariaDB):
         """Write the configuration; give a copy of the snapshot the cluster's state (`seed`); an
         empty joiner gets an empty data directory (SST fills it)."""
         self.bootstrap = not self.peers()
+        self.started = True
         super().prepare()  # mariadb-install-db only for a bootstrap node without data (initialised)
         if (self.data_dir / "mysql").is_dir() and not self.grastate.exists():
             self.seed()
@@ -275,15 +277,20 @@ def cluster_serving(host: str, port: int) -> GaleraCluster | None:
 _CLUSTERS: dict[Path, GaleraCluster] = {}
 
 
+def _over(cluster: GaleraCluster) -> bool:
+    """Every node of the cluster was started and none runs any more."""
+    return bool(cluster.nodes) and all(n.started and not n.running() for n in cluster.nodes)
+
+
 def node_of(host: Host, port: int, workdir: str | Path, **kwargs) -> GaleraNode:
     """A new node (not started) of the cluster whose nodes live beside `workdir` (the database
     servers of one runner point: `<point>/db1`, `<point>/db2`, ...). A cluster none of whose nodes
     runs any more is forgotten, so the same directory later holds a new cluster."""
     key = Path(workdir).absolute().parent
     for k, c in list(_CLUSTERS.items()):
-        if c.nodes and not c.running() and all(n.proc is None for n in c.nodes) and k != key:
+        if k != key and not c.running():  # another point's cluster, over or never started
             del _CLUSTERS[k]
     cluster = _CLUSTERS.get(key)
-    if cluster is None or (cluster.nodes and not cluster.running()):
+    if cluster is None or _over(cluster):
         cluster = _CLUSTERS[key] = GaleraCluster(name=f"tierscope-{key.name}"[:60])
     return cluster.node(host, port, workdir, **kwargs)
