@@ -229,3 +229,33 @@ def test_missing_java_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(spark_windows.MASTER_ENV, "spark://head:7077")
     assert spark_windows.resolve_master() == "spark://head:7077"
     assert spark_windows.resolve_master("local[1]") == "local[1]"
+
+
+def test_cli_engines_write_the_same_window_series(tmp_path, spark_series):
+    # spark_series first: its session is stopped; the CLI starts its own in the same JVM
+    from typer.testing import CliRunner
+
+    from tierscope.cli import app
+
+    # web1 holds a request 0-40 ms that waits 10-30 ms on app1: exclusive 20 ms of 50
+    t = pa.table({"tier": ["web", "app"], "server": ["web1", "app1"], "request_id": ["w", "a"],
+                  "parent_id": [None, "w"], "arrival_ns": [BASE, BASE + 10 * MS],
+                  "departure_ns": [BASE + 40 * MS, BASE + 30 * MS]})
+    pq.write_table(t, tmp_path / "requests.parquet")
+    runner = CliRunner()
+    written = {}
+    for engine, extra in (("duckdb", []), ("spark", ["--spark-master", "local[1]"])):
+        out = tmp_path / engine
+        res = runner.invoke(app, ["analyze", str(tmp_path), "--engine", engine, *extra, "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        written[engine] = pq.read_table(out / "windows.parquet")
+    assert written["spark"].equals(written["duckdb"])
+    assert written["spark"].column("server").to_pylist() == ["app1", "web1"]
+    assert written["spark"].column("load").to_pylist() == [0.4, 0.8]
+    assert written["spark"].column("load_exclusive").to_pylist() == [0.4, 0.4]
+    assert written["spark"].column("throughput").to_pylist() == [20.0, 20.0]
+    res = runner.invoke(app, ["analyze", str(tmp_path), "--engine", "spark", "-o", str(tmp_path / "x")],
+                        env={"JAVA_HOME": "/nonexistent-jdk"})
+    assert res.exit_code == 2 and "Java runtime" in res.output
+    res = runner.invoke(app, ["analyze", str(tmp_path), "--engine", "duckdb", "--report", "-o", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "--engine numpy" in res.output

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -99,14 +100,28 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
 
 def _to_arrow(frame) -> pa.Table | None:
     """A Spark DataFrame as an Arrow table (None when it has no rows and Spark gave no schema)."""
-    import warnings
-
-    with warnings.catch_warnings():  # pyspark checks pandas' version even for Arrow (not used here)
-        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-        if hasattr(frame, "toArrow"):  # pyspark >= 4.0
-            return frame.toArrow()
-        batches = frame._collect_as_arrow()  # pyspark 3.5
+    if hasattr(frame, "toArrow"):  # pyspark >= 4.0
+        return frame.toArrow()
+    batches = frame._collect_as_arrow()  # pyspark 3.5
     return pa.Table.from_batches(batches) if batches else None
+
+
+def _series(session, sources: list[str], window_ns: int, base_ns: int | None, exclusive: bool,
+            shared_ids: str) -> pa.Table:
+    frame = session.read.parquet(*sources)
+    frame.createOrReplaceTempView(VIEW)
+    columns = set(frame.columns)
+    links = exclusive and {"request_id", "parent_id"} <= columns
+    row = tuple(session.sql(preflight_query(VIEW, columns, links)).collect()[0])
+    first = preflight(row, ", ".join(sources), shared_ids=shared_ids)
+    links = links and not shared_id_count(row)
+    if first is None:
+        return sql_empty(exclusive)
+    if base_ns is None:
+        base_ns = floor_base(first, window_ns)
+    query = sql_query(VIEW, window_ns, base_ns, exclusive=exclusive, links=links, dialect="spark")
+    result = _to_arrow(session.sql(query))
+    return sql_empty(exclusive) if result is None else sql_conform(result, exclusive)
 
 
 def window_series_spark(
@@ -137,20 +152,9 @@ def window_series_spark(
     own = spark is None
     session = spark_session(master, conf) if own else spark
     try:
-        frame = session.read.parquet(*sources)
-        frame.createOrReplaceTempView(VIEW)
-        columns = set(frame.columns)
-        links = exclusive and {"request_id", "parent_id"} <= columns
-        row = tuple(session.sql(preflight_query(VIEW, columns, links)).collect()[0])
-        first = preflight(row, ", ".join(sources), shared_ids=shared_ids)
-        links = links and not shared_id_count(row)
-        if first is None:
-            return sql_empty(exclusive)
-        if base_ns is None:
-            base_ns = floor_base(first, window_ns)
-        query = sql_query(VIEW, window_ns, base_ns, exclusive=exclusive, links=links, dialect="spark")
-        result = _to_arrow(session.sql(query))
-        return sql_empty(exclusive) if result is None else sql_conform(result, exclusive)
+        with warnings.catch_warnings():  # pyspark checks pandas' version even where it uses none
+            warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+            return _series(session, sources, window_ns, base_ns, exclusive, shared_ids)
     finally:
         if own:
             session.stop()
