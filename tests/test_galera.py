@@ -116,6 +116,9 @@ def test_the_factory_makes_the_database_servers_of_one_point_one_cluster(tmp_pat
     nodes = [svc for svc, _ in made]
     assert {id(n.cluster) for n in nodes} == {id(nodes[0].cluster)} and nodes[0].cluster.nodes == nodes
     assert len({n.group_port for n in nodes}) == 3  # loopback: a group port each
+    assert len(nodes[0].cluster.name) <= 32  # gcomm's limit, whatever the point's name
+    with pytest.raises(ValueError, match="32"):
+        GaleraCluster("x" * 33)
     assert all(cfg.dbms == "mariadb" and cfg.port == 3306 and cfg.user == LAB_USER for _, cfg in made)
     other, _ = database_server("galera", h, 3306, tmp_path / "other" / "db1", database="rubbos", name="db1")
     assert other.cluster is not nodes[0].cluster
@@ -319,6 +322,7 @@ def test_rubbos_on_a_two_node_galera_cluster_end_to_end(labdir):
     from tierscope.runner import DONE, run_experiment
 
     raw = _spec("1/1/0/2G")
+    raw["sweep"] = {"matrix": {"topology": ["1/1/0/2G"]}}  # a long point id, as real sweeps make
     raw["mix"] = "read_write"  # writes too: they replicate, reads and writes go to both nodes
     raw["workload"] = {"users": [8], "think_time": "300ms", "ramp_up": "1s", "run": "4s", "ramp_down": "1s"}
     raw["soft"] = {"db": {"cache": "32MiB"}}

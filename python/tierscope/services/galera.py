@@ -29,6 +29,7 @@ retries of an autocommit statement. docs/galera.md says more.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -46,6 +47,9 @@ PROVIDER_LIBRARY = "/usr/lib/galera/libgalera_smm.so"
 GROUP_PORT, IST_PORT, SST_PORT = 4567, 4568, 4444
 #: the SST method when a node must copy a whole data directory (works offline, needs no account)
 SST_METHOD = "rsync"
+#: the longest cluster name gcomm carries (a longer one breaks every join: "handling gmcast
+#: protocol message failed ... types.hpp:String()")
+MAX_NAME = 32
 
 
 def provider_library() -> str:
@@ -59,6 +63,8 @@ class GaleraCluster:
     """The nodes of one Galera cluster in start order (the first to start bootstraps it)."""
 
     def __init__(self, name: str = "tierscope", state_uuid: str | None = None):
+        if not 0 < len(name) <= MAX_NAME:
+            raise ValueError(f"Galera cluster name {name!r}: 1 to {MAX_NAME} characters (gcomm's limit)")
         self.name = name
         #: the state UUID every node's grastate.dat names, so nodes started from one snapshot agree
         self.state_uuid = state_uuid or str(uuid.uuid4())
@@ -292,5 +298,6 @@ def node_of(host: Host, port: int, workdir: str | Path, **kwargs) -> GaleraNode:
             del _CLUSTERS[k]
     cluster = _CLUSTERS.get(key)
     if cluster is None or _over(cluster):
-        cluster = _CLUSTERS[key] = GaleraCluster(name=f"tierscope-{key.name}"[:60])
+        digest = hashlib.sha1(str(key).encode()).hexdigest()[:12]
+        cluster = _CLUSTERS[key] = GaleraCluster(name=f"tierscope-{digest}")
     return cluster.node(host, port, workdir, **kwargs)
