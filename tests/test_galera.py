@@ -84,6 +84,12 @@ def test_galera_with_middleware_is_refused(topology, expected):
     assert expected in str(err.value)
 
 
+def test_galera_is_refused_for_the_bookstore_until_its_app_spreads_over_the_nodes():
+    raw = _spec("1/1/0/2G", benchmark="tpcw", mix="browsing")
+    with pytest.raises(SpecError, match="Galera database tier runs with RUBBoS only"):
+        spec_from_dict(raw, where="g.toml", name="g")
+
+
 def test_g_is_no_longer_a_node_type():
     raw = _spec("1/1/0/1")
     raw["node_types"]["G"] = {"cpu": 1}
