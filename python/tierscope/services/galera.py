@@ -8,14 +8,16 @@ order: the first bootstraps a new cluster (`--wsrep-new-cluster`), every later o
 starts, `wsrep_cluster_size` is N on all of them.
 
 State transfer. Every node of a lab cluster starts from a copy of the same snapshot (the runner
-restores the loaded data into each database server's data directory). Before a node with data but
-no Galera state starts, tierscope writes its `grastate.dat` with the cluster's state UUID at
-seqno 0 (and `wsrep_start_position` to match): node 1 bootstraps the cluster at that state, and a
-joiner that holds the same state needs no snapshot state transfer (SST), only an incremental one
-(IST, Galera's own transfer from the donor's gcache) of what the cluster wrote since node 1 started
-(the lab account, a few write sets). A joiner with an empty data directory gets a full SST by
-`rsync` (`wsrep_sst_method=rsync`, offline, no account needed); that path is what a node restarted
-after divergence would take.
+restores the loaded data into each database server's data directory). A copy of a MariaDB snapshot
+has no Galera state, and a joiner whose InnoDB records no wsrep position cannot take an incremental
+transfer. So before its first start each such node is seeded (`GaleraNode.seed`): `grastate.dat`
+names the cluster's state UUID at seqno 0, the node bootstraps alone once (its bootstrap view is
+seqno 1, which InnoDB records) and stops cleanly. Then every node holds the same state; node 1
+bootstraps the cluster at it, and a joiner needs no snapshot state transfer (SST), only an
+incremental one (IST, Galera's own transfer from the donor's gcache) of what the cluster wrote
+since node 1 started (the lab account: a few write sets). A joiner with an empty data directory
+gets a full SST by `rsync` (`wsrep_sst_method=rsync`: offline, no account needed); that is the
+path a new or diverged node takes.
 
 Ports. In its own network namespace a node uses Galera's defaults (group 4567, IST 4568, SST
 4444) on its host's address; on a shared address (loopback) each node takes free ports.
