@@ -366,6 +366,7 @@ class DbSoft(_Model):
     max_connections: int = Field(default=100, ge=5, le=100_000)
     cache: Size = parse_size("128MiB")  # shared_buffers / innodb_buffer_pool_size
     fsync: bool = False  # commits reach the disk (on for studies of the disk; off is faster)
+    warm: bool = False  # the db host reads its data files before the load (a site that has run a while)
 
 
 class Soft(_Model):

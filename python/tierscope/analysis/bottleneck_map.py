@@ -51,7 +51,8 @@ class ConfigurationResult:
     config: str
     max_throughput: float
     shares: Mapping[tuple[str, str], float] = field(default_factory=dict)
-    #: servers per tier (web, app, middleware, db) when known; else read from a `#W/#A/#C/#D` config
+    #: servers per tier (web, app, middleware, db) when known; else read from the `#W/#A/#C/#D` notation
+    #: the configuration starts with
     counts: Mapping[str, int | None] | None = None
 
 
@@ -84,7 +85,7 @@ def _counts(r: ConfigurationResult) -> dict[str, int | None]:
     from tierscope.spec import parse_notation
 
     try:
-        parsed = parse_notation(r.config)
+        parsed = parse_notation(r.config.split()[0] if r.config.strip() else r.config)
     except ValueError:  # a name, not #W/#A/#C/#D notation: the map works without grid coordinates
         return {"web": None, "app": None, "middleware": None, "db": None}
     return {t: parsed[t]["count"] for t in ("web", "app", "middleware", "db")}

@@ -10,7 +10,8 @@ from rich.console import Console
 
 
 def run(
-    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Experiment spec (TOML); see docs/spec.md."),
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Experiment spec (TOML; see docs/spec.md), or the "
+                                     "name of a shipped preset: demo, demo-alternating, tpcw-memory."),
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/<run>/<point>/."),
     resume: bool = typer.Option(False, "--resume", help="Skip points that finished in an earlier run."),
     run_name: str | None = typer.Option(None, "--name", help="Run name (default: the spec's name)."),
@@ -29,16 +30,44 @@ def run(
 
     Exit status: 0 all points done, 1 a point failed, 2 bad spec or output, 130 interrupted.
 
-    Example: [bold]tierscope run examples/specs/tiny.toml -o results[/bold]
+    Example: [bold]tierscope run examples/specs/tiny.toml -o results[/bold]   or
+    [bold]tierscope run tpcw-memory[/bold] (seed 004's memory study, about 15 minutes)
     """
+    if not spec_path.exists() and not spec_path.suffix and len(spec_path.parts) == 1:
+        from tierscope.cli.demo import preset
+
+        try:
+            spec_path = preset(str(spec_path))
+        except FileNotFoundError:
+            pass  # execute() reports the missing file
     code = execute(spec_path, out, resume=resume, run_name=run_name, mode="loopback" if loopback else "auto",
                    report=not no_report, json_out=json_out)
     raise typer.Exit(code)
 
 
+def changed_spec(spec_path: Path, changes: dict):
+    """The spec of `spec_path` with `changes` (dotted key -> value) applied before validation."""
+    import tomllib
+
+    from tierscope.spec import SpecError, spec_from_dict
+
+    try:
+        raw = tomllib.loads(spec_path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise SpecError(f"{spec_path}: {err}") from err
+    for dotted, value in changes.items():
+        node = raw
+        *path, last = dotted.split(".")
+        for key in path:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return spec_from_dict(raw, where=str(spec_path), name=raw.get("name", spec_path.stem))
+
+
 def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str | None = None, mode: str = "auto",
-            report: bool = True, json_out: str | None = None) -> int:
-    """Load the spec, run it with the live display, print the outcome; returns the exit status."""
+            report: bool = True, json_out: str | None = None, changes: dict | None = None) -> int:
+    """Load the spec, run it with the live display, print the outcome; returns the exit status.
+    `changes` (dotted key -> value) replace keys of the spec file before it is validated."""
     from tierscope.cli import _output
     from tierscope.cli._live import LiveDisplay
     from tierscope.runner import Progress, run_experiment
@@ -46,7 +75,7 @@ def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str |
 
     console = Console(stderr=json_out == "-")
     try:
-        spec = load_spec(spec_path)
+        spec = load_spec(spec_path) if not changes else changed_spec(spec_path, changes)
         if json_out not in (None, "-"):
             _output.check_output_file(Path(json_out), "--json")
     except (SpecError, ValueError, OSError) as err:
@@ -68,7 +97,12 @@ def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str |
     if result.report is not None:
         from tierscope.report import print_summary
 
+        from tierscope.report.summary import configuration_table
+
         print_summary(result.summary, console)
+        configurations = configuration_table(result.data) if result.data is not None else None
+        if configurations is not None:
+            console.print(configurations)
         console.print(f"report: {result.report}")
     if json_out is not None:
         doc = _output.verdict_document(result.data, result.summary) if result.summary is not None else {}

@@ -141,6 +141,20 @@ def _config(value: Any) -> str | None:
     return str(value)
 
 
+def configuration_name(topology: str | None, manifest: dict) -> str | None:
+    """A point's configuration: its topology plus every swept value but the workload level, so a
+    sweep over, say, the database host's memory gives one configuration (one load curve, one row of
+    the bottleneck map) per memory size: ``1W/1A/0/1D-P node_types.D.memory=150MiB``."""
+    point = manifest.get("point")
+    params = point.get("params") if isinstance(point, dict) else None
+    if not isinstance(params, dict):
+        return topology
+    swept = [f"{k}={v}" for k, v in params.items() if k not in ("workload.users", "topology")]
+    if not swept:
+        return topology
+    return " ".join(([topology] if topology else []) + swept)
+
+
 def is_point_dir(path: Path) -> bool:
     return path.is_dir() and (
         (path / "manifest.json").is_file() or any((path / f"{n}.parquet").is_file() for n in TABLE_NAMES))
@@ -158,7 +172,7 @@ def read_point(path: Path) -> Point:
     point = Point(path=path, name=path.name, manifest=manifest)
     users = _find(manifest, ("users",))
     point.users = float(users) if isinstance(users, (int, float)) else None
-    point.config = _config(_find(manifest, ("topology", "config", "configuration")))
+    point.config = configuration_name(_config(_find(manifest, ("topology", "config", "configuration"))), manifest)
     think = _find(manifest, ("think_time_s", "think_time"))
     if isinstance(think, (int, float)):
         point.think_time_s = float(think)

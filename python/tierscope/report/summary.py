@@ -315,6 +315,26 @@ def level_table(data) -> Table | None:
     return table
 
 
+def configuration_table(data) -> Table | None:
+    """One row per configuration of a sweep (the bottleneck map): maximum throughput, the knee of
+    its load curve, the most saturated resource at the maximum and every tier's saturated
+    resources. None with fewer than two configurations."""
+    bmap = getattr(data, "bmap", None)
+    if bmap is None or bmap.num_rows < 2:
+        return None
+    table = Table(title="configurations (bottleneck map)", expand=False)
+    for name, justify in (("configuration", "left"), ("max throughput/s", "right"), ("knee (users)", "right"),
+                          ("bottleneck", "left"), ("saturated", "left")):
+        table.add_column(name, justify=justify)
+    for r in bmap.to_pylist():
+        bb = data.blackbox.get(r["config"])
+        knee = f"{bb.knee.users:g}" if bb is not None and bb.knee is not None else "-"
+        share = f" ({r['bottleneck_share']:.0%} of the time)" if r["bottleneck"] else ""
+        table.add_row(r["config"], f"{r['max_throughput']:.1f}", knee,
+                      (r["bottleneck"] or "no saturated resource") + share, r["saturated"] or "-")
+    return table
+
+
 def print_summary(summary: Summary, console: Console | None = None, verbose: bool = True, data=None) -> None:
     """The verdict line first; with `data`, the per-level table and the per-tier saturated shares;
     the rest (what to look at, the numbers behind it) when `verbose`."""
@@ -322,6 +342,9 @@ def print_summary(summary: Summary, console: Console | None = None, verbose: boo
     console.print(f"[bold]Bottleneck:[/bold] {summary.headline}  [bold]How sure:[/bold] {summary.confidence}",
                   highlight=False)
     if data is not None:
+        configurations = configuration_table(data)
+        if configurations is not None:
+            console.print(configurations)
         levels = level_table(data)
         if levels is not None:
             console.print(levels)

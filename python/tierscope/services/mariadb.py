@@ -56,6 +56,12 @@ class MariaDB(Service):
     def data_dir(self) -> Path:
         return self.workdir / "data"
 
+    def table_files(self) -> list[Path]:
+        """The files of the tables and indexes (InnoDB's system and per-table spaces), not the redo
+        log or the binary logs."""
+        return sorted(p for p in self.data_dir.rglob("*")
+                      if p.is_file() and (p.suffix == ".ibd" or p.name.startswith("ibdata")))
+
     @property
     def socket(self) -> Path:
         return socket_dir(self.workdir, "mysqld.sock") / "mysqld.sock"

@@ -57,6 +57,10 @@ class Postgres(Service):
     def data_dir(self) -> Path:
         return self.workdir / "data"
 
+    def table_files(self) -> list[Path]:
+        """The files of the tables and indexes (`base/`), not the write-ahead log."""
+        return sorted(p for p in (self.data_dir / "base").rglob("*") if p.is_file())
+
     @property
     def socket_dir(self) -> Path:
         return socket_dir(self.workdir, f".s.PGSQL.{self.port}.lock")

@@ -1,0 +1,67 @@
+"""A sweep over something other than the topology (say, the database host's memory) gives one
+configuration per swept value: one load curve, one row of the bottleneck map, one line of the
+configuration table the terminal prints."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+from rich.console import Console
+
+from tierscope.analysis.blackbox import BlackBox, Knee
+from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
+from tierscope.report.data import ReportData
+from tierscope.report.run import configuration_name, read_point
+from tierscope.report.summary import configuration_table
+
+
+def manifest(params: dict) -> dict:
+    return {"topology": "1W/1A/0/1D-P", "point": {"params": params, "users": params.get("workload.users")}}
+
+
+def test_swept_values_but_the_workload_level_name_the_configuration():
+    m = manifest({"node_types.D.memory": "150MiB", "workload.users": 50})
+    assert configuration_name("1W/1A/0/1D-P", m) == "1W/1A/0/1D-P node_types.D.memory=150MiB"
+    # users alone, or a swept topology (already in the name): the topology
+    assert configuration_name("1/1/0/1", manifest({"workload.users": 50})) == "1/1/0/1"
+    assert configuration_name("1/2/0/1", manifest({"topology": "1/2/0/1", "workload.users": 5})) == "1/2/0/1"
+    # two swept keys, in the order of the spec
+    two = manifest({"soft.app.threads": 4, "node_types.D.memory": "1GiB", "workload.users": 5})
+    assert configuration_name("1/1/0/1", two) == "1/1/0/1 soft.app.threads=4 node_types.D.memory=1GiB"
+    assert configuration_name(None, {}) is None
+
+
+def test_points_of_two_memory_sizes_are_two_configurations(tmp_path):
+    for memory in ("150MiB", "1GiB"):
+        for users in (50, 100):
+            d = tmp_path / f"memory{memory}-users{users}"
+            d.mkdir()
+            (d / "manifest.json").write_text(json.dumps(manifest({"node_types.D.memory": memory,
+                                                                   "workload.users": users})))
+    configs = {read_point(d).config for d in tmp_path.iterdir()}
+    assert configs == {"1W/1A/0/1D-P node_types.D.memory=150MiB", "1W/1A/0/1D-P node_types.D.memory=1GiB"}
+
+
+def test_the_bottleneck_map_reads_server_counts_from_the_topology_word():
+    results = [ConfigurationResult("1W/1A/0/2D-P node_types.D.memory=150MiB", 50.0, {("db1", "disk_util"): 0.9}),
+               ConfigurationResult("1W/1A/0/2D-P node_types.D.memory=1GiB", 200.0, {("db1", "cpu_util"): 0.7})]
+    rows = bottleneck_map(results).to_pylist()
+    assert [(r["db"], r["app"], r["tier"], r["resource"]) for r in rows] == [(2, 1, "db", "disk"), (2, 1, "db", "CPU")]
+
+
+def test_the_configuration_table_has_one_row_per_configuration():
+    a, b = "1/1/0/1 node_types.D.memory=150MiB", "1/1/0/1 node_types.D.memory=1GiB"
+    data = ReportData(title="memory")
+    data.bmap = bottleneck_map([ConfigurationResult(a, 50.0, {("db1", "disk_util"): 0.9}),
+                                ConfigurationResult(b, 200.0, {("db1", "cpu_util"): 0.3})])
+    curve = pa.table({"users": [1.0]})
+    data.blackbox = {a: BlackBox(curve, Knee(50.0, "kneedle", 0, ""), 50.0, 100.0), b: BlackBox(curve, None, 200.0, 300.0)}
+    console = Console(width=200, record=True)
+    console.print(configuration_table(data))
+    text = console.export_text()
+    assert "db disk_util (90% of the time)" in text and "no saturated resource" in text
+    lines = [line for line in text.splitlines() if "node_types.D.memory" in line]
+    assert len(lines) == 2 and " 50 " in lines[0] and "200.0" in lines[1]
+    data.bmap = data.bmap.slice(0, 1)
+    assert configuration_table(data) is None
