@@ -358,6 +358,15 @@ def test_rubbos_on_a_two_node_galera_cluster_end_to_end(labdir):
         log = (d / "logs" / name / "error.log").read_text()
         assert "Synchronized with group" in log
     assert "members(2)" in (d / "logs" / "db2" / "error.log").read_text()
+    # each node's wsrep counters, taken as it stopped: both replicated write sets of their own and
+    # applied the other's (a write on one node is applied on every node)
+    wsrep = {n: json.loads((d / "logs" / n / "wsrep.log").read_text()) for n in ("db1", "db2")}
+    assert wsrep["db2"]["wsrep_cluster_size"] == "2" and wsrep["db1"]["wsrep_cluster_size"] == "1"  # db2 stops first
+    for n in ("db1", "db2"):
+        assert int(wsrep[n]["wsrep_replicated"]) > 0 and int(wsrep[n]["wsrep_received"]) > 0, wsrep[n]
+    print({n: {k.removeprefix("wsrep_"): w[k] for k in ("wsrep_replicated", "wsrep_received", "wsrep_local_cert_failures",
+                                                          "wsrep_local_bf_aborts", "wsrep_flow_control_paused")}
+           for n, w in wsrep.items()})
     assert not _lab_mariadbd_running(d)
     print(f"\n1/1/0/2G RUBBoS point: {seconds:.1f} s wall, {client.num_rows} client requests, db rows {per_server}")
 

@@ -263,6 +263,30 @@ class GaleraNode(MariaDB):
         """The node's wsrep status variables (wsrep_cluster_size, wsrep_local_state_comment, ...)."""
         return {k: v for k, v in self.sql("SHOW GLOBAL STATUS LIKE 'wsrep_%'")}
 
+    @property
+    def status_path(self) -> Path:
+        return self.workdir / "wsrep-status.json"
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Write the node's wsrep counters (certification failures, brute-force aborts, flow
+        control, write sets replicated and received) to `status_path`, then stop it."""
+        if self.running():
+            try:
+                import json
+
+                status = self.wsrep_status()
+                status["taken_at_ns"] = str(time.time_ns())
+                self.status_path.write_text(json.dumps(status, indent=1, sort_keys=True))
+            except Exception:  # a node that does not answer any more is stopped all the same
+                pass
+        super().stop(timeout)
+
+    def logs(self) -> dict[str, Path]:
+        out = super().logs()
+        if self.status_path.exists():
+            out["wsrep"] = self.status_path
+        return out
+
     def healthy(self) -> bool:
         try:
             s = self.wsrep_status()
