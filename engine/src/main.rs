@@ -38,6 +38,9 @@ enum Command {
     #[cfg(feature = "oltp")]
     /// YCSB core workloads A-F against PostgreSQL or MariaDB (load, run).
     Ycsb(oltp::ycsb::YcsbArgs),
+    #[cfg(feature = "oltp")]
+    /// TPC-C against PostgreSQL or MariaDB (load, run): tpmC and the 90th-percentile rules.
+    Tpcc(oltp::tpcc::TpccArgs),
     /// Print the engine version.
     Version,
 }
@@ -51,6 +54,8 @@ fn main() {
         Command::Trace(args) => trace::run(args),
         #[cfg(feature = "oltp")]
         Command::Ycsb(args) => oltp::ycsb::run(args),
+        #[cfg(feature = "oltp")]
+        Command::Tpcc(args) => oltp::tpcc::run(args),
         Command::Version => {
             println!("tierscope-engine {}", env!("CARGO_PKG_VERSION"));
             Ok(0)

@@ -69,10 +69,6 @@ impl Val {
             Val::Null => bail!("expected a number, got NULL"),
         }
     }
-
-    pub fn is_null(&self) -> bool {
-        matches!(self, Val::Null)
-    }
 }
 
 impl From<i64> for Val {
@@ -87,6 +83,11 @@ impl From<i32> for Val {
 }
 impl From<u32> for Val {
     fn from(v: u32) -> Val {
+        Val::I(v as i64)
+    }
+}
+impl From<u64> for Val {
+    fn from(v: u64) -> Val {
         Val::I(v as i64)
     }
 }
@@ -161,6 +162,8 @@ impl Conn {
             Dbms::Mysql => {
                 let url = dsn.trim().replacen("mariadb://", "mysql://", 1);
                 let opts = mysql::Opts::from_url(&url).map_err(|e| anyhow!("DSN {dsn:?}: {e}"))?;
+                // the client closes statements its LRU cache evicts: keep room for all of ours
+                let opts = mysql::OptsBuilder::from_opts(opts).stmt_cache_size(Some(256));
                 let conn = mysql::Conn::new(opts)
                     .with_context(|| format!("connecting to MySQL/MariaDB at {dsn:?}"))?;
                 Ok(Conn::My {

@@ -9,8 +9,10 @@
 //! * [`generators`] — YCSB's Zipfian / scrambled Zipfian / latest key choosers.
 //! * [`stats`] — per-operation counts, HDR latency histograms, the Parquet op log.
 //! * [`ycsb`] — the YCSB core workloads A–F.
+//! * [`tpcc`] — TPC-C: nine tables, five transactions, terminals with keying and think times.
 
 pub mod db;
 pub mod generators;
 pub mod stats;
+pub mod tpcc;
 pub mod ycsb;

@@ -60,6 +60,8 @@ pub struct Stats {
     pub rollbacks: Vec<u64>,
     pub errors: Vec<u64>,
     pub hist: Vec<Histogram<u64>>,
+    /// the first error message of each operation type
+    pub first_error: Vec<Option<String>>,
     /// per-operation rows (only when a log is asked for)
     pub records: Option<Vec<OpRecord>>,
 }
@@ -75,6 +77,7 @@ impl Stats {
             hist: (0..n)
                 .map(|_| Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"))
                 .collect(),
+            first_error: vec![None; n],
             records: if keep_records { Some(Vec::new()) } else { None },
         }
     }
@@ -95,7 +98,14 @@ impl Stats {
         }
     }
 
-    pub fn merge(&mut self, other: Stats) {
+    /// Keep the first error message of operation `op`.
+    pub fn note_error(&mut self, op: usize, msg: impl FnOnce() -> String) {
+        if self.first_error[op].is_none() {
+            self.first_error[op] = Some(msg());
+        }
+    }
+
+    pub fn merge(&mut self, mut other: Stats) {
         for i in 0..self.names.len() {
             self.count[i] += other.count[i];
             self.rollbacks[i] += other.rollbacks[i];
@@ -103,6 +113,9 @@ impl Stats {
             self.hist[i]
                 .add(&other.hist[i])
                 .expect("same histogram bounds");
+            if self.first_error[i].is_none() {
+                self.first_error[i] = other.first_error[i].take();
+            }
         }
         if let (Some(mine), Some(theirs)) = (self.records.as_mut(), other.records) {
             mine.extend(theirs);
@@ -144,6 +157,9 @@ impl Stats {
                 "p99_us": self.percentile_us(i, 99.0),
                 "max_us": if h.is_empty() { 0 } else { h.max() },
             });
+            if let Some(e) = &self.first_error[i] {
+                o["first_error"] = json!(e);
+            }
             if self.rollbacks[i] > 0 {
                 o["rollbacks"] = json!(self.rollbacks[i]);
             }

@@ -487,7 +487,14 @@ fn run_workload(a: RunArgs) -> Result<i32> {
                     max_scan,
                 ) {
                     Ok(true) => Outcome::Ok,
-                    Ok(false) | Err(_) => Outcome::Error,
+                    Ok(false) => {
+                        stats.note_error(op, || "no row found".to_string());
+                        Outcome::Error
+                    }
+                    Err(e) => {
+                        stats.note_error(op, || format!("{e:#}"));
+                        Outcome::Error
+                    }
                 };
                 let end = Instant::now();
                 last_end = end;
