@@ -1,17 +1,22 @@
-"""The heavy-query case (seed 000 §4): read policies compared on two CPU-limited replicas.
+"""The heavy-query case (seed 000 §4): read policies compared when a few reads are heavy.
 
-Two PostgreSQL replicas, each in a cgroup of its own with a CFS quota of `cpu` cores (a low-cost
-node), hold the same data: a `small` table read by primary key (the light read) and a `big` table
-searched the way RUBBoS's unoptimised comment search is (`LIKE '%...%'` over every row, then a sort
-by date with an offset: a real CPU-heavy read, no pg_sleep). Two pgbench processes (the peer,
-closed loop, no think time, fixed duration) run at once through the middleware: `clients` clients
-sending the light read and `heavy_clients` clients sending the heavy one (a small share of the
-reads: about 1 in 200-500). The same load is run once per policy, one middleware process per
-policy, in one session. pgbench's per-transaction log is the ground truth
-for the light reads' percentiles and for throughput; the middleware's stats give the reads per
-replica and its 50 ms series of pending requests and heavy reads in flight per replica.
+Two PostgreSQL replicas hold the same data: a `small` table read by primary key (the light read,
+well under a millisecond) and a `big` table searched the way RUBBoS's unoptimised comment search
+is (`LIKE '%...%'` over every row, then a sort by date with an offset: a real CPU-heavy read of
+~50-200 ms, no pg_sleep). The middleware keeps `pool` connections per replica (default 1: a replica
+runs one query at a time and queues the others, in order: C-JDBC's per-backend connection pool as
+the replica's capacity), so a light read routed to a replica running a heavy one waits for it.
 
-Run: `python -m tierscope.middleware.heavy --seconds 10` (needs root: cgroups, the postgres user).
+Two pgbench processes (the peer; closed loop, fixed duration) run at once through the middleware:
+`clients` clients each drawing, as often, the light read or a think-time script (one `\\sleep`
+of `think_ms`), and `heavy_clients` clients sending the heavy read back to back (about 1 read in
+40). The same load runs once per policy and repetition (interleaved), one middleware process each,
+in one session. pgbench's per-transaction logs are the ground truth for the light reads'
+percentiles and for throughput (think-time transactions are not counted); the middleware's stats
+give the reads per replica and its 50 ms series of pending requests and heavy reads in flight per
+replica. Optionally the replicas get a CFS quota (`cpu`, `period`) or a CPU each (`pin`).
+
+Run: `python -m tierscope.middleware.heavy` (needs root: PostgreSQL runs as the postgres user).
 """
 
 from __future__ import annotations
@@ -81,8 +86,9 @@ def summary(series: dict, names: list[str]) -> dict:
     }
 
 
-def run(policies: list[str], seconds: int = 8, clients: int = 8, heavy_clients: int = 1, cpu: float = 0.5,
-        rows: int = 200_000, pool: int = 16, repeat: int = 1, log=print) -> dict:
+def run(policies: list[str], seconds: int = 5, clients: int = 8, heavy_clients: int = 1, cpu: float | None = None,
+        rows: int = 150_000, pool: int = 1, repeat: int = 1, pin: bool = False, period: float = 0.02,
+        think_ms: float = 10.0, log=print) -> dict:
     """Build the case, run every policy `repeat` times (interleaved), return the figures."""
     from tierscope.services.base import free_port
     from tierscope.services.middleware import Middleware
@@ -95,21 +101,28 @@ def run(policies: list[str], seconds: int = 8, clients: int = 8, heavy_clients: 
         def command(self) -> list[str]:
             return super().command() + ["--labels", "--series-interval", "0.05"]
 
-    reason = cgroups.unavailable_reason()
+    limited = pin or bool(cpu)
+    reason = cgroups.unavailable_reason() if limited else None
     if reason:
-        raise RuntimeError(f"the heavy-query case needs CPU-limited replicas: {reason}")
+        raise RuntimeError(f"replicas on CPUs of their own need cgroups: {reason}")
+    cpus = cgroups.machine_cpus() if pin else []
+    if pin and len(cpus) < 2:
+        raise RuntimeError(f"replicas on CPUs of their own need 2 CPUs; this machine has {cpus}")
     bindir = pg_bindir()
     work = Path(tempfile.mkdtemp(prefix="tierscope-mw-heavy-"))
     top = f"{cgroups.TOP}/mwheavy-{os.getpid()}"
-    nt = NodeType(cpu=cpu)
     hosts, pgs, started = [], [], []
     results: dict = {"params": {"seconds": seconds, "clients": clients, "heavy_clients": heavy_clients, "cpu": cpu,
-                                "rows": rows, "pool": pool, "repeat": repeat}, "runs": []}
+                                "rows": rows, "pool": pool, "repeat": repeat, "pin": pin, "period": period, "think_ms": think_ms}, "runs": []}
     try:
         for i in (1, 2):
-            rel = f"{top}/db{i}"
-            controllers = cgroups.create(rel, nt, work)
-            hosts.append(Host(f"db{i}", cgroup=rel, controllers=controllers))
+            if limited:
+                rel = f"{top}/db{i}"
+                nt = NodeType(cpu=cpu or None, cpu_period=period, cpus=str(cpus[i - 1]) if pin else None)
+                controllers = cgroups.create(rel, nt, work)
+                hosts.append(Host(f"db{i}", cgroup=rel, controllers=controllers))
+            else:
+                hosts.append(Host.loopback(f"db{i}"))
         for i, h in enumerate(hosts, 1):
             p = Postgres(h, free_port(), work / f"db{i}", fsync=False, shared_buffers="64MB", max_connections=80,
                          settings={"max_parallel_workers_per_gather": "0", "jit": "off", "work_mem": "'16MB'"},
@@ -125,13 +138,18 @@ def run(policies: list[str], seconds: int = 8, clients: int = 8, heavy_clients: 
                   "'2026-01-01'::timestamptz + g * interval '1 minute', repeat(md5((g * 3)::text), 2) "
                   f"FROM generate_series(1, {int(rows)}) g", DB)
             p.sql("VACUUM ANALYZE", DB)
+            p.sql("CHECKPOINT", DB)  # the load's dirty pages written now, not during the runs
             t0 = time.perf_counter()
             p.sql(HEAVY_SQL.rstrip().rstrip(";"), DB)
             p.sql(HEAVY_SQL.rstrip().rstrip(";"), DB)
             results.setdefault("heavy_direct_ms", []).append(round(1e3 * (time.perf_counter() - t0) / 2, 1))
-        log(f"replicas up ({cpu} cores each); the heavy read takes {results['heavy_direct_ms']} ms directly")
+        where = f"CPUs {cpus[0]} and {cpus[1]}" if pin else "any CPU"
+        quota = f"{cpu} cores per {period * 1e3:g} ms" if cpu else "no quota"
+        log(f"replicas up on {where} ({quota} each, pool {pool}); the heavy read takes {results['heavy_direct_ms']} ms directly")
         (work / "light.sql").write_text(LIGHT_SQL)
         (work / "heavy.sql").write_text(HEAVY_SQL)
+        (work / "think.sql").write_text(f"\\sleep {int(think_ms * 1000)} us\n")
+        lat_by_policy: dict[str, dict] = {}
         for rep in range(repeat):
             for policy in policies:
                 name = f"mw-{policy}-{rep}"
@@ -142,12 +160,14 @@ def run(policies: list[str], seconds: int = 8, clients: int = 8, heavy_clients: 
                 started.append(mw)
                 runs = []
                 try:
-                    for kind, n, script in (("light", clients, "light.sql"), ("heavy", heavy_clients, "heavy.sql")):
+                    for kind, n, scripts in (("light", clients, ["light.sql@1"] + (["think.sql@1"] if think_ms else [])),
+                                             ("heavy", heavy_clients, ["heavy.sql"])):
                         if n <= 0:
                             continue
                         argv = [str(bindir / "pgbench"), "-h", mw.host.address, "-p", str(mw.port), "-U", "postgres",
                                 "-n", "-c", str(n), "-j", str(min(2, n)), "-T", str(seconds), "-M", "extended",
-                                "-f", str(work / script), "-l", "--log-prefix", str(work / name / kind), DB]
+                                *(a for sc in scripts for a in ("-f", str(work / sc))),
+                                "-l", "--log-prefix", str(work / name / kind), DB]
                         runs.append((kind, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                             text=True, cwd=work)))
                     for kind, proc in runs:
@@ -166,7 +186,7 @@ def run(policies: list[str], seconds: int = 8, clients: int = 8, heavy_clients: 
                     mw.stop()
                     started.remove(mw)
                 stats = mw.stats()
-                light = [lat for _, lat, _ in read_pgbench_logs(work / name / "light")]
+                light = [lat for sc, lat, _ in read_pgbench_logs(work / name / "light") if sc == 0]
                 heavy = [lat for _, lat, _ in read_pgbench_logs(work / name / "heavy")]
                 txs = light + heavy
                 names = [b["name"] for b in stats["backends"]]
@@ -179,48 +199,49 @@ def run(policies: list[str], seconds: int = 8, clients: int = 8, heavy_clients: 
                     "heavy_mean_ms": round(1e3 * sum(heavy) / max(1, len(heavy)), 1),
                     "reads": [b["reads"] for b in stats["backends"]],
                     "heavy_reads": [b["heavy_reads"] for b in stats["backends"]],
-                    "middleware_reads": stats["reads"],
+                    "middleware_reads": stats["reads"], "pgbench_reads": len(light) + len(heavy),
                     "imbalance": summary(stats["series"], names),
                     "series": stats["series"],
                 }
                 results["runs"].append(r)
+                pooled = lat_by_policy.setdefault(policy, {"light": [], "heavy": [], "runs": 0})
+                pooled["light"] += light
+                pooled["heavy"] += heavy
+                pooled["runs"] += 1
                 log(f"{policy:6s} rep {rep}: {r['tps']:8.1f} tps ({r['light_tps']} light, {r['heavy_tps']} heavy/s), "
                     f"light p50 {r['light_p50_ms']} ms p90 {r['light_p90_ms']} ms p99 {r['light_p99_ms']} ms, "
                     f"heavy mean {r['heavy_mean_ms']} ms, reads {r['reads']}, heavy {r['heavy_reads']}, "
                     f"imbalance {r['imbalance']}")
+        # every repetition's transactions together, per policy
+        results["policies"] = {
+            policy: {"runs": x["runs"], "light": len(x["light"]), "heavy": len(x["heavy"]),
+                     "tps": round((len(x["light"]) + len(x["heavy"])) / (x["runs"] * seconds), 1),
+                     "light_tps": round(len(x["light"]) / (x["runs"] * seconds), 1),
+                     "light_p50_ms": round(1e3 * percentile(x["light"], 0.5), 2),
+                     "light_p90_ms": round(1e3 * percentile(x["light"], 0.9), 2),
+                     "light_p99_ms": round(1e3 * percentile(x["light"], 0.99), 2),
+                     "heavy_mean_ms": round(1e3 * sum(x["heavy"]) / max(1, len(x["heavy"])), 1)}
+            for policy, x in lat_by_policy.items()}
     finally:
         for s in reversed(started):
             s.stop()
-        for i in (1, 2):
+        for rel in (f"{top}/db1", f"{top}/db2", top) if limited else ():
             try:
-                cgroups.remove(f"{top}/db{i}")
+                cgroups.remove(rel)
             except Exception as err:  # reported, the rest is still cleaned
-                log(f"cannot remove cgroup {top}/db{i}: {err}")
-        try:
-            cgroups.remove(top)
-        except Exception as err:
-            log(f"cannot remove cgroup {top}: {err}")
+                log(f"cannot remove cgroup {rel}: {err}")
         shutil.rmtree(work, ignore_errors=True)
     return results
 
 
 def table(results: dict) -> str:
-    """The runs as a Markdown table (medians over the repetitions)."""
-    by: dict[str, list[dict]] = {}
-    for r in results["runs"]:
-        by.setdefault(r["policy"], []).append(r)
-
-    def med(rs: list[dict], key: str) -> float:
-        v = sorted(x[key] for x in rs)
-        return v[len(v) // 2]
-
-    lines = ["| policy | tps | light p50 ms | light p90 ms | light p99 ms | heavy mean ms | reads per replica | "
-             "heavy reads per replica |", "|---|---|---|---|---|---|---|---|"]
-    for policy, rs in by.items():
-        lines.append(f"| {policy} | {med(rs, 'tps')} | {med(rs, 'light_p50_ms')} | {med(rs, 'light_p90_ms')} | "
-                     f"{med(rs, 'light_p99_ms')} | {med(rs, 'heavy_mean_ms')} | "
-                     f"{' / '.join(str(x) for x in rs[0]['reads'])} | "
-                     f"{' / '.join(str(x) for x in rs[0]['heavy_reads'])} |")
+    """Every policy's figures (all its repetitions together) as a Markdown table."""
+    lines = ["| policy | tps | light p50 ms | light p90 ms | light p99 ms | heavy mean ms | "
+             "samples with light reads next to a heavy one |", "|---|---|---|---|---|---|---|"]
+    for policy, f in results["policies"].items():
+        share = [r["imbalance"].get("light_next_to_heavy_share", 0) for r in results["runs"] if r["policy"] == policy]
+        lines.append(f"| {policy} | {f['tps']} | {f['light_p50_ms']} | {f['light_p90_ms']} | {f['light_p99_ms']} | "
+                     f"{f['heavy_mean_ms']} | {' / '.join(f'{100 * x:.0f} %' for x in share)} |")
     return "\n".join(lines)
 
 
@@ -228,13 +249,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tierscope.middleware.heavy", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated (default: all)")
-    ap.add_argument("--seconds", type=int, default=8, help="pgbench duration per policy (default 8)")
+    ap.add_argument("--seconds", type=int, default=5, help="pgbench duration per policy and repetition (default 5)")
     ap.add_argument("--clients", type=int, default=8, help="pgbench clients sending light reads (default 8)")
     ap.add_argument("--heavy-clients", type=int, default=1, help="pgbench clients sending heavy reads (default 1)")
-    ap.add_argument("--cpu", type=float, default=0.5, help="cores per replica (CFS quota; default 0.5)")
-    ap.add_argument("--rows", type=int, default=200_000, help="rows of the big table (default 200000)")
-    ap.add_argument("--pool", type=int, default=16, help="middleware connections per replica (default 16)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per policy, interleaved (default 1)")
+    ap.add_argument("--cpu", type=float, default=0, help="cores per replica as a CFS quota (default 0: none)")
+    ap.add_argument("--period", type=float, default=0.02, help="the CFS period, s (default 0.02: a replica whose "
+                    "quota is spent waits at most 16 ms)")
+    ap.add_argument("--think-ms", type=float, default=10.0,
+                    help="light clients think between reads: a pgbench script of one \\sleep this long, drawn as "
+                    "often as the read (0: none; default 10)")
+    ap.add_argument("--pin", action="store_true",
+                    help="put each replica on a CPU of its own (cpuset: db1 on the first CPU, db2 on the second)")
+    ap.add_argument("--rows", type=int, default=150_000, help="rows of the big table (default 150000)")
+    ap.add_argument("--pool", type=int, default=1, help="middleware connections per replica: queries a replica "
+                    "runs at once (default 1)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per policy, interleaved (default 2)")
     ap.add_argument("--json", metavar="PATH", help="write every figure (series included) here")
     args = ap.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
@@ -242,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"--policies: unknown {bad}; expected some of {POLICIES}")
     res = run(policies, args.seconds, args.clients, args.heavy_clients, args.cpu, args.rows, args.pool, args.repeat,
-              log=lambda m: print(m, flush=True))
+              args.pin, args.period, args.think_ms, log=lambda m: print(m, flush=True))
     print(table(res))
     if args.json:
         Path(args.json).write_text(json.dumps(res) + "\n")
