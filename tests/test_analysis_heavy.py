@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pytest
 
-independent_sim = pytest.importorskip("independent_sim")  # needs simpy (the test extra)
-from independent_sim import Page, Server, System, ns, simulate, write_otlp  # noqa: E402
+from independent_sim import Page, Server, System, ns, simulate, write_otlp  # simpy, the test extra
 
 from tierscope.analysis.heavy import heavy_requests, stall_events  # noqa: E402
 from tierscope.report.data import collect_files  # noqa: E402

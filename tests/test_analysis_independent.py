@@ -14,8 +14,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-independent_sim = pytest.importorskip("independent_sim")  # needs simpy (the test extra)
-from independent_sim import Page, Server, System, freeze_events, periodic, simulate, truth_shares, write_otlp  # noqa: E402
+from independent_sim import Page, Server, System, freeze_events, periodic, simulate, truth_shares, write_otlp  # simpy, the test extra
 
 from tierscope.report.data import collect_files, run_fine  # noqa: E402
 

@@ -13,8 +13,7 @@ import random
 
 import pytest
 
-independent_sim = pytest.importorskip("independent_sim")
-from independent_sim import Page, Server, System, periodic, simulate, truth_windows, write_otlp  # noqa: E402
+from independent_sim import Page, Server, System, periodic, simulate, truth_windows, write_otlp  # simpy, the test extra
 
 from tierscope.analysis.alternation import switches_per_second, verdict  # noqa: E402
 from tierscope.report.data import collect_files  # noqa: E402

@@ -30,10 +30,11 @@ from tierscope.apps.bookstore.datagen import SUBJECTS, digsyl, nurand
 from tierscope.apps.dal import DbConfig
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
+from conftest import needs_root
 
 HAS_MARIADB = os.path.exists("/usr/sbin/mariadbd")
 needs_root = [pytest.mark.root,
-              pytest.mark.skipif(os.geteuid() != 0, reason="database servers run as their own OS users: needs root")]
+              needs_root("database servers run as their own OS users")]
 SCALE = "tiny"
 ITEMS, EBS = datagen.SCALES[SCALE]
 SEED = 11

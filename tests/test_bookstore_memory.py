@@ -17,7 +17,6 @@ PostgreSQL 15.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
@@ -29,13 +28,14 @@ import pytest
 from tierscope.report import collect_run
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
+from conftest import needs_postgres, needs_root
 
 PRESET = Path(__file__).resolve().parent.parent / "python" / "tierscope" / "presets" / "tpcw-memory.toml"
 
 pytestmark = [
     pytest.mark.fidelity,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab starts PostgreSQL as its own OS user: needs root"),
-    pytest.mark.skipif(not Path("/usr/lib/postgresql/15/bin/postgres").exists(), reason="postgresql-15 not installed"),
+    needs_root("the lab starts PostgreSQL as its own OS user"),
+    needs_postgres,
 ]
 
 LOW, HIGH = "150MiB", "1GiB"
@@ -50,7 +50,7 @@ def median(point_dir: Path, host: str, metric: str) -> float:
 
 def test_memory_moves_the_bottleneck_from_the_disk_to_the_cpu(tmp_path):
     raw = tomllib.loads(PRESET.read_text())
-    raw["workload"].update(users=[300], ramp_up="5s", run="25s", ramp_down="2s")
+    raw["workload"].update(users=[400], ramp_up="5s", run="25s", ramp_down="2s")
     raw["sweep"]["matrix"]["node_types.D.memory"] = [LOW, HIGH]
     spec = spec_from_dict(raw, where="<memory study>", name="memory")
     result = run_experiment(spec, tmp_path, report=False)

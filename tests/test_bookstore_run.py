@@ -7,22 +7,20 @@ orders table against the Buy Confirm pages the generator completed."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import pytest
 
 from tierscope.runner import DONE, run_experiment
 from tierscope.spec import load_spec
+from conftest import needs_root, needs_tcpdump
 
 SPEC = Path(__file__).resolve().parent.parent / "examples" / "specs" / "tiny-bookstore.toml"
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab starts PostgreSQL as its own OS user: needs root"),
-    pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed"),
+    needs_root("the lab starts PostgreSQL as its own OS user"),
+    needs_tcpdump,
 ]
 
 

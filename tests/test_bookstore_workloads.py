@@ -30,8 +30,8 @@ import pytest
 from scipy import stats
 
 from tierscope.engine import engine_path
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "python" / "tierscope" / "apps" / "bookstore" / "workloads"
 MIXES = ("browsing", "shopping", "ordering")
 

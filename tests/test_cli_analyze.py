@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-independent_sim = pytest.importorskip("independent_sim")  # needs simpy (the test extra)
-from independent_sim import freeze_events, periodic, simulate, write_otlp  # noqa: E402
+from independent_sim import freeze_events, periodic, simulate, write_otlp  # simpy, the test extra
 from test_analysis_independent import WARMUP_S, shop  # noqa: E402
 
 from tierscope import tables  # noqa: E402

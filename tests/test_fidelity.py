@@ -20,8 +20,6 @@ About 1–1.5 minutes each (3.6 min for the three here); marked `fidelity`: `mak
 
 from __future__ import annotations
 
-import os
-import shutil
 import tomllib
 from pathlib import Path
 
@@ -33,14 +31,14 @@ import pytest
 from tierscope.report import build_summary, collect_run
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
+from conftest import PRESETS, needs_postgres, needs_root, needs_tcpdump
 
-PRESETS = Path(__file__).resolve().parent.parent / "python" / "tierscope" / "presets"
 
 pytestmark = [
     pytest.mark.fidelity,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab starts PostgreSQL as its own OS user: needs root"),
-    pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed"),
-    pytest.mark.skipif(not Path("/usr/lib/postgresql/15/bin/postgres").exists(), reason="postgresql-15 not installed"),
+    needs_root("the lab starts PostgreSQL as its own OS user"),
+    needs_tcpdump,
+    needs_postgres,
 ]
 
 

@@ -13,8 +13,7 @@ import json
 
 import pytest
 
-pytest.importorskip("opentelemetry.sdk")
-encoder = pytest.importorskip("opentelemetry.exporter.otlp.proto.common.trace_encoder")
+from opentelemetry.exporter.otlp.proto.common import trace_encoder as encoder
 from google.protobuf.json_format import MessageToDict  # noqa: E402
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.sdk.resources import Resource  # noqa: E402

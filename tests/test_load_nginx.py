@@ -20,8 +20,8 @@ import pytest
 from tierscope import tables
 from tierscope.engine import engine_path
 from tierscope.services.base import free_port
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "static-site.toml"
 SITE = ROOT / "examples" / "static-site"
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tierscope.engine import engine_path
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "static-site.toml"
 
 GOOD = """\

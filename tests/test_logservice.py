@@ -21,8 +21,9 @@ from tierscope.apps.logservice.driver import CONNECTION_ERROR, OUTCOMES, TIMEOUT
 from tierscope.apps.logservice.experiment import Service, count, run_mode
 from tierscope.apps.logservice.preset import PresetError, load_preset
 from tierscope.apps.logservice.schema import token
+from conftest import needs_root
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as its own OS user: needs root")
+needs_root = needs_root("PostgreSQL runs as its own OS user")
 needs_redis = pytest.mark.skipif(not shutil.which("redis-server"), reason="redis-server not installed")
 
 

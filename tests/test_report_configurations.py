@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pytest
 from rich.console import Console
 
 from tierscope.analysis.blackbox import BlackBox, Knee
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
 from tierscope.report.data import ReportData
-from tierscope.report.run import configuration_name, read_point
+from tierscope.manifest import Manifest
+from tierscope.manifest import read as read_manifest
+from tierscope.manifest import write as write_manifest
+from tierscope.report.run import read_point
 from tierscope.report.summary import configuration_table
 
 
@@ -20,16 +24,45 @@ def manifest(params: dict) -> dict:
     return {"topology": "1W/1A/0/1D-P", "point": {"params": params, "users": params.get("workload.users")}}
 
 
+def configuration(topology: str | None, params: dict) -> str | None:
+    return Manifest.model_validate({"topology": topology, "point": {"params": params}}).configuration()
+
+
 def test_swept_values_but_the_workload_level_name_the_configuration():
-    m = manifest({"node_types.D.memory": "150MiB", "workload.users": 50})
-    assert configuration_name("1W/1A/0/1D-P", m) == "1W/1A/0/1D-P node_types.D.memory=150MiB"
+    memory = {"node_types.D.memory": "150MiB", "workload.users": 50}
+    assert configuration("1W/1A/0/1D-P", memory) == "1W/1A/0/1D-P node_types.D.memory=150MiB"
     # users alone, or a swept topology (already in the name): the topology
-    assert configuration_name("1/1/0/1", manifest({"workload.users": 50})) == "1/1/0/1"
-    assert configuration_name("1/2/0/1", manifest({"topology": "1/2/0/1", "workload.users": 5})) == "1/2/0/1"
+    assert configuration("1/1/0/1", {"workload.users": 50}) == "1/1/0/1"
+    assert configuration("1/2/0/1", {"topology": "1/2/0/1", "workload.users": 5}) == "1/2/0/1"
     # two swept keys, in the order of the spec
-    two = manifest({"soft.app.threads": 4, "node_types.D.memory": "1GiB", "workload.users": 5})
-    assert configuration_name("1/1/0/1", two) == "1/1/0/1 soft.app.threads=4 node_types.D.memory=1GiB"
-    assert configuration_name(None, {}) is None
+    two = {"soft.app.threads": 4, "node_types.D.memory": "1GiB", "workload.users": 5}
+    assert configuration("1/1/0/1", two) == "1/1/0/1 soft.app.threads=4 node_types.D.memory=1GiB"
+    assert configuration(None, {}) is None
+
+
+def test_a_manifest_that_is_not_one_is_an_error_naming_the_field(tmp_path):
+    bad = tmp_path / "manifest.json"
+    bad.write_text(json.dumps({"status": "done", "point": {"users": "many"}}))
+    with pytest.raises(ValueError, match=r"manifest.json: point.users: .*'many'"):
+        read_manifest(bad)
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_manifest(bad)
+    bad.write_text(json.dumps({"status": "finished"}))
+    with pytest.raises(ValueError, match="status"):
+        read_manifest(bad)
+
+
+def test_a_manifest_keeps_what_it_does_not_type(tmp_path):
+    path = tmp_path / "manifest.json"
+    raw = {"status": "done", "point": {"users": 5, "think_time_s": 1.0}, "phases": {"run": {"start_ns": 1, "end_ns": 9}},
+           "generator": {"total": {"p90_ms": 3.5}}, "machine": {"cpus": 2}}
+    path.write_text(json.dumps(raw))
+    m = read_manifest(path)
+    assert (m.point.users, m.point.think_time_s, m.run_interval()) == (5.0, 1.0, (1, 9))
+    write_manifest(m, path)
+    again = json.loads(path.read_text())
+    assert again["generator"] == {"total": {"p90_ms": 3.5}} and again["machine"] == {"cpus": 2}
 
 
 def test_points_of_two_memory_sizes_are_two_configurations(tmp_path):

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-sim = pytest.importorskip("tierscope.simulate")
+import tierscope.simulate as sim
 
 from tierscope.report import build_summary, collect_run, render_html  # noqa: E402
 
@@ -89,7 +89,6 @@ def _alternating_spec() -> dict:
 
 
 def test_alternating_point_report_renders_fine_grained_sections(tmp_path):
-    pytest.importorskip("tierscope.analysis.fine")
     from test_report import CHROMIUM, dump_dom
 
     from tierscope.report import write_report

@@ -29,9 +29,10 @@ from tierscope.services.appserver import AppServer
 from tierscope.services.base import free_port
 from tierscope.services.nginx import Nginx
 from tierscope.testbed.host import Host
+from conftest import needs_root
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="database servers run as their own OS users: needs root"),
+    needs_root("database servers run as their own OS users"),
     pytest.mark.skipif(not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"), reason="nginx not installed"),
 ]
 

@@ -21,12 +21,13 @@ import pytest
 
 from tierscope.runner import DONE, FAILED, Progress, run_experiment
 from tierscope.spec import load_spec, spec_from_dict
+from conftest import needs_root, needs_tcpdump
 
 TINY = Path(__file__).resolve().parent.parent / "examples" / "specs" / "tiny.toml"
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab starts PostgreSQL as its own OS user: needs root"),
-    pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed"),
+    needs_root("the lab starts PostgreSQL as its own OS user"),
+    needs_tcpdump,
 ]
 
 

@@ -13,8 +13,9 @@ from tierscope.services.mariadb import MariaDB
 from tierscope.services.nginx import Nginx
 from tierscope.services.postgres import Postgres, pg_bindir
 from tierscope.testbed.host import Host
+from conftest import needs_root
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="servers run as their own OS users: needs root")
+needs_root = needs_root("servers run as their own OS users")
 
 
 @pytest.mark.skipif(not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"), reason="nginx not installed")

@@ -15,8 +15,8 @@ from tierscope import tables
 from tierscope.analysis.windows import Intervals, share_above
 from tierscope.simulate import SpecError, load_spec, parse_spec, simulate
 from tierscope.simulate.arrivals import mmpp2_for, open_arrivals
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def spec(**over):

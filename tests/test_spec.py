@@ -1,6 +1,5 @@
 """The experiment spec: the #W/#A/#C/#D notation, validation errors that name the key, expansion."""
 
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ from tierscope.spec import (
     parse_size,
     parse_spec,
 )
+from conftest import EXAMPLES, PRESETS
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "specs"
 MIN = '[workload]\nusers = [10]\n'
 
 
@@ -171,7 +170,7 @@ users = 5
         ('topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nweights = [1, 2]\n',
          "soft.middleware.weights: only with policy = \"wrr\" (policy is 'lprf')"),
         ('topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "random"\n',
-         "t.toml: soft.middleware.policy: Input should be 'lprf', 'rr', 'wrr' or 'lrt'"),
+         "t.toml: soft.middleware.policy: Input should be 'lprf', 'rr', 'wrr', 'lrt' or 'aware'"),
         ('topology = "1/1/0/2"\n' + MIN,
          "t.toml: topology: the topology has 2 database servers and no clustering middleware"),
     ],
@@ -310,7 +309,6 @@ burstiness = 400
     assert [s.name for s in c.tier_servers("app")] == ["app1", "app2"]
 
 
-PRESETS = Path(__file__).resolve().parent.parent / "python" / "tierscope" / "presets"
 
 
 @pytest.mark.parametrize("name", ["tiny.toml", "demo.toml", "demo-alternating.toml"])
@@ -348,5 +346,6 @@ def test_scale_is_a_fraction_or_a_preset_the_data_generator_knows():
     assert q.config.scale == 0.5
     from tierscope.spec import SCALE_PRESETS
 
-    datagen = pytest.importorskip("tierscope.apps.rubbos.datagen")
+    from tierscope.apps.rubbos import datagen
+
     assert set(SCALE_PRESETS["rubbos"]) == set(datagen.PRESETS)

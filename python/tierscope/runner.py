@@ -26,8 +26,8 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tierscope import __version__, tables
-from tierscope.spec import Point, Spec, db_topology_problem, expand
+from tierscope import __version__, manifest, tables
+from tierscope.spec import TIERS, Point, Spec, db_topology_problem, expand
 
 #: ports the web and app tiers listen on inside their hosts (every host has its own address; a
 #: database server listens on its DBMS's port, `services.databases.PORT`)
@@ -459,42 +459,38 @@ def versions() -> dict:
 def write_manifest(ctx: PointContext, status: str, reason: str | None, spec: Spec, counts: dict,
                    summary: dict, vers: dict, seconds: float) -> None:
     c = ctx.point.config
-    manifest = {
-        "status": status,
-        "reason": reason,
-        "point": {
-            "id": ctx.point.id,
-            "index": ctx.point.index,
-            "repeat": ctx.point.repeat,
-            "params": ctx.point.params,
-            "seed": ctx.point.seed,
-            "users": _users_of(ctx.point),
-            "think_time_s": c.workload.think_time,
-        },
-        "topology": c.notation(),
-        "phases": ctx.phases,
-        "tables": counts,
-        "generator": summary or None,
-        "testbed": {
+    m = manifest.Manifest(
+        kind="run",
+        status=status,
+        reason=reason,
+        point=manifest.PointInfo(id=ctx.point.id, index=ctx.point.index, repeat=ctx.point.repeat,
+                                 params=ctx.point.params, seed=ctx.point.seed, users=_users_of(ctx.point),
+                                 think_time_s=c.workload.think_time),
+        topology=c.notation(),
+        tiers={t: len(c.tier_servers(t)) for t in TIERS},
+        phases=ctx.phases,
+        tables=counts,
+        generator=summary or None,
+        testbed={
             "mode": getattr(ctx.testbed, "mode", None),
             "lost": getattr(ctx.testbed, "lost", []),
             "hosts": {n: {"address": h.address, "netns": h.netns, "cgroup": h.cgroup} for n, h in ctx.hosts.items()},
         },
-        "servers": [{"address": a, "tier": t, "server": n, "protocol": p} for a, t, n, p in ctx.server_map],
-        "notes": ctx.notes,
-        "seconds": round(seconds, 3),
-        "config": c.model_dump(mode="json"),
-        "spec_path": spec.path,
-        "versions": vers,
-        "machine": machine(),
-    }
-    (ctx.dir / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
+        servers=[manifest.Server(address=a, tier=t, server=n, protocol=p) for a, t, n, p in ctx.server_map],
+        notes=ctx.notes,
+        seconds=round(seconds, 3),
+        config=c.model_dump(mode="json"),
+        spec_path=spec.path,
+        versions=vers,
+        machine=machine(),
+    )
+    manifest.write(m, ctx.dir / "manifest.json")
 
 
 def point_status(point_dir: Path) -> str | None:
     """done / failed / None (never finished) from a point's manifest."""
     try:
-        return json.loads((point_dir / "manifest.json").read_text()).get("status")
+        return manifest.read(point_dir / "manifest.json").status
     except (OSError, ValueError):
         return None
 

@@ -23,7 +23,7 @@ def preset(name: str) -> Path:
 #: ~30 %, CPU at 100 %) and two workload levels, below and above both knees, with shorter runs
 MEMORY_DEMO = {"name": "tpcw-memory-demo", "node_types.D.memory": "150MiB",
                "sweep.matrix": {"node_types.D.memory": ["150MiB", "1GiB"]},
-               "workload.users": [50, 300], "workload.run": "20s"}
+               "workload.users": [50, 400], "workload.run": "20s"}
 
 
 def demo(

@@ -138,13 +138,13 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
     if not points:
         raise FileNotFoundError(f"{root}: no experiment points found (expected <point>/manifest.json or "
                                 f"<point>/requests.parquet up to three levels below)")
-    failed = [p for p in points if p.manifest.get("status") == "failed"]
-    points = [p for p in points if p.manifest.get("status") != "failed"]
+    failed = [p for p in points if p.manifest.status == "failed"]
+    points = [p for p in points if p.manifest.status != "failed"]
     if not points:
         raise FileNotFoundError(f"{root}: every point failed; nothing to report")
     data = ReportData(title=root.name, window_ns=window_ns, points=points)
     for p in failed[:5]:
-        data.notes.append(f"point {p.name} failed ({p.manifest.get('reason') or 'no reason given'}) and is left out")
+        data.notes.append(f"point {p.name} failed ({p.manifest.reason or 'no reason given'}) and is left out")
     if len(failed) > 5:
         data.notes.append(f"{len(failed) - 5} more failed points are left out")
     by_config: dict[str, list[Point]] = {}
@@ -181,7 +181,8 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
             for row in wb.shares.to_pylist():
                 if row["users"] == bb.max_throughput_users:
                     shares[(row["host"], row["metric"])] = row["share_above"]
-        results.append(ConfigurationResult(config, bb.max_throughput, shares))
+        tiers = next((p.manifest.tiers for p in by_config[config] if p.manifest.tiers), None)
+        results.append(ConfigurationResult(config, bb.max_throughput, shares, counts=tiers))
     if len(results) >= 2:
         data.bmap = bottleneck_map(results)
     elif len(by_config) < 2:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 
 from .. import tables
+from ..manifest import Interval, Manifest, Phases, PointInfo
+from ..manifest import write as write_manifest
 from .engine import Trace
 from .spec import Spec
 
@@ -56,17 +57,21 @@ class Simulation:
 
         out["saturation_truth"] = directory / FILES["saturation_truth"]
         pq.write_table(self.saturation_truth, out["saturation_truth"])
-        manifest = {
-            "kind": "simulation",
-            "spec": self.spec.model_dump(mode="json"),
-            "start_ns": self.spec.start_ns + int(round(self.spec.warmup_s * 1e9)),
-            "end_ns": self.spec.start_ns + int(round(self.spec.duration_s * 1e9)),
-            "rows": {name: getattr(self, name).num_rows for name in FILES},
-            "events_processed": self.events_processed,
-            "files": {name: FILES[name] for name in FILES},
-        }
+        start_ns = self.spec.start_ns + int(round(self.spec.warmup_s * 1e9))
+        end_ns = self.spec.start_ns + int(round(self.spec.duration_s * 1e9))
+        m = Manifest(
+            kind="simulation",
+            point=PointInfo(seed=self.spec.seed, users=self.spec.workload.users,
+                            think_time_s=self.spec.workload.think_time_s),
+            tiers={t.name: t.servers for t in self.spec.tier},
+            phases=Phases(run=Interval(start_ns=start_ns, end_ns=end_ns)),  # after the warm-up
+            tables={name: getattr(self, name).num_rows for name in FILES},
+            spec=self.spec.model_dump(mode="json"),
+            events_processed=self.events_processed,
+            files={name: FILES[name] for name in FILES},
+        )
         out["manifest"] = directory / "manifest.json"
-        out["manifest"].write_text(json.dumps(manifest, indent=2) + "\n")
+        write_manifest(m, out["manifest"])
         return out
 
 

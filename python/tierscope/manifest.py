@@ -1,0 +1,111 @@
+"""The point manifest (`manifest.json`): the contract between what writes an experiment point (the
+runner, the simulator) and what reads it (the report). docs/tables.md lists the fields.
+
+One file per point, beside its tables. Times are integer nanoseconds since the epoch (`*_ns`),
+durations seconds (`*_s`). Readers use the typed fields below and nothing else; the model keeps
+any other key a producer adds (the generator's summary, the machine, the simulator's spec) so a
+manifest read and written again loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Interval(_Model):
+    start_ns: int
+    end_ns: int
+
+
+class Phases(_Model):
+    """When the point's parts happened: the point's start, the load's start, and the generator's
+    three phases (only `run` is measured)."""
+
+    point_start_ns: int | None = None
+    load_start_ns: int | None = None
+    ramp_up: Interval | None = None
+    run: Interval | None = None
+    ramp_down: Interval | None = None
+
+
+class PointInfo(_Model):
+    """Which point of the sweep: its id, the swept values (`params`, dotted spec keys), the seed, and
+    the workload level (closed-loop users, mean think time in seconds)."""
+
+    id: str | None = None
+    index: int | None = None
+    repeat: int = 0
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = None
+    users: float | None = None
+    think_time_s: float | None = None
+
+
+class Server(_Model):
+    """A server the capture saw: its address (`ip:port`), tier, name and wire protocol."""
+
+    address: str
+    tier: str
+    server: str
+    protocol: str
+
+
+class Manifest(_Model):
+    kind: Literal["run", "simulation"] = "run"
+    status: Literal["done", "failed"] = "done"
+    #: why a failed point failed
+    reason: str | None = None
+    point: PointInfo = Field(default_factory=PointInfo)
+    #: the topology in the papers' notation with node types and DBMS (`1W/1A/0/1D-P`)
+    topology: str | None = None
+    #: servers per tier (`web`, `app`, `middleware`, `db`)
+    tiers: dict[str, int] | None = None
+    phases: Phases = Field(default_factory=Phases)
+    #: rows written per table
+    tables: dict[str, int] = Field(default_factory=dict)
+    servers: list[Server] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    #: wall time of the whole point
+    seconds: float | None = None
+    #: program -> its version line
+    versions: dict[str, str | None] = Field(default_factory=dict)
+
+    def configuration(self) -> str | None:
+        """The point's configuration: its topology plus every swept value but the workload level,
+        so a sweep over, say, the database host's memory gives one configuration (one load curve,
+        one row of the bottleneck map) per memory size: ``1W/1A/0/1D-P node_types.D.memory=150MiB``."""
+        swept = [f"{k}={v}" for k, v in self.point.params.items() if k not in ("workload.users", "topology")]
+        if not swept:
+            return self.topology
+        return " ".join(([self.topology] if self.topology else []) + swept)
+
+    def run_interval(self) -> tuple[int, int] | None:
+        """The measured interval ``(start_ns, end_ns)``, None when not recorded."""
+        run = self.phases.run
+        return (run.start_ns, run.end_ns) if run is not None else None
+
+
+def read(path: str | Path) -> Manifest:
+    """A manifest file; ValueError naming the file and the field when it is not one."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ValueError(f"{path}: {where}: {first['msg']} (got {first.get('input')!r})") from None
+
+
+def write(manifest: Manifest, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(manifest.model_dump(mode="json"), indent=1, default=str) + "\n")
