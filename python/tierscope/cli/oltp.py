@@ -1,0 +1,169 @@
+"""`tierscope oltp`: database benchmarks (YCSB, TPC-C) driven by the native engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+oltp_app = typer.Typer(
+    name="oltp",
+    help="Database benchmarks run by the native engine, talking to the database directly "
+    "(no web or app tier): the YCSB core workloads A-F and TPC-C.\n\n"
+    "Without --dsn a PostgreSQL or MariaDB server of its own is started on loopback for the run "
+    "(--dbms), loaded, driven and stopped; its data directory is temporary unless --workdir is given. "
+    "With --dsn the given database is used: a libpq string such as "
+    "'host=127.0.0.1 port=5432 user=postgres dbname=bench' or 'mysql://user:password@host:3306/bench'.\n\n"
+    "Examples:\n\n"
+    "  tierscope oltp ycsb --dbms postgresql --workload c --records 100000 --threads 4 --duration 30\n\n"
+    "  tierscope oltp ycsb --dsn 'mysql://tierscope:tierscope@127.0.0.1:3306/bench' --workload a --target 2000\n\n"
+    "  tierscope oltp tpcc --dbms mariadb --warehouses 2 --no-waits --duration 60\n\n"
+    "The engine itself: tierscope-engine ycsb --help, tierscope-engine tpcc --help; docs/oltp.md.",
+    no_args_is_help=True,
+)
+
+_DBMS_HELP = "Server to start for the run when no --dsn: postgresql or mariadb."
+_DSN_HELP = "Use this database instead of starting one (libpq string or mysql:// URL)."
+
+
+def _database(console: Console, dbms: str, dsn: Optional[str], workdir: Optional[Path]):
+    """A context manager yielding the DSN: the given one, or a started server's."""
+    import contextlib
+
+    from tierscope.oltp import DBMS, started_database
+
+    if dsn:
+        return contextlib.nullcontext(dsn)
+    if dbms not in DBMS:
+        console.print(f"[red]error:[/red] --dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
+        raise typer.Exit(2)
+
+    @contextlib.contextmanager
+    def started():
+        console.print(f"starting {dbms} ...", style="dim")
+        with started_database(dbms, workdir) as (_svc, the_dsn):
+            yield the_dsn
+
+    return started()
+
+
+def _ops_table(title: str, ops: dict, extra: tuple[str, ...] = ()) -> Table:
+    t = Table(title=title)
+    for col in ("operation", "count", "errors", "p50 µs", "p90 µs", "p99 µs", "max µs", *extra):
+        t.add_column(col, justify="left" if col == "operation" else "right")
+    for name, o in ops.items():
+        row = [name, str(o["count"]), str(o["errors"]), str(o["p50_us"]), str(o["p90_us"]), str(o["p99_us"]),
+               str(o["max_us"])]
+        if "p90 rule" in extra:
+            row.append(f"{o.get('p90_rule', '')} (≤ {o.get('p90_limit_s', '')} s)")
+        t.add_row(*row)
+    return t
+
+
+@oltp_app.command("ycsb")
+def ycsb(
+    workload: str = typer.Option("a", "--workload", "-w", help="YCSB core workload: a (50 % read / 50 % update), "
+                                 "b (95/5), c (100 % read), d (95 % read latest / 5 % insert), e (95 % short scans / "
+                                 "5 % insert), f (50 % read / 50 % read-modify-write). Keys: scrambled Zipf θ=0.99 "
+                                 "(d: latest)."),
+    dbms: str = typer.Option("postgresql", "--dbms", help=_DBMS_HELP),
+    dsn: Optional[str] = typer.Option(None, "--dsn", help=_DSN_HELP),
+    records: int = typer.Option(10_000, "--records", min=1, help="Rows to load (≈1 KB each with the default fields)."),
+    field_length: int = typer.Option(100, "--field-length", min=1, help="Characters per field (10 fields)."),
+    threads: int = typer.Option(4, "--threads", min=1, help="Client threads, one connection each."),
+    target: Optional[float] = typer.Option(None, "--target", help="Total ops/s to offer (default: as fast as "
+                                           "possible). Latency is then measured from each operation's intended "
+                                           "start, so a stalled server shows up as latency (coordinated omission "
+                                           "corrected)."),
+    duration: float = typer.Option(30.0, "--duration", min=0.1, help="Seconds to run."),
+    ops: Optional[int] = typer.Option(None, "--ops", min=1, help="Stop after this many operations (or the duration)."),
+    warmup: Optional[float] = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
+    distribution: Optional[str] = typer.Option(None, "--distribution", help="Override the key distribution: "
+                                               "zipfian, latest or uniform."),
+    no_load: bool = typer.Option(False, "--no-load", help="Do not (re)load the table (it must exist, with --dsn)."),
+    log: Optional[Path] = typer.Option(None, "--log", help="Write one row per operation to this Parquet file."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Data directory of a started server (default: temporary)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the engine's summaries as JSON lines."),
+) -> None:
+    """Load a YCSB usertable and run one core workload; print ops/s and per-operation latencies.
+
+    Example: tierscope oltp ycsb --dbms mariadb --workload b --records 50000 --threads 8 --duration 20
+    """
+    from tierscope.oltp import OltpError, ycsb_load, ycsb_run
+
+    console = Console()
+    try:
+        with _database(console, dbms, dsn, workdir) as the_dsn:
+            if not no_load:
+                loaded = ycsb_load(the_dsn, records=records, field_length=field_length)
+                if json_out:
+                    print(json.dumps(loaded))
+                else:
+                    console.print(f"loaded {loaded['records']} records in {loaded['seconds']} s")
+            s = ycsb_run(the_dsn, workload=workload, threads=threads, duration=duration, ops=ops, target=target,
+                         warmup=warmup, distribution=distribution, field_length=field_length, log=log)
+    except OltpError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(err.code or 1)
+    if json_out:
+        print(json.dumps(s))
+        return
+    console.print(_ops_table(f"YCSB {s['workload'].upper()} on {s['dbms']} ({s['distribution']} keys, "
+                             f"{s['threads']} threads, latency from {'intended' if s['latency_from'] == 'intended' else 'actual'} start)", s["operations"]))
+    console.print(f"{s['ops']} ops in {s['seconds']} s = [bold]{s['ops_per_s']} ops/s[/bold], {s['errors']} errors; "
+                  f"driver CPU {s['cpu_s']} s ({s['ops_per_cpu_s']} ops per CPU-second)")
+
+
+@oltp_app.command("tpcc")
+def tpcc(
+    dbms: str = typer.Option("postgresql", "--dbms", help=_DBMS_HELP),
+    dsn: Optional[str] = typer.Option(None, "--dsn", help=_DSN_HELP),
+    warehouses: int = typer.Option(1, "--warehouses", "-W", min=1, help="Warehouses to load (≈100 MB each)."),
+    terminals: Optional[int] = typer.Option(None, "--terminals", min=1, help="Terminals (default 10 per warehouse, "
+                                            "each bound to a warehouse and district)."),
+    no_waits: bool = typer.Option(False, "--no-waits", help="Drop keying and think times (BenchBase's default): "
+                                  "measures the database at saturation; the run is then 'TPC-C-like'. With the spec's "
+                                  "waits one warehouse gives at most 12.86 tpmC."),
+    duration: float = typer.Option(60.0, "--duration", min=0.1, help="Seconds to run."),
+    warmup: Optional[float] = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
+    no_load: bool = typer.Option(False, "--no-load", help="Do not (re)load the tables (they must exist, with --dsn)."),
+    log: Optional[Path] = typer.Option(None, "--log", help="Write one row per transaction to this Parquet file."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Data directory of a started server (default: temporary)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the engine's summaries as JSON lines."),
+) -> None:
+    """Load TPC-C and run the 45/43/4/4/4 mix; print tpmC and the 90th-percentile rules per transaction.
+
+    Example: tierscope oltp tpcc --dbms postgresql --warehouses 1 --no-waits --duration 30
+    """
+    from tierscope.oltp import OltpError, tpcc_load, tpcc_run
+
+    console = Console()
+    try:
+        with _database(console, dbms, dsn, workdir) as the_dsn:
+            if not no_load:
+                loaded = tpcc_load(the_dsn, warehouses=warehouses)
+                if json_out:
+                    print(json.dumps(loaded))
+                else:
+                    console.print(f"loaded {warehouses} warehouse(s), {loaded['total_rows']} rows in {loaded['seconds']} s")
+            s = tpcc_run(the_dsn, duration=duration, terminals=terminals, no_waits=no_waits, warmup=warmup, log=log)
+    except OltpError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(err.code or 1)
+    if json_out:
+        print(json.dumps(s))
+        return
+    console.print(_ops_table(f"TPC-C on {s['dbms']}: {s['warehouses']} warehouse(s), {s['terminals']} terminals, "
+                             f"waits {'on' if s['waits'] else 'off'}", s["transactions"], ("p90 rule",)))
+    like = " (TPC-C-like: waits shortened or off)" if s["tpcc_like"] else ""
+    console.print(f"[bold]tpmC {s['tpmC']}[/bold]{like}; {s['tpm_total']} transactions/min; "
+                  f"New-Orders {s['new_orders']['committed']} committed + {s['new_orders']['rolled_back']} rolled back; "
+                  f"{s['errors']} errors; p90 rules {'passed' if s['p90_rules_passed'] else 'FAILED'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(oltp_app, name="oltp")
