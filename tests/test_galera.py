@@ -84,12 +84,6 @@ def test_galera_with_middleware_is_refused(topology, expected):
     assert expected in str(err.value)
 
 
-def test_galera_is_refused_for_the_bookstore_until_its_app_spreads_over_the_nodes():
-    raw = _spec("1/1/0/2G", benchmark="tpcw", mix="browsing")
-    with pytest.raises(SpecError, match="Galera database tier runs with RUBBoS only"):
-        spec_from_dict(raw, where="g.toml", name="g")
-
-
 def test_g_is_no_longer_a_node_type():
     raw = _spec("1/1/0/1")
     raw["node_types"]["G"] = {"cpu": 1}
@@ -369,6 +363,31 @@ def test_rubbos_on_a_two_node_galera_cluster_end_to_end(labdir):
            for n, w in wsrep.items()})
     assert not _lab_mariadbd_running(d)
     print(f"\n1/1/0/2G RUBBoS point: {seconds:.1f} s wall, {client.num_rows} client requests, db rows {per_server}")
+
+
+@pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed")
+def test_the_bookstore_on_a_two_node_galera_cluster_end_to_end(labdir):
+    """The bookstore's provider asks the services layer what the RUBBoS one asks (MariaDB's
+    snapshot, every node of the cluster): its pool spreads over both nodes too."""
+    for mark in needs_galera:
+        if mark.args[0]:
+            pytest.skip(mark.kwargs["reason"])
+    from tierscope.runner import run_experiment
+
+    raw = _spec("1/1/0/2G", benchmark="tpcw", mix="shopping", scale="tiny")
+    raw["workload"] = {"users": [8], "think_time": "300ms", "ramp_up": "1s", "run": "5s", "ramp_down": "1s"}
+    raw["soft"] = {"db": {"cache": "32MiB"}}
+    result = run_experiment(spec_from_dict(raw, where="galera-tpcw", name="galera-tpcw"), labdir / "runs",
+                            report=False)
+    assert result.failed == [] and len(result.done) == 1, result.failed
+    d = result.dir / result.done[0]
+    requests = pq.read_table(d / "requests.parquet")
+    db = requests.filter(pc.equal(requests["tier"], "db"))
+    per_server = {s: db.filter(pc.equal(db["server"], s)).num_rows for s in ("db1", "db2")}
+    assert pq.read_table(d / "client_requests.parquet").num_rows > 20
+    assert per_server["db1"] > 20 and per_server["db2"] > 20, per_server
+    assert 0.5 < per_server["db1"] / per_server["db2"] < 2.0, per_server
+    assert not _lab_mariadbd_running(d)
 
 
 def _lab_mariadbd_running(point_dir: Path) -> bool:

@@ -592,9 +592,6 @@ class PointConfig(_Model):
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")
-        if self.topology.db.dbms == "galera" and self.benchmark != "rubbos":
-            raise ValueError(f"topology: a Galera database tier runs with RUBBoS only so far ({BENCHMARK_NAMES[self.benchmark]}'s "
-                             "app servers do not spread their pools over the nodes yet)")
         for tier in ("web", "app", "db"):
             if getattr(self.topology, tier).count < 1:
                 raise ValueError(f"topology.{tier}: {BENCHMARK_NAMES[self.benchmark]} needs at least one {tier} server")

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from tierscope.services.databases import dbms_name
+from tierscope.services.databases import data_dbms, dbms_name
 
 APP = "tierscope.apps.bookstore.app:create_app()"
 
@@ -51,7 +51,7 @@ class BookstoreProvider:
     name = "tpcw"
 
     def data_key(self, config: Any) -> tuple:
-        return (config.dbms, scale_name(config.scale), config.seed)
+        return (data_dbms(dbms_name(config.dbms)), scale_name(config.scale), config.seed)
 
     def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
         from tierscope.apps import snapshot
@@ -59,7 +59,7 @@ class BookstoreProvider:
         from tierscope.services.base import free_port
         from tierscope.testbed.host import Host
 
-        dbms, scale = dbms_name(config.dbms), scale_name(config.scale)
+        dbms, scale = data_dbms(dbms_name(config.dbms)), scale_name(config.scale)
         snap = snapshot.snapshot_for("bookstore", dbms, scale, config.seed, str(datagen.GENERATOR_VERSION))
         if snap.fresh():
             return snap.data
@@ -95,6 +95,9 @@ class BookstoreProvider:
                    name: str) -> Any:
         from tierscope.services.appserver import AppServer
 
+        from tierscope.services.databases import client_config
+
+        db = client_config(db)  # a Galera cluster: every node, the pool spreads over them
         env = {"TPCW_DBMS": db.dbms, "TPCW_DB_HOST": db.host, "TPCW_DB_PORT": str(db.port),
                "TPCW_DB_USER": db.user, "TPCW_DB_PASSWORD": db.password, "TPCW_DB_NAME": db.database,
                "TPCW_POOL_SIZE": str(soft.db_pool)}
