@@ -18,10 +18,10 @@ use tokio::task::LocalSet;
 
 use super::arrivals::Arrivals;
 use super::clock;
+use super::embedded::embedded_urls;
 use super::http::{self, Conn, ErrorKind, ExchangeError, Target};
 use super::log::{LogWriter, Record};
 use super::markov::{Move, Target as To, Walker};
-use super::embedded::embedded_urls;
 use super::params::{encode_into, Env, Fallback, Part};
 use super::progress::Stats;
 use super::think::Think;
@@ -444,7 +444,13 @@ struct Outcome {
 /// One exchange on `conn` (or a new connection), under the request timeout; a kept-alive
 /// connection found closed before any response byte is retried once on a new one. Returns the
 /// response and the connection when it can be kept.
-async fn exchange(ctx: &Ctx, mut conn: Option<Conn>, bytes: &[u8], mut body: Option<&mut Vec<u8>>, close: bool) -> (Result<http::Response, ErrorKind>, Option<Conn>) {
+async fn exchange(
+    ctx: &Ctx,
+    mut conn: Option<Conn>,
+    bytes: &[u8],
+    mut body: Option<&mut Vec<u8>>,
+    close: bool,
+) -> (Result<http::Response, ErrorKind>, Option<Conn>) {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -960,7 +966,11 @@ fn new_ctx(wl: Workload, target: Target, log: Option<Sender<Vec<Record>>>, seed:
         in_flight: Cell::new(0),
         sessions: Cell::new(0),
         think: RefCell::new(think),
-        pool: if policy == Policy::Pool { Some(Pool { sem: Semaphore::new(wl.pool_size), idle: RefCell::new(Vec::with_capacity(wl.pool_size)) }) } else { None },
+        pool: if policy == Policy::Pool {
+            Some(Pool { sem: Semaphore::new(wl.pool_size), idle: RefCell::new(Vec::with_capacity(wl.pool_size)) })
+        } else {
+            None
+        },
         words: super::workload::builtin_words(),
         static_paths,
         var_names,

@@ -73,7 +73,9 @@ pub fn resolve(raw: &str, page_path: &str, host: &str) -> Option<String> {
 
 fn same_host(hp: &str, host: &str) -> bool {
     let hp = hp.rsplit_once('@').map_or(hp, |(_, h)| h); // user@host
-    hp.eq_ignore_ascii_case(host) || format!("{hp}:80").eq_ignore_ascii_case(host) || hp.strip_suffix(":80").is_some_and(|h| h.eq_ignore_ascii_case(host))
+    hp.eq_ignore_ascii_case(host)
+        || format!("{hp}:80").eq_ignore_ascii_case(host)
+        || hp.strip_suffix(":80").is_some_and(|h| h.eq_ignore_ascii_case(host))
 }
 
 /// Remove dot segments from the path part and percent-encode what cannot go on a request line.

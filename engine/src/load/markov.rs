@@ -240,11 +240,7 @@ mod tests {
     fn back_and_end_semantics() {
         use Target::*;
         // 0 (home, no BACK) -> 1 (list, has BACK) -> 2 (item, has BACK)
-        let c = chain(vec![
-            vec![(Page(1), 1.0)],
-            vec![(Page(2), 0.5), (Back, 0.5)],
-            vec![(Back, 0.5), (End, 0.5)],
-        ]);
+        let c = chain(vec![vec![(Page(1), 1.0)], vec![(Page(2), 0.5), (Back, 0.5)], vec![(Back, 0.5), (End, 0.5)]]);
         let mut w: Walker<&str> = Walker::new(0);
         assert_eq!(w.apply(&c, Page(1), &"/home"), Move::Go(1));
         assert_eq!(w.history, vec![(0, "/home")]);

@@ -39,7 +39,9 @@ pub mod clock {
 }
 
 #[derive(Args, Debug, Clone)]
-#[command(after_help = "Example: tierscope-engine load examples/static-site.toml --target http://127.0.0.1:8080 --log run.parquet --users 50 --duration 20s")]
+#[command(
+    after_help = "Example: tierscope-engine load examples/static-site.toml --target http://127.0.0.1:8080 --log run.parquet --users 50 --duration 20s"
+)]
 pub struct LoadArgs {
     /// Workload file (TOML, see docs/workload.md).
     pub workload: PathBuf,

@@ -78,16 +78,37 @@ pub enum Param {
     Choice(Vec<String>),
     /// `from_url`: the regex runs over the previous request's path instead of its body;
     /// `value`: the value when the regex matches (instead of the first capture group)
-    Extract { re: Regex, random: bool, skip: usize, otherwise: Otherwise, from_url: bool, value: Option<String> },
+    Extract {
+        re: Regex,
+        random: bool,
+        skip: usize,
+        otherwise: Otherwise,
+        from_url: bool,
+        value: Option<String>,
+    },
     /// TPC-W DigSyl: the digits of the inner value as syllables (BA OG AL RI RE SE AT UL IN NG);
     /// `syllables` > 0 = exactly that many (the low digits, zero-padded), 0 = no leading zeros
-    DigSyl { inner: Box<Param>, syllables: usize },
+    DigSyl {
+        inner: Box<Param>,
+        syllables: usize,
+    },
     /// `then` when `cond` produces a non-empty value, else `other`
-    When { cond: Box<Param>, then: Box<Param>, other: Box<Param> },
+    When {
+        cond: Box<Param>,
+        then: Box<Param>,
+        other: Box<Param>,
+    },
     /// modifiers: the empty string with probability `blank`; lower-cased
-    Mod { inner: Box<Param>, blank: f64, lower: bool },
+    Mod {
+        inner: Box<Param>,
+        blank: f64,
+        lower: bool,
+    },
     /// a session variable that, while empty, takes the first capture of `re` in a response
-    Learn { initial: Box<Param>, re: Regex },
+    Learn {
+        initial: Box<Param>,
+        re: Regex,
+    },
 }
 
 /// Why a value could not be produced.
@@ -209,7 +230,11 @@ impl Param {
                         bail!("{kind}: unknown key '{k}' (expected {})", exp.join(", "));
                     }
                 }
-                let base = if kind == "learn" { Param::Template(Template { parts: vec![] }) } else { Self::parse_kind(kind, &t[kind], t, base_dir, allow_extract)? };
+                let base = if kind == "learn" {
+                    Param::Template(Template { parts: vec![] })
+                } else {
+                    Self::parse_kind(kind, &t[kind], t, base_dir, allow_extract)?
+                };
                 let blank = match t.get("blank") {
                     None => 0.0,
                     Some(b) => match b.as_float().or_else(|| b.as_integer().map(|i| i as f64)) {
@@ -254,7 +279,8 @@ impl Param {
         };
         let strings = |a: &Value| -> Result<Vec<String>> {
             let arr = a.as_array().ok_or_else(|| anyhow!("{kind}: expected a list of strings"))?;
-            let v: Vec<String> = arr.iter().map(|x| x.as_str().map(str::to_string)).collect::<Option<_>>().ok_or_else(|| anyhow!("{kind}: expected strings"))?;
+            let v: Vec<String> =
+                arr.iter().map(|x| x.as_str().map(str::to_string)).collect::<Option<_>>().ok_or_else(|| anyhow!("{kind}: expected strings"))?;
             if v.is_empty() {
                 bail!("{kind}: the list is empty");
             }
@@ -344,7 +370,8 @@ impl Param {
                     Some(Value::String(s)) if s == "back" => Otherwise::Back,
                     Some(Value::String(s)) if s == "restart" => Otherwise::Restart,
                     Some(o) => {
-                        let p = Self::parse(o, base_dir, allow_extract, false).map_err(|e| anyhow!("extract otherwise: {e} (or \"back\" / \"restart\")"))?;
+                        let p = Self::parse(o, base_dir, allow_extract, false)
+                            .map_err(|e| anyhow!("extract otherwise: {e} (or \"back\" / \"restart\")"))?;
                         Otherwise::Param(Box::new(p))
                     }
                 };
@@ -513,7 +540,10 @@ mod tests {
         }
         assert_eq!(seen.len(), 3);
         assert_eq!(p(r#"{ extract = 'nope=(\d+)' }"#).value(&Env::new(&[], body, "", &w), &mut rng, &mut out), Err(Fallback::Back));
-        assert_eq!(p(r#"{ extract = 'nope=(\d+)', otherwise = "restart" }"#).value(&Env::new(&[], body, "", &w), &mut rng, &mut out), Err(Fallback::Restart));
+        assert_eq!(
+            p(r#"{ extract = 'nope=(\d+)', otherwise = "restart" }"#).value(&Env::new(&[], body, "", &w), &mut rng, &mut out),
+            Err(Fallback::Restart)
+        );
         out.clear();
         p(r#"{ extract = 'nope=(\d+)', otherwise = { uniform = [5, 5] } }"#).value(&Env::new(&[], body, "", &w), &mut rng, &mut out).unwrap();
         assert_eq!(out, "5");
@@ -650,11 +680,14 @@ mod tests {
         assert!(!iid.reads_body() && p(r#"{ extract = 'I_ID=(\d+)' }"#).reads_body());
         // a cart refresh: from Product Detail its item; from the cart a random line's item
         // (extraction nested in `otherwise` and `when`); from anywhere else nothing
-        let cart = p(r#"{ extract = '/ProductDetail\?I_ID=(\d+)', from = "url", otherwise = { when = { extract = '/ShoppingCart\?', from = "url", value = "1", otherwise = "" }, then = { extract = 'name="I_ID" value="(\d+)"', pick = "random", otherwise = "" } } }"#);
+        let cart = p(
+            r#"{ extract = '/ProductDetail\?I_ID=(\d+)', from = "url", otherwise = { when = { extract = '/ShoppingCart\?', from = "url", value = "1", otherwise = "" }, then = { extract = 'name="I_ID" value="(\d+)"', pick = "random", otherwise = "" } } }"#,
+        );
         let body = br#"<input type="hidden" name="I_ID" value="7"><input type="hidden" name="I_ID" value="9">"#;
         assert_eq!(val(&cart, &[], body, "/tpcw/ProductDetail?I_ID=42", &mut rng).unwrap(), "42");
         assert_eq!(val(&cart, &[], body, "/tpcw/Home", &mut rng).unwrap(), "");
-        let lines: std::collections::HashSet<String> = (0..50).map(|_| val(&cart, &[], body, "/tpcw/ShoppingCart?ADD_FLAG=N", &mut rng).unwrap()).collect();
+        let lines: std::collections::HashSet<String> =
+            (0..50).map(|_| val(&cart, &[], body, "/tpcw/ShoppingCart?ADD_FLAG=N", &mut rng).unwrap()).collect();
         assert_eq!(lines, ["7".to_string(), "9".to_string()].into_iter().collect());
         assert!(cart.reads_body());
         // a dry run finds "1" (or the fixed value)
@@ -667,7 +700,9 @@ mod tests {
     #[test]
     fn learn_takes_the_first_match_while_empty() {
         let v: toml::Table = r#"x = { learn = 'SHOPPING_ID=(\d+)' }
-y = { nurand = [1023, 1, 2880], blank = 1.0, learn = 'C_ID=(\d+)' }"#.parse().unwrap();
+y = { nurand = [1023, 1, 2880], blank = 1.0, learn = 'C_ID=(\d+)' }"#
+            .parse()
+            .unwrap();
         let x = Param::parse(&v["x"], Path::new("."), false, true).unwrap();
         let y = Param::parse(&v["y"], Path::new("."), false, true).unwrap();
         let mut rng = SmallRng::seed_from_u64(5);

@@ -124,9 +124,10 @@ impl Workload {
         !self.back_on.is_empty()
             || !self.error_markers.is_empty()
             || self.embedded.is_some()
-            || self.pages.iter().any(|p| {
-                p.params.iter().chain(p.form.iter()).chain(p.variants.iter().flat_map(|v| v.params.iter())).any(|(_, v)| v.reads_body())
-            })
+            || self
+                .pages
+                .iter()
+                .any(|p| p.params.iter().chain(p.form.iter()).chain(p.variants.iter().flat_map(|v| v.params.iter())).any(|(_, v)| v.reads_body()))
             || self.session_types.iter().any(|t| t.vars.iter().any(|(_, v)| v.reads_body()))
     }
     #[allow(dead_code)]
@@ -239,10 +240,7 @@ impl<'a, 'b> Sec<'a, 'b> {
     fn strings(&self, key: &str) -> Result<Vec<String>> {
         match self.t.and_then(|t| t.get(key)) {
             None => Ok(vec![]),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| self.err(key, "a list of strings")))
-                .collect(),
+            Some(Value::Array(a)) => a.iter().map(|v| v.as_str().map(str::to_string).ok_or_else(|| self.err(key, "a list of strings"))).collect(),
             Some(_) => Err(self.err(key, "a list of strings")),
         }
     }
@@ -279,7 +277,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
     // [workload]
     let w = section("workload")?;
     if let Some(t) = w.t {
-        check_keys(&src, t, "[workload]", &["name", "start", "max_transitions", "session_min_mean_s", "session_min_max_s", "back_on", "error_markers"])?;
+        check_keys(
+            &src,
+            t,
+            "[workload]",
+            &["name", "start", "max_transitions", "session_min_mean_s", "session_min_max_s", "back_on", "error_markers"],
+        )?;
     }
     let name = w.str("name")?.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
     let max_transitions = w.f64("max_transitions", 1000.0, 1.0)? as u32;
@@ -313,7 +316,10 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
         Some(t) => {
             check_keys(&src, t, "[arrivals]", &["rate_per_s", "dispersion", "contrast", "unit"])?;
             if us.t.is_some() {
-                bail!("{}: give either [users] (closed loop) or [arrivals] (open loop), not both", src.at(src.header_line("[arrivals]").map(|i| i + 1)));
+                bail!(
+                    "{}: give either [users] (closed loop) or [arrivals] (open loop), not both",
+                    src.at(src.header_line("[arrivals]").map(|i| i + 1))
+                );
             }
             let unit = match ar.str("unit")?.as_deref() {
                 None | Some("request") => Unit::Request,
@@ -466,7 +472,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
                 if let Some(pv) = vt.get("params") {
                     let pt = pv.as_table().ok_or_else(|| anyhow!("{}: page '{pname}' variant {}: params must be a table", src.at(line), vi + 1))?;
                     for (k, v) in pt {
-                        let p = Param::from_value(v, &base_dir, true).map_err(|e| anyhow!("{}: page '{pname}' variant {} params.{k}: {e}", src.at(line), vi + 1))?;
+                        let p = Param::from_value(v, &base_dir, true)
+                            .map_err(|e| anyhow!("{}: page '{pname}' variant {} params.{k}: {e}", src.at(line), vi + 1))?;
                         vparams.push((k.clone(), p));
                     }
                 }
@@ -555,7 +562,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Workload> {
                 if let Some(vt) = t.get("vars") {
                     let vt = vt.as_table().ok_or_else(|| anyhow!("{}: session type '{sname}': vars must be a table", src.at(line)))?;
                     for (k, v) in vt {
-                        let p = Param::parse(v, &base_dir, false, true).map_err(|e| anyhow!("{}: session type '{sname}' var '{k}': {e}", src.at(line)))?;
+                        let p = Param::parse(v, &base_dir, false, true)
+                            .map_err(|e| anyhow!("{}: session type '{sname}' var '{k}': {e}", src.at(line)))?;
                         match vars.iter_mut().find(|(n, _)| n == k) {
                             Some(slot) => slot.1 = p,
                             None => vars.push((k.clone(), p)),
@@ -658,9 +666,12 @@ fn parse_chain(src: &Src, header: &str, t: &Table, pages: &[Page]) -> Result<Cha
             let target = match to.as_str() {
                 "BACK" => Target::Back,
                 "END" => Target::End,
-                _ => Target::Page(pages.iter().position(|pg| &pg.name == to).ok_or_else(|| {
-                    anyhow!("{at}: {header} row '{from}': unknown state '{to}' (pages: {}, BACK, END)", names(pages))
-                })?),
+                _ => Target::Page(
+                    pages
+                        .iter()
+                        .position(|pg| &pg.name == to)
+                        .ok_or_else(|| anyhow!("{at}: {header} row '{from}': unknown state '{to}' (pages: {}, BACK, END)", names(pages)))?,
+                ),
             };
             sum += p;
             if p > 0.0 {
@@ -729,7 +740,8 @@ mod tests {
     fn session_minimum_duration_keys() {
         let wl = parse(&BASE.replace("start = \"A\"", "start = \"A\"\nsession_min_mean_s = 900\n"), Path::new("w.toml")).unwrap();
         assert_eq!((wl.session_min_mean_s, wl.session_min_max_s), (900.0, 3600.0));
-        let wl = parse(&BASE.replace("start = \"A\"", "start = \"A\"\nsession_min_mean_s = 60\nsession_min_max_s = 100\n"), Path::new("w.toml")).unwrap();
+        let wl =
+            parse(&BASE.replace("start = \"A\"", "start = \"A\"\nsession_min_mean_s = 60\nsession_min_max_s = 100\n"), Path::new("w.toml")).unwrap();
         assert_eq!((wl.session_min_mean_s, wl.session_min_max_s), (60.0, 100.0));
         assert_eq!(parse(BASE, Path::new("w.toml")).unwrap().session_min_mean_s, 0.0);
     }
@@ -754,7 +766,7 @@ params = { search_type = "subject", search_string = { choice = ["ARTS", "TRAVEL"
         assert_eq!(wl.pages[0].variants.len(), 2);
         assert_eq!(wl.pages[0].variants[0].weight, 2.0);
         assert!(wl.needs_body()); // learn reads bodies
-        // a placeholder only some variants give is an error
+                                  // a placeholder only some variants give is an error
         let bad = text.replace("params = { search_type = \"subject\", search_string", "params = { search_type = \"subject\", other");
         assert!(err(&bad).contains("placeholder {search_string}"), "{}", err(&bad));
         // learn in a page parameter is an error

@@ -122,8 +122,7 @@ fn chunk_feed(c: &mut Chunk, d: &[u8]) -> (usize, bool) {
 
 /// The blank line ending a head: one searcher for the whole run (building one per call cost as
 /// much as the search on short heads).
-static HEAD_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
+static HEAD_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> = std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
 
 /// Accumulate head bytes; returns (bytes of `d` consumed, Some(head length) when the blank line
 /// ending the head was found). Parse from `head_bytes(buf, d, len)`.
@@ -303,7 +302,6 @@ impl Http {
             }
         }
     }
-
 }
 
 impl Protocol for Http {
@@ -467,11 +465,7 @@ impl Protocol for Http {
                     let (used, done) = head_feed(&mut buf, d);
                     self.pending.credit_out(used as u64, ctx.ts);
                     if let Some(len) = done {
-                        let st = if buf.is_empty() {
-                            self.response_head(&d[..len], false, ctx)
-                        } else {
-                            self.response_head(&buf[..len], false, ctx)
-                        };
+                        let st = if buf.is_empty() { self.response_head(&d[..len], false, ctx) } else { self.response_head(&buf[..len], false, ctx) };
                         buf.clear();
                         self.resp.st = st;
                     } else if buf.len() >= MAX_HEAD {

@@ -90,9 +90,7 @@ pub fn sql_fingerprint(sql: &[u8], dialect: Dialect, cut: bool) -> (String, Opti
                 if is_string {
                     // E'..', N'..', B'..', X'..' prefixes were already emitted as identifiers: drop them
                     if let Some(&p) = out.last() {
-                        if matches!(p, b'E' | b'e' | b'N' | b'n' | b'B' | b'b' | b'X' | b'x')
-                            && (out.len() == 1 || !is_ident(out[out.len() - 2]))
-                        {
+                        if matches!(p, b'E' | b'e' | b'N' | b'n' | b'B' | b'b' | b'X' | b'x') && (out.len() == 1 || !is_ident(out[out.len() - 2])) {
                             out.pop();
                         }
                     }
@@ -380,8 +378,8 @@ fn template_segment(seg: &[u8]) -> Cow<'_, str> {
     if seg.iter().all(|b| b.is_ascii_digit()) {
         return "{id}".into();
     }
-    let is_uuid = seg.len() == 36
-        && seg.iter().enumerate().all(|(i, &b)| if matches!(i, 8 | 13 | 18 | 23) { b == b'-' } else { b.is_ascii_hexdigit() });
+    let is_uuid =
+        seg.len() == 36 && seg.iter().enumerate().all(|(i, &b)| if matches!(i, 8 | 13 | 18 | 23) { b == b'-' } else { b.is_ascii_hexdigit() });
     if is_uuid {
         return "{uuid}".into();
     }
@@ -397,11 +395,8 @@ mod tests {
 
     #[test]
     fn sql_literals_become_placeholders() {
-        let (fp, rid) = sql_fingerprint(
-            b"SELECT  abalance FROM pgbench_accounts\n WHERE aid = 4711 AND name = 'O''Brien';",
-            Dialect::Postgres,
-            false,
-        );
+        let (fp, rid) =
+            sql_fingerprint(b"SELECT  abalance FROM pgbench_accounts\n WHERE aid = 4711 AND name = 'O''Brien';", Dialect::Postgres, false);
         assert_eq!(fp, "SELECT abalance FROM pgbench_accounts WHERE aid = ? AND name = ?");
         assert_eq!(rid, None);
     }
@@ -422,11 +417,7 @@ mod tests {
 
     #[test]
     fn sqlcommenter_request_id_is_decoded_and_comment_dropped() {
-        let (fp, rid) = sql_fingerprint(
-            b"SELECT * FROM stories WHERE id = 3 /*request_id='ab%2Fc-1',traceparent='00-x'*/",
-            Dialect::MySql,
-            false,
-        );
+        let (fp, rid) = sql_fingerprint(b"SELECT * FROM stories WHERE id = 3 /*request_id='ab%2Fc-1',traceparent='00-x'*/", Dialect::MySql, false);
         assert_eq!(fp, "SELECT * FROM stories WHERE id = ?");
         assert_eq!(rid.as_deref(), Some("ab/c-1"));
         let (_, rid) = sql_fingerprint(b"/* request_id='r9' */ SELECT 1", Dialect::Postgres, false);
@@ -450,10 +441,7 @@ mod tests {
     #[test]
     fn http_paths_are_templated() {
         assert_eq!(http_label(b"GET", b"/users/42/orders?id=7&x=y", false), "GET /users/{id}/orders?id=?&x=?");
-        assert_eq!(
-            http_label(b"POST", b"http://h:8080/o/123e4567-e89b-12d3-a456-426614174000", false),
-            "POST /o/{uuid}"
-        );
+        assert_eq!(http_label(b"POST", b"http://h:8080/o/123e4567-e89b-12d3-a456-426614174000", false), "POST /o/{uuid}");
         assert_eq!(http_label(b"GET", b"/PHP/ViewStory.php?storyId=12", true), "GET /PHP/ViewStory.php?storyId=? [truncated]");
         assert_eq!(http_label(b"GET", b"/", false), "GET /");
     }

@@ -25,8 +25,8 @@ mod mysql;
 mod net;
 mod output;
 mod pcap;
-mod pqwrite;
 mod postgres;
+mod pqwrite;
 mod servermap;
 mod tcp;
 

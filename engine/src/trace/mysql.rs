@@ -390,7 +390,6 @@ impl My {
             self.pending.finish_front(ctx);
         }
     }
-
 }
 
 impl Protocol for My {

@@ -96,7 +96,16 @@ pub fn decode(linktype: u32, data: &[u8], orig_len: u32) -> Result<Segment<'_>, 
             }
             let fam = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
             let fam = if fam > 0xffff { fam.swap_bytes() } else { fam };
-            (4, if fam == 2 { 0x0800 } else if matches!(fam, 10 | 24 | 28 | 30) { 0x86dd } else { 0 })
+            (
+                4,
+                if fam == 2 {
+                    0x0800
+                } else if matches!(fam, 10 | 24 | 28 | 30) {
+                    0x86dd
+                } else {
+                    0
+                },
+            )
         }
         _ => return Err(Skip::LinkType),
     };

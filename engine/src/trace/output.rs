@@ -556,7 +556,8 @@ mod tests {
         e.departure_ns = if i % 7 == 0 { e.arrival_ns - 5 } else { e.arrival_ns + 250 + i as i64 % 13 };
         e.label = if i % 4 == 0 { String::new() } else { format!("SELECT {}", i % 5) };
         e.request_id = (i % 6 == 0).then(|| format!("req-{i}"));
-        e.status = [Status::None, Status::Ok, Status::Http(200), Status::Http(1200), Status::SqlState(*b"42P01"), Status::MyErr(1064)][i as usize % 6];
+        e.status =
+            [Status::None, Status::Ok, Status::Http(200), Status::Http(1200), Status::SqlState(*b"42P01"), Status::MyErr(1064)][i as usize % 6];
         e.bytes_in = i * 3;
         e.bytes_out = u64::MAX - i; // written as i64, wrapping
         e

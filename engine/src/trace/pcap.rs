@@ -202,10 +202,7 @@ impl<R: Read> CaptureReader<R> {
         }
         if avail > 0 {
             let at = self.offset;
-            self.stop(format!(
-                "file truncated at byte {}: {} needs {} bytes, only {} left; packets before it are kept",
-                at, what, n, avail
-            ));
+            self.stop(format!("file truncated at byte {}: {} needs {} bytes, only {} left; packets before it are kept", at, what, n, avail));
         }
         false
     }
@@ -277,9 +274,7 @@ impl<R: Read> CaptureReader<R> {
             let blen = u32_at(&self.buf[self.start + 4..self.start + 8], swapped) as usize;
             if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD + 64 {
                 let at = self.offset;
-                self.stop(format!(
-                    "corrupted pcapng block at byte {at} (type {btype:#x}, length {blen}); packets before it are kept"
-                ));
+                self.stop(format!("corrupted pcapng block at byte {at} (type {btype:#x}, length {blen}); packets before it are kept"));
                 return None;
             }
             if !self.need(blen, "a pcapng block") {
@@ -344,9 +339,7 @@ impl<R: Read> CaptureReader<R> {
                     let mut orig = u32_at(&b[16..20], swapped);
                     if 20 + caplen > b.len() {
                         let at = self.offset;
-                        self.stop(format!(
-                            "corrupted pcapng packet block at byte {at}: captured length {caplen} exceeds the block"
-                        ));
+                        self.stop(format!("corrupted pcapng packet block at byte {at}: captured length {caplen} exceeds the block"));
                         return None;
                     }
                     let Some(ifc) = self.interfaces.get(iface).copied() else {

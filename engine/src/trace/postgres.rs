@@ -247,7 +247,6 @@ impl Pg {
             _ => {}
         }
     }
-
 }
 
 /// The bytes up to the first NUL (all of `b` when there is none).

@@ -16,8 +16,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use parquet::format::{
-    ColumnChunk, ColumnMetaData, ColumnOrder, CompressionCodec, DataPageHeader, DictionaryPageHeader, Encoding, FileMetaData,
-    PageHeader, PageType, RowGroup, SchemaElement, Statistics, Type, TypeDefinedOrder,
+    ColumnChunk, ColumnMetaData, ColumnOrder, CompressionCodec, DataPageHeader, DictionaryPageHeader, Encoding, FileMetaData, PageHeader, PageType,
+    RowGroup, SchemaElement, Statistics, Type, TypeDefinedOrder,
 };
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::{to_thrift, SchemaDescriptor};
@@ -382,11 +382,7 @@ pub fn delta_binary_packed(values: &[i64], int32: bool, out: &mut Vec<u8>) {
     while rest.len() > 1 {
         let n = (rest.len() - 1).min(DELTA_BLOCK);
         for k in 0..n {
-            deltas[k] = if int32 {
-                (rest[k + 1] as i32).wrapping_sub(rest[k] as i32) as i64
-            } else {
-                rest[k + 1].wrapping_sub(rest[k])
-            };
+            deltas[k] = if int32 { (rest[k + 1] as i32).wrapping_sub(rest[k] as i32) as i64 } else { rest[k + 1].wrapping_sub(rest[k]) };
         }
         rest = &rest[n..];
         let block = &deltas[..n];

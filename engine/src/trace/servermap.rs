@@ -82,9 +82,7 @@ impl ServerMap {
             if f.len() < 3 || f.len() > 4 {
                 anyhow::bail!("{at}: expected `address:port tier server [protocol]`, got {} fields: {line:?}", f.len());
             }
-            let (addr, port) = f[0]
-                .rsplit_once(':')
-                .ok_or_else(|| anyhow::anyhow!("{at}: field 1 {:?}: expected address:port", f[0]))?;
+            let (addr, port) = f[0].rsplit_once(':').ok_or_else(|| anyhow::anyhow!("{at}: field 1 {:?}: expected address:port", f[0]))?;
             let port: u16 = port.parse().map_err(|_| anyhow::anyhow!("{at}: field 1 {:?}: port must be 1-65535", f[0]))?;
             let protocol = match f.get(3).map(|s| s.to_ascii_lowercase()) {
                 None => None,

@@ -460,7 +460,17 @@ fn decide_protocol(c: &Conn, from_client: bool, d: &[u8], server_port: u16, map_
 
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn deliver(c: &mut Conn, dir: usize, ts: i64, pkt: u64, data: &[u8], wire_len: u32, out: &mut Vec<Exchange>, counters: &mut ProtoCounters, stats: &mut TcpStats) {
+fn deliver(
+    c: &mut Conn,
+    dir: usize,
+    ts: i64,
+    pkt: u64,
+    data: &[u8],
+    wire_len: u32,
+    out: &mut Vec<Exchange>,
+    counters: &mut ProtoCounters,
+    stats: &mut TcpStats,
+) {
     if c.last_dir != dir {
         let other = 1 - dir;
         if c.last_dir == other && !c.dirs[other].held.is_empty() {
@@ -476,7 +486,18 @@ fn deliver(c: &mut Conn, dir: usize, ts: i64, pkt: u64, data: &[u8], wire_len: u
 
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn feed(c: &mut Conn, dir: usize, ts: i64, pkt: u64, data: &[u8], missing: u32, is_gap: bool, out: &mut Vec<Exchange>, counters: &mut ProtoCounters, stats: &mut TcpStats) {
+fn feed(
+    c: &mut Conn,
+    dir: usize,
+    ts: i64,
+    pkt: u64,
+    data: &[u8],
+    missing: u32,
+    is_gap: bool,
+    out: &mut Vec<Exchange>,
+    counters: &mut ProtoCounters,
+    stats: &mut TcpStats,
+) {
     let from_client = dir != c.server_idx;
     if let Parser::Sniff(tries) = c.parser {
         if is_gap {
@@ -566,9 +587,7 @@ fn emit<S: Sink>(c: &mut Conn, map: &ServerMap, out: &mut Vec<Exchange>, sink: &
         let entry = map.get(&c.server_ip, c.server_port);
         let server_text = endpoint_text(&c.server_ip, c.server_port);
         c.meta = Some(Rc::new(Meta {
-            tier: entry
-                .map(|e| e.tier.clone())
-                .unwrap_or_else(|| c.proto.map(|p| p.default_tier()).unwrap_or("unknown").to_string()),
+            tier: entry.map(|e| e.tier.clone()).unwrap_or_else(|| c.proto.map(|p| p.default_tier()).unwrap_or("unknown").to_string()),
             server: entry.map(|e| e.server.clone()).unwrap_or_else(|| server_text.clone()),
             protocol: c.proto.map(|p| p.name()).unwrap_or("unknown"),
             server_addr: ip_text(&c.server_ip),

@@ -2,11 +2,11 @@
 
 use super::exchange::{flag, Exchange, Status};
 use super::fuzzing;
+use super::net;
 use super::net::{ACK, FIN, SYN};
 use super::pcap::CaptureReader;
 use super::servermap::ServerMap;
 use super::tcp::{Meta, Sink, Tracer};
-use super::net;
 
 #[derive(Default)]
 struct VecSink {
