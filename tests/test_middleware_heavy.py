@@ -2,11 +2,11 @@
 
 Two PostgreSQL replicas behind the middleware (one connection each: a replica runs one query at
 a time), six pgbench clients sending light primary-key reads with think time and one pgbench
-client sending a real heavy read (a LIKE '%...%' scan and sort of 150,000 rows) back to back
+client sending a real heavy read (a LIKE '%...%' scan and sort of 300,000 rows) back to back
 (`tierscope.middleware.heavy`). Ground truth: pgbench's per-transaction logs (latencies, counts),
 checked against the middleware's own read counts. LPRF counts requests, not their cost, so on a
 tie it puts light reads behind the heavy one; `aware` knows the heavy label's service time and
-does not. Four interleaved repetitions of 4 s per policy, latencies pooled: about 45 s.
+does not. Three interleaved repetitions of 4 s per policy, latencies pooled: about 45 s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as it
 def test_aware_beats_lprf_on_light_p90_and_throughput_with_heavy_reads():
     from tierscope.middleware import heavy
 
-    res = heavy.run(["lprf", "aware"], seconds=4, repeat=4, clients=6, think_ms=20, log=print)
+    res = heavy.run(["lprf", "aware"], seconds=4, repeat=3, clients=6, think_ms=10, rows=300_000, log=print)
     print(heavy.table(res))
     for r in res["runs"]:
         # pgbench's count of reads (think-time transactions excluded) is the middleware's count;

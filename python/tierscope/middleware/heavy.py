@@ -3,14 +3,14 @@
 Two PostgreSQL replicas hold the same data: a `small` table read by primary key (the light read,
 well under a millisecond) and a `big` table searched the way RUBBoS's unoptimised comment search
 is (`LIKE '%...%'` over every row, then a sort by date with an offset: a real CPU-heavy read of
-~50-200 ms, no pg_sleep). The middleware keeps `pool` connections per replica (default 1: a replica
+~100-200 ms, no pg_sleep). The middleware keeps `pool` connections per replica (default 1: a replica
 runs one query at a time and queues the others, in order: C-JDBC's per-backend connection pool as
 the replica's capacity), so a light read routed to a replica running a heavy one waits for it.
 
 Two pgbench processes (the peer; closed loop, fixed duration) run at once through the middleware:
 `clients` clients each drawing, as often, the light read or a think-time script (one `\\sleep`
 of `think_ms`), and `heavy_clients` clients sending the heavy read back to back (about 1 read in
-40). The same load runs once per policy and repetition (interleaved), one middleware process each,
+30). The same load runs once per policy and repetition (interleaved), one middleware process each,
 in one session. pgbench's per-transaction logs are the ground truth for the light reads'
 percentiles and for throughput (think-time transactions are not counted); the middleware's stats
 give the reads per replica and its 50 ms series of pending requests and heavy reads in flight per
@@ -86,8 +86,8 @@ def summary(series: dict, names: list[str]) -> dict:
     }
 
 
-def run(policies: list[str], seconds: int = 5, clients: int = 8, heavy_clients: int = 1, cpu: float | None = None,
-        rows: int = 150_000, pool: int = 1, repeat: int = 1, pin: bool = False, period: float = 0.02,
+def run(policies: list[str], seconds: int = 5, clients: int = 6, heavy_clients: int = 1, cpu: float | None = None,
+        rows: int = 300_000, pool: int = 1, repeat: int = 1, pin: bool = False, period: float = 0.02,
         think_ms: float = 10.0, log=print) -> dict:
     """Build the case, run every policy `repeat` times (interleaved), return the figures."""
     from tierscope.services.base import free_port
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated (default: all)")
     ap.add_argument("--seconds", type=int, default=5, help="pgbench duration per policy and repetition (default 5)")
-    ap.add_argument("--clients", type=int, default=8, help="pgbench clients sending light reads (default 8)")
+    ap.add_argument("--clients", type=int, default=6, help="pgbench clients sending light reads (default 6)")
     ap.add_argument("--heavy-clients", type=int, default=1, help="pgbench clients sending heavy reads (default 1)")
     ap.add_argument("--cpu", type=float, default=0, help="cores per replica as a CFS quota (default 0: none)")
     ap.add_argument("--period", type=float, default=0.02, help="the CFS period, s (default 0.02: a replica whose "
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                     "often as the read (0: none; default 10)")
     ap.add_argument("--pin", action="store_true",
                     help="put each replica on a CPU of its own (cpuset: db1 on the first CPU, db2 on the second)")
-    ap.add_argument("--rows", type=int, default=150_000, help="rows of the big table (default 150000)")
+    ap.add_argument("--rows", type=int, default=300_000, help="rows of the big table (default 300000)")
     ap.add_argument("--pool", type=int, default=1, help="middleware connections per replica: queries a replica "
                     "runs at once (default 1)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per policy, interleaved (default 2)")
