@@ -49,11 +49,7 @@ impl Val {
         match self {
             Val::I(v) => Ok(*v),
             Val::F(v) => Ok(*v as i64),
-            Val::S(s) => s
-                .trim()
-                .parse::<f64>()
-                .map(|f| f as i64)
-                .map_err(|_| anyhow!("expected an integer, got {s:?}")),
+            Val::S(s) => s.trim().parse::<f64>().map(|f| f as i64).map_err(|_| anyhow!("expected an integer, got {s:?}")),
             Val::Null => bail!("expected an integer, got NULL"),
         }
     }
@@ -62,10 +58,7 @@ impl Val {
         match self {
             Val::I(v) => Ok(*v as f64),
             Val::F(v) => Ok(*v),
-            Val::S(s) => s
-                .trim()
-                .parse::<f64>()
-                .map_err(|_| anyhow!("expected a number, got {s:?}")),
+            Val::S(s) => s.trim().parse::<f64>().map_err(|_| anyhow!("expected a number, got {s:?}")),
             Val::Null => bail!("expected a number, got NULL"),
         }
     }
@@ -122,14 +115,8 @@ pub enum Failure {
 }
 
 pub enum Conn {
-    Pg {
-        client: Box<postgres::Client>,
-        stmts: Vec<postgres::Statement>,
-    },
-    My {
-        conn: Box<mysql::Conn>,
-        stmts: Vec<mysql::Statement>,
-    },
+    Pg { client: Box<postgres::Client>, stmts: Vec<postgres::Statement> },
+    My { conn: Box<mysql::Conn>, stmts: Vec<mysql::Statement> },
 }
 
 /// `?` placeholders as `$1, $2, ...` (no `?` inside string literals in our statements).
@@ -152,24 +139,16 @@ impl Conn {
     pub fn connect(dsn: &str) -> Result<Conn> {
         match Dbms::of_dsn(dsn) {
             Dbms::Postgres => {
-                let client = postgres::Client::connect(dsn, postgres::NoTls)
-                    .with_context(|| format!("connecting to PostgreSQL at {dsn:?}"))?;
-                Ok(Conn::Pg {
-                    client: Box::new(client),
-                    stmts: Vec::new(),
-                })
+                let client = postgres::Client::connect(dsn, postgres::NoTls).with_context(|| format!("connecting to PostgreSQL at {dsn:?}"))?;
+                Ok(Conn::Pg { client: Box::new(client), stmts: Vec::new() })
             }
             Dbms::Mysql => {
                 let url = dsn.trim().replacen("mariadb://", "mysql://", 1);
                 let opts = mysql::Opts::from_url(&url).map_err(|e| anyhow!("DSN {dsn:?}: {e}"))?;
                 // the client closes statements its LRU cache evicts: keep room for all of ours
                 let opts = mysql::OptsBuilder::from_opts(opts).stmt_cache_size(Some(256));
-                let conn = mysql::Conn::new(opts)
-                    .with_context(|| format!("connecting to MySQL/MariaDB at {dsn:?}"))?;
-                Ok(Conn::My {
-                    conn: Box::new(conn),
-                    stmts: Vec::new(),
-                })
+                let conn = mysql::Conn::new(opts).with_context(|| format!("connecting to MySQL/MariaDB at {dsn:?}"))?;
+                Ok(Conn::My { conn: Box::new(conn), stmts: Vec::new() })
             }
         }
     }
@@ -185,9 +164,7 @@ impl Conn {
     pub fn prepare(&mut self, sql: &str) -> Result<Stmt> {
         match self {
             Conn::Pg { client, stmts } => {
-                let s = client
-                    .prepare(&dollar_params(sql))
-                    .with_context(|| format!("preparing {sql}"))?;
+                let s = client.prepare(&dollar_params(sql)).with_context(|| format!("preparing {sql}"))?;
                 stmts.push(s);
                 Ok(stmts.len() - 1)
             }
@@ -204,20 +181,14 @@ impl Conn {
     pub fn query(&mut self, stmt: Stmt, params: &[Val]) -> Result<Vec<Vec<Val>>> {
         match self {
             Conn::Pg { client, stmts } => {
-                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = params
-                    .iter()
-                    .map(|p| p as &(dyn postgres::types::ToSql + Sync))
-                    .collect();
+                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = params.iter().map(|p| p as &(dyn postgres::types::ToSql + Sync)).collect();
                 let rows = client.query(&stmts[stmt], &refs)?;
                 rows.iter().map(pg_row).collect()
             }
             Conn::My { conn, stmts } => {
                 use mysql::prelude::Queryable;
                 let rows: Vec<mysql::Row> = conn.exec(&stmts[stmt], my_params(params))?;
-                Ok(rows
-                    .into_iter()
-                    .map(|r| r.unwrap().into_iter().map(my_val).collect())
-                    .collect())
+                Ok(rows.into_iter().map(|r| r.unwrap().into_iter().map(my_val).collect()).collect())
             }
         }
     }
@@ -226,10 +197,7 @@ impl Conn {
     pub fn execute(&mut self, stmt: Stmt, params: &[Val]) -> Result<u64> {
         match self {
             Conn::Pg { client, stmts } => {
-                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = params
-                    .iter()
-                    .map(|p| p as &(dyn postgres::types::ToSql + Sync))
-                    .collect();
+                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = params.iter().map(|p| p as &(dyn postgres::types::ToSql + Sync)).collect();
                 Ok(client.execute(&stmts[stmt], &refs)?)
             }
             Conn::My { conn, stmts } => {
@@ -261,10 +229,7 @@ impl Conn {
             Conn::My { conn, .. } => {
                 use mysql::prelude::Queryable;
                 let rows: Vec<mysql::Row> = conn.query(sql)?;
-                Ok(rows
-                    .into_iter()
-                    .map(|r| r.unwrap().into_iter().map(my_val).collect())
-                    .collect())
+                Ok(rows.into_iter().map(|r| r.unwrap().into_iter().map(my_val).collect()).collect())
             }
         }
     }
@@ -310,24 +275,14 @@ pub fn classify(err: &anyhow::Error) -> Failure {
         if let Some(e) = cause.downcast_ref::<postgres::Error>() {
             if let Some(code) = e.code() {
                 let c = code.code();
-                return if c == "40001" || c == "40P01" {
-                    Failure::Conflict
-                } else {
-                    Failure::Other
-                };
+                return if c == "40001" || c == "40P01" { Failure::Conflict } else { Failure::Other };
             }
-            return if e.is_closed() {
-                Failure::Broken
-            } else {
-                Failure::Other
-            };
+            return if e.is_closed() { Failure::Broken } else { Failure::Other };
         }
         if let Some(e) = cause.downcast_ref::<mysql::Error>() {
             return match e {
                 // 1213 deadlock, 1205 lock wait timeout
-                mysql::Error::MySqlError(me) if me.code == 1213 || me.code == 1205 => {
-                    Failure::Conflict
-                }
+                mysql::Error::MySqlError(me) if me.code == 1213 || me.code == 1205 => Failure::Conflict,
                 mysql::Error::MySqlError(_) => Failure::Other,
                 mysql::Error::IoError(_) | mysql::Error::DriverError(_) => Failure::Broken,
                 _ => Failure::Other,
@@ -343,31 +298,20 @@ fn pg_row(row: &postgres::Row) -> Result<Vec<Val>> {
     for (i, col) in row.columns().iter().enumerate() {
         let t = col.type_();
         let v = if *t == Type::INT4 {
-            row.try_get::<_, Option<i32>>(i)?
-                .map_or(Val::Null, |v| Val::I(v as i64))
+            row.try_get::<_, Option<i32>>(i)?.map_or(Val::Null, |v| Val::I(v as i64))
         } else if *t == Type::INT8 {
             row.try_get::<_, Option<i64>>(i)?.map_or(Val::Null, Val::I)
         } else if *t == Type::INT2 {
-            row.try_get::<_, Option<i16>>(i)?
-                .map_or(Val::Null, |v| Val::I(v as i64))
+            row.try_get::<_, Option<i16>>(i)?.map_or(Val::Null, |v| Val::I(v as i64))
         } else if *t == Type::FLOAT8 {
             row.try_get::<_, Option<f64>>(i)?.map_or(Val::Null, Val::F)
         } else if *t == Type::FLOAT4 {
-            row.try_get::<_, Option<f32>>(i)?
-                .map_or(Val::Null, |v| Val::F(v as f64))
+            row.try_get::<_, Option<f32>>(i)?.map_or(Val::Null, |v| Val::F(v as f64))
         } else if *t == Type::TIMESTAMP || *t == Type::TIMESTAMPTZ {
             row.try_get::<_, Option<std::time::SystemTime>>(i)?
-                .map_or(Val::Null, |v| {
-                    Val::I(
-                        v.duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_micros() as i64)
-                            .unwrap_or(0),
-                    )
-                })
+                .map_or(Val::Null, |v| Val::I(v.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)))
         } else {
-            row.try_get::<_, Option<String>>(i)
-                .with_context(|| format!("column {} of type {t}", col.name()))?
-                .map_or(Val::Null, Val::S)
+            row.try_get::<_, Option<String>>(i).with_context(|| format!("column {} of type {t}", col.name()))?.map_or(Val::Null, Val::S)
         };
         out.push(v);
     }
@@ -453,18 +397,12 @@ mod tests {
 
     #[test]
     fn placeholders_become_numbered() {
-        assert_eq!(
-            dollar_params("SELECT a FROM t WHERE k = ? AND j > ?"),
-            "SELECT a FROM t WHERE k = $1 AND j > $2"
-        );
+        assert_eq!(dollar_params("SELECT a FROM t WHERE k = ? AND j > ?"), "SELECT a FROM t WHERE k = $1 AND j > $2");
     }
 
     #[test]
     fn dsn_picks_the_dbms() {
-        assert_eq!(
-            Dbms::of_dsn("host=127.0.0.1 port=5432 user=postgres"),
-            Dbms::Postgres
-        );
+        assert_eq!(Dbms::of_dsn("host=127.0.0.1 port=5432 user=postgres"), Dbms::Postgres);
         assert_eq!(Dbms::of_dsn("postgresql://u@h/db"), Dbms::Postgres);
         assert_eq!(Dbms::of_dsn("mysql://u:p@127.0.0.1:3306/db"), Dbms::Mysql);
         assert_eq!(Dbms::of_dsn("mariadb://u:p@127.0.0.1:3306/db"), Dbms::Mysql);

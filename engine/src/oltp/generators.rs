@@ -64,16 +64,7 @@ impl Zipfian {
 
     pub fn with_zetan(base: u64, items: u64, theta: f64, zetan: f64) -> Zipfian {
         let zeta2theta = zeta(0, 2, theta, 0.0);
-        let mut z = Zipfian {
-            base,
-            items,
-            theta,
-            alpha: 1.0 / (1.0 - theta),
-            zeta2theta,
-            zetan,
-            eta: 0.0,
-            count_for_zeta: items,
-        };
+        let mut z = Zipfian { base, items, theta, alpha: 1.0 / (1.0 - theta), zeta2theta, zetan, eta: 0.0, count_for_zeta: items };
         z.eta = z.eta_for(items);
         z
     }
@@ -119,11 +110,7 @@ pub struct ScrambledZipfian {
 impl ScrambledZipfian {
     pub fn new(min: u64, max: u64) -> ScrambledZipfian {
         // YCSB: ZipfianGenerator(0, ITEM_COUNT, 0.99, ZETAN): items = ITEM_COUNT + 1
-        ScrambledZipfian {
-            min,
-            count: max - min + 1,
-            zipf: Zipfian::with_zetan(0, SCRAMBLED_ITEMS + 1, ZIPFIAN_CONSTANT, SCRAMBLED_ZETAN),
-        }
+        ScrambledZipfian { min, count: max - min + 1, zipf: Zipfian::with_zetan(0, SCRAMBLED_ITEMS + 1, ZIPFIAN_CONSTANT, SCRAMBLED_ZETAN) }
     }
 
     pub fn next<R: Rng>(&mut self, rng: &mut R) -> u64 {
@@ -191,8 +178,7 @@ mod tests {
         let m = 1_000_000u64;
         let zm = zeta(0, m, 0.99, 0.0);
         let n = 1e10f64;
-        let tail = (n.powf(0.01) - (m as f64).powf(0.01)) / 0.01
-            + 0.5 * (n.powf(-0.99) - (m as f64).powf(-0.99));
+        let tail = (n.powf(0.01) - (m as f64).powf(0.01)) / 0.01 + 0.5 * (n.powf(-0.99) - (m as f64).powf(-0.99));
         assert!((zm + tail - SCRAMBLED_ZETAN).abs() < 1e-3, "{}", zm + tail);
     }
 
@@ -217,12 +203,7 @@ mod tests {
             let p = 1.0 / ((rank + 1) as f64).powf(0.99) / zn;
             let sd = (draws as f64 * p * (1.0 - p)).sqrt();
             let diff = (*count as f64 - draws as f64 * p).abs();
-            assert!(
-                diff < 5.0 * sd,
-                "rank {}: {count} vs {}",
-                rank + 1,
-                draws as f64 * p
-            );
+            assert!(diff < 5.0 * sd, "rank {}: {count} vs {}", rank + 1, draws as f64 * p);
         }
     }
 
@@ -242,16 +223,9 @@ mod tests {
         let p = 1.0 / SCRAMBLED_ZETAN + (1.0 - 1.0 / SCRAMBLED_ZETAN) / n as f64;
         let got = hits[z.hottest() as usize] as f64;
         let sd = (draws as f64 * p * (1.0 - p)).sqrt();
-        assert!(
-            (got - draws as f64 * p).abs() < 6.0 * sd,
-            "hot key {got} vs {}",
-            draws as f64 * p
-        );
+        assert!((got - draws as f64 * p).abs() < 6.0 * sd, "hot key {got} vs {}", draws as f64 * p);
         let touched = hits.iter().filter(|h| **h > 0).count();
-        assert!(
-            touched as f64 > 0.95 * n as f64,
-            "only {touched} of {n} keys drawn"
-        );
+        assert!(touched as f64 > 0.95 * n as f64, "only {touched} of {n} keys drawn");
         // the top 1 % of keys take far more than 1 % of the draws (skew survives the hashing)
         let mut sorted = hits.clone();
         sorted.sort_unstable_by(|a, b| b.cmp(a));
@@ -272,9 +246,6 @@ mod tests {
             }
         }
         let p = 1.0 / zeta(0, 1000, 0.99, 0.0);
-        assert!(
-            (newest as f64 - 10_000.0 * p).abs() < 5.0 * (10_000.0 * p * (1.0 - p)).sqrt(),
-            "{newest}"
-        );
+        assert!((newest as f64 - 10_000.0 * p).abs() < 5.0 * (10_000.0 * p * (1.0 - p)).sqrt(), "{newest}");
     }
 }

@@ -17,10 +17,7 @@ use serde_json::{json, Map, Value};
 
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 /// How an operation ended.
@@ -74,9 +71,7 @@ impl Stats {
             count: vec![0; n],
             rollbacks: vec![0; n],
             errors: vec![0; n],
-            hist: (0..n)
-                .map(|_| Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"))
-                .collect(),
+            hist: (0..n).map(|_| Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds")).collect(),
             first_error: vec![None; n],
             records: if keep_records { Some(Vec::new()) } else { None },
         }
@@ -110,9 +105,7 @@ impl Stats {
             self.count[i] += other.count[i];
             self.rollbacks[i] += other.rollbacks[i];
             self.errors[i] += other.errors[i];
-            self.hist[i]
-                .add(&other.hist[i])
-                .expect("same histogram bounds");
+            self.hist[i].add(&other.hist[i]).expect("same histogram bounds");
             if self.first_error[i].is_none() {
                 self.first_error[i] = other.first_error[i].take();
             }
@@ -192,28 +185,16 @@ const SCHEMA: &str = "message oltp_ops {
 
 /// Write the per-operation rows to `path` (Parquet, snappy); returns the number of rows.
 /// `latency_us` is from the intended start when `from_intended`, else from the actual start.
-pub fn write_ops(
-    path: &Path,
-    names: &[&'static str],
-    recs: &mut [OpRecord],
-    from_intended: bool,
-    creator: &str,
-) -> Result<u64> {
+pub fn write_ops(path: &Path, names: &[&'static str], recs: &mut [OpRecord], from_intended: bool, creator: &str) -> Result<u64> {
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("{}: cannot create directory", path.display()))?;
+            std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create directory", path.display()))?;
         }
     }
     recs.sort_by_key(|r| r.start_ns);
     let file = File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
     let schema = Arc::new(parse_message_type(SCHEMA)?);
-    let props = Arc::new(
-        WriterProperties::builder()
-            .set_compression(Compression::SNAPPY)
-            .set_created_by(creator.into())
-            .build(),
-    );
+    let props = Arc::new(WriterProperties::builder().set_compression(Compression::SNAPPY).set_created_by(creator.into()).build());
     let mut writer = SerializedFileWriter::new(file, schema, props)?;
     let op_names: Vec<ByteArray> = names.iter().map(|n| ByteArray::from(*n)).collect();
     for chunk in recs.chunks(128 * 1024) {
@@ -226,10 +207,7 @@ pub fn write_ops(
                     cw.typed::<Int32Type>().write_batch(&v, None, None)?;
                 }
                 1 => {
-                    let v: Vec<ByteArray> = chunk
-                        .iter()
-                        .map(|r| op_names[r.op as usize].clone())
-                        .collect();
+                    let v: Vec<ByteArray> = chunk.iter().map(|r| op_names[r.op as usize].clone()).collect();
                     cw.typed::<ByteArrayType>().write_batch(&v, None, None)?;
                 }
                 2..=5 => {
@@ -239,24 +217,13 @@ pub fn write_ops(
                             2 => r.intended_ns,
                             3 => r.start_ns,
                             4 => r.end_ns,
-                            _ => {
-                                (r.end_ns
-                                    - if from_intended {
-                                        r.intended_ns
-                                    } else {
-                                        r.start_ns
-                                    })
-                                    / 1000
-                            }
+                            _ => (r.end_ns - if from_intended { r.intended_ns } else { r.start_ns }) / 1000,
                         })
                         .collect();
                     cw.typed::<Int64Type>().write_batch(&v, None, None)?;
                 }
                 6 => {
-                    let v: Vec<ByteArray> = chunk
-                        .iter()
-                        .map(|r| ByteArray::from(r.outcome.name()))
-                        .collect();
+                    let v: Vec<ByteArray> = chunk.iter().map(|r| ByteArray::from(r.outcome.name())).collect();
                     cw.typed::<ByteArrayType>().write_batch(&v, None, None)?;
                 }
                 _ => unreachable!(),
@@ -307,10 +274,7 @@ mod tests {
                 outcome: Outcome::Ok,
             })
             .collect();
-        assert_eq!(
-            write_ops(&path, &["READ", "UPDATE"], &mut recs, true, "test").unwrap(),
-            1000
-        );
+        assert_eq!(write_ops(&path, &["READ", "UPDATE"], &mut recs, true, "test").unwrap(), 1000);
         use parquet::file::reader::{FileReader, SerializedFileReader};
         let r = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
         assert_eq!(r.metadata().file_metadata().num_rows(), 1000);

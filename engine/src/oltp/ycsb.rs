@@ -187,9 +187,7 @@ const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 /// A random field value of `len` letters and digits.
 pub fn field_value<R: Rng>(rng: &mut R, len: usize) -> String {
-    (0..len)
-        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
-        .collect()
+    (0..len).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
 }
 
 fn check_name(table: &str) -> Result<()> {
@@ -207,20 +205,9 @@ pub fn run(args: YcsbArgs) -> Result<i32> {
 }
 
 fn create_sql(t: &TableArgs, dbms: Dbms) -> String {
-    let fields: Vec<String> = (0..t.field_count)
-        .map(|i| format!("field{i} TEXT"))
-        .collect();
-    let tail = if dbms == Dbms::Mysql {
-        " ENGINE=InnoDB"
-    } else {
-        ""
-    };
-    format!(
-        "CREATE TABLE {} (ycsb_key VARCHAR(255) PRIMARY KEY, {}){}",
-        t.table,
-        fields.join(", "),
-        tail
-    )
+    let fields: Vec<String> = (0..t.field_count).map(|i| format!("field{i} TEXT")).collect();
+    let tail = if dbms == Dbms::Mysql { " ENGINE=InnoDB" } else { "" };
+    format!("CREATE TABLE {} (ycsb_key VARCHAR(255) PRIMARY KEY, {}){}", t.table, fields.join(", "), tail)
 }
 
 fn load(a: LoadArgs) -> Result<i32> {
@@ -245,11 +232,7 @@ fn load(a: LoadArgs) -> Result<i32> {
             let mut conn = Conn::connect(&ta.dsn)?;
             let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(t as u64));
             let cols: Vec<String> = (0..ta.field_count).map(|i| format!("field{i}")).collect();
-            let head = format!(
-                "INSERT INTO {} (ycsb_key, {}) VALUES ",
-                ta.table,
-                cols.join(", ")
-            );
+            let head = format!("INSERT INTO {} (ycsb_key, {}) VALUES ", ta.table, cols.join(", "));
             let mut done = 0u64;
             loop {
                 if Instant::now() > deadline {
@@ -260,10 +243,7 @@ fn load(a: LoadArgs) -> Result<i32> {
                     return Ok(done);
                 }
                 let to = (from + batch).min(records);
-                let mut sql = String::with_capacity(
-                    head.len()
-                        + ((to - from) as usize) * (ta.field_count * (ta.field_length + 4) + 40),
-                );
+                let mut sql = String::with_capacity(head.len() + ((to - from) as usize) * (ta.field_count * (ta.field_length + 4) + 40));
                 sql.push_str(&head);
                 for k in from..to {
                     if k > from {
@@ -308,11 +288,7 @@ struct InsertKeys {
 
 impl InsertKeys {
     fn new(records: u64) -> InsertKeys {
-        InsertKeys {
-            next: AtomicU64::new(records),
-            last_acked: AtomicU64::new(records.saturating_sub(1)),
-            pending: Mutex::new(BTreeSet::new()),
-        }
+        InsertKeys { next: AtomicU64::new(records), last_acked: AtomicU64::new(records.saturating_sub(1)), pending: Mutex::new(BTreeSet::new()) }
     }
     fn take(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed)
@@ -340,31 +316,13 @@ struct Prepared {
 
 fn prepare(conn: &mut Conn, t: &TableArgs) -> Result<Prepared> {
     let read = conn.prepare(&format!("SELECT * FROM {} WHERE ycsb_key = ?", t.table))?;
-    let update = (0..t.field_count)
-        .map(|i| {
-            conn.prepare(&format!(
-                "UPDATE {} SET field{i} = ? WHERE ycsb_key = ?",
-                t.table
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let update =
+        (0..t.field_count).map(|i| conn.prepare(&format!("UPDATE {} SET field{i} = ? WHERE ycsb_key = ?", t.table))).collect::<Result<Vec<_>>>()?;
     let cols: Vec<String> = (0..t.field_count).map(|i| format!("field{i}")).collect();
     let marks = vec!["?"; t.field_count + 1].join(", ");
-    let insert = conn.prepare(&format!(
-        "INSERT INTO {} (ycsb_key, {}) VALUES ({marks})",
-        t.table,
-        cols.join(", ")
-    ))?;
-    let scan = conn.prepare(&format!(
-        "SELECT * FROM {} WHERE ycsb_key >= ? ORDER BY ycsb_key LIMIT ?",
-        t.table
-    ))?;
-    Ok(Prepared {
-        read,
-        update,
-        insert,
-        scan,
-    })
+    let insert = conn.prepare(&format!("INSERT INTO {} (ycsb_key, {}) VALUES ({marks})", t.table, cols.join(", ")))?;
+    let scan = conn.prepare(&format!("SELECT * FROM {} WHERE ycsb_key >= ? ORDER BY ycsb_key LIMIT ?", t.table))?;
+    Ok(Prepared { read, update, insert, scan })
 }
 
 fn run_workload(a: RunArgs) -> Result<i32> {
@@ -383,20 +341,14 @@ fn run_workload(a: RunArgs) -> Result<i32> {
     let dbms = conn.dbms();
     let tables = conn.tables()?;
     if !tables.contains(&t.table.to_lowercase()) {
-        bail!(
-            "table {} is missing: run `tierscope-engine ycsb load --dsn ...` first",
-            t.table
-        );
+        bail!("table {} is missing: run `tierscope-engine ycsb load --dsn ...` first", t.table);
     }
     let records = match a.records {
         Some(r) => r,
-        None => conn
-            .simple_rows(&format!("SELECT COUNT(*) FROM {}", t.table))?
-            .first()
-            .and_then(|r| r.first())
-            .map(|v| v.i64())
-            .transpose()?
-            .unwrap_or(0) as u64,
+        None => {
+            conn.simple_rows(&format!("SELECT COUNT(*) FROM {}", t.table))?.first().and_then(|r| r.first()).map(|v| v.i64()).transpose()?.unwrap_or(0)
+                as u64
+        }
     };
     if records == 0 {
         bail!("table {} is empty: load it first", t.table);
@@ -417,11 +369,7 @@ fn run_workload(a: RunArgs) -> Result<i32> {
     let epoch0 = now_ns();
     let warm = t0 + Duration::from_secs_f64(a.warmup.max(0.0));
     let deadline = t0 + Duration::from_secs_f64(a.duration);
-    let interval = if a.target > 0.0 {
-        Some(Duration::from_secs_f64(a.threads as f64 / a.target))
-    } else {
-        None
-    };
+    let interval = if a.target > 0.0 { Some(Duration::from_secs_f64(a.threads as f64 / a.target)) } else { None };
     let keep = a.log.is_some();
     let mut handles = Vec::new();
     for tid in 0..a.threads {
@@ -430,16 +378,11 @@ fn run_workload(a: RunArgs) -> Result<i32> {
         let ops_bound = a.ops;
         let (max_scan, seed) = (a.max_scan_length, a.seed);
         handles.push(std::thread::spawn(move || -> Result<(Stats, Instant)> {
-            let mut rng =
-                SmallRng::seed_from_u64(seed.wrapping_mul(7919).wrapping_add(tid as u64 + 1));
+            let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(7919).wrapping_add(tid as u64 + 1));
             let mut chooser = match dist {
                 Distribution::Uniform => KeyChooser::Uniform,
-                Distribution::Zipfian => {
-                    KeyChooser::Zipfian(ScrambledZipfian::new(0, records + expected_new - 1))
-                }
-                Distribution::Latest => {
-                    KeyChooser::Latest(Box::new(Zipfian::new(0, records, ZIPFIAN_CONSTANT)))
-                }
+                Distribution::Zipfian => KeyChooser::Zipfian(ScrambledZipfian::new(0, records + expected_new - 1)),
+                Distribution::Latest => KeyChooser::Latest(Box::new(Zipfian::new(0, records, ZIPFIAN_CONSTANT))),
             };
             let mut conn = Conn::connect(&ta.dsn)?;
             let st = prepare(&mut conn, &ta)?;
@@ -476,16 +419,7 @@ fn run_workload(a: RunArgs) -> Result<i32> {
                 }
                 let op = choose_op(&mut rng, &props);
                 let start = Instant::now();
-                let outcome = match do_op(
-                    &mut conn,
-                    &st,
-                    &ta,
-                    op,
-                    &mut rng,
-                    &mut chooser,
-                    &keys,
-                    max_scan,
-                ) {
+                let outcome = match do_op(&mut conn, &st, &ta, op, &mut rng, &mut chooser, &keys, max_scan) {
                     Ok(true) => Outcome::Ok,
                     Ok(false) => {
                         stats.note_error(op, || "no row found".to_string());
@@ -502,11 +436,7 @@ fn run_workload(a: RunArgs) -> Result<i32> {
                     consecutive_errors += 1;
                     if consecutive_errors >= 1000 || conn.is_closed() {
                         stop.store(true, Ordering::Relaxed);
-                        bail!(
-                            "thread {tid}: {} errors in a row (connection closed: {}), stopping",
-                            consecutive_errors,
-                            conn.is_closed()
-                        );
+                        bail!("thread {tid}: {} errors in a row (connection closed: {}), stopping", consecutive_errors, conn.is_closed());
                     }
                 } else {
                     consecutive_errors = 0;
@@ -578,19 +508,12 @@ fn run_workload(a: RunArgs) -> Result<i32> {
         out["thread_failures"] = json!(failures);
     }
     if let (Some(path), Some(recs)) = (a.log.as_ref(), total.records.as_mut()) {
-        let n = stats::write_ops(
-            path,
-            &OPS,
-            recs,
-            interval.is_some(),
-            "tierscope-engine ycsb",
-        )?;
+        let n = stats::write_ops(path, &OPS, recs, interval.is_some(), "tierscope-engine ycsb")?;
         out["log"] = json!({"path": path.display().to_string(), "rows": n});
     }
     let text = out.to_string();
     if let Some(path) = a.summary.as_ref() {
-        std::fs::write(path, format!("{text}\n"))
-            .with_context(|| format!("--summary {}", path.display()))?;
+        std::fs::write(path, format!("{text}\n")).with_context(|| format!("--summary {}", path.display()))?;
     }
     println!("{text}");
     Ok(if failures.is_empty() { 0 } else { 1 })
@@ -616,10 +539,7 @@ fn do_op(
         UPDATE => {
             let k = key_name(chooser.next(rng, keys.last()));
             let f = rng.gen_range(0..t.field_count);
-            Ok(conn.execute(
-                st.update[f],
-                &[Val::S(field_value(rng, t.field_length)), Val::S(k)],
-            )? == 1)
+            Ok(conn.execute(st.update[f], &[Val::S(field_value(rng, t.field_length)), Val::S(k)])? == 1)
         }
         INSERT => {
             let n = keys.take();
@@ -635,9 +555,7 @@ fn do_op(
         SCAN => {
             let k = key_name(chooser.next(rng, keys.last()));
             let len = rng.gen_range(1..=max_scan);
-            Ok(!conn
-                .query(st.scan, &[Val::S(k), Val::I(len as i64)])?
-                .is_empty())
+            Ok(!conn.query(st.scan, &[Val::S(k), Val::I(len as i64)])?.is_empty())
         }
         RMW => {
             let k = key_name(chooser.next(rng, keys.last()));
@@ -645,10 +563,7 @@ fn do_op(
                 return Ok(false);
             }
             let f = rng.gen_range(0..t.field_count);
-            Ok(conn.execute(
-                st.update[f],
-                &[Val::S(field_value(rng, t.field_length)), Val::S(k)],
-            )? == 1)
+            Ok(conn.execute(st.update[f], &[Val::S(field_value(rng, t.field_length)), Val::S(k)])? == 1)
         }
         _ => Err(anyhow!("unknown operation {op}")),
     }
@@ -678,14 +593,7 @@ mod tests {
     #[test]
     fn workload_mixes_match_their_proportions() {
         // χ² critical values at p = 0.001: 1 dof 10.83 (two non-zero cells)
-        for w in [
-            Workload::A,
-            Workload::B,
-            Workload::C,
-            Workload::D,
-            Workload::E,
-            Workload::F,
-        ] {
+        for w in [Workload::A, Workload::B, Workload::C, Workload::D, Workload::E, Workload::F] {
             let (props, _) = mix(w);
             let mut rng = SmallRng::seed_from_u64(42);
             let mut obs = [0u64; 5];

@@ -22,32 +22,12 @@ pub const ORDERS: u64 = 3000;
 pub const FIRST_NEW_ORDER: u64 = 2101;
 
 /// The tables, in creation order.
-pub const TABLES: [&str; 9] = [
-    "warehouse",
-    "district",
-    "customer",
-    "history",
-    "orders",
-    "new_order",
-    "order_line",
-    "item",
-    "stock",
-];
+pub const TABLES: [&str; 9] = ["warehouse", "district", "customer", "history", "orders", "new_order", "order_line", "item", "stock"];
 
 fn ddl(dbms: Dbms) -> Vec<String> {
-    let ts = if dbms == Dbms::Mysql {
-        "DATETIME"
-    } else {
-        "TIMESTAMP"
-    };
-    let engine = if dbms == Dbms::Mysql {
-        " ENGINE=InnoDB"
-    } else {
-        ""
-    };
-    let dist: Vec<String> = (1..=10)
-        .map(|i| format!("s_dist_{i:02} CHAR(24)"))
-        .collect();
+    let ts = if dbms == Dbms::Mysql { "DATETIME" } else { "TIMESTAMP" };
+    let engine = if dbms == Dbms::Mysql { " ENGINE=InnoDB" } else { "" };
+    let dist: Vec<String> = (1..=10).map(|i| format!("s_dist_{i:02} CHAR(24)")).collect();
     let t = [
         "warehouse (w_id INTEGER NOT NULL, w_name VARCHAR(10), w_street_1 VARCHAR(20), w_street_2 VARCHAR(20), w_city VARCHAR(20), w_state CHAR(2), w_zip CHAR(9), w_tax DOUBLE PRECISION, w_ytd DOUBLE PRECISION, PRIMARY KEY (w_id))".to_string(),
         "district (d_w_id INTEGER NOT NULL, d_id INTEGER NOT NULL, d_name VARCHAR(10), d_street_1 VARCHAR(20), d_street_2 VARCHAR(20), d_city VARCHAR(20), d_state CHAR(2), d_zip CHAR(9), d_tax DOUBLE PRECISION, d_ytd DOUBLE PRECISION, d_next_o_id INTEGER, PRIMARY KEY (d_w_id, d_id))".to_string(),
@@ -59,10 +39,7 @@ fn ddl(dbms: Dbms) -> Vec<String> {
         "item (i_id INTEGER NOT NULL, i_im_id INTEGER, i_name VARCHAR(24), i_price DOUBLE PRECISION, i_data VARCHAR(50), PRIMARY KEY (i_id))".to_string(),
         format!("stock (s_w_id INTEGER NOT NULL, s_i_id INTEGER NOT NULL, s_quantity INTEGER, {}, s_ytd INTEGER, s_order_cnt INTEGER, s_remote_cnt INTEGER, s_data VARCHAR(50), PRIMARY KEY (s_w_id, s_i_id))", dist.join(", ")),
     ];
-    let mut out: Vec<String> = t
-        .iter()
-        .map(|s| format!("CREATE TABLE {s}{engine}"))
-        .collect();
+    let mut out: Vec<String> = t.iter().map(|s| format!("CREATE TABLE {s}{engine}")).collect();
     out.push("CREATE INDEX customer_name ON customer (c_w_id, c_d_id, c_last, c_first)".into());
     out.push("CREATE INDEX orders_customer ON orders (o_w_id, o_d_id, o_c_id, o_id)".into());
     out
@@ -81,14 +58,7 @@ struct Inserter<'a> {
 impl<'a> Inserter<'a> {
     fn new(conn: &'a mut Conn, table: &str, batch: usize) -> Inserter<'a> {
         let head = format!("INSERT INTO {table} VALUES ");
-        Inserter {
-            conn,
-            sql: head.clone(),
-            head,
-            rows: 0,
-            batch,
-            total: 0,
-        }
+        Inserter { conn, sql: head.clone(), head, rows: 0, batch, total: 0 }
     }
 
     /// Add one row given as the SQL text of its values, comma-separated.
@@ -128,14 +98,7 @@ enum Job {
 }
 
 /// Drop and create the tables, then load `warehouses` warehouses; returns rows per table.
-pub fn load(
-    dsn: &str,
-    warehouses: u64,
-    threads: usize,
-    batch: usize,
-    seed: u64,
-    max_seconds: f64,
-) -> Result<Vec<(String, u64)>> {
+pub fn load(dsn: &str, warehouses: u64, threads: usize, batch: usize, seed: u64, max_seconds: f64) -> Result<Vec<(String, u64)>> {
     let mut conn = Conn::connect(dsn)?;
     let dbms = conn.dbms();
     for t in TABLES.iter().rev() {
@@ -182,35 +145,19 @@ pub fn load(
         h.join().map_err(|_| anyhow!("a load thread panicked"))??;
     }
     let mut conn = Conn::connect(dsn)?;
-    let analyze = if dbms == Dbms::Mysql {
-        "ANALYZE TABLE "
-    } else {
-        "ANALYZE "
-    };
+    let analyze = if dbms == Dbms::Mysql { "ANALYZE TABLE " } else { "ANALYZE " };
     for t in TABLES {
         conn.batch(&format!("{analyze}{t}"))?;
     }
     let c = counts.lock().expect("counts lock");
-    Ok(TABLES
-        .iter()
-        .zip(c.iter())
-        .map(|(t, n)| (t.to_string(), *n))
-        .collect())
+    Ok(TABLES.iter().zip(c.iter()).map(|(t, n)| (t.to_string(), *n)).collect())
 }
 
 fn idx(table: &str) -> usize {
-    TABLES
-        .iter()
-        .position(|t| *t == table)
-        .expect("known table")
+    TABLES.iter().position(|t| *t == table).expect("known table")
 }
 
-fn run_job(
-    conn: &mut Conn,
-    rng: &mut SmallRng,
-    job: Job,
-    batch: usize,
-) -> Result<Vec<(usize, u64)>> {
+fn run_job(conn: &mut Conn, rng: &mut SmallRng, job: Job, batch: usize) -> Result<Vec<(usize, u64)>> {
     match job {
         Job::Items => {
             let mut ins = Inserter::new(conn, "item", batch);
@@ -277,16 +224,8 @@ fn run_job(
         Job::Customers(w, d) => {
             let mut cus = Inserter::new(conn, "customer", batch);
             for c in 1..=CUSTOMERS {
-                let last = if c <= 1000 {
-                    c - 1
-                } else {
-                    nurand(rng, A_C_LAST, 0, 999, C_LOAD.c_last)
-                };
-                let credit = if rng.gen_range(0..10) == 0 {
-                    "BC"
-                } else {
-                    "GC"
-                };
+                let last = if c <= 1000 { c - 1 } else { nurand(rng, A_C_LAST, 0, 999, C_LOAD.c_last) };
+                let credit = if rng.gen_range(0..10) == 0 { "BC" } else { "GC" };
                 let v = format!(
                     "{w},{d},{c},'{}','OE','{}','{}','{}','{}','{}','{}','{}',CURRENT_TIMESTAMP,'{credit}',50000.00,{:.4},-10.00,10.00,1,0,'{}'",
                     astring(rng, 8, 16),
@@ -306,10 +245,7 @@ fn run_job(
             let n_cus = cus.total;
             let mut his = Inserter::new(conn, "history", batch);
             for c in 1..=CUSTOMERS {
-                his.row(&format!(
-                    "{c},{d},{w},{d},{w},CURRENT_TIMESTAMP,10.00,'{}'",
-                    astring(rng, 12, 24)
-                ))?;
+                his.row(&format!("{c},{d},{w},{d},{w},CURRENT_TIMESTAMP,10.00,'{}'", astring(rng, 12, 24)))?;
             }
             his.flush()?;
             Ok(vec![(idx("customer"), n_cus), (idx("history"), his.total)])
@@ -321,26 +257,11 @@ fn run_job(
             let mut ord = Inserter::new(conn, "orders", batch);
             for o in 1..=ORDERS {
                 let cnt = rng.gen_range(5..=15u64);
-                let carrier = if o < FIRST_NEW_ORDER {
-                    rng.gen_range(1..=10).to_string()
-                } else {
-                    "NULL".to_string()
-                };
-                ord.row(&format!(
-                    "{w},{d},{o},{},CURRENT_TIMESTAMP,{carrier},{cnt},1",
-                    perm[(o - 1) as usize]
-                ))?;
+                let carrier = if o < FIRST_NEW_ORDER { rng.gen_range(1..=10).to_string() } else { "NULL".to_string() };
+                ord.row(&format!("{w},{d},{o},{},CURRENT_TIMESTAMP,{carrier},{cnt},1", perm[(o - 1) as usize]))?;
                 for n in 1..=cnt {
-                    let (delivery, amount) = if o < FIRST_NEW_ORDER {
-                        ("CURRENT_TIMESTAMP", 0.0)
-                    } else {
-                        ("NULL", fixed(rng, 0.01, 9999.99, 2))
-                    };
-                    lines_sql.push(format!(
-                        "{w},{d},{o},{n},{},{w},{delivery},5,{amount:.2},'{}'",
-                        rng.gen_range(1..=ITEMS),
-                        astring(rng, 24, 24)
-                    ));
+                    let (delivery, amount) = if o < FIRST_NEW_ORDER { ("CURRENT_TIMESTAMP", 0.0) } else { ("NULL", fixed(rng, 0.01, 9999.99, 2)) };
+                    lines_sql.push(format!("{w},{d},{o},{n},{},{w},{delivery},5,{amount:.2},'{}'", rng.gen_range(1..=ITEMS), astring(rng, 24, 24)));
                 }
             }
             ord.flush()?;
@@ -356,11 +277,7 @@ fn run_job(
                 ol.row(l)?;
             }
             ol.flush()?;
-            Ok(vec![
-                (idx("orders"), n_ord),
-                (idx("new_order"), n_no),
-                (idx("order_line"), ol.total),
-            ])
+            Ok(vec![(idx("orders"), n_ord), (idx("new_order"), n_no), (idx("order_line"), ol.total)])
         }
     }
 }

@@ -122,14 +122,7 @@ pub fn run(args: TpccArgs) -> Result<i32> {
             }
             let t0 = Instant::now();
             let dbms = Conn::connect(&a.dsn)?.dbms();
-            let rows = load::load(
-                &a.dsn,
-                a.warehouses,
-                a.threads,
-                a.batch,
-                a.seed,
-                a.max_seconds,
-            )?;
+            let rows = load::load(&a.dsn, a.warehouses, a.threads, a.batch, a.seed, a.max_seconds)?;
             let secs = t0.elapsed().as_secs_f64();
             let total: u64 = rows.iter().map(|r| r.1).sum();
             let out = json!({
@@ -202,26 +195,13 @@ fn run_mix(a: RunArgs) -> Result<i32> {
     let mut conn = Conn::connect(&a.dsn)?;
     let dbms = conn.dbms();
     let present = conn.tables()?;
-    let missing: Vec<&str> = load::TABLES
-        .iter()
-        .copied()
-        .filter(|t| !present.iter().any(|p| p == t))
-        .collect();
+    let missing: Vec<&str> = load::TABLES.iter().copied().filter(|t| !present.iter().any(|p| p == t)).collect();
     if !missing.is_empty() {
-        bail!(
-            "TPC-C tables missing: {} (load them with `tierscope-engine tpcc load --dsn ...`)",
-            missing.join(", ")
-        );
+        bail!("TPC-C tables missing: {} (load them with `tierscope-engine tpcc load --dsn ...`)", missing.join(", "));
     }
     let warehouses = match a.warehouses {
         Some(w) => w,
-        None => conn
-            .simple_rows("SELECT COUNT(*) FROM warehouse")?
-            .first()
-            .and_then(|r| r.first())
-            .map(|v| v.i64())
-            .transpose()?
-            .unwrap_or(0) as u64,
+        None => conn.simple_rows("SELECT COUNT(*) FROM warehouse")?.first().and_then(|r| r.first()).map(|v| v.i64()).transpose()?.unwrap_or(0) as u64,
     };
     if warehouses == 0 {
         bail!("the warehouse table is empty: load it with `tierscope-engine tpcc load`");
@@ -242,117 +222,103 @@ fn run_mix(a: RunArgs) -> Result<i32> {
     let keep = a.log.is_some();
     let mut handles = Vec::new();
     for i in 0..terminals {
-        let term = txn::Terminal {
-            w: (i as u64 % warehouses) + 1,
-            d: ((i as u64 / warehouses) % 10) + 1,
-            warehouses,
-        };
+        let term = txn::Terminal { w: (i as u64 % warehouses) + 1, d: ((i as u64 / warehouses) % 10) + 1, warehouses };
         let (stop, issued, dsn) = (stop.clone(), issued.clone(), a.dsn.clone());
         let (txns_bound, retries, seed, scale) = (a.txns, a.retries, a.seed, a.wait_scale);
-        handles.push(std::thread::spawn(
-            move || -> Result<(Stats, Tally, Instant)> {
-                let mut rng =
-                    SmallRng::seed_from_u64(seed.wrapping_mul(104_729).wrapping_add(i as u64 + 1));
-                let mut conn = Conn::connect(&dsn)?;
-                let st = txn::prepare(&mut conn)?;
-                let mut deck = Deck::new(&mut rng);
-                let mut stats = Stats::new(&TXNS, keep);
-                let mut tally = Tally::default();
-                let mut last_end = t0;
-                let mut consecutive_errors = 0u32;
-                loop {
-                    if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
-                        break;
-                    }
-                    if let Some(n) = txns_bound {
-                        if issued.fetch_add(1, Ordering::Relaxed) >= n {
-                            break;
-                        }
-                    }
-                    let kind = deck.draw(&mut rng);
-                    if waits && !wait(KEYING_S[kind] * scale, deadline, &stop) {
-                        break;
-                    }
-                    let start = Instant::now();
-                    let mut attempt = 0;
-                    let result = loop {
-                        let r = txn::run(kind, &mut conn, &st, &mut rng, &term);
-                        match &r {
-                            Err(e) if attempt < retries && classify(e) == Failure::Conflict => {
-                                attempt += 1;
-                                tally.retries += 1;
-                            }
-                            _ => break r,
-                        }
-                    };
-                    let end = Instant::now();
-                    last_end = end;
-                    let outcome = match &result {
-                        Ok(fx) if fx.rolled_back => Outcome::Rollback,
-                        Ok(_) => Outcome::Ok,
-                        Err(_) => Outcome::Error,
-                    };
-                    match &result {
-                        Err(e) => {
-                            stats.note_error(kind, || format!("{e:#}"));
-                            consecutive_errors += 1;
-                            if consecutive_errors >= 100
-                                || conn.is_closed()
-                                || classify(e) == Failure::Broken
-                            {
-                                stop.store(true, Ordering::Relaxed);
-                                return Err(anyhow!("terminal {i}: {e:#}"));
-                            }
-                        }
-                        Ok(_) => consecutive_errors = 0,
-                    }
-                    if start >= warm {
-                        stats.record(kind, end.duration_since(start).as_micros() as u64, outcome);
-                        if let Some(recs) = stats.records.as_mut() {
-                            let ns = |x: Instant| epoch0 + x.duration_since(t0).as_nanos() as i64;
-                            recs.push(OpRecord {
-                                thread: i as u32,
-                                op: kind as u8,
-                                intended_ns: ns(start),
-                                start_ns: ns(start),
-                                end_ns: ns(end),
-                                outcome,
-                            });
-                        }
-                        if let Ok(fx) = &result {
-                            if kind == NEW_ORDER {
-                                if fx.rolled_back {
-                                    tally.new_orders_rolled_back += 1;
-                                } else {
-                                    tally.new_orders_committed += 1;
-                                    tally.order_lines += fx.lines;
-                                    tally.remote_order_lines += fx.remote_lines;
-                                }
-                            }
-                            tally.payments_remote += fx.remote_payment as u64;
-                            tally.by_name += fx.by_name as u64;
-                            tally.delivered += fx.delivered;
-                            tally.skipped_districts += fx.skipped_districts;
-                        }
-                    }
-                    if waits && !wait(think(&mut rng, THINK_MEAN_S[kind]) * scale, deadline, &stop)
-                    {
+        handles.push(std::thread::spawn(move || -> Result<(Stats, Tally, Instant)> {
+            let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(104_729).wrapping_add(i as u64 + 1));
+            let mut conn = Conn::connect(&dsn)?;
+            let st = txn::prepare(&mut conn)?;
+            let mut deck = Deck::new(&mut rng);
+            let mut stats = Stats::new(&TXNS, keep);
+            let mut tally = Tally::default();
+            let mut last_end = t0;
+            let mut consecutive_errors = 0u32;
+            loop {
+                if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                    break;
+                }
+                if let Some(n) = txns_bound {
+                    if issued.fetch_add(1, Ordering::Relaxed) >= n {
                         break;
                     }
                 }
-                Ok((stats, tally, last_end))
-            },
-        ));
+                let kind = deck.draw(&mut rng);
+                if waits && !wait(KEYING_S[kind] * scale, deadline, &stop) {
+                    break;
+                }
+                let start = Instant::now();
+                let mut attempt = 0;
+                let result = loop {
+                    let r = txn::run(kind, &mut conn, &st, &mut rng, &term);
+                    match &r {
+                        Err(e) if attempt < retries && classify(e) == Failure::Conflict => {
+                            attempt += 1;
+                            tally.retries += 1;
+                        }
+                        _ => break r,
+                    }
+                };
+                let end = Instant::now();
+                last_end = end;
+                let outcome = match &result {
+                    Ok(fx) if fx.rolled_back => Outcome::Rollback,
+                    Ok(_) => Outcome::Ok,
+                    Err(_) => Outcome::Error,
+                };
+                match &result {
+                    Err(e) => {
+                        stats.note_error(kind, || format!("{e:#}"));
+                        consecutive_errors += 1;
+                        if consecutive_errors >= 100 || conn.is_closed() || classify(e) == Failure::Broken {
+                            stop.store(true, Ordering::Relaxed);
+                            return Err(anyhow!("terminal {i}: {e:#}"));
+                        }
+                    }
+                    Ok(_) => consecutive_errors = 0,
+                }
+                if start >= warm {
+                    stats.record(kind, end.duration_since(start).as_micros() as u64, outcome);
+                    if let Some(recs) = stats.records.as_mut() {
+                        let ns = |x: Instant| epoch0 + x.duration_since(t0).as_nanos() as i64;
+                        recs.push(OpRecord {
+                            thread: i as u32,
+                            op: kind as u8,
+                            intended_ns: ns(start),
+                            start_ns: ns(start),
+                            end_ns: ns(end),
+                            outcome,
+                        });
+                    }
+                    if let Ok(fx) = &result {
+                        if kind == NEW_ORDER {
+                            if fx.rolled_back {
+                                tally.new_orders_rolled_back += 1;
+                            } else {
+                                tally.new_orders_committed += 1;
+                                tally.order_lines += fx.lines;
+                                tally.remote_order_lines += fx.remote_lines;
+                            }
+                        }
+                        tally.payments_remote += fx.remote_payment as u64;
+                        tally.by_name += fx.by_name as u64;
+                        tally.delivered += fx.delivered;
+                        tally.skipped_districts += fx.skipped_districts;
+                    }
+                }
+                if waits && !wait(think(&mut rng, THINK_MEAN_S[kind]) * scale, deadline, &stop) {
+                    break;
+                }
+            }
+            Ok((stats, tally, last_end))
+        }));
     }
     let mut total = Stats::new(&TXNS, keep);
     let mut tally = Tally::default();
     let mut end = t0;
     let mut failures = Vec::new();
     for h in handles {
-        match h
-            .join()
-            .map_err(|_| anyhow!("a terminal thread panicked"))?
-        {
+        match h.join().map_err(|_| anyhow!("a terminal thread panicked"))? {
             Ok((s, t, e)) => {
                 total.merge(s);
                 tally.add(&t);
@@ -366,19 +332,11 @@ fn run_mix(a: RunArgs) -> Result<i32> {
     }
     let cpu1 = stats::cpu_seconds();
     // with waits the run lasts until the deadline, whatever the last transaction's end
-    let until = if waits {
-        deadline.min(Instant::now()).max(end)
-    } else {
-        end
-    };
+    let until = if waits { deadline.min(Instant::now()).max(end) } else { end };
     let measured = until.saturating_duration_since(warm).as_secs_f64();
     let minutes = measured / 60.0;
     let done = total.total_ok();
-    let tpmc = if minutes > 0.0 {
-        total.count[NEW_ORDER] as f64 / minutes
-    } else {
-        0.0
-    };
+    let tpmc = if minutes > 0.0 { total.count[NEW_ORDER] as f64 / minutes } else { 0.0 };
     let mut per = total.per_op_json();
     let mut all_passed = true;
     for (k, name) in TXNS.iter().enumerate() {
@@ -388,16 +346,11 @@ fn run_mix(a: RunArgs) -> Result<i32> {
             all_passed &= passed;
             o["p90_limit_s"] = json!(P90_LIMIT_S[k]);
             o["p90_rule"] = json!(if passed { "passed" } else { "failed" });
-            o["share_pct"] = json!(if done > 0 {
-                (total.count[k] as f64 / done as f64 * 10000.0).round() / 100.0
-            } else {
-                0.0
-            });
+            o["share_pct"] = json!(if done > 0 { (total.count[k] as f64 / done as f64 * 10000.0).round() / 100.0 } else { 0.0 });
         }
     }
     let cpu = (cpu1.0 - cpu0.0) + (cpu1.1 - cpu0.1);
-    let tpcc_like =
-        !waits || a.wait_scale < 1.0 || tpmc > MAX_TPMC_PER_WAREHOUSE * warehouses as f64;
+    let tpcc_like = !waits || a.wait_scale < 1.0 || tpmc > MAX_TPMC_PER_WAREHOUSE * warehouses as f64;
     let mut out = json!({
         "benchmark": "tpcc",
         "phase": "run",
@@ -441,8 +394,7 @@ fn run_mix(a: RunArgs) -> Result<i32> {
     }
     let text = out.to_string();
     if let Some(path) = a.summary.as_ref() {
-        std::fs::write(path, format!("{text}\n"))
-            .with_context(|| format!("--summary {}", path.display()))?;
+        std::fs::write(path, format!("{text}\n")).with_context(|| format!("--summary {}", path.display()))?;
     }
     println!("{text}");
     Ok(if failures.is_empty() { 0 } else { 1 })
@@ -466,9 +418,7 @@ mod tests {
     #[test]
     fn spec_waits_give_at_most_12_86_tpmc_per_warehouse() {
         // cycle = Σ share × (keying + think); 10 terminals; New-Orders are 45 % of transactions
-        let cycle: f64 = (0..5)
-            .map(|k| DECK[k] as f64 / 100.0 * (KEYING_S[k] + THINK_MEAN_S[k]))
-            .sum();
+        let cycle: f64 = (0..5).map(|k| DECK[k] as f64 / 100.0 * (KEYING_S[k] + THINK_MEAN_S[k])).sum();
         let tpmc = 10.0 * 60.0 / cycle * 0.45;
         assert!((tpmc - MAX_TPMC_PER_WAREHOUSE).abs() < 0.01, "{tpmc}");
     }

@@ -18,35 +18,20 @@ pub struct Constants {
     pub c_last: u64,
 }
 
-pub const C_LOAD: Constants = Constants {
-    c_id: 259,
-    ol_i_id: 7911,
-    c_last: 157,
-};
-pub const C_RUN: Constants = Constants {
-    c_id: 259,
-    ol_i_id: 7911,
-    c_last: 223,
-};
+pub const C_LOAD: Constants = Constants { c_id: 259, ol_i_id: 7911, c_last: 157 };
+pub const C_RUN: Constants = Constants { c_id: 259, ol_i_id: 7911, c_last: 223 };
 
 /// NURand(A, x, y) = (((random(0, A) | random(x, y)) + C) mod (y − x + 1)) + x.
 pub fn nurand<R: Rng>(rng: &mut R, a: u64, x: u64, y: u64, c: u64) -> u64 {
     (((rng.gen_range(0..=a) | rng.gen_range(x..=y)) + c) % (y - x + 1)) + x
 }
 
-const SYLLABLES: [&str; 10] = [
-    "BAR", "OUGHT", "ABLE", "PRI", "PRES", "ESE", "ANTI", "CALLY", "ATION", "EING",
-];
+const SYLLABLES: [&str; 10] = ["BAR", "OUGHT", "ABLE", "PRI", "PRES", "ESE", "ANTI", "CALLY", "ATION", "EING"];
 
 /// The customer last name of number 0..=999: one syllable per decimal digit.
 pub fn last_name(n: u64) -> String {
     let n = n % 1000;
-    format!(
-        "{}{}{}",
-        SYLLABLES[(n / 100) as usize],
-        SYLLABLES[(n / 10 % 10) as usize],
-        SYLLABLES[(n % 10) as usize]
-    )
+    format!("{}{}{}", SYLLABLES[(n / 100) as usize], SYLLABLES[(n / 10 % 10) as usize], SYLLABLES[(n % 10) as usize])
 }
 
 const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -54,17 +39,13 @@ const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 /// a-string: random letters and digits, length in [lo, hi].
 pub fn astring<R: Rng>(rng: &mut R, lo: usize, hi: usize) -> String {
     let n = rng.gen_range(lo..=hi);
-    (0..n)
-        .map(|_| ALNUM[rng.gen_range(0..ALNUM.len())] as char)
-        .collect()
+    (0..n).map(|_| ALNUM[rng.gen_range(0..ALNUM.len())] as char).collect()
 }
 
 /// n-string: random digits, length in [lo, hi].
 pub fn nstring<R: Rng>(rng: &mut R, lo: usize, hi: usize) -> String {
     let n = rng.gen_range(lo..=hi);
-    (0..n)
-        .map(|_| (b'0' + rng.gen_range(0..10u8)) as char)
-        .collect()
+    (0..n).map(|_| (b'0' + rng.gen_range(0..10u8)) as char).collect()
 }
 
 /// Zip code: four random digits and "11111".
@@ -89,13 +70,7 @@ pub fn fixed<R: Rng>(rng: &mut R, lo: f64, hi: f64, decimals: i32) -> f64 {
 }
 
 /// The five transactions, in the order of the summary.
-pub const TXNS: [&str; 5] = [
-    "NEW_ORDER",
-    "PAYMENT",
-    "ORDER_STATUS",
-    "DELIVERY",
-    "STOCK_LEVEL",
-];
+pub const TXNS: [&str; 5] = ["NEW_ORDER", "PAYMENT", "ORDER_STATUS", "DELIVERY", "STOCK_LEVEL"];
 pub const NEW_ORDER: usize = 0;
 pub const PAYMENT: usize = 1;
 pub const ORDER_STATUS: usize = 2;
@@ -139,11 +114,7 @@ mod tests {
     #[test]
     fn nurand_stays_in_range_and_is_skewed() {
         let mut rng = SmallRng::seed_from_u64(5);
-        for (a, x, y, c) in [
-            (A_C_ID, 1, 3000, C_RUN.c_id),
-            (A_OL_I_ID, 1, 100_000, C_RUN.ol_i_id),
-            (A_C_LAST, 0, 999, C_RUN.c_last),
-        ] {
+        for (a, x, y, c) in [(A_C_ID, 1, 3000, C_RUN.c_id), (A_OL_I_ID, 1, 100_000, C_RUN.ol_i_id), (A_C_LAST, 0, 999, C_RUN.c_last)] {
             let mut seen = vec![0u32; (y + 1) as usize];
             for _ in 0..200_000 {
                 let v = nurand(&mut rng, a, x, y, c);
@@ -167,15 +138,9 @@ mod tests {
         let (mode, ways) = exact.iter().enumerate().max_by_key(|(_, n)| **n).unwrap();
         let p = *ways as f64 / (256.0 * 1000.0);
         let draws = 400_000;
-        let hits = (0..draws)
-            .filter(|_| nurand(&mut rng, A_C_LAST, 0, 999, c) as usize == mode)
-            .count() as f64;
+        let hits = (0..draws).filter(|_| nurand(&mut rng, A_C_LAST, 0, 999, c) as usize == mode).count() as f64;
         let sd = (draws as f64 * p * (1.0 - p)).sqrt();
-        assert!(
-            (hits - draws as f64 * p).abs() < 5.0 * sd,
-            "value {mode}: {hits} vs {}",
-            draws as f64 * p
-        );
+        assert!((hits - draws as f64 * p).abs() < 5.0 * sd, "value {mode}: {hits} vs {}", draws as f64 * p);
     }
 
     #[test]
@@ -208,9 +173,7 @@ mod tests {
     fn original_in_about_ten_percent() {
         let mut rng = SmallRng::seed_from_u64(1);
         let n = 20_000;
-        let hits = (0..n)
-            .filter(|_| data_with_original(&mut rng).contains("ORIGINAL"))
-            .count() as f64;
+        let hits = (0..n).filter(|_| data_with_original(&mut rng).contains("ORIGINAL")).count() as f64;
         // binomial(20000, 0.1): sd ≈ 42; random 26..50-char strings almost never contain it by chance
         assert!((hits - 2000.0).abs() < 5.0 * 42.5, "{hits}");
     }

@@ -112,9 +112,7 @@ pub struct Effects {
 }
 
 fn one(rows: Vec<Vec<Val>>, what: &str) -> Result<Vec<Val>> {
-    rows.into_iter()
-        .next()
-        .ok_or_else(|| anyhow!("{what}: no row"))
+    rows.into_iter().next().ok_or_else(|| anyhow!("{what}: no row"))
 }
 
 fn other_warehouse(rng: &mut SmallRng, t: &Terminal) -> u64 {
@@ -137,12 +135,7 @@ fn customer_by_name(c: &mut Conn, s: &Statements, w: u64, d: u64, last: &str) ->
     rows[(rows.len() - 1) / 2][0].i64()
 }
 
-pub fn new_order(
-    c: &mut Conn,
-    s: &Statements,
-    rng: &mut SmallRng,
-    t: &Terminal,
-) -> Result<Effects> {
+pub fn new_order(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) -> Result<Effects> {
     let w = t.w;
     let d = rng.gen_range(1..=DISTRICTS);
     let cid = nurand(rng, A_C_ID, 1, CUSTOMERS, C_RUN.c_id);
@@ -150,47 +143,22 @@ pub fn new_order(
     let rollback = rng.gen_range(1..=100) == 1;
     let mut lines: Vec<(u64, u64, i64)> = (0..n)
         .map(|i| {
-            let item = if rollback && i == n - 1 {
-                ITEMS + 1
-            } else {
-                nurand(rng, A_OL_I_ID, 1, ITEMS, C_RUN.ol_i_id)
-            };
-            let supply = if t.warehouses > 1 && rng.gen_range(1..=100) == 1 {
-                other_warehouse(rng, t)
-            } else {
-                w
-            };
+            let item = if rollback && i == n - 1 { ITEMS + 1 } else { nurand(rng, A_OL_I_ID, 1, ITEMS, C_RUN.ol_i_id) };
+            let supply = if t.warehouses > 1 && rng.gen_range(1..=100) == 1 { other_warehouse(rng, t) } else { w };
             (item, supply, rng.gen_range(1..=10i64))
         })
         .collect();
     // lock stock rows in one global order (the unused item id sorts last)
     lines.sort_by_key(|l| (l.0, l.1));
     let all_local = lines.iter().all(|l| l.1 == w) as i64;
-    let mut fx = Effects {
-        lines: n,
-        remote_lines: lines.iter().filter(|l| l.1 != w).count() as u64,
-        ..Default::default()
-    };
+    let mut fx = Effects { lines: n, remote_lines: lines.iter().filter(|l| l.1 != w).count() as u64, ..Default::default() };
     c.begin()?;
     let _w_tax = one(c.query(s.no_warehouse, &[w.into()])?, "warehouse")?[0].f64()?;
     let drow = one(c.query(s.no_district, &[w.into(), d.into()])?, "district")?;
     let o_id = drow[1].i64()?;
     c.execute(s.no_district_bump, &[w.into(), d.into()])?;
-    let _cust = one(
-        c.query(s.no_customer, &[w.into(), d.into(), cid.into()])?,
-        "customer",
-    )?;
-    c.execute(
-        s.no_order,
-        &[
-            w.into(),
-            d.into(),
-            o_id.into(),
-            cid.into(),
-            (n as i64).into(),
-            all_local.into(),
-        ],
-    )?;
+    let _cust = one(c.query(s.no_customer, &[w.into(), d.into(), cid.into()])?, "customer")?;
+    c.execute(s.no_order, &[w.into(), d.into(), o_id.into(), cid.into(), (n as i64).into(), all_local.into()])?;
     c.execute(s.no_new_order, &[w.into(), d.into(), o_id.into()])?;
     for (num, (item, supply, qty)) in lines.iter().enumerate() {
         let irow = c.query(s.no_item, &[(*item).into()])?;
@@ -201,30 +169,11 @@ pub fn new_order(
             return Ok(fx);
         };
         let price = irow[0].f64()?;
-        let srow = one(
-            c.query(
-                s.no_stock[(d - 1) as usize],
-                &[(*supply).into(), (*item).into()],
-            )?,
-            "stock",
-        )?;
+        let srow = one(c.query(s.no_stock[(d - 1) as usize], &[(*supply).into(), (*item).into()])?, "stock")?;
         let sq = srow[0].i64()?;
-        let new_q = if sq - qty >= 10 {
-            sq - qty
-        } else {
-            sq - qty + 91
-        };
+        let new_q = if sq - qty >= 10 { sq - qty } else { sq - qty + 91 };
         let remote = (*supply != w) as i64;
-        c.execute(
-            s.no_stock_update,
-            &[
-                new_q.into(),
-                (*qty).into(),
-                remote.into(),
-                (*supply).into(),
-                (*item).into(),
-            ],
-        )?;
+        c.execute(s.no_stock_update, &[new_q.into(), (*qty).into(), remote.into(), (*supply).into(), (*item).into()])?;
         let dist_info = match &srow[2] {
             Val::S(x) => x.clone(),
             _ => String::new(),
@@ -253,11 +202,7 @@ pub fn payment(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) -
     let w = t.w;
     let d = rng.gen_range(1..=DISTRICTS);
     let remote = t.warehouses > 1 && rng.gen_range(1..=100) <= 15;
-    let (cw, cd) = if remote {
-        (other_warehouse(rng, t), rng.gen_range(1..=DISTRICTS))
-    } else {
-        (w, d)
-    };
+    let (cw, cd) = if remote { (other_warehouse(rng, t), rng.gen_range(1..=DISTRICTS)) } else { (w, d) };
     let by_name = rng.gen_range(1..=100) <= 60;
     let amount = fixed(rng, 1.0, 5000.0, 2);
     let last = last_name(nurand(rng, A_C_LAST, 0, 999, C_RUN.c_last));
@@ -267,50 +212,19 @@ pub fn payment(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) -
     let wrow = one(c.query(s.pay_wh, &[w.into()])?, "warehouse")?;
     c.execute(s.pay_d_update, &[amount.into(), w.into(), d.into()])?;
     let drow = one(c.query(s.pay_d, &[w.into(), d.into()])?, "district")?;
-    let cid = if by_name {
-        customer_by_name(c, s, cw, cd, &last)?
-    } else {
-        cid_draw
-    };
-    let crow = one(
-        c.query(s.pay_customer, &[cw.into(), cd.into(), cid.into()])?,
-        "customer",
-    )?;
+    let cid = if by_name { customer_by_name(c, s, cw, cd, &last)? } else { cid_draw };
+    let crow = one(c.query(s.pay_customer, &[cw.into(), cd.into(), cid.into()])?, "customer")?;
     let bad_credit = matches!(&crow[8], Val::S(x) if x.starts_with("BC"));
     if bad_credit {
-        let old = match one(
-            c.query(s.pay_c_data, &[cw.into(), cd.into(), cid.into()])?,
-            "c_data",
-        )?
-        .remove(0)
-        {
+        let old = match one(c.query(s.pay_c_data, &[cw.into(), cd.into(), cid.into()])?, "c_data")?.remove(0) {
             Val::S(x) => x,
             _ => String::new(),
         };
         let mut data = format!("{cid} {cd} {cw} {d} {w} {amount:.2} | {old}");
         data.truncate(500);
-        c.execute(
-            s.pay_cust_update_bc,
-            &[
-                amount.into(),
-                amount.into(),
-                data.into(),
-                cw.into(),
-                cd.into(),
-                cid.into(),
-            ],
-        )?;
+        c.execute(s.pay_cust_update_bc, &[amount.into(), amount.into(), data.into(), cw.into(), cd.into(), cid.into()])?;
     } else {
-        c.execute(
-            s.pay_cust_update,
-            &[
-                amount.into(),
-                amount.into(),
-                cw.into(),
-                cd.into(),
-                cid.into(),
-            ],
-        )?;
+        c.execute(s.pay_cust_update, &[amount.into(), amount.into(), cw.into(), cd.into(), cid.into()])?;
     }
     let name = |v: &Val| match v {
         Val::S(x) => x.clone(),
@@ -318,60 +232,26 @@ pub fn payment(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) -
     };
     let mut h_data = format!("{}    {}", name(&wrow[0]), name(&drow[0]));
     h_data.truncate(24);
-    c.execute(
-        s.pay_history,
-        &[
-            cid.into(),
-            cd.into(),
-            cw.into(),
-            d.into(),
-            w.into(),
-            amount.into(),
-            h_data.into(),
-        ],
-    )?;
+    c.execute(s.pay_history, &[cid.into(), cd.into(), cw.into(), d.into(), w.into(), amount.into(), h_data.into()])?;
     c.commit()?;
-    Ok(Effects {
-        remote_payment: remote,
-        by_name,
-        ..Default::default()
-    })
+    Ok(Effects { remote_payment: remote, by_name, ..Default::default() })
 }
 
-pub fn order_status(
-    c: &mut Conn,
-    s: &Statements,
-    rng: &mut SmallRng,
-    t: &Terminal,
-) -> Result<Effects> {
+pub fn order_status(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) -> Result<Effects> {
     let w = t.w;
     let d = rng.gen_range(1..=DISTRICTS);
     let by_name = rng.gen_range(1..=100) <= 60;
     let last = last_name(nurand(rng, A_C_LAST, 0, 999, C_RUN.c_last));
     let cid_draw = nurand(rng, A_C_ID, 1, CUSTOMERS, C_RUN.c_id) as i64;
     c.begin()?;
-    let cid = if by_name {
-        customer_by_name(c, s, w, d, &last)?
-    } else {
-        cid_draw
-    };
-    one(
-        c.query(s.os_customer, &[w.into(), d.into(), cid.into()])?,
-        "customer",
-    )?;
-    if let Some(order) = c
-        .query(s.os_order, &[w.into(), d.into(), cid.into()])?
-        .into_iter()
-        .next()
-    {
+    let cid = if by_name { customer_by_name(c, s, w, d, &last)? } else { cid_draw };
+    one(c.query(s.os_customer, &[w.into(), d.into(), cid.into()])?, "customer")?;
+    if let Some(order) = c.query(s.os_order, &[w.into(), d.into(), cid.into()])?.into_iter().next() {
         let o_id = order[0].i64()?;
         c.query(s.os_lines, &[w.into(), d.into(), o_id.into()])?;
     }
     c.commit()?;
-    Ok(Effects {
-        by_name,
-        ..Default::default()
-    })
+    Ok(Effects { by_name, ..Default::default() })
 }
 
 pub fn delivery(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) -> Result<Effects> {
@@ -380,11 +260,7 @@ pub fn delivery(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) 
     let mut fx = Effects::default();
     c.begin()?;
     for d in 1..=DISTRICTS {
-        let Some(row) = c
-            .query(s.dl_oldest, &[w.into(), d.into()])?
-            .into_iter()
-            .next()
-        else {
+        let Some(row) = c.query(s.dl_oldest, &[w.into(), d.into()])?.into_iter().next() else {
             fx.skipped_districts += 1;
             continue;
         };
@@ -393,22 +269,10 @@ pub fn delivery(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) 
             fx.skipped_districts += 1;
             continue;
         }
-        let cid = one(
-            c.query(s.dl_order, &[w.into(), d.into(), o_id.into()])?,
-            "order",
-        )?[0]
-            .i64()?;
-        c.execute(
-            s.dl_carrier,
-            &[carrier.into(), w.into(), d.into(), o_id.into()],
-        )?;
+        let cid = one(c.query(s.dl_order, &[w.into(), d.into(), o_id.into()])?, "order")?[0].i64()?;
+        c.execute(s.dl_carrier, &[carrier.into(), w.into(), d.into(), o_id.into()])?;
         c.execute(s.dl_lines, &[w.into(), d.into(), o_id.into()])?;
-        let sum = one(
-            c.query(s.dl_sum, &[w.into(), d.into(), o_id.into()])?,
-            "lines",
-        )?[0]
-            .f64()
-            .unwrap_or(0.0);
+        let sum = one(c.query(s.dl_sum, &[w.into(), d.into(), o_id.into()])?, "lines")?[0].f64().unwrap_or(0.0);
         c.execute(s.dl_customer, &[sum.into(), w.into(), d.into(), cid.into()])?;
         fx.delivered += 1;
     }
@@ -416,40 +280,17 @@ pub fn delivery(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) 
     Ok(fx)
 }
 
-pub fn stock_level(
-    c: &mut Conn,
-    s: &Statements,
-    rng: &mut SmallRng,
-    t: &Terminal,
-) -> Result<Effects> {
+pub fn stock_level(c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) -> Result<Effects> {
     let threshold = rng.gen_range(10..=20i64);
     c.begin()?;
     let next = one(c.query(s.sl_next, &[t.w.into(), t.d.into()])?, "district")?[0].i64()?;
-    one(
-        c.query(
-            s.sl_count,
-            &[
-                t.w.into(),
-                t.d.into(),
-                next.into(),
-                (next - 20).into(),
-                threshold.into(),
-            ],
-        )?,
-        "stock count",
-    )?;
+    one(c.query(s.sl_count, &[t.w.into(), t.d.into(), next.into(), (next - 20).into(), threshold.into()])?, "stock count")?;
     c.commit()?;
     Ok(Effects::default())
 }
 
 /// Run transaction `kind`; on error the open transaction is rolled back.
-pub fn run(
-    kind: usize,
-    c: &mut Conn,
-    s: &Statements,
-    rng: &mut SmallRng,
-    t: &Terminal,
-) -> Result<Effects> {
+pub fn run(kind: usize, c: &mut Conn, s: &Statements, rng: &mut SmallRng, t: &Terminal) -> Result<Effects> {
     let r = match kind {
         NEW_ORDER => new_order(c, s, rng, t),
         PAYMENT => payment(c, s, rng, t),
