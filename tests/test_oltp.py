@@ -202,6 +202,18 @@ def test_tpcc_run_counts_equal_the_rows_it_wrote(pg_tpcc):
     assert s["new_orders"]["remote_order_lines"] == 0  # one warehouse: nothing is remote
 
 
+def test_tpcc_with_scaled_waits_gives_the_closed_loop_tpmc(pg_tpcc):
+    """With keying and think times scaled by s, a warehouse's 10 terminals give at most
+    12.86 / s tpmC (cycle 20.99 s × s per transaction, 45 % New-Orders); the response times, a
+    few ms against a 420 ms cycle, lower it slightly."""
+    dsn, _ = pg_tpcc
+    scale = 0.02
+    s = tpcc_run(dsn, duration=8, wait_scale=scale)
+    assert s["waits"] is True and s["tpcc_like"] is True and s["errors"] == 0
+    expected = 10 * 60 / (20.99 * scale) * 0.45
+    assert 0.7 * expected <= s["tpmC"] <= 1.15 * expected, (s["tpmC"], expected)
+
+
 def test_tpcc_missing_tables_names_them_and_exits_2(pg):
     svc, dsn = pg
     svc.create_database("half")
