@@ -114,13 +114,20 @@ def test_manager_sends_light_reads_away_from_the_replica_running_a_heavy_one():
             m.read_begin(x, "light")
             picks.append(x.name)
         assert picks == ["b", "b"] and balance.choose_lprf([a.pending, b.pending - 1]) == 0
+        # a second heavy read joins the first (it would wait there at most as long as it runs)
+        h2 = m.choose_read("heavy")
+        assert h2 is a
+        m.read_begin(h2, "heavy")
+        assert a.heavy == 2
+        m.read_end(a, m._tokens)
+        a.pending -= 1
         m.read_end(a, th)
         a.pending -= 1
-        assert a.heavy == 0 and not a.inflight and a.heavy_reads == 1
+        assert a.heavy == 0 and not a.inflight and a.heavy_reads == 2
         assert m.choose_read() is a  # idle again
         s = m.stats()
         assert s["labels"]["heavy"] == ["heavy"] and s["labels"]["typical_ms"] == 1.0
-        assert [x["heavy_reads"] for x in s["backends"]] == [1, 0]
+        assert [x["heavy_reads"] for x in s["backends"]] == [2, 0]
 
     asyncio.run(go())
 
@@ -144,3 +151,16 @@ def test_series_samples_pending_and_heavy_on_a_50ms_grid():
     assert s["heavy"]["b"] == [1] * n and s["reads"]["a"] == [0] * n
     gaps = [y - x for x, y in zip(s["t_s"], s["t_s"][1:])]
     assert all(0.03 <= g <= 0.2 for g in gaps), gaps
+
+
+@pytest.mark.parametrize("waits, heavy, own, chosen", [
+    ([0.080, 0.002], [1, 0], 0.150, 0),  # a heavy read joins the replica running one: waits 80 < 150 ms
+    ([0.200, 0.002], [1, 0], 0.150, 1),  # but not to wait longer than it runs
+    ([0.080, 0.002], [1, 0], None, 1),  # a light read goes to the smallest wait
+    ([0.080, 0.060], [1, 2], 0.150, 1),  # the replica with the most heavy reads
+    ([0.080, 0.080], [1, 1], 0.150, 0),  # ties: the smaller wait, then the earliest
+    ([0.0, 0.0], [0, 0], 0.150, 0),  # nothing heavy anywhere: the rule for every read
+])
+def test_aware_keeps_heavy_reads_together(waits, heavy, own, chosen):
+    assert balance.choose_aware(waits, [1, 1], [True, True], heavy, own) == chosen
+    assert balance.choose_aware(waits, [1, 1], [False, True], heavy, own) in (1, None)

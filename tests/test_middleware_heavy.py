@@ -1,12 +1,13 @@
 """The heavy-query case on real PostgreSQL: the resource-aware policy against LPRF.
 
 Two PostgreSQL replicas behind the middleware (one connection each: a replica runs one query at
-a time), six pgbench clients sending light primary-key reads with think time and one pgbench
-client sending a real heavy read (a LIKE '%...%' scan and sort of 300,000 rows) back to back
+a time), six pgbench clients sending light primary-key reads with think time and two pgbench
+clients sending a real heavy read (a LIKE '%...%' scan and sort of 300,000 rows) back to back
 (`tierscope.middleware.heavy`). Ground truth: pgbench's per-transaction logs (latencies, counts),
-checked against the middleware's own read counts. LPRF counts requests, not their cost, so on a
-tie it puts light reads behind the heavy one; `aware` knows the heavy label's service time and
-does not. Three interleaved repetitions of 4 s per policy, latencies pooled: about 45 s.
+checked against the middleware's own read counts. LPRF counts requests, not their cost: it spreads
+the heavy reads over both replicas and puts light reads behind them; `aware` knows the heavy
+label's service time, keeps the heavy reads on one replica and the light ones on the other. Two
+interleaved repetitions of 4 s per policy, latencies pooled: about 40 s.
 """
 
 from __future__ import annotations
@@ -21,19 +22,20 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as it
 def test_aware_beats_lprf_on_light_p90_and_throughput_with_heavy_reads():
     from tierscope.middleware import heavy
 
-    res = heavy.run(["lprf", "aware"], seconds=4, repeat=3, clients=6, think_ms=10, rows=300_000, log=print)
+    res = heavy.run(["lprf", "aware"], seconds=4, repeat=2, clients=6, think_ms=10, heavy_clients=2, rows=300_000,
+                    log=print)
     print(heavy.table(res))
     for r in res["runs"]:
         # pgbench's count of reads (think-time transactions excluded) is the middleware's count;
         # pgbench may end with a read it started but did not log (at most one per client)
-        assert 0 <= r["middleware_reads"] - r["pgbench_reads"] <= 9, r
+        assert 0 <= r["middleware_reads"] - r["pgbench_reads"] <= 8, r
         assert sum(r["reads"]) == r["middleware_reads"]
         assert sum(r["heavy_reads"]) >= 5  # the heavy label was recognised under both policies
         s = r["series"]
         assert s["interval_s"] == 0.05 and 60 <= len(s["t_s"]) <= 4 * 21 + 5  # ~20 samples a second
         assert all(len(v) == len(s["t_s"]) for part in ("pending", "heavy", "reads") for v in s[part].values())
     lprf, aware = res["policies"]["lprf"], res["policies"]["aware"]
-    assert lprf["light"] > 1000 and aware["light"] > 1000 and lprf["heavy"] >= 10
+    assert lprf["light"] > 300 and aware["light"] > 300 and lprf["heavy"] >= 10 and aware["heavy"] >= 10
     # the imbalance the series shows: LPRF keeps light reads next to the heavy one, aware does not
     share = {p: [r["imbalance"]["light_next_to_heavy_share"] for r in res["runs"] if r["policy"] == p]
              for p in ("lprf", "aware")}

@@ -19,7 +19,9 @@ wait, the sum over the requests in flight there of their expected remaining serv
 the average; a write or a read of an unknown label counts as the typical read). The read goes to
 the replica with the smallest expected wait (ties: fewer pending, then the earliest), so a replica
 running a heavy query (a label whose average is far above the typical read's, `heavy_labels`) gets
-no light reads while another replica is free of heavy work. With all requests alike it is
+no light reads while another replica is free of heavy work. A heavy read itself joins a replica
+already running heavy reads when it would wait there less than it runs (heavy work kept on as few
+replicas as possible, each heavy read at most twice as long). With all requests alike it is
 least-pending (LPRF's choice, up to ties).
 """
 
@@ -107,8 +109,21 @@ def expected_wait(inflight: Iterable[tuple], now: float, others: int = 0, typica
     return sum(expected_remaining(x[0], now - x[1]) for x in inflight) + others * typical_s
 
 
-def choose_aware(wait_s: Sequence[float], pending: Sequence[int], enabled: Sequence[bool]) -> int | None:
-    """The enabled backend with the smallest expected wait; ties: fewer pending, then the earliest."""
+def choose_aware(wait_s: Sequence[float], pending: Sequence[int], enabled: Sequence[bool],
+                 heavy: Sequence[int] | None = None, own_s: float | None = None) -> int | None:
+    """The enabled backend with the smallest expected wait; ties: fewer pending, then the earliest.
+
+    For a heavy read (`own_s`, its expected service, and `heavy`, the heavy reads in flight per
+    backend, given): the backend already running the most heavy reads (ties: the smaller wait) if
+    the read would wait there less than its own service, so heavy reads share as few replicas as
+    possible and each waits at most as long as it runs; otherwise the rule above."""
+    if heavy is not None and own_s is not None:
+        best = None
+        for i, (w, h, on) in enumerate(zip(wait_s, heavy, enabled)):
+            if on and h > 0 and w <= own_s and (best is None or (h, -w) > (heavy[best], -wait_s[best])):
+                best = i
+        if best is not None:
+            return best
     best, best_key = None, None
     for i, (w, n, on) in enumerate(zip(wait_s, pending, enabled)):
         if not on:

@@ -86,7 +86,7 @@ def summary(series: dict, names: list[str]) -> dict:
     }
 
 
-def run(policies: list[str], seconds: int = 5, clients: int = 6, heavy_clients: int = 1, cpu: float | None = None,
+def run(policies: list[str], seconds: int = 5, clients: int = 6, heavy_clients: int = 2, cpu: float | None = None,
         rows: int = 300_000, pool: int = 1, repeat: int = 1, pin: bool = False, period: float = 0.02,
         think_ms: float = 10.0, log=print) -> dict:
     """Build the case, run every policy `repeat` times (interleaved), return the figures."""
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated (default: all)")
     ap.add_argument("--seconds", type=int, default=5, help="pgbench duration per policy and repetition (default 5)")
     ap.add_argument("--clients", type=int, default=6, help="pgbench clients sending light reads (default 6)")
-    ap.add_argument("--heavy-clients", type=int, default=1, help="pgbench clients sending heavy reads (default 1)")
+    ap.add_argument("--heavy-clients", type=int, default=2, help="pgbench clients sending heavy reads (default 2)")
     ap.add_argument("--cpu", type=float, default=0, help="cores per replica as a CFS quota (default 0: none)")
     ap.add_argument("--period", type=float, default=0.02, help="the CFS period, s (default 0.02: a replica whose "
                     "quota is spent waits at most 16 ms)")

@@ -143,8 +143,9 @@ class RequestManager:
             self._labels[key] = lab
         return lab
 
-    def choose_read(self) -> Backend:
-        """The backend for the next read by the configured policy; counts it as pending there."""
+    def choose_read(self, label: str | None = None) -> Backend:
+        """The backend for the next read (of `label`, when labels are tracked) by the configured
+        policy; counts it as pending there."""
         flags = [b.enabled for b in self.backends]
         if self.policy == balance.LPRF:
             i = balance.choose_lprf([b.pending for b in self.backends], flags)
@@ -152,7 +153,9 @@ class RequestManager:
             now, typical = time.monotonic(), self.typical_s or 0.0
             waits = [balance.expected_wait(b.inflight.values(), now, b.pending - len(b.inflight), typical)
                      for b in self.backends]
-            i = balance.choose_aware(waits, [b.pending for b in self.backends], flags)
+            own = self.service_s.get(label) if label in self.heavy_set else None
+            i = balance.choose_aware(waits, [b.pending for b in self.backends], flags,
+                                     [b.heavy for b in self.backends], own)
         elif self.policy == balance.WRR:
             i, self._wrr_current = balance.choose_wrr(self._wrr_current, [b.weight for b in self.backends], flags)
         elif self.policy == balance.LRT:

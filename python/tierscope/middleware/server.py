@@ -426,7 +426,7 @@ class Session:
     async def read(self, unit: list[wire.Message], label: str | None = None) -> None:
         out = self.outgoing(unit, None)
         while True:
-            backend = self.m.choose_read()
+            backend = self.m.choose_read(label)
             token = self.m.read_begin(backend, label)
             started = backend.writes_started
             client_saw = False
