@@ -227,16 +227,26 @@ def test_tpcc_missing_tables_names_them_and_exits_2(pg):
 
 
 @needs_mariadb
-def test_tpcc_on_mariadb_counts_equal_rows(maria):
+def test_tpcc_on_mariadb_two_warehouses_remote_work_equals_rows(maria):
+    """W = 2: 1 % of order lines come from the other warehouse and 15 % of payments are for a
+    customer of the other warehouse; the driver's counts of both equal what the rows say."""
     svc, dsn = maria
-    loaded = tpcc_load(dsn, warehouses=1)
-    assert loaded["rows"]["stock"] == 100_000
-    assert svc.sql("select count(*) from bench.customer")[0][0] == 30_000
-    o0 = svc.sql("select count(*) from bench.orders")[0][0]
-    s = tpcc_run(dsn, duration=4, no_waits=True)
-    o1 = svc.sql("select count(*) from bench.orders")[0][0]
-    assert s["errors"] == 0 and s["dbms"] == "mariadb"
-    assert o1 - o0 == s["new_orders"]["committed"] > 0
+    loaded = tpcc_load(dsn, warehouses=2)
+    assert loaded["rows"]["stock"] == 200_000 and loaded["rows"]["item"] == 100_000
+    assert svc.sql("select count(*) from bench.customer")[0][0] == 60_000
+    q = ("select (select count(*) from bench.orders), (select count(*) from bench.history where h_w_id <> h_c_w_id), "
+         "(select sum(s_remote_cnt) from bench.stock)")
+    o0, h0, r0 = (int(x) for x in svc.sql(q)[0])
+    s = tpcc_run(dsn, duration=5, no_waits=True)
+    o1, h1, r1 = (int(x) for x in svc.sql(q)[0])
+    assert s["dbms"] == "mariadb" and s["warehouses"] == 2 and s["terminals"] == 20
+    assert s["errors"] <= 0.01 * s["transactions_done"], s["errors"]
+    no = s["new_orders"]
+    assert o1 - o0 == no["committed"] > 0
+    assert h1 - h0 == s["payments_remote"]
+    assert r1 - r0 == no["remote_order_lines"]
+    assert within_binomial(s["payments_remote"], s["transactions"]["PAYMENT"]["count"], 0.15)
+    assert within_binomial(no["remote_order_lines"], no["order_lines"], 0.01)
 
 
 # ---- CLI ---------------------------------------------------------------------------------------
