@@ -11,10 +11,9 @@ import pyarrow as pa
 import pytest
 
 from tierscope.analysis.alternation import Verdict
-from tierscope.analysis.fine import analyze_fine, resolve_parent_rows
+from tierscope.analysis.fine import analyze_fine
 from tierscope.analysis.pauses import paused_share_above
-from tierscope.analysis.windows import Intervals
-from tierscope.report.data import link_if_unlinked
+from tierscope.analysis.windows import Intervals, parent_rows
 from tierscope.report.summary import corroborate
 from tierscope.simulate import parse_spec, simulate
 from tierscope.trace.link import link_transactions
@@ -50,31 +49,31 @@ def test_parents_are_found_among_rows_sharing_one_request_id():
         ("app", "app1", "b", 201, 209),
     ])
     linked = link_transactions(t)
-    assert linked.column("parent_id").to_pylist() == ["a", None, "a", "a", "a", None, "b"]
-    parents = resolve_parent_rows(linked).tolist()
+    ids = linked.column("request_id").to_pylist()
+    # the page's id stays on its web row; the rows that carried it downstream get ids of their own
+    assert ids[1] == "a" and ids[5] == "b" and len(set(ids)) == 7
+    assert all(ids[i].startswith("a/") for i in (0, 2, 3, 4)) and ids[6].startswith("b/")
+    assert linked.column("parent_id").to_pylist() == [ids[3], None, ids[3], "a", ids[3], None, "b"]
+    assert linked.column("transaction").to_pylist() == ["a"] * 5 + ["b"] * 2
     # the SQL rows' parent is the app row (3), the app row's the web row (1), web rows are roots
-    assert parents == [3, -1, 3, 1, 3, -1, 5]
+    assert parent_rows(linked).tolist() == [3, -1, 3, 1, 3, -1, 5]
 
 
-def test_rows_without_ids_have_no_parent():
-    # an app row the tracer saw without an X-Request-Id, and web rows without parents: a null
-    # parent id must not match the null request id
+def test_rows_without_ids_have_no_parent_unless_time_finds_one():
+    # an app row the tracer saw without an X-Request-Id and without addresses: no parent; a null
+    # parent id must not match a null request id
     t = traced([
         ("web", "web1", "a", 0, 100),
         ("app", "app1", None, 5, 95),
         ("web", "web1", "b", 200, 210),
         ("app", "app1", "b", 201, 209),
     ])
-    assert resolve_parent_rows(link_transactions(t)).tolist() == [-1, -1, -1, 2]
+    linked = link_transactions(t)
+    assert parent_rows(linked).tolist() == [-1, -1, -1, 2]
+    assert linked.column("request_id").to_pylist()[1].startswith("app1#")  # its row key
     unique = pa.table({"tier": ["web", "app", "web"], "server": ["w", "a", "w"], "request_id": ["x", None, None],
                        "parent_id": [None, None, "x"], "arrival_ns": [BASE, BASE, BASE], "departure_ns": [BASE + 9] * 3})
-    assert resolve_parent_rows(unique).tolist() == [-1, -1, 0]
-
-
-def test_unique_ids_keep_the_direct_lookup():
-    t = pa.table({"tier": ["web", "app"], "server": ["w", "a"], "request_id": ["x", "y"],
-                  "parent_id": [None, "x"], "arrival_ns": [BASE, BASE + 1], "departure_ns": [BASE + 9, BASE + 8]})
-    assert resolve_parent_rows(t).tolist() == [-1, 0]
+    assert parent_rows(unique).tolist() == [-1, -1, 0]
 
 
 def test_exclusive_load_of_a_caller_waiting_on_shared_id_children():
@@ -94,18 +93,6 @@ def test_exclusive_load_of_a_caller_waiting_on_shared_id_children():
     assert [round(r["load_exclusive"], 6) for r in app] == [0.4, 0.2, 0.0]
     web = [r for r in s if r["server"] == "web1"]
     assert [round(r["load_exclusive"], 6) for r in web] == [0.0, 0.0, 0.0]
-
-
-def test_link_if_unlinked_links_traced_tables_only():
-    t = traced([("web", "web1", "a", 0, 100), ("app", "app1", "a", 5, 95)])
-    linked, note = link_if_unlinked(t)
-    assert linked.column("parent_id").to_pylist() == [None, "a"]
-    assert note and "1 of 2 rows linked" in note
-    again, note2 = link_if_unlinked(linked)
-    assert again is linked and note2 is None
-    other = t.set_column(t.column_names.index("source"), "source", pa.array(["otlp", "otlp"]))
-    same, note3 = link_if_unlinked(other)
-    assert same is other and note3 is None
 
 
 def test_paused_share_above_counts_only_paused_time_with_requests_in_the_server():

@@ -51,7 +51,7 @@ def test_time_containment_picks_the_enclosing_request_and_flags_ambiguity():
         row("app", "10.0.0.3", "10.0.0.2", 95, 120),             # 6: outlives every web request
     ])
     out = link_transactions(t).to_pylist()
-    key = lambda i: f"{out[i]['server']}#{out[i]['conn']}@{out[i]['arrival_ns']}"
+    key = lambda i: f"{t['server'][i]}#{t['conn'][i]}@{t['arrival_ns'][i]}"  # noqa: E731
     assert [r["link"] for r in out] == [None, None, "time_containment_ambiguous", "time_containment",
                                         "time_containment", None, None]
     assert out[2]["parent_id"] == key(1)  # the latest-arriving enclosing request
@@ -59,6 +59,8 @@ def test_time_containment_picks_the_enclosing_request_and_flags_ambiguity():
     assert out[4]["parent_id"] == key(2)
     assert out[4]["transaction"] == key(1) and out[3]["transaction"] == key(0)
     assert out[5]["parent_id"] is None and out[5]["transaction"] == key(5)
+    # rows without ids get their row key as id: every parent_id names a row's request_id
+    assert [r["request_id"] for r in out] == [key(i) for i in range(7)]
 
 
 def test_request_id_wins_over_time_and_links_to_the_nearest_tier():
@@ -71,8 +73,24 @@ def test_request_id_wins_over_time_and_links_to_the_nearest_tier():
     ])
     out = link_transactions(t).to_pylist()
     assert [r["link"] for r in out] == [None, "request_id", "request_id", "request_id", None]
-    assert [r["parent_id"] for r in out] == [None, "r1", "r1", "r1", None]
+    app = "r1/app@10.0.0.3#0@10"
+    assert [r["request_id"] for r in out] == ["r1", app, "r1/db@10.0.0.4#0@20", "r1/db@10.0.0.4#0@40", "r2"]
+    assert [r["parent_id"] for r in out] == [None, "r1", app, app, None]
     assert [r["transaction"] for r in out] == ["r1", "r1", "r1", "r1", "r2"]
+
+
+def test_a_page_id_on_two_top_rows_stays_on_neither():
+    # two web rows with one X-Request-Id (a client reusing it): neither keeps the bare id, so ids
+    # stay unique and a child names one parent row
+    t = table([
+        row("web", "10.0.0.2", "10.0.0.1", 0, 100, rid="r1", conn=1),
+        row("web", "10.0.0.2", "10.0.0.1", 200, 300, rid="r1", conn=2),
+        row("app", "10.0.0.3", "10.0.0.2", 210, 290, rid="r1"),
+    ])
+    out = link_transactions(t).to_pylist()
+    ids = [r["request_id"] for r in out]
+    assert ids == ["r1/web@10.0.0.2#1@0", "r1/web@10.0.0.2#2@200", "r1/app@10.0.0.3#0@210"]
+    assert out[2]["parent_id"] == ids[1]  # the one containing it
 
 
 WEB = free_port()
@@ -112,6 +130,7 @@ def test_two_tier_capture_links_by_id_and_by_time_alike(tmp_path):
     assert all(r["link"] == "request_id" for r in apps)
     web_ids = {r["request_id"] for r in by_id if r["tier"] == "web"}
     assert {r["parent_id"] for r in apps} == web_ids and len(web_ids) == 30
+    assert web_ids == {r["request_id"] for r in rows if r["tier"] == "web"}  # the page ids stay on the web rows
     # the same capture without ids: time containment on the web host finds the same parents
     web_key = {r["request_id"]: f"{r['server']}#{r['conn']}@{r['arrival_ns']}" for r in by_id if r["tier"] == "web"}
     no_ids = t.set_column(t.column_names.index("request_id"), "request_id", pa.nulls(t.num_rows, pa.string()))

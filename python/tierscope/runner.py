@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tierscope import __version__, manifest, tables
-from tierscope.spec import TIERS, Point, Spec, db_topology_problem, expand
+from tierscope.spec import Point, Spec, db_topology_problem, expand
+from tierscope.tiers import TIERS
 
 #: ports the web and app tiers listen on inside their hosts (every host has its own address; a
 #: database server listens on its DBMS's port, `services.databases.PORT`)
@@ -360,25 +361,20 @@ def trace_point_capture(ctx: PointContext, pcap: Path) -> int:
 
 
 def link_point_requests(ctx: PointContext) -> None:
-    """Link the traced rows into transactions (`tierscope.trace.link`: by request id — X-Request-Id
-    at web and app, sqlcommenter request_id on SQL — else by time containment on the caller's host)
-    and rewrite requests.parquet with `parent_id`, `link` and `transaction` filled, so the analysis
-    can compute exclusive load. The counts per link kind go to trace.json under "links"."""
-    from tierscope.trace.link import link_transactions
+    """Link the traced rows into transactions (`tierscope.trace.link.link_file`: by request id —
+    X-Request-Id at web and app, sqlcommenter request_id on SQL — else by time containment on the
+    caller's host), so the analysis can compute exclusive load. The counts per link kind go to
+    trace.json under "links"."""
+    from tierscope.trace.link import link_file
 
     path = ctx.dir / "requests.parquet"
     try:
-        requests = pq.read_table(path)
-        if requests.num_rows == 0:
+        if pq.ParquetFile(path).metadata.num_rows == 0:
             return
-        linked = link_transactions(requests)
-        tables.write(linked, path, "requests")
+        kinds = link_file(path)
     except Exception as err:  # the unlinked table stays; the analysis then uses inclusive load
         ctx.notes.append(f"linking the traced requests failed: {err}")
         return
-    kinds: dict[str, int] = {}
-    for kind in linked.column("link").to_pylist():
-        kinds[kind or "root"] = kinds.get(kind or "root", 0) + 1
     stats_file = ctx.dir / "trace.json"
     stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
     stats["links"] = kinds
@@ -617,10 +613,11 @@ def run_experiment(spec: Spec, out: Path, *, resume: bool = False, mode: str = "
 
 def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object, object]:
     """Analyse the run and write run_dir/report.html; returns its path, the summary and the data."""
+    from tierscope.analysis.windows import DEFAULT_WINDOW_NS
     from tierscope.report import build_summary, collect_run, write_report
 
     points = expand(spec)
-    window_ns = int(round(points[0].config.monitor.window * 1e9)) if points else 50_000_000
+    window_ns = int(round(points[0].config.monitor.window * 1e9)) if points else DEFAULT_WINDOW_NS
     data = collect_run(run_dir, window_ns=window_ns)
     summary = build_summary(data)
     return write_report(data, run_dir / "report.html", summary), summary, data

@@ -34,9 +34,9 @@ from pydantic import (
     model_validator,
 )
 
-TIERS = ("web", "app", "middleware", "db")
-#: short server-name prefix per tier: web1, app1, mw1, db1
-SERVER_PREFIX = {"web": "web", "app": "app", "middleware": "mw", "db": "db"}
+from tierscope.analysis import DEFAULT_WINDOW_NS
+from tierscope.tiers import SERVER_PREFIX, TIERS
+
 DBMS = {"M": "mariadb", "P": "postgres", "G": "galera"}
 DBMS_LETTER = {v: k for k, v in DBMS.items()}
 #: node-type letters must not collide with DBMS letters in the notation
@@ -402,7 +402,7 @@ class Monitor(_Model):
     interval: Duration = 1.0
     capture: bool = True
     snaplen: int = Field(default=512, ge=64, le=262_144)
-    window: Duration = 0.05
+    window: Duration = DEFAULT_WINDOW_NS / 1e9
 
     @field_validator("interval")
     @classmethod

@@ -26,6 +26,8 @@ from itertools import combinations
 import numpy as np
 import pyarrow as pa
 
+from .windows import DEFAULT_WINDOW_NS
+
 MIN_SHARE = 0.02
 RELATIVE_SHARE = 0.1
 TOGETHER_MAX = 1 / 3
@@ -150,7 +152,7 @@ def _verdict(
     *,
     min_share: float = MIN_SHARE,
     together_max: float = TOGETHER_MAX,
-    window_ns: int = 50_000_000,
+    window_ns: int = DEFAULT_WINDOW_NS,
     n_star_text: dict[str, str] | None = None,
     calls: set[tuple[str, str]] | None = None,
     n_star_weight: dict[str, float] | None = None,

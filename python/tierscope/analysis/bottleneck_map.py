@@ -23,25 +23,13 @@ A resource's host name maps to its tier by its prefix (``db2`` -> ``db``, ``mw1`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from tierscope.analysis.whitebox import resource_of
-
-_TIER_PREFIX = (("mw", "middleware"), ("middleware", "middleware"), ("web", "web"), ("app", "app"), ("db", "db"))
-
-
-def tier_of_host(host: str) -> str:
-    """The tier a host name belongs to by its prefix (web1 -> web, mw1 -> middleware); else the name."""
-    name = host.lower()
-    for prefix, tier in _TIER_PREFIX:
-        if re.match(rf"^{prefix}\d*($|[-_@.])", name) or name == prefix:
-            return tier
-    return re.sub(r"\d+$", "", name) or name
-
+from tierscope.tiers import tier_of_host
 
 @dataclass(frozen=True)
 class ConfigurationResult:

@@ -12,8 +12,9 @@ window is saturated when, for at least half of the window, the number of request
 (exclusive when links exist) exceeded N* or the server was paused while holding a request (zero
 capacity: `share_above_n_star`, `share_paused_busy`, their union >= 0.5) — the window's mean
 load exceeding N* would also flag windows in which a saturation only began or ended. A tier is
-saturated in a window when at least half of its servers are. Traced runs share one request id
-along a transaction; `resolve_parent_rows` finds the parent row among the rows of an id. Then pairs, switches and the verdict (`alternation`), and pauses vs load.
+saturated in a window when at least half of its servers are. A row's parent is the row whose
+`request_id` its `parent_id` names (ids are unique once linked: `tierscope.trace.link`). Then
+pairs, switches and the verdict (`alternation`), and pauses vs load.
 """
 
 from __future__ import annotations
@@ -181,65 +182,6 @@ def _tier_calls(requests: pa.Table, parent_row: np.ndarray) -> set[tuple[str, st
     return {(a, b) for a, b in zip(pairs.column("a").to_pylist(), pairs.column("b").to_pylist()) if a != b}
 
 
-#: A request id shared by more rows than this is not a transaction id (e.g. a constant): its
-#: rows are not resolved to parents (a merge over it would be quadratic).
-MAX_SHARED_ID_ROWS = 10_000
-
-
-def resolve_parent_rows(requests: pa.Table) -> np.ndarray:
-    """For every row, the row of its parent request, or -1.
-
-    When request ids are unique (spans, the simulator), `parent_id` names the parent's
-    `request_id` directly (`windows.parent_rows`). Traced requests share one id along a whole
-    transaction (X-Request-Id forwarded by nginx, the sqlcommenter `request_id` on every SQL
-    statement), so `tierscope.trace.link` sets a row's `parent_id` to that shared id and the id
-    alone does not say which row is the parent. Then, among the rows carrying the id, the parent is
-    the one at the nearest upstream tier (`trace.link.tier_rank`: web < app < middleware < db)
-    whose interval contains the child's, else the latest to arrive — the rule `link_transactions`
-    used to pick it. An id on one row names that row; ids shared by more than MAX_SHARED_ID_ROWS rows
-    are left unresolved.
-    """
-    n = requests.num_rows
-    fast = parent_rows(requests)
-    if n == 0 or not {"request_id", "parent_id"} <= set(requests.column_names):
-        return fast
-    pid = requests.column("parent_id")
-    if pid.null_count == n:
-        return fast
-    # a row without a parent id has no parent (the direct lookup matches a null to a null id)
-    fast[~pc.is_valid(pid).to_numpy(zero_copy_only=False)] = -1
-    rid = requests.column("request_id")
-    if pc.count_distinct(rid).as_py() == n - rid.null_count:
-        return fast  # unique ids: the id names the row
-    import pandas as pd
-
-    from tierscope.trace.link import tier_rank
-
-    tiers = requests.column("tier").to_pylist()
-    protocols = (requests.column("protocol").to_pylist() if "protocol" in requests.column_names
-                 else [None] * n)
-    ranks = {}
-    rank = np.fromiter((ranks.setdefault((t, p), tier_rank(t, p)) for t, p in zip(tiers, protocols)),
-                       np.int64, n)
-    df = pd.DataFrame({"row": np.arange(n), "rid": rid.to_pandas(), "pid": pid.to_pandas(), "rank": rank,
-                       "arr": np.asarray(requests.column("arrival_ns"), np.int64),
-                       "dep": np.asarray(requests.column("departure_ns"), np.int64)})
-    sizes = df["rid"].value_counts()
-    too_common = set(sizes.index[sizes > MAX_SHARED_ID_ROWS])
-    shared = set(sizes.index[sizes > 1])
-    child = df.loc[df["pid"].isin(shared) & ~df["pid"].isin(too_common), ["row", "pid", "rank", "arr", "dep"]]
-    cand = df.loc[df["rid"].notna() & ~df["rid"].isin(too_common), ["row", "rid", "rank", "arr", "dep"]]
-    m = child.merge(cand.rename(columns=lambda c: "p_" + c), left_on="pid", right_on="p_rid")
-    m = m[(m["p_rank"] < m["rank"]) & (m["p_row"] != m["row"])]
-    m = m.assign(contain=(m["p_arr"] <= m["arr"]) & (m["p_dep"] >= m["dep"]))
-    m = m.sort_values(["row", "p_rank", "contain", "p_arr"]).drop_duplicates("row", keep="last")
-    out = fast.copy()
-    out[out == np.arange(n)] = -1  # a row is not its own parent
-    out[df.loc[df["pid"].isin(shared), "row"].to_numpy()] = -1  # the direct lookup took any row of the id
-    out[m["row"].to_numpy()] = m["p_row"].to_numpy()
-    return out
-
-
 def idle_service_times(requests: pa.Table, events: pa.Table | None = None) -> dict[str, tuple[float, int]]:
     """Per server: the mean own residence (seconds; exclusive of time downstream when links
     exist) of the requests that found it idle and met no pause, and how many there were — the
@@ -248,7 +190,7 @@ def idle_service_times(requests: pa.Table, events: pa.Table | None = None) -> di
         return {}
     base_ns = floor_base(pc.min(requests.column("arrival_ns")).as_py(), DEFAULT_WINDOW_NS)
     end_ns = int(pc.max(requests.column("departure_ns")).as_py()) + 1
-    parent_row = resolve_parent_rows(requests)
+    parent_row = parent_rows(requests)
     exclusive = bool((parent_row >= 0).any())
     parts, tiers, servers = request_intervals(requests, base_ns, exclusive, end_ns, parent_row)
     keys = list(zip(tiers, servers))
@@ -281,7 +223,7 @@ def analyze_fine(
     has_labels = "label" in requests.column_names
     series = window_series(requests, window_ns, base_ns, exclusive=False, end_ns=end_ns,
                            normalised=has_labels)
-    parent_row = resolve_parent_rows(requests)
+    parent_row = parent_rows(requests)
     exclusive = bool((parent_row >= 0).any())
     if exclusive:
         excl = window_series(requests, window_ns, base_ns, exclusive=True, with_max=False, end_ns=end_ns,

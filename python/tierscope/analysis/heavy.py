@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import stalls
-from .fine import resolve_parent_rows
+from .windows import parent_rows
 from .windows import arrival_levels, floor_base, request_intervals
 
 DEFAULT_FACTOR = 100.0
@@ -76,7 +76,7 @@ def _own_cost(requests: pa.Table, n_star: dict[str, float] | None):
     """Per request row (of `parts[0]`): its cost in ns (module docstring), and the stalls per server
     code (relative to base), with the server names and the base."""
     base = floor_base(int(pc.min(requests.column("arrival_ns")).as_py()), 1)
-    rows = resolve_parent_rows(requests)
+    rows = parent_rows(requests)
     linked = bool((rows >= 0).any())
     parts, _tiers, servers = request_intervals(requests, base, linked, None, rows)
     level, own = arrival_levels(parts, len(servers))

@@ -226,7 +226,7 @@ def saturated_in_tiers(shares: pa.Table, tiers: Iterable[str], users: float,
     hosts saturated at workload level `users`: share above 95 % ≥ `min_share` in `shares` (the
     `WhiteBox.shares` table). A host's tier comes from `host_tiers`, else from its name
     (`tier_of_host`: db2 -> db). Most saturated first; a tier with none maps to []."""
-    from tierscope.analysis.bottleneck_map import tier_of_host
+    from tierscope.tiers import tier_of_host
 
     wanted = list(dict.fromkeys(tiers))
     out: dict[str, list[SaturatedResource]] = {t: [] for t in wanted}

@@ -7,12 +7,15 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from tierscope.analysis import DEFAULT_WINDOW_NS
+
 
 def report(
     inputs: list[Path] = typer.Argument(..., help="A run directory (DIR/<run>/<point>/ with Parquet tables and "
                                                   "manifest.json), a point directory, or trace/log files."),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML file to write."),
-    window_ms: float = typer.Option(50.0, "--window-ms", help="Window of the fine-grained analysis, in ms."),
+    window_ms: float = typer.Option(DEFAULT_WINDOW_NS / 1e6, "--window-ms",
+                                    help="Window of the fine-grained analysis, in ms."),
     point: str | None = typer.Option(None, "--point", help="Point (directory name) for the fine-grained "
                                      "analysis; default: the first point at or past the knee."),
     think_time: float | None = typer.Option(None, "--think-time", help="Users' mean think time in seconds, "

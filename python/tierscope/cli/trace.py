@@ -32,8 +32,8 @@ def trace(
 
     Example: tierscope trace --live lo --filter 'tcp port 8080 or tcp port 5432' --duration 30 -o requests.parquet
     """
-    from tierscope import tables
-    from tierscope.trace import LiveCapture, TraceError, link_transactions, trace_capture
+    from tierscope.trace import LiveCapture, TraceError, trace_capture
+    from tierscope.trace.link import link_file
     from tierscope.trace.capture import CaptureError
 
     from tierscope.cli._output import OutputError, check_output_file
@@ -89,11 +89,8 @@ def trace(
     for line in result.messages.strip().splitlines():
         console.print(line, markup=False, highlight=False)
     if link and result.rows > 0:
-        table = tables.read(output, "requests")
-        linked = link_transactions(table)
-        tables.write(linked, output, "requests")
-        methods = linked.column("link").value_counts().to_pylist()
-        counts = ", ".join(f"{m['count']} by {m['values']}" for m in methods if m["values"])
+        kinds = link_file(output)
+        counts = ", ".join(f"{n} by {kind}" for kind, n in kinds.items() if kind != "root")
         console.print(f"linked across tiers: {counts or 'no parents found'}")
     console.print(f"wrote {result.rows} rows to {output}")
     if tmpdir is not None:

@@ -24,10 +24,10 @@ from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
 from tierscope.analysis.heavy import heavy_requests, heavy_summary, stall_events
 from tierscope.analysis.whitebox import WhiteBox, whitebox
+from tierscope.analysis.windows import DEFAULT_WINDOW_NS
 from tierscope.ingest import ImportResult, load
 from tierscope.report.run import Point, find_points
 
-DEFAULT_WINDOW_NS = 50_000_000
 
 
 @dataclass
@@ -64,30 +64,9 @@ def run_fine(requests: pa.Table, events: pa.Table | None, window_ns: int,
     servers = requests.filter(pc.not_equal(requests.column("tier"), "client"))
     if servers.num_rows == 0:
         return None, "no requests at any server tier (only the client's own log)"
-    servers, linked = link_if_unlinked(servers)
     fine = analyze_fine(servers, events=events, window_ns=window_ns, service_hints=service_hints)
-    notes = ([linked] if linked else []) + list(getattr(fine, "notes", None) or [])
+    notes = list(getattr(fine, "notes", None) or [])
     return fine, ("; ".join(notes) if notes else None)
-
-
-def link_if_unlinked(requests: pa.Table) -> tuple[pa.Table, str | None]:
-    """Rows the tracer wrote without cross-tier links (runs recorded before the runner linked them)
-    are linked into transactions here (`tierscope.trace.link`), so the fine-grained analysis can
-    use exclusive load; other tables are returned as they are. Returns the table and a note."""
-    names = set(requests.column_names)
-    if requests.num_rows == 0 or "source" not in names or "parent_id" not in names:
-        return requests, None
-    if requests.column("parent_id").null_count < requests.num_rows:
-        return requests, None  # already linked
-    if "link" in names and requests.column("link").null_count < requests.num_rows:
-        return requests, None
-    if not pc.all(pc.equal(requests.column("source"), "trace")).as_py():
-        return requests, None
-    from tierscope.trace.link import link_transactions
-
-    linked = link_transactions(requests)
-    n = linked.num_rows - linked.column("parent_id").null_count
-    return linked, f"the traced requests had no cross-tier links: {n} of {linked.num_rows} rows linked to a parent here"
 
 
 def _heavy(data: ReportData, requests: pa.Table) -> None:
@@ -234,7 +213,7 @@ def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[st
         reqs = _point_requests(p)
         if reqs is None:
             continue
-        reqs, _ = link_if_unlinked(reqs.filter(pc.not_equal(reqs.column("tier"), "client")))
+        reqs = reqs.filter(pc.not_equal(reqs.column("tier"), "client"))
         try:
             measured = idle_service_times(reqs, p.tables.get("events"))
         except Exception:  # a hint is optional: the analysis works without it

@@ -149,7 +149,7 @@ def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str,
     """Combine the fine-grained verdict with the white-box saturated resources (docs/analysis.md,
     "The headline"). `same_point`: the white box was read at the analysed point's level. Returns
     (a replacement headline or None, a sentence to append)."""
-    from tierscope.trace.link import tier_rank
+    from tierscope.tiers import rank as tier_rank
 
     kind, tiers = getattr(verdict, "kind", None), list(getattr(verdict, "tiers", []) or [])
     if not saturated_tiers or kind not in ("single", "several"):

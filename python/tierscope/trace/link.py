@@ -11,9 +11,10 @@ this order and recorded in the `link` column:
   interval [arrival, departure] contains the child's. When several do (concurrent requests on
   that server), the latest to arrive is taken and the link is `time_containment_ambiguous`.
 
-Rows without a parent are roots. Every row gets `transaction`: its root's request id, or the
-root's row key `server#conn@arrival_ns` when the root has none; `parent_id` is the parent's
-request id or row key likewise.
+Rows without a parent are roots. Linking makes `request_id` unique (`row_ids`): a page's id
+stays on its top row (the web row), a downstream row that carried it becomes `<id>/<row key>`,
+a row without one its row key `<server>#<conn>@<arrival_ns>`. Then `parent_id` is the parent
+row's `request_id`, as for imported spans, and `transaction` the root row's.
 
 Tier order: web < app < middleware < db (other tier names: HTTP rows count as app, SQL rows as db).
 """
@@ -21,18 +22,11 @@ Tier order: web < app < middleware < db (other tier names: HTTP rows count as ap
 from __future__ import annotations
 
 import heapq
+from pathlib import Path
 
 import pyarrow as pa
 
-TIER_RANK = {"client": 0, "web": 1, "app": 2, "middleware": 3, "db": 4}
-
-
-def tier_rank(tier: str | None, protocol: str | None) -> int:
-    """Position of a tier in the chain, upstream first."""
-    if tier in TIER_RANK:
-        return TIER_RANK[tier]
-    return 4 if protocol in ("postgres", "mysql") else 2
-
+from tierscope import tiers
 
 def _column(table: pa.Table, name: str, default=None) -> list:
     if name in table.column_names:
@@ -40,8 +34,30 @@ def _column(table: pa.Table, name: str, default=None) -> list:
     return [default] * table.num_rows
 
 
+def row_ids(rid: list, link: list, server: list, conn: list, arr: list) -> list[str]:
+    """Every row's own id, unique in the table: the id it carried when it is the one row at the top
+    of that id's rows (no parent found by the id: the web row of a page); a downstream row that
+    carried the id (found its parent by it) `<id>/<row key>`; a row without an id its row key
+    `<server>#<conn>@<arrival_ns>`."""
+    tops: dict[str, int] = {}
+    for r, how in zip(rid, link):
+        if r and how != "request_id":
+            tops[r] = tops.get(r, 0) + 1
+    out = []
+    for r, how, s, c, a in zip(rid, link, server, conn, arr):
+        key = f"{s}#{c}@{a}"
+        if not r:
+            out.append(key)
+        elif how != "request_id" and tops[r] == 1:
+            out.append(r)
+        else:
+            out.append(f"{r}/{key}")
+    return out
+
+
 def link_transactions(table: pa.Table) -> pa.Table:
-    """Fill `parent_id`, `link` and `transaction` (see module docs); other columns unchanged."""
+    """Make `request_id` unique and fill `parent_id`, `link` and `transaction` (see module docs);
+    other columns unchanged."""
     n = table.num_rows
     tier = _column(table, "tier")
     proto = _column(table, "protocol")
@@ -56,7 +72,7 @@ def link_transactions(table: pa.Table) -> pa.Table:
         saddr = [s.rsplit(":", 1)[0].strip("[]") if s else None for s in server]
     if "client_addr" not in table.column_names:
         caddr = [c.rsplit(":", 1)[0].strip("[]") if c else None for c in _column(table, "client")]
-    rank = [tier_rank(t, p) for t, p in zip(tier, proto)]
+    rank = [tiers.rank(t, p) for t, p in zip(tier, proto)]
     parent: list[int | None] = [None] * n
     link: list[str | None] = [None] * n
 
@@ -109,22 +125,34 @@ def link_transactions(table: pa.Table) -> pa.Table:
             parent[c] = max(cands, key=lambda p: arr[p])
             link[c] = "time_containment" if len(cands) == 1 else "time_containment_ambiguous"
 
-    def key(i: int) -> str:
-        return rid[i] or f"{server[i]}#{conn[i]}@{arr[i]}"
-
+    uid = row_ids(rid, link, server, conn, arr)
     transaction: list[str] = [""] * n
     for i in range(n):
         j, hops = i, 0
         while parent[j] is not None and hops < 64:
             j = parent[j]
             hops += 1
-        transaction[i] = key(j)
-    parent_id = [key(p) if p is not None else None for p in parent]
+        transaction[i] = uid[j]
+    parent_id = [uid[p] if p is not None else None for p in parent]
     out = table
-    for name, values in (("parent_id", parent_id), ("link", link), ("transaction", transaction)):
+    for name, values in (("request_id", uid), ("parent_id", parent_id), ("link", link), ("transaction", transaction)):
         arr_ = pa.array(values, type=pa.string())
         if name in out.column_names:
             out = out.set_column(out.column_names.index(name), name, arr_)
         else:
             out = out.append_column(name, arr_)
     return out
+
+
+def link_file(path: str | Path) -> dict[str, int]:
+    """Link the requests table at `path` in place, right after tracing (the one place traced rows
+    are linked: `tierscope trace` and the runner both call this); returns the rows per way their
+    parent was found (`request_id`, `time_containment`, ..., and `root`)."""
+    from tierscope import tables
+
+    linked = link_transactions(tables.read(path, "requests"))
+    tables.write(linked, path, "requests")
+    kinds: dict[str, int] = {}
+    for kind in linked.column("link").to_pylist():
+        kinds[kind or "root"] = kinds.get(kind or "root", 0) + 1
+    return kinds
