@@ -16,7 +16,7 @@ BIN   := $(VENV)/bin
 # Debian packages the lab starts, traces or compares against.
 APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client \
                 postgresql-15 postgresql-client-15 postgresql-contrib iproute2 procps \
-                chromium redis-server galera-4 rsync
+                chromium redis-server galera-4 rsync openssh-server
 
 ENGINE_SOURCES := $(shell find engine/src -name '*.rs' 2>/dev/null) engine/Cargo.toml
 PY_META        := pyproject.toml $(wildcard packaging/data/scripts/*)

@@ -17,6 +17,11 @@ def run(
     run_name: str | None = typer.Option(None, "--name", help="Run name (default: the spec's name)."),
     loopback: bool = typer.Option(False, "--loopback", help="Run every server on loopback without limits "
                                   "(what is lost is printed), instead of namespaced hosts."),
+    hosts: Path | None = typer.Option(None, "--hosts", metavar="INVENTORY",
+                                      help="Run on real hosts over SSH, deployed with Ansible: an Ansible YAML "
+                                      "inventory whose groups web/app/middleware/db/client say which host runs "
+                                      "which tier (docs/remote.md). The playbooks are written into the run "
+                                      "directory; clocks are checked first."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not analyse nor write report.html."),
     json_out: str | None = typer.Option(None, "--json", metavar="FILE",
                                         help="Also write the verdict and the points' outcome as JSON to FILE "
@@ -31,7 +36,8 @@ def run(
     Exit status: 0 all points done, 1 a point failed, 2 bad spec or output, 130 interrupted.
 
     Example: [bold]tierscope run examples/specs/tiny.toml -o results[/bold]   or
-    [bold]tierscope run tpcw-memory[/bold] (seed 004's memory study, about 15 minutes)
+    [bold]tierscope run tpcw-memory[/bold] (seed 004's memory study, about 15 minutes)   or, on
+    machines reached over SSH: [bold]tierscope run examples/specs/tiny.toml --hosts inventory.yml[/bold]
     """
     if not spec_path.exists() and not spec_path.suffix and len(spec_path.parts) == 1:
         from tierscope.cli.demo import preset
@@ -41,7 +47,7 @@ def run(
         except FileNotFoundError:
             pass  # execute() reports the missing file
     code = execute(spec_path, out, resume=resume, run_name=run_name, mode="loopback" if loopback else "auto",
-                   report=not no_report, json_out=json_out)
+                   report=not no_report, json_out=json_out, hosts=hosts)
     raise typer.Exit(code)
 
 
@@ -65,9 +71,11 @@ def changed_spec(spec_path: Path, changes: dict):
 
 
 def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str | None = None, mode: str = "auto",
-            report: bool = True, json_out: str | None = None, changes: dict | None = None) -> int:
+            report: bool = True, json_out: str | None = None, changes: dict | None = None,
+            hosts: Path | None = None) -> int:
     """Load the spec, run it with the live display, print the outcome; returns the exit status.
-    `changes` (dotted key -> value) replace keys of the spec file before it is validated."""
+    `changes` (dotted key -> value) replace keys of the spec file before it is validated; `hosts`
+    (an inventory) runs it on real hosts (tierscope.remote)."""
     from tierscope.cli import _output
     from tierscope.cli._live import LiveDisplay
     from tierscope.runner import Progress, run_experiment
@@ -85,8 +93,19 @@ def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str |
     # Ctrl-C raises KeyboardInterrupt here; the runner stops the current point's generator, tears
     # the point down, drops its unfinished directory and returns with `interrupted` set.
     with LiveDisplay(progress, enabled=sys.stdout.isatty() and json_out != "-"):
-        result = run_experiment(spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress,
-                                report=report)
+        if hosts is not None:
+            from tierscope.remote import RemoteError
+            from tierscope.remote.run import run_remote
+
+            try:
+                result = run_remote(spec, out, hosts, resume=resume, run_name=run_name, progress=progress,
+                                    report=report)
+            except RemoteError as err:
+                Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+                return _output.BAD_INPUT
+        else:
+            result = run_experiment(spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress,
+                                    report=report)
     console.print(f"run directory: {result.dir}")
     console.print(f"points: {len(result.done)} done, {len(result.failed)} failed, {len(result.skipped)} skipped")
     for pid, reason in result.failed:

@@ -1,0 +1,422 @@
+"""The remote side of a `--hosts` run: `python -m tierscope.remote.agent VERB ...` on a host.
+
+The playbooks call it; it reuses the services layer, so no server configuration lives in YAML.
+
+  check  --point P --servers S,..   which programs the servers need are missing (JSON: Debian packages)
+  serve  --point P --server S --dir D   start server S (data, config, program) in a cgroup of its own,
+         tcpdump on its port and the resource monitor; write D/state.json (ready/failed); keep them
+         until SIGTERM, then stop them, keep their logs in D/logs and write D/stopped.json
+  wait   --dir D [--timeout T]      until D/state.json says ready (exit 0) or failed (exit 1)
+  stop   --dir D [--timeout T]      SIGTERM the serving agent and wait for it (SIGKILL after T)
+  load   --point P --target URL --dir D   run the workload generator (client_requests.parquet)
+  pack   --dir D --out F            the point's files on this host as one tar.gz (data excluded)
+
+P is the point as JSON (`tierscope.spec.Point`) plus `servers`: name -> {tier, address}, which the
+controller writes from the inventory. Start order is the controller's (db, middleware, app, web).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+CGROUP_TOP = "tierscope-remote"
+#: Debian packages of the programs a tier needs
+PACKAGES = {"nginx": "nginx-light", "tcpdump": "tcpdump", "postgresql": "postgresql-15",
+            "mariadb": "mariadb-server", "galera": "galera-4"}
+
+
+def _read_point(path: str):
+    from tierscope.spec import Point
+
+    raw = json.loads(Path(path).read_text())
+    return Point.model_validate(raw["point"]), raw
+
+
+def _ipv4_interface(address: str) -> str:
+    """The network interface holding `address` on this host (for tcpdump)."""
+    ip = socket.gethostbyname(address)
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[3].split("/")[0] == ip:
+            return parts[1]
+    raise RuntimeError(f"no interface of this host has the address {ip} (ip -4 addr show)")
+
+
+# --- check --------------------------------------------------------------------------------------
+
+
+def missing(point, raw: dict, servers: list[str]) -> list[str]:
+    import shutil
+
+    from tierscope.services import databases
+
+    need = {"tcpdump"}
+    for name in servers:
+        tier = raw["servers"][name]["tier"]
+        if tier == "web":
+            need.add("nginx")
+        elif tier == "db":
+            need.add(databases.dbms_name(point.config.dbms))
+    out = []
+    for prog in sorted(need):
+        if prog == "postgresql":
+            found = databases.server_binaries().get("postgres")
+        elif prog in ("mariadb", "galera"):
+            found = shutil.which("mariadbd") or shutil.which("mysqld")
+        else:
+            found = shutil.which(prog) or (Path(f"/usr/sbin/{prog}").exists() and f"/usr/sbin/{prog}")
+        if not found:
+            out.append(PACKAGES.get(prog, prog))
+    return out
+
+
+# --- serve --------------------------------------------------------------------------------------
+
+
+class Served:
+    """What one `serve` started, to stop in reverse."""
+
+    def __init__(self) -> None:
+        self.services: list = []
+        self.capture = None
+        self.monitor = None
+        self.cgroup: str | None = None
+        self.controllers: tuple[str, ...] = ()
+        self.server_map: list[list[str]] = []
+        self.notes: list[str] = []
+
+
+def _db_config(app, point, raw: dict, scratch: Path):
+    """The database configuration the app servers use, built as the db host builds it (not started)."""
+    from tierscope.services import databases
+    from tierscope.testbed.host import Host
+
+    c = point.config
+    dbms = databases.dbms_name(c.dbms)
+    db_name = c.tier_servers("db")[0].name
+    host = Host(name=db_name, address=raw["servers"][db_name]["address"])
+    _, cfg = app.database_server(dbms, host, databases.PORT[dbms], scratch / db_name,
+                                 cache=f"{max(16, c.soft.db.cache // 2**20)}M",
+                                 max_connections=c.soft.db.max_connections, name=db_name, fsync=c.soft.db.fsync)
+    return cfg
+
+
+def start_server(point, raw: dict, name: str, workdir: Path, host, served: Served) -> None:
+    """Start server `name` of the point on this host, as `runner.start_tiers` does for that tier."""
+    from tierscope.apps import provider
+    from tierscope.runner import APP_PORT, MIDDLEWARE_PORT, WEB_PORT
+    from tierscope.services import databases
+    from tierscope.services.base import read_through
+    from tierscope.services.middleware import Middleware
+    from tierscope.services.nginx import Nginx
+
+    c = point.config
+    app = provider(c.benchmark)
+    tier = raw["servers"][name]["tier"]
+    addr = lambda n: raw["servers"][n]["address"]  # noqa: E731
+    dbms = databases.dbms_name(c.dbms)
+    port = databases.PORT[dbms]
+    if tier == "db":
+        data_dir = app.prepare_data(c, workdir.parent.parent / "data", lambda m: print(m, flush=True))
+        db, _ = app.database_server(dbms, host, port, workdir / name, cache=f"{max(16, c.soft.db.cache // 2**20)}M",
+                                    max_connections=c.soft.db.max_connections, name=name, fsync=c.soft.db.fsync)
+        app.restore(data_dir, db)
+        served.services.append(db)
+        db.start()
+        if c.soft.db.warm:
+            size = read_through(host, db.table_files())
+            served.notes.append(f"{name}: read its {size / 2**20:.0f} MiB of table files before the load (soft.db.warm)")
+        served.server_map.append([db.address, "db", name, databases.PROTOCOL[dbms]])
+        return
+    cfg = _db_config(app, point, raw, workdir / "peer-config")
+    mws = c.tier_servers("middleware")
+    if tier == "middleware":
+        soft = c.soft.middleware
+        mw = Middleware(host, MIDDLEWARE_PORT, workdir / name,
+                        backends=[f"{addr(s.name)}:{port}" for s in c.tier_servers("db")],
+                        database=cfg.database, user=cfg.user, pool=soft.pool, policy=soft.policy,
+                        wait=soft.wait, weights=soft.weights, name=name)
+        served.services.append(mw)
+        mw.start()
+        served.server_map.append([mw.address, "middleware", name, "postgres"])
+        return
+    if tier == "app":
+        from dataclasses import replace
+
+        cfgs = [cfg]  # as Middleware.db_config makes it for the app servers behind a middleware
+        if mws:
+            cfgs = [replace(cfg, dbms="postgresql", host=addr(m.name), port=MIDDLEWARE_PORT, password="") for m in mws]
+        i = [s.name for s in c.tier_servers("app")].index(name)
+        server = app.app_server(host, APP_PORT, workdir / name, db=cfgs[i % len(cfgs)], soft=c.soft.app,
+                                events_dir=workdir / "app-events" / name, name=name)
+        served.services.append(server)
+        server.start()
+        served.server_map.append([server.address, "app", name, "http"])
+        return
+    if tier == "web":
+        root = app.static_root(workdir / "www", c)
+        web = Nginx(host, WEB_PORT, workdir / name, root=root,
+                    upstreams=[f"{addr(s.name)}:{APP_PORT}" for s in c.tier_servers("app")],
+                    workers=c.soft.web.workers, worker_connections=c.soft.web.connections, name=name)
+        served.services.append(web)
+        web.start()
+        served.server_map.append([web.address, "web", name, "http"])
+        return
+    raise ValueError(f"unknown tier {tier!r} for {name}")
+
+
+def serve(point_file: str, name: str, workdir: Path) -> int:
+    from tierscope.runner import CAPTURE_FILTER, socket_limits
+    from tierscope.testbed import cgroups
+    from tierscope.testbed.host import Host
+    from tierscope.testbed.monitor import Monitor, Target
+    from tierscope.trace.capture import LiveCapture
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "agent.pid").write_text(str(os.getpid()))
+    point, raw = _read_point(point_file)
+    c = point.config
+    stop = {"now": False}
+
+    def on_term(signum, frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    served = Served()
+    state = workdir / "state.json"
+    try:
+        address = raw["servers"][name]["address"]
+        server = next(s for s in c.servers() if s.name == name)
+        nt = c.node_types.get(server.node_type)
+        host = Host(name=name, address=address)
+        reason = cgroups.unavailable_reason() if os.geteuid() == 0 else "not root"
+        if reason is None:
+            rel = f"{CGROUP_TOP}/{raw['tag']}/{name}"
+            served.cgroup = rel
+            served.controllers = cgroups.create(rel, nt, workdir)
+            host = Host(name=name, address=address, cgroup=rel, controllers=served.controllers)
+        else:
+            served.notes.append(f"{name}: no cgroup limits nor resource samples on this host ({reason})")
+        start_server(point, raw, name, workdir, host, served)
+        if c.monitor.capture:
+            port = served.server_map[-1][0].rsplit(":", 1)[1]
+            served.capture = LiveCapture(_ipv4_interface(address), workdir / "capture.pcap",
+                                         filter=f"tcp port {port} and ({CAPTURE_FILTER})",
+                                         snaplen=c.monitor.snaplen).start()
+        if served.cgroup:
+            machine = len(cgroups.machine_cpus())
+            cg = {k: str(cgroups.path(k, served.cgroup)) for k in ("cpu", "cpuacct", "memory", "blkio")}
+            target = Target(name=name, cgroups=cg, netns=None, cores=nt.cores(machine) if nt else float(machine),
+                            socket_limit=socket_limits(c).get(name))
+            served.monitor = Monitor([target], c.monitor.interval, workdir / "resources.parquet", machine=False).start()
+        state.write_text(json.dumps({"status": "ready", "pid": os.getpid(), "server_map": served.server_map,
+                                     "notes": served.notes}))
+    except BaseException as err:  # noqa: BLE001 - say why, then stop what started
+        state.write_text(json.dumps({"status": "failed", "error": f"{type(err).__name__}: {err}",
+                                     "traceback": traceback.format_exc()[-3000:]}))
+        _stop_served(served, workdir)
+        return 1
+    died = None
+    while not stop["now"]:  # bounded by the controller's stop (and its SIGKILL after a timeout)
+        if died is None:
+            dead = [s.name for s in served.services if not s.running()]
+            if dead:
+                died = f"tier died during the run: {', '.join(dead)}"
+                served.notes.append(died)
+        time.sleep(0.2)
+    _stop_served(served, workdir)
+    (workdir / "stopped.json").write_text(json.dumps({"died": died, "notes": served.notes,
+                                                      "server_map": served.server_map}))
+    return 0
+
+
+def _stop_served(served: Served, workdir: Path) -> None:
+    import shutil
+
+    from tierscope.testbed import cgroups
+
+    for what in ("monitor", "capture"):
+        obj = getattr(served, what)
+        if obj is not None:
+            try:
+                obj.stop()
+            except Exception as err:
+                served.notes.append(f"stopping the {what}: {err}")
+            setattr(served, what, None)
+    for svc in reversed(served.services):
+        try:
+            svc.stop()
+        except Exception as err:
+            served.notes.append(f"stopping {svc.name}: {err}")
+        for log, path in svc.logs().items():
+            (workdir / "logs" / svc.name).mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copy(path, workdir / "logs" / svc.name / f"{log}.log")
+            except OSError:
+                pass
+        data_dir = getattr(svc, "data_dir", None)
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            shutil.rmtree(svc.workdir / "sock", ignore_errors=True)
+    served.services = []
+    shutil.rmtree(workdir / "peer-config", ignore_errors=True)
+    if served.cgroup:
+        try:
+            cgroups.remove(served.cgroup)
+            for parent in (served.cgroup.rsplit("/", 1)[0], CGROUP_TOP):
+                cgroups.remove_if_empty(parent)
+        except Exception as err:
+            served.notes.append(f"removing cgroup {served.cgroup}: {err}")
+        served.cgroup = None
+
+
+def wait_ready(workdir: Path, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    state = workdir / "state.json"
+    while time.monotonic() < deadline:
+        if state.exists():
+            try:
+                s = json.loads(state.read_text())
+            except ValueError:
+                s = {}
+            if s.get("status") == "ready":
+                print(json.dumps(s))
+                return 0
+            if s.get("status") == "failed":
+                print(f"{workdir.name}: {s.get('error')}\n{s.get('traceback', '')}", file=sys.stderr)
+                return 1
+        pid = _pid(workdir)
+        if pid is not None and not _alive(pid):
+            log = workdir / "agent.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            print(f"{workdir.name}: the agent exited before its server was ready:\n{tail}", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    print(f"{workdir.name}: not ready within {timeout:.0f} s", file=sys.stderr)
+    return 1
+
+
+def _pid(workdir: Path) -> int | None:
+    try:
+        return int((workdir / "agent.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_agent(workdir: Path, timeout: float) -> int:
+    pid = _pid(workdir)
+    if pid is None or not _alive(pid):
+        print(f"{workdir.name}: not running")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            print(f"{workdir.name}: stopped")
+            return 0
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    print(f"{workdir.name}: killed after {timeout:.0f} s", file=sys.stderr)
+    return 1
+
+
+# --- load ---------------------------------------------------------------------------------------
+
+
+def load(point_file: str, target: str, workdir: Path, users: int | None, first_user: int) -> int:
+    from tierscope.load import engine_args, run_load
+    from tierscope.runner import _users_of, workload_file
+
+    point, raw = _read_point(point_file)
+    c = point.config
+    w = c.workload
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = engine_args(workload_file(c), target=target, log=workdir / "client_requests.parquet",
+                       users=users if users is not None else _users_of(point), ramp_up=f"{w.ramp_up}s",
+                       duration=f"{w.run}s", ramp_down=f"{w.ramp_down}s", think=w.think_time,
+                       think_dispersion=w.dispersion if w.dispersion > 1 else None, seed=point.seed + first_user,
+                       quiet=True)
+    t0 = time.time_ns()
+    with open(workdir / "generator.stderr.log", "w") as stderr:
+        result = run_load(argv, stderr_to=stderr)
+    (workdir / "generator.json").write_text(json.dumps({"load_start_ns": t0, "returncode": result.returncode,
+                                                        "summary": result.summary, "first_user": first_user}))
+    return result.returncode
+
+
+def pack(workdir: Path, out: Path) -> int:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:gz") as tar:
+        if workdir.exists():
+            for p in sorted(workdir.iterdir()):
+                tar.add(p, arcname=p.name, filter=lambda ti: None if "/sock" in ti.name else ti)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tierscope.remote.agent", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="verb", required=True)
+    p = sub.add_parser("check")
+    p.add_argument("--point", required=True)
+    p.add_argument("--servers", required=True)
+    p = sub.add_parser("serve")
+    p.add_argument("--point", required=True)
+    p.add_argument("--server", required=True)
+    p.add_argument("--dir", required=True, type=Path)
+    for verb in ("wait", "stop"):
+        p = sub.add_parser(verb)
+        p.add_argument("--dir", required=True, type=Path)
+        p.add_argument("--timeout", type=float, default=120.0)
+    p = sub.add_parser("load")
+    p.add_argument("--point", required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--dir", required=True, type=Path)
+    p.add_argument("--users", type=int, default=None)
+    p.add_argument("--first-user", type=int, default=0)
+    p = sub.add_parser("pack")
+    p.add_argument("--dir", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    a = ap.parse_args(argv)
+    if a.verb == "check":
+        point, raw = _read_point(a.point)
+        print(json.dumps({"missing_packages": missing(point, raw, [s for s in a.servers.split(",") if s])}))
+        return 0
+    if a.verb == "serve":
+        return serve(a.point, a.server, a.dir)
+    if a.verb == "wait":
+        return wait_ready(a.dir, a.timeout)
+    if a.verb == "stop":
+        return stop_agent(a.dir, a.timeout)
+    if a.verb == "load":
+        return load(a.point, a.target, a.dir, a.users, a.first_user)
+    return pack(a.dir, a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

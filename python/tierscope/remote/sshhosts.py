@@ -1,0 +1,164 @@
+"""Stand-in "real hosts" on one machine: network namespaces on a bridge, each with its own sshd.
+
+For the tests and bench/scaleout of the `--hosts` path (research note phase3-scaleout §1.1): the
+namespaces share the file system (so tierscope is installed on every "host"), but Ansible reaches
+each one over SSH at its own address exactly as it reaches a real machine: real sshd, generated
+host keys checked against a known_hosts file, key-only root login.
+
+    with SshHosts(["h1", "h2", "h3"]) as lab:
+        lab.write_inventory(path, {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h3"]})
+
+Needs root, `ip`, `/usr/sbin/sshd` (Debian openssh-server) and `ssh-keygen`. `close()` (also on
+exit of the `with`) stops every sshd and SSH master, removes the namespaces, the bridge and the keys.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+SSHD = "/usr/sbin/sshd"
+
+
+def unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    for prog in ("ip", "nsenter", "ssh", "ssh-keygen", "ssh-keyscan"):
+        if shutil.which(prog) is None:
+            return f"{prog} not installed"
+    if not Path(SSHD).exists():
+        return f"{SSHD} not installed (apt-get install openssh-server)"
+    return None
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=check)
+
+
+def _free_subnet() -> int:
+    used = _run("ip", "-o", "-4", "addr", "show").stdout
+    for k in range(1, 250):
+        if f" 10.233.{k}." not in used and not Path(f"/sys/class/net/tsrbr{k}").exists():
+            return k
+    raise RuntimeError("no free 10.233.K.0/24 subnet for the SSH hosts")
+
+
+class SshHosts:
+    def __init__(self, names: list[str]):
+        self.names = list(names)
+        self.k = _free_subnet()
+        self.bridge = f"tsrbr{self.k}"
+        self.dir = Path(tempfile.mkdtemp(prefix="tierscope-sshhosts-"))
+        self.addresses = {n: f"10.233.{self.k}.{i + 11}" for i, n in enumerate(self.names)}
+        self.netns = {n: f"tsr{self.k}-{n}" for n in self.names}
+        self.sshd_pids: dict[str, int] = {}
+        self.key = self.dir / "client_key"
+        self.known_hosts = self.dir / "known_hosts"
+
+    def __enter__(self) -> "SshHosts":
+        try:
+            self.open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> None:
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"10.233.{self.k}.1/24", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key))
+        shutil.copy(self.dir / "client_key.pub", self.dir / "authorized_keys")
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+        for i, n in enumerate(self.names):
+            ns, veth = self.netns[n], f"tsrv{self.k}x{i}"
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _run("ip", "link", "set", veth, "master", self.bridge, "up")
+            _run("ip", "-n", ns, "addr", "add", f"{self.addresses[n]}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            hostkey = self.dir / f"host_{n}"
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey))
+            conf = self.dir / f"sshd_{n}.conf"
+            conf.write_text("\n".join([
+                f"ListenAddress {self.addresses[n]}:22", f"HostKey {hostkey}", f"PidFile {self.dir}/sshd_{n}.pid",
+                f"AuthorizedKeysFile {self.dir}/authorized_keys", "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
+                "MaxSessions 50", "MaxStartups 50", "Subsystem sftp /usr/lib/openssh/sftp-server", ""]))
+            _run(SSHD, "-t", "-f", str(conf))
+            # nsenter --net, not `ip netns exec`: that one also remounts /sys, which would hide the
+            # cgroup hierarchy from the sessions (a real host sees its /sys/fs/cgroup)
+            proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", SSHD, "-D", "-f", str(conf), "-E",
+                                     str(self.dir / f"sshd_{n}.log")], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            self.sshd_pids[n] = proc.pid  # nsenter execs: this is sshd's pid
+        deadline = time.monotonic() + 15
+        lines: list[str] = []
+        while time.monotonic() < deadline:
+            scan = subprocess.run(["ssh-keyscan", "-T", "2", "-t", "ed25519", *self.addresses.values()],
+                                  capture_output=True, text=True, timeout=30)
+            lines = [ln for ln in scan.stdout.splitlines() if ln and not ln.startswith("#")]
+            if len(lines) == len(self.names):
+                break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"sshd did not answer on every host: {len(lines)} of {len(self.names)}")
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+
+    def host_vars(self) -> dict:
+        return {"ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "ansible_ssh_common_args": f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes"}
+
+    def inventory(self, groups: dict[str, list[str]], **extra_vars) -> dict:
+        return {"all": {"vars": {**self.host_vars(), **extra_vars}, "children": {
+            g: {"hosts": {h: {"ansible_host": self.addresses[h]} for h in hosts}} for g, hosts in groups.items()}}}
+
+    def write_inventory(self, path: str | Path, groups: dict[str, list[str]], **extra_vars) -> Path:
+        path = Path(path)
+        path.write_text(yaml.safe_dump(self.inventory(groups, **extra_vars), sort_keys=False))
+        return path
+
+    def close(self) -> None:
+        for n, pid in self.sshd_pids.items():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                    if Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
+                        break
+                except (ProcessLookupError, OSError):
+                    break
+                time.sleep(0.05)
+            else:
+                os.kill(pid, signal.SIGKILL)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.sshd_pids = {}
+        for n in self.names:  # session processes left in a namespace (none expected) die with it
+            pids = _run("ip", "netns", "pids", self.netns[n], check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            _run("ip", "netns", "del", self.netns[n], check=False)
+        _run("ip", "link", "del", self.bridge, check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,170 @@
+"""`tierscope run --hosts`: the inventory, the clock check and a whole run over SSH with Ansible.
+
+The "real hosts" are network namespaces on a bridge, each with its own sshd on its own address
+(tierscope.remote.sshhosts): real sshd with checked host keys, real ansible-playbook, real servers.
+Ground truth: the inventory files' line numbers; the one kernel clock the namespaces share (offset ~0)
+and a shift the probe adds on the far side; the tables of a local run of the same point.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import EXAMPLES, needs_postgres, needs_root, needs_tcpdump
+
+from tierscope.remote import clock
+from tierscope.remote.inventory import InventoryError, load_inventory
+from tierscope.remote.sshhosts import SshHosts, unavailable_reason
+
+GOOD = """\
+all:
+  vars:
+    ansible_user: root
+    tierscope_clock_bound: 5ms
+  children:
+    web:
+      hosts:
+        h1: {ansible_host: 10.0.0.11}
+    app:
+      hosts:
+        h2: {ansible_host: 10.0.0.12}
+    db:
+      hosts:
+        h3: {ansible_host: 10.0.0.13, tierscope_workdir: /srv/ts}
+    client:
+      hosts:
+        h1:
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "inventory.yml"
+    p.write_text(text)
+    return p
+
+
+def test_inventory_reads_groups_vars_and_assigns_servers(tmp_path):
+    from tierscope.spec import load_spec
+
+    inv = load_inventory(write(tmp_path, GOOD))
+    assert inv.groups == {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h1"]}
+    assert inv.hosts["h1"].groups == ["web", "client"] and inv.hosts["h1"].address == "10.0.0.11"
+    assert inv.hosts["h3"].workdir == "/srv/ts" and inv.hosts["h2"].workdir == "/tmp/tierscope-remote"
+    assert inv.hosts["h2"].vars["ansible_user"] == "root"
+    assert inv.clock_bound_s == pytest.approx(0.005)
+    from tierscope.spec import expand
+
+    config = expand(load_spec(EXAMPLES / "tiny.toml"))[0].config
+    assert {n: h.name for n, h in inv.assign(config).items()} == {"web1": "h1", "app1": "h2", "db1": "h3",
+                                                                 "client1": "h1"}
+
+
+@pytest.mark.parametrize("text, line, field", [
+    (GOOD.replace("    app:\n", "    appz:\n"), 9, "all.children.appz: unknown group"),
+    (GOOD.replace("10.0.0.13", "10.0.0.13/24"), 14, "all.children.db.hosts.h3.ansible_host"),
+    (GOOD.replace("5ms", "soon"), 4, "all.vars.tierscope_clock_bound"),
+    (GOOD.replace("    tierscope_clock_bound", "    tierscope_clok_bound"), 4, "all.vars.tierscope_clok_bound: unknown"),
+    (GOOD.replace("    client:\n      hosts:\n        h1:\n", ""), 5, "all.children.client: missing"),
+    (GOOD.replace("h2: {ansible_host: 10.0.0.12}", "- h2"), 11, "all.children.app.hosts: expected a mapping"),
+    ("all: [1, 2\n", 2, "not valid YAML"),
+])
+def test_a_bad_inventory_names_file_line_and_field(tmp_path, text, line, field):
+    path = write(tmp_path, text)
+    with pytest.raises(InventoryError) as e:
+        load_inventory(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}, line {line}: ") and field in msg, msg
+
+
+def test_too_few_hosts_for_the_topology_is_refused(tmp_path):
+    from tierscope.cli.run import changed_spec
+    from tierscope.spec import expand
+
+    inv = load_inventory(write(tmp_path, GOOD))
+    config = expand(changed_spec(EXAMPLES / "tiny.toml", {"topology": "1/2/0/1-P"}))[0].config
+    with pytest.raises(InventoryError, match="2 app server\\(s\\) but group 'app' has 1 host"):
+        inv.assign(config)
+
+
+# --- over SSH ------------------------------------------------------------------------------------
+
+needs_sshd = pytest.mark.skipif(unavailable_reason() is not None, reason=f"SSH hosts: {unavailable_reason()}")
+
+
+def _leftovers(lab_k: int) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    left = [ln for ln in out.splitlines() if ln.startswith(f"tsr{lab_k}-")]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    left += [ln for ln in ps.splitlines() if "tierscope-sshhosts-" in ln or "tierscope.remote.agent" in ln]
+    return left
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with SshHosts(["h1", "h2", "h3", "h4"]) as hosts:
+        yield hosts
+    assert not _leftovers(hosts.k), _leftovers(hosts.k)
+    assert not hosts.dir.exists()  # the keys are gone
+
+
+@needs_root("network namespaces and sshd")
+@needs_sshd
+def test_clock_offsets_of_namespace_hosts_are_about_zero(lab, tmp_path):
+    inv = load_inventory(lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"],
+                                                                    "client": ["h4"]}))
+    offsets = clock.measure_all(list(inv.hosts.values()))
+    assert set(offsets) == {"h1", "h2", "h3", "h4"}
+    for o in offsets.values():  # one kernel clock: the offset is within the measurement's own error
+        assert abs(o.offset_ns) <= o.rtt_ns / 2 + 100_000, o
+        assert 0 < o.rtt_ns < 50_000_000
+    clock.check(offsets, inv.clock_bound_s)  # passes
+
+
+@needs_root("network namespaces and sshd")
+@needs_sshd
+def test_a_clock_offset_above_the_bound_is_refused(lab, tmp_path):
+    inv = load_inventory(lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"],
+                                                                    "client": ["h4"]}, tierscope_clock_bound="10ms"))
+    shift = 25_000_000  # h3 answers as if its clock were 25 ms ahead
+    offsets = clock.measure_all(list(inv.hosts.values()), shift_ns={"h3": shift})
+    assert abs(offsets["h3"].offset_ns - shift) <= offsets["h3"].rtt_ns / 2 + 100_000
+    with pytest.raises(clock.ClockError, match=r"above the bound of 10 ms: h3 \+25\.\d ms"):
+        clock.check(offsets, inv.clock_bound_s)
+
+
+@needs_root("network namespaces, sshd, cgroups")
+@needs_sshd
+@needs_postgres
+@needs_tcpdump
+def test_a_hosts_run_gives_the_tables_of_a_local_run(lab, tmp_path):
+    from tierscope.cli.run import execute
+
+    inv = lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]})
+    one_point = {"workload.users": [5]}
+    code = execute(EXAMPLES / "tiny.toml", tmp_path / "remote", hosts=inv, changes=one_point, report=False)
+    assert code == 0, (tmp_path / "remote").glob("*/*/ansible.log")
+    code = execute(EXAMPLES / "tiny.toml", tmp_path / "local", changes=one_point, report=False)
+    assert code == 0
+    (rp,) = [p for p in (tmp_path / "remote" / "tiny").iterdir() if (p / "manifest.json").exists()]
+    (lp,) = [p for p in (tmp_path / "local" / "tiny").iterdir() if (p / "manifest.json").exists()]
+    assert rp.name == lp.name
+    for table in ("requests", "client_requests", "resources", "events"):
+        r, loc = pq.read_table(rp / f"{table}.parquet"), pq.read_table(lp / f"{table}.parquet")
+        assert r.schema.names == loc.schema.names, table
+        if table != "events":
+            assert r.num_rows > 0, table
+    req = pq.read_table(rp / "requests.parquet").to_pydict()
+    assert set(req["tier"]) == {"web", "app", "db"}  # every tier traced from its own host's capture
+    res = pq.read_table(rp / "resources.parquet").to_pydict()
+    assert {"web1", "app1", "db1"} <= set(res["server"] if "server" in res else res["host"])
+    from tierscope import manifest
+
+    m = manifest.read(rp / "manifest.json")
+    assert m.status == "done" and m.testbed["mode"] == "remote"
+    assert set(m.clock_offsets_ns) == {"h1", "h2", "h3", "h4"}
+    assert (rp / "playbooks" / "up.yml").exists() and (rp / "playbooks" / "down.yml").exists()
+    assert not list(Path("/tmp/tierscope-remote").glob("tiny-*")), "the run's files are left on the hosts"
+    assert not _leftovers(lab.k)
