@@ -142,10 +142,12 @@ def test_a_clock_offset_above_the_bound_is_refused(lab, tmp_path):
 def test_a_hosts_run_gives_the_tables_of_a_local_run(lab, tmp_path):
     from tierscope.cli.run import execute
 
-    inv = lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]})
+    hostfiles = tmp_path / "on-the-hosts"
+    inv = lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]},
+                              tierscope_workdir=str(hostfiles))
     one_point = {"workload.users": [5]}
     code = execute(EXAMPLES / "tiny.toml", tmp_path / "remote", hosts=inv, changes=one_point, report=False)
-    assert code == 0, (tmp_path / "remote").glob("*/*/ansible.log")
+    assert code == 0, [p.read_text()[-3000:] for p in (tmp_path / "remote").glob("*/*/ansible.log")]
     code = execute(EXAMPLES / "tiny.toml", tmp_path / "local", changes=one_point, report=False)
     assert code == 0
     (rp,) = [p for p in (tmp_path / "remote" / "tiny").iterdir() if (p / "manifest.json").exists()]
@@ -166,5 +168,5 @@ def test_a_hosts_run_gives_the_tables_of_a_local_run(lab, tmp_path):
     assert m.status == "done" and m.testbed["mode"] == "remote"
     assert set(m.clock_offsets_ns) == {"h1", "h2", "h3", "h4"}
     assert (rp / "playbooks" / "up.yml").exists() and (rp / "playbooks" / "down.yml").exists()
-    assert not list(Path("/tmp/tierscope-remote").glob("tiny-*")), "the run's files are left on the hosts"
+    assert not list(hostfiles.iterdir()), "the run's files are left on the hosts"
     assert not _leftovers(lab.k)
