@@ -63,18 +63,17 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
-from urllib.parse import parse_qs
+from datetime import date, timedelta
 
 from tierscope.apps.bookstore import pages
 from tierscope.apps.bookstore.datagen import CARD_TYPES, SHIP_TYPES, SUBJECTS, TAX_RATE, digsyl
-from tierscope.apps.bookstore.pages import esc, money, url
+from tierscope.apps.bookstore.pages import money, url
 from tierscope.apps.dal import Database, DatabaseError, DbConfig, PoolTimeout, like_prefix
+from tierscope.apps.web import BadRequest, FormRequest, db_config_from_env, esc, fmt_date, now, sorry
 
 log = logging.getLogger("tierscope.bookstore")
 
 PREFIX = pages.PREFIX
-MAX_BODY_BYTES = 64 * 1024
 MAX_CART_LINES = 100
 REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
 IMAGE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,39}$")
@@ -91,21 +90,8 @@ class AppConfig:
         """TPCW_DBMS (postgresql|mariadb), TPCW_DB_HOST, TPCW_DB_PORT, TPCW_DB_USER,
         TPCW_DB_PASSWORD, TPCW_DB_NAME (default tpcw), TPCW_POOL_SIZE, TPCW_POOL_TIMEOUT_S,
         TPCW_ITEMS (the loaded item count, for random picks; 0 or unset: asked of the database)."""
-        dbms = env.get("TPCW_DBMS", "postgresql")
-        default_port = 5432 if dbms == "postgresql" else 3306
-        default_user = "postgres" if dbms == "postgresql" else "tierscope"
-        default_pw = "" if dbms == "postgresql" else "tierscope"
         try:
-            db = DbConfig(
-                dbms=dbms,
-                host=env.get("TPCW_DB_HOST", "127.0.0.1"),
-                port=int(env.get("TPCW_DB_PORT", default_port)),
-                user=env.get("TPCW_DB_USER", default_user),
-                password=env.get("TPCW_DB_PASSWORD", default_pw),
-                database=env.get("TPCW_DB_NAME", "tpcw"),
-                pool_size=int(env.get("TPCW_POOL_SIZE", "8")),
-                pool_timeout_s=float(env.get("TPCW_POOL_TIMEOUT_S", "10")),
-            )
+            db = db_config_from_env(env, "TPCW", "tpcw")
             items = int(env.get("TPCW_ITEMS", "0") or 0)
             if items < 0:
                 raise ValueError(f"TPCW_ITEMS: expected >= 0, got {items}")
@@ -117,71 +103,15 @@ class AppConfig:
 # --- request handling ------------------------------------------------------------------------
 
 
-class BadRequest(Exception):
-    """A malformed or missing parameter: HTTP 400."""
-
-
-class Request:
+class Request(FormRequest):
     def __init__(self, environ: dict, request_id: str, app: "BookstoreApp"):
-        self.environ = environ
-        self.request_id = request_id
+        super().__init__(environ, request_id)
         self.app = app
-        self.multi = self._parse(environ)
-        self.params = {k: v[0] for k, v in self.multi.items()}
         self.buttons: list | None = None
         self.c_id = self.int("C_ID", lo=1, required=False)
         self.shopping_id = self.int("SHOPPING_ID", lo=1, required=False)
 
-    @staticmethod
-    def _parse(environ: dict) -> dict[str, list[str]]:
-        try:
-            values = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True, errors="strict")
-            if environ.get("REQUEST_METHOD") == "POST":
-                ctype = environ.get("CONTENT_TYPE", "")
-                if ctype and not ctype.startswith("application/x-www-form-urlencoded"):
-                    raise BadRequest(f"unsupported Content-Type {ctype!r} (expected a url-encoded form)")
-                try:
-                    length = int(environ.get("CONTENT_LENGTH") or 0)
-                except ValueError:
-                    raise BadRequest("invalid Content-Length")
-                if length > MAX_BODY_BYTES:
-                    raise BadRequest(f"form body larger than {MAX_BODY_BYTES} bytes")
-                body = environ["wsgi.input"].read(length) if length > 0 else b""
-                for k, v in parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict").items():
-                    values.setdefault(k, []).extend(v)
-        except UnicodeDecodeError:
-            raise BadRequest("parameters are not valid UTF-8")
-        for k, v in values.items():
-            if any("\x00" in s for s in v):
-                raise BadRequest(f"parameter {k}: contains a NUL character")
-        return values
-
     # parameters
-
-    def text(self, name: str, max_len: int, required: bool = True, default: str = "") -> str:
-        value = self.params.get(name)
-        if value is None or value == "":
-            if required:
-                raise BadRequest(f"parameter {name}: missing")
-            return default
-        if len(value) > max_len:
-            raise BadRequest(f"parameter {name}: longer than {max_len} characters")
-        return value
-
-    def int(self, name: str, default: int | None = None, lo: int = -(2**31), hi: int = 2**31 - 1,
-            required: bool = True, value: str | None = None) -> int | None:
-        if value is None:
-            value = self.params.get(name)
-        if value is None or value == "":
-            if default is not None or not required:
-                return default
-            raise BadRequest(f"parameter {name}: missing")
-        if not re.fullmatch(r"[+-]?\d{1,10}", value):
-            raise BadRequest(f"parameter {name}: expected an integer, got {value[:40]!r}")
-        n = int(value)
-        if not lo <= n <= hi:
-            raise BadRequest(f"parameter {name}: {n} is outside [{lo}, {hi}]")
-        return n
 
     def choice(self, name: str, options) -> str:
         value = self.text(name, 60)
@@ -233,20 +163,6 @@ class Request:
 
     def session_fields(self) -> str:
         return pages.hidden(C_ID=self.c_id, SHOPPING_ID=self.shopping_id)
-
-
-def sorry(title: str, message: str) -> tuple[str, str]:
-    return title, f"<p>Sorry, {esc(message)}</p>\n"
-
-
-def now() -> datetime:
-    return datetime.now().replace(microsecond=0)
-
-
-def fmt_date(d) -> str:
-    if isinstance(d, datetime):
-        return d.strftime("%Y-%m-%d %H:%M:%S")
-    return esc(d)
 
 
 # --- database helpers ------------------------------------------------------------------------

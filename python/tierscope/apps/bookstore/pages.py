@@ -9,8 +9,9 @@ Every link to a dynamic page carries the session state as URL parameters, `C_ID`
 
 from __future__ import annotations
 
-import html
 from urllib.parse import quote_plus
+
+from tierscope.apps.web import esc  # the pages' escaping, shared by the apps
 
 PREFIX = "/tpcw"
 IMG = f"{PREFIX}/img"
@@ -22,8 +23,6 @@ STATIC_GIFS = (
 )
 
 
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def url(script: str, **params) -> str:

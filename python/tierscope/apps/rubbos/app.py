@@ -33,7 +33,8 @@ from urllib.parse import parse_qs
 
 from tierscope.apps.rubbos import pages
 from tierscope.apps.dal import Database, DatabaseError, DbConfig, DuplicateKey, PoolTimeout, like_prefix, like_prefix10
-from tierscope.apps.rubbos.pages import esc, url
+from tierscope.apps.rubbos.pages import url
+from tierscope.apps.web import BadRequest, FormRequest, db_config_from_env, esc, fmt_date, now, sorry
 
 log = logging.getLogger("tierscope.rubbos")
 
@@ -60,21 +61,8 @@ class AppConfig:
         RUBBOS_DB_PASSWORD, RUBBOS_DB_NAME, RUBBOS_POOL_SIZE, RUBBOS_POOL_TIMEOUT_S,
         RUBBOS_HOST_NAME, RUBBOS_EVENTS_DIR, RUBBOS_ALLOW_PAUSE (1 enables /rubbos/admin/pause),
         RUBBOS_PAUSE_EVERY_S and RUBBOS_PAUSE_MS (periodic injected pauses)."""
-        dbms = env.get("RUBBOS_DBMS", "postgresql")
-        default_port = 5432 if dbms == "postgresql" else 3306
-        default_user = "postgres" if dbms == "postgresql" else "tierscope"
-        default_pw = "" if dbms == "postgresql" else "tierscope"
         try:
-            db = DbConfig(
-                dbms=dbms,
-                host=env.get("RUBBOS_DB_HOST", "127.0.0.1"),
-                port=int(env.get("RUBBOS_DB_PORT", default_port)),
-                user=env.get("RUBBOS_DB_USER", default_user),
-                password=env.get("RUBBOS_DB_PASSWORD", default_pw),
-                database=env.get("RUBBOS_DB_NAME", "rubbos"),
-                pool_size=int(env.get("RUBBOS_POOL_SIZE", "8")),
-                pool_timeout_s=float(env.get("RUBBOS_POOL_TIMEOUT_S", "10")),
-            )
+            db = db_config_from_env(env, "RUBBOS", "rubbos")
             return cls(
                 db=db,
                 host_name=env.get("RUBBOS_HOST_NAME", "app"),
@@ -90,67 +78,12 @@ class AppConfig:
 # --- request handling ------------------------------------------------------------------------
 
 
-class BadRequest(Exception):
-    """A malformed or missing parameter: HTTP 400."""
+class Request(FormRequest):
+    max_body_bytes = MAX_BODY_BYTES
 
-
-class Request:
     def __init__(self, environ: dict, request_id: str, db: Database):
-        self.environ = environ
-        self.request_id = request_id
+        super().__init__(environ, request_id)
         self.db = db
-        self.params = self._parse(environ)
-
-    @staticmethod
-    def _parse(environ: dict) -> dict[str, str]:
-        try:
-            qs = environ.get("QUERY_STRING", "")
-            values = parse_qs(qs, keep_blank_values=True, strict_parsing=False, errors="strict")
-            if environ.get("REQUEST_METHOD") == "POST":
-                ctype = environ.get("CONTENT_TYPE", "")
-                if ctype and not ctype.startswith("application/x-www-form-urlencoded"):
-                    raise BadRequest(f"unsupported Content-Type {ctype!r} (expected a url-encoded form)")
-                try:
-                    length = int(environ.get("CONTENT_LENGTH") or 0)
-                except ValueError:
-                    raise BadRequest("invalid Content-Length")
-                if length > MAX_BODY_BYTES:
-                    raise BadRequest(f"form body larger than {MAX_BODY_BYTES} bytes")
-                body = environ["wsgi.input"].read(length) if length > 0 else b""
-                form = parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict")
-                for k, v in form.items():
-                    values.setdefault(k, []).extend(v)
-        except UnicodeDecodeError:
-            raise BadRequest("parameters are not valid UTF-8")
-        out = {}
-        for k, v in values.items():
-            if any("\x00" in s for s in v):
-                raise BadRequest(f"parameter {k}: contains a NUL character")
-            out[k] = v[0]
-        return out
-
-    def text(self, name: str, max_len: int, required: bool = True, default: str = "") -> str:
-        value = self.params.get(name)
-        if value is None or (required and value == ""):
-            if required:
-                raise BadRequest(f"parameter {name}: missing")
-            return default
-        if len(value) > max_len:
-            raise BadRequest(f"parameter {name}: longer than {max_len} characters")
-        return value
-
-    def int(self, name: str, default: int | None = None, lo: int = -(2**31), hi: int = 2**31 - 1) -> int:
-        value = self.params.get(name)
-        if value is None or value == "":
-            if default is None:
-                raise BadRequest(f"parameter {name}: missing")
-            return default
-        if not re.fullmatch(r"[+-]?\d{1,10}", value):
-            raise BadRequest(f"parameter {name}: expected an integer, got {value[:40]!r}")
-        n = int(value)
-        if not lo <= n <= hi:
-            raise BadRequest(f"parameter {name}: {n} is outside [{lo}, {hi}]")
-        return n
 
     def comment_table(self) -> str:
         value = self.params.get("comment_table") or "comments"
@@ -160,18 +93,6 @@ class Request:
 
     def paging(self) -> tuple[int, int]:
         return self.int("page", 0, 0, 1_000_000), self.int("nbOfStories", PAGE_SIZE_DEFAULT, 1, PAGE_SIZE_MAX)
-
-
-def sorry(title: str, message: str) -> tuple[str, str]:
-    return title, f"<p>Sorry, {esc(message)}</p>\n"
-
-
-def now() -> datetime:
-    return datetime.now().replace(microsecond=0)
-
-
-def fmt_date(d) -> str:
-    return d.strftime("%Y-%m-%d %H:%M:%S") if isinstance(d, datetime) else esc(d)
 
 
 # --- the interactions --------------------------------------------------------------------------

@@ -7,17 +7,16 @@ Links use the original parameter names with plain `&` separators, so the workloa
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from urllib.parse import quote_plus
+
+from tierscope.apps.web import esc  # the pages' escaping, shared by the apps
 
 PREFIX = "/rubbos"
 LOGO = f"{PREFIX}/images/logo.png"
 STATIC_DIR = Path(__file__).parent / "static"
 
 
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def url(script: str, **params) -> str:

@@ -1,0 +1,120 @@
+"""What the apps' WSGI front ends share (RUBBoS, the bookstore): a GET or POST form parsed
+safely, typed parameters that answer HTTP 400 when malformed, the database settings from
+`<PREFIX>_*` environment variables, and the small page helpers both use."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from urllib.parse import parse_qs
+
+from tierscope.apps.dal import DbConfig
+
+
+class BadRequest(Exception):
+    """A malformed or missing parameter: HTTP 400."""
+
+
+def parse_form(environ: dict, max_body_bytes: int) -> dict[str, list[str]]:
+    """The query string's parameters, plus a url-encoded POST body's; BadRequest for another
+    content type, a body over `max_body_bytes`, text that is not UTF-8 or a NUL character."""
+    try:
+        values = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True, errors="strict")
+        if environ.get("REQUEST_METHOD") == "POST":
+            ctype = environ.get("CONTENT_TYPE", "")
+            if ctype and not ctype.startswith("application/x-www-form-urlencoded"):
+                raise BadRequest(f"unsupported Content-Type {ctype!r} (expected a url-encoded form)")
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                raise BadRequest("invalid Content-Length") from None
+            if length > max_body_bytes:
+                raise BadRequest(f"form body larger than {max_body_bytes} bytes")
+            body = environ["wsgi.input"].read(length) if length > 0 else b""
+            for k, v in parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict").items():
+                values.setdefault(k, []).extend(v)
+    except UnicodeDecodeError:
+        raise BadRequest("parameters are not valid UTF-8") from None
+    for k, v in values.items():
+        if any("\x00" in s for s in v):
+            raise BadRequest(f"parameter {k}: contains a NUL character")
+    return values
+
+
+class FormRequest:
+    """One request's parameters (the first value of each in `params`, all of them in `multi`)."""
+
+    #: the largest form body accepted
+    max_body_bytes = 64 * 1024
+
+    def __init__(self, environ: dict, request_id: str):
+        self.environ = environ
+        self.request_id = request_id
+        self.multi = parse_form(environ, self.max_body_bytes)
+        self.params = {k: v[0] for k, v in self.multi.items()}
+
+    def text(self, name: str, max_len: int, required: bool = True, default: str = "") -> str:
+        """A text parameter of at most `max_len` characters; absent or empty: `default`, or 400 when
+        required."""
+        value = self.params.get(name)
+        if value is None or value == "":
+            if required:
+                raise BadRequest(f"parameter {name}: missing")
+            return default
+        if len(value) > max_len:
+            raise BadRequest(f"parameter {name}: longer than {max_len} characters")
+        return value
+
+    def int(self, name: str, default: int | None = None, lo: int = -(2**31), hi: int = 2**31 - 1,
+            required: bool = True, value: str | None = None) -> int | None:
+        """An integer parameter in [lo, hi] (or `value` checked as one); absent or empty: `default`
+        when given or not `required`, else 400."""
+        if value is None:
+            value = self.params.get(name)
+        if value is None or value == "":
+            if default is not None or not required:
+                return default
+            raise BadRequest(f"parameter {name}: missing")
+        if not re.fullmatch(r"[+-]?\d{1,10}", value):
+            raise BadRequest(f"parameter {name}: expected an integer, got {value[:40]!r}")
+        n = int(value)
+        if not lo <= n <= hi:
+            raise BadRequest(f"parameter {name}: {n} is outside [{lo}, {hi}]")
+        return n
+
+
+def db_config_from_env(env: Mapping[str, str], prefix: str, database: str) -> DbConfig:
+    """`<prefix>_DBMS` (postgresql|mariadb), `_DB_HOST`, `_DB_PORT`, `_DB_USER`, `_DB_PASSWORD`,
+    `_DB_NAME` (default `database`), `_POOL_SIZE`, `_POOL_TIMEOUT_S`; ValueError when one is bad."""
+    dbms = env.get(f"{prefix}_DBMS", "postgresql")
+    postgres = dbms == "postgresql"
+    return DbConfig(
+        dbms=dbms,
+        host=env.get(f"{prefix}_DB_HOST", "127.0.0.1"),
+        port=int(env.get(f"{prefix}_DB_PORT", 5432 if postgres else 3306)),
+        user=env.get(f"{prefix}_DB_USER", "postgres" if postgres else "tierscope"),
+        password=env.get(f"{prefix}_DB_PASSWORD", "" if postgres else "tierscope"),
+        database=env.get(f"{prefix}_DB_NAME", database),
+        pool_size=int(env.get(f"{prefix}_POOL_SIZE", "8")),
+        pool_timeout_s=float(env.get(f"{prefix}_POOL_TIMEOUT_S", "10")),
+    )
+
+
+def esc(value) -> str:
+    """HTML-escaped text of any value (None -> "")."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def sorry(title: str, message: str) -> tuple[str, str]:
+    """A page that found nothing or refuses: its title and body (contains "Sorry")."""
+    return title, f"<p>Sorry, {esc(message)}</p>\n"
+
+
+def now() -> datetime:
+    return datetime.now().replace(microsecond=0)
+
+
+def fmt_date(d) -> str:
+    return d.strftime("%Y-%m-%d %H:%M:%S") if isinstance(d, datetime) else esc(d)
