@@ -4,14 +4,12 @@ and images nginx serves, and the workload files of the browsing, shopping and or
 
 from __future__ import annotations
 
-import shutil
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 
-from tierscope.services.databases import data_dbms, dbms_name
+from tierscope.apps.loaded import LoadedDatabaseApp
 
 APP = "tierscope.apps.bookstore.app:create_app()"
 
@@ -47,57 +45,24 @@ def scaled_workload(text: str, items: int, customers: int) -> str:
     return text
 
 
-class BookstoreProvider:
+class BookstoreProvider(LoadedDatabaseApp):
     name = "tpcw"
+    snapshots = "bookstore"
+    database = "tpcw"
 
-    def data_key(self, config: Any) -> tuple:
-        return (data_dbms(dbms_name(config.dbms)), scale_name(config.scale), config.seed)
+    def scale_name(self, scale: float | str) -> str:
+        return scale_name(scale)
 
-    def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
-        from tierscope.apps import snapshot
+    def datagen(self) -> Any:
         from tierscope.apps.bookstore import datagen
-        from tierscope.services.base import free_port
-        from tierscope.testbed.host import Host
 
-        dbms, scale = data_dbms(dbms_name(config.dbms)), scale_name(config.scale)
-        snap = snapshot.snapshot_for("bookstore", dbms, scale, config.seed, str(datagen.GENERATOR_VERSION))
-        if snap.fresh():
-            return snap.data
-        say(f"loading the bookstore: {dbms}, scale {scale} (once; later runs reuse the snapshot)")
-        workdir = work / "prepare-bookstore" / scale
-        db, cfg = self.database_server(dbms, Host.loopback("db"), free_port(), workdir, cache="256M",
-                                       max_connections=50, name="load")
-        db.start()
-        try:
-            report = datagen.load(cfg, scale, config.seed, progress=say)
-            say(f"loaded {report.total_rows:,} rows in {report.seconds:.1f} s")
-            snapshot.take(db, snap, {"dbms": dbms, "scale": scale, "seed": config.seed, "loaded_at": time.time(),
-                                     "generator": str(datagen.GENERATOR_VERSION), "rows": report.rows,
-                                     "db_size_bytes": report.db_size_bytes})
-        finally:
-            db.stop()
-            shutil.rmtree(work / "prepare-bookstore", ignore_errors=True)
-        return snap.data
-
-    def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
-                        max_connections: int, name: str, fsync: bool = False) -> tuple[Any, Any]:
-        from tierscope.services.databases import database_server
-
-        return database_server(dbms, host, port, workdir, database="tpcw", fsync=fsync, cache=cache,
-                               max_connections=max_connections, name=name)
-
-    def restore(self, data_dir: Path, server: Any) -> None:
-        from tierscope.apps import snapshot
-
-        snapshot.copy_tree(data_dir, server.data_dir)
+        return datagen
 
     def app_server(self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path,
                    name: str) -> Any:
         from tierscope.services.appserver import AppServer
 
-        from tierscope.services.databases import client_config
-
-        db = client_config(db)  # a Galera cluster: every node, the pool spreads over them
+        db = self.client_config(db)  # a Galera cluster: every node, the pool spreads over them
         env = {"TPCW_DBMS": db.dbms, "TPCW_DB_HOST": db.host, "TPCW_DB_PORT": str(db.port),
                "TPCW_DB_USER": db.user, "TPCW_DB_PASSWORD": db.password, "TPCW_DB_NAME": db.database,
                "TPCW_POOL_SIZE": str(soft.db_pool)}

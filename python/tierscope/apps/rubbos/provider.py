@@ -4,13 +4,12 @@ workload files of the mixes, and the app's GC and pause events."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 
-from tierscope.services.databases import data_dbms, dbms_name
+from tierscope.apps.loaded import LoadedDatabaseApp
 
 
 def scale_name(scale: float | str) -> str:
@@ -26,48 +25,24 @@ def scale_name(scale: float | str) -> str:
     return "paper"
 
 
-class RubbosProvider:
+class RubbosProvider(LoadedDatabaseApp):
     name = "rubbos"
+    snapshots = "rubbos"
+    database = "rubbos"
 
-    def data_key(self, config: Any) -> tuple:
-        return (data_dbms(dbms_name(config.dbms)), scale_name(config.scale), config.seed)
+    def scale_name(self, scale: float | str) -> str:
+        return scale_name(scale)
 
-    def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
-        from tierscope.apps import snapshot
-        from tierscope.apps.rubbos import datagen, system
-        from tierscope.services.base import free_port
+    def datagen(self) -> Any:
+        from tierscope.apps.rubbos import datagen
 
-        dbms, scale = data_dbms(dbms_name(config.dbms)), scale_name(config.scale)
-        snap = snapshot.snapshot_for("rubbos", dbms, scale, config.seed, datagen.GENERATOR_VERSION)
-        if not snap.fresh():
-            say(f"loading RUBBoS data: {dbms}, scale {scale} (once; later runs reuse the snapshot)")
-            opts = system.Options(dbms=dbms, scale=scale, seed=config.seed, db_port=free_port(),
-                                  run_dir=work / "prepare")
-            db, _cfg, report, _restored = system.start_loaded_db(opts, work / "prepare" / scale, say=say)
-            db.stop()
-            if report is not None:
-                say(f"loaded {sum(report.rows.values()):,} rows in {report.seconds:.1f} s")
-            shutil.rmtree(work / "prepare", ignore_errors=True)
-        return snap.data
-
-    def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
-                        max_connections: int, name: str, fsync: bool = False) -> tuple[Any, Any]:
-        from tierscope.services.databases import database_server
-
-        return database_server(dbms, host, port, workdir, database="rubbos", fsync=fsync, cache=cache,
-                               max_connections=max_connections, name=name)
-
-    def restore(self, data_dir: Path, server: Any) -> None:
-        from tierscope.apps import snapshot
-
-        snapshot.copy_tree(data_dir, server.data_dir)
+        return datagen
 
     def app_server(self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path,
                    name: str) -> Any:
         from tierscope.services.appserver import AppServer
-        from tierscope.services.databases import client_config
 
-        return AppServer(host, port, workdir, db=client_config(db), workers=soft.workers, threads=soft.threads,
+        return AppServer(host, port, workdir, db=self.client_config(db), workers=soft.workers, threads=soft.threads,
                          pool_size=soft.db_pool, events_dir=events_dir, name=name)
 
     def static_root(self, directory: Path, config: Any = None) -> Path:
