@@ -7,7 +7,7 @@ clients sending a real heavy read (a LIKE '%...%' scan and sort of 300,000 rows)
 checked against the middleware's own read counts. LPRF counts requests, not their cost: it spreads
 the heavy reads over both replicas and puts light reads behind them; `aware` knows the heavy
 label's service time, keeps the heavy reads on one replica and the light ones on the other. Two
-interleaved repetitions of 4 s per policy, latencies pooled: about 40 s.
+interleaved repetitions of 4 s per policy, latencies pooled: 40-60 s.
 """
 
 from __future__ import annotations
