@@ -164,3 +164,36 @@ def test_series_samples_pending_and_heavy_on_a_50ms_grid():
 def test_aware_keeps_heavy_reads_together(waits, heavy, own, chosen):
     assert balance.choose_aware(waits, [1, 1], [True, True], heavy, own) == chosen
     assert balance.choose_aware(waits, [1, 1], [False, True], heavy, own) in (1, None)
+
+
+# --- the heavy case's pure helpers ---------------------------------------------------------------
+
+
+def test_percentile_is_nearest_rank():
+    from tierscope.middleware.heavy import percentile
+
+    v = [float(x) for x in range(1, 11)]  # 1..10
+    assert percentile(v, 0.9) == 9.0 and percentile(v, 0.5) == 5.0 and percentile(v, 1.0) == 10.0
+    assert percentile([3.0], 0.99) == 3.0 and percentile(list(reversed(v)), 0.1) == 1.0
+
+
+def test_pgbench_logs_are_read_per_transaction(tmp_path):
+    from tierscope.middleware.heavy import read_pgbench_logs
+
+    # client_id transaction_no time(us) script_no time_epoch time_us, one file per pgbench thread
+    (tmp_path / "light.123").write_text("0 0 450 0 1764100000 100\n0 1 10123 1 1764100000 20000\n")
+    (tmp_path / "light.123.1").write_text("1 0 2000 0 1764100001 5\n")
+    (tmp_path / "heavy.123").write_text("0 0 150000 0 1764100000 0\n")
+    rows = read_pgbench_logs(tmp_path / "light")
+    assert sorted((s, round(lat, 6)) for s, lat, _ in rows) == [(0, 0.00045), (0, 0.002), (1, 0.010123)]
+    assert min(t for _, _, t in rows) == 1764100000.0001
+
+
+def test_imbalance_summary_counts_light_reads_next_to_heavy_ones():
+    from tierscope.middleware.heavy import summary
+
+    series = {"pending": {"a": [1, 3, 1, 0], "b": [2, 0, 1, 0]}, "heavy": {"a": [1, 1, 0, 0], "b": [0, 0, 1, 0]}}
+    s = summary(series, ["a", "b"])
+    # heavy somewhere in samples 0-2; a light read beside it in sample 1 (a: 3 pending, 1 heavy) only
+    assert s["heavy_share"] == 0.75 and s["light_next_to_heavy_share"] == round(1 / 3, 3)
+    assert s["uneven_share"] == 0.25 and s["mean_pending"] == [1.25, 0.75] and s["max_pending"] == [3, 2]
