@@ -260,7 +260,7 @@ def analyze_fine(
     thr = np.asarray(series.column("throughput"), np.float64)
     saturated_col = np.zeros(series.num_rows, bool)
     n_star: dict[str, NStar] = {}
-    ep = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
+    ep: dict[str, list] = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
     starts = np.asarray(series.column("window_start_ns"), np.int64)
     load_by_key = {}
     parts, p_tiers, p_servers = request_intervals(requests, base_ns, exclusive, end_ns, parent_row)
@@ -286,11 +286,11 @@ def analyze_fine(
         count = int(idle.sum())
         service_s = float(own[idle].mean()) / 1e9 if count >= MIN_IDLE_ARRIVALS else None
         hinted = service_s is None and bool(service_hints) and (service_hints or {}).get(server, 0) > 0
-        if hinted:
-            service_s = float(service_hints[server])  # type: ignore[index]
+        if hinted and service_hints:
+            service_s = float(service_hints[server])
         exclude = (pause_col[sl] > 0) | (stalled_first[i] >= STALL_EXCLUDE)
         ns = saturation.saturation_point(used[sl], thr[sl], exclude=exclude, service_s=service_s)
-        if hinted:
+        if hinted and service_s is not None:
             ns = dataclasses.replace(ns, method=ns.method.replace(
                 "requests that found the server idle",
                 f"requests that found the server idle at a lower workload level ({service_s * 1e3:.2f} ms; "

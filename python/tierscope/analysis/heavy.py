@@ -90,8 +90,8 @@ def _own_cost(requests: pa.Table, n_star: dict[str, float] | None):
             continue
         # it found no room: it gets some when level - room + 1 of those present have been handed on
         mine = req.server == srv
-        act = [req.end[mine]] + ([child.start[child.server == srv]] if child is not None else [])
-        act = np.sort(np.concatenate(act))
+        handed: list[np.ndarray] = [req.end[mine]] + ([child.start[child.server == srv]] if child is not None else [])
+        act: np.ndarray = np.sort(np.concatenate(handed))
         idx = np.searchsorted(act, req.start[m], "right") + (level[m] - room[srv])
         start[m] = np.where(idx < act.size, act[np.minimum(idx, act.size - 1)], req.end[m])
     start = np.minimum(np.maximum(start, req.start), req.end)
@@ -184,12 +184,13 @@ def stall_events(requests: pa.Table, n_star: dict[str, float] | None = None) -> 
     them, most frequent first, up to five, joined by " | ")."""
     req, _cost, _room, found, servers, base = _own_cost(requests, n_star)
     caught, _starts = _caught(req, found)
-    tier_of = {}
+    tier_of: dict[str, str] = {}
     for t, s in zip(requests.column("tier").to_pylist(), requests.column("server").to_pylist()):
         tier_of.setdefault(s, t)
     labels = (requests.column("label").to_pylist() if "label" in requests.column_names
               else [None] * requests.num_rows)
-    out = {"tier": [], "server": [], "start_ns": [], "end_ns": [], "duration_ns": [], "requests": [], "labels": []}
+    out: dict[str, list] = {"tier": [], "server": [], "start_ns": [], "end_ns": [], "duration_ns": [], "requests": [],
+                            "labels": []}
     index = 0
     for srv, (a, b) in sorted(found.items()):
         for j in range(a.size):

@@ -83,7 +83,7 @@ def pause_table(
     window_ns: int,
 ) -> pa.Table:
     """One row per paused server: pause count proxy, paused share of time, corr(load, pause ratio)."""
-    rows = {"tier": [], "server": [], "host": [], "paused_share": [], "paused_windows": [],
+    rows: dict[str, list] = {"tier": [], "server": [], "host": [], "paused_share": [], "paused_windows": [],
             "corr_load_vs_pause_ratio": []}
     for (tier, server), ratio in sorted(ratios.items()):
         series = load.get((tier, server))

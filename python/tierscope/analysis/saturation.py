@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,7 +105,7 @@ def saturation_point(
         return NStar(math.inf, f"{method}: too few windows with load ({x.size} < {min_windows})",
                      float(np.max(y)) if y.size else 0.0, windows_used=int(x.size))
     bx, by, bn = _binned(x, y, bins)
-    common = dict(windows_used=int(x.size), bin_load=bx, bin_throughput=by, bin_count=bn)
+    common: dict[str, Any] = dict(windows_used=int(x.size), bin_load=bx, bin_throughput=by, bin_count=bn)
     # select the low-load windows by their neighbours' load, not their own: a window's own load
     # and completions share its service-time noise (short services = low load and many
     # completions), its neighbours' do not, while the workload state they reflect persists
@@ -114,7 +115,7 @@ def saturation_point(
     low, high = around <= np.quantile(around, 0.10), x >= q90
     slope = float(y[low].sum() / x[low].sum()) if x[low].sum() > 0 else math.nan
     slope_measured = service_s is not None and service_s > 0 and math.isfinite(service_s)
-    if slope_measured:
+    if slope_measured and service_s is not None:
         slope = 1.0 / service_s
         method = f"{METHOD}, slope from the service time of requests that found the server idle"
     tp_max = float(np.median(y[high]))

@@ -198,7 +198,7 @@ def density_peaks(dens: np.ndarray, grid: np.ndarray = GRID, min_height: float =
     if d.max() <= 0:
         return []
     inner = (d[1:-1] > d[:-2]) & (d[1:-1] >= d[2:])
-    peaks = [i + 1 for i in np.flatnonzero(inner) if d[i + 1] >= min_height * d.max()]
+    peaks = [int(i) + 1 for i in np.flatnonzero(inner) if d[i + 1] >= min_height * d.max()]
     if d[0] > d[1] and d[0] >= min_height * d.max():
         peaks.insert(0, 0)
     if d[-1] > d[-2] and d[-1] >= min_height * d.max():
