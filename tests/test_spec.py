@@ -311,7 +311,7 @@ burstiness = 400
 
 
 
-@pytest.mark.parametrize("name", ["tiny.toml", "demo.toml", "demo-alternating.toml"])
+@pytest.mark.parametrize("name", ["tiny.toml", "demo.toml", "demo-alternating.toml", "tpcw-memory.toml"])
 def test_example_specs_load(name):
     pts = expand(load_spec((EXAMPLES if name == "tiny.toml" else PRESETS) / name))
     assert pts, name
@@ -325,6 +325,24 @@ def test_example_specs_load(name):
         assert 4 * per_point < 240  # leaves time for start/stop and the data load within 5 min
     if name == "demo-alternating.toml":
         assert pts[0].config.interference.pause[0].tier == "app"
+    if name == "tpcw-memory.toml":  # 3 memory sizes x 5 levels; fsync on, the cache warmed, reads limited
+        assert len(pts) == 15
+        assert sorted({p.params["node_types.D.memory"] for p in pts}) == ["150MiB", "1GiB", "300MiB"]
+        c = pts[0].config
+        assert c.benchmark == "tpcw" and c.soft.db.fsync and c.soft.db.warm
+        assert c.node_types["D"].disk_read_iops == 60
+
+
+def test_demo_memory_is_the_memory_study_cut_to_two_sizes_and_two_levels_within_five_minutes():
+    from tierscope.cli.demo import MEMORY_DEMO
+    from tierscope.cli.run import changed_spec
+
+    pts = expand(changed_spec(PRESETS / "tpcw-memory.toml", MEMORY_DEMO))
+    assert [(p.params["node_types.D.memory"], p.params["workload.users"]) for p in pts] == [
+        ("150MiB", 50), ("150MiB", 400), ("1GiB", 50), ("1GiB", 400)]
+    w = pts[0].config.workload
+    # about 21 s of warm-up read and 10 s of starting and stopping per point, the load once
+    assert 4 * (w.ramp_up + w.run + w.ramp_down + 31) + 25 < 300
 
 
 def test_the_complete_example_in_the_docs_is_valid():
