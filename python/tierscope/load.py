@@ -89,6 +89,54 @@ def engine_args(
     return argv
 
 
+def split_users(users: int, generators: int) -> list[tuple[int, int]]:
+    """Each generator's share of `users` as (first user id, count): `users // generators` each, the
+    first `users % generators` one more, numbered one after the other (0-based)."""
+    base, extra = divmod(int(users), int(generators))
+    out, first = [], 0
+    for k in range(generators):
+        n = base + (1 if k < extra else 0)
+        out.append((first, n))
+        first += n
+    return out
+
+
+#: generator k's session ids are offset by k * SESSION_STRIDE (each generator numbers its own from 0)
+SESSION_STRIDE = 1 << 40
+
+
+def merge_client_logs(parts: Sequence[tuple[str | Path, int, int]], out: str | Path) -> int:
+    """One client_requests table from several generators' logs: `parts` are (log, first user id,
+    clock correction in ns to add to every *_ns column). Generator k's user ids are moved after the
+    previous generators' (`first`), its session ids by k * SESSION_STRIDE; rows sorted by start_ns.
+    Returns the rows written."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tierscope import tables
+
+    merged = []
+    for k, (log, first, shift_ns) in enumerate(parts):
+        if not Path(log).exists():
+            continue
+        t = tables.conform(pq.read_table(log), "client_requests")
+        for i, f in enumerate(t.schema):
+            if f.name == "user" and first:
+                t = t.set_column(i, f, pc.add(t.column(i), pa.scalar(first, f.type)))
+            elif f.name == "session" and k:
+                t = t.set_column(i, f, pc.add(t.column(i), pa.scalar(k * SESSION_STRIDE, f.type)))
+            elif f.name.endswith("_ns") and shift_ns:
+                t = t.set_column(i, f, pc.add(t.column(i), pa.scalar(shift_ns, f.type)))
+        merged.append(t)
+    if not merged:
+        return 0
+    t = pa.concat_tables(merged)
+    t = t.take(pc.sort_indices(t, [("start_ns", "ascending")]))
+    tables.write(t, out, "client_requests")
+    return t.num_rows
+
+
 def run_load(
     argv: Sequence[str],
     on_progress: Callable[[dict[str, Any]], None] | None = None,

@@ -485,6 +485,8 @@ class Sweep(_Model):
 class Client(_Model):
     count: int = Field(default=1, ge=1, le=1)
     node_type: str | None = None  # None: the generator runs without limits
+    #: generators driven as one: each runs a share of the users; their logs become one table
+    hosts: int = Field(default=1, ge=1, le=64)
 
 
 def db_topology_problem(dbms: str | None, n_db: int, n_middleware: int) -> str | None:

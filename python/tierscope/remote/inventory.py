@@ -84,7 +84,12 @@ class Inventory:
             for s, h in zip(servers, hosts):
                 out[s.name] = self.hosts[h]
         clients = self.groups.get("client", [])
-        out["client1"] = self.hosts[clients[0]]
+        k = config.client.hosts
+        if k > len(clients):
+            raise InventoryError(f"{self.path}: the spec's [client] hosts = {k} generators but group 'client' has "
+                                 f"{len(clients)} host(s); each generator runs on a host of its own")
+        for i in range(k):
+            out[f"client{i + 1}"] = self.hosts[clients[i]]
         return out
 
 

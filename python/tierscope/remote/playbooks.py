@@ -70,9 +70,10 @@ def control_dir(run_dir: Path) -> str:
     return f"/tmp/tsa-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:10]}"
 
 
-def point_playbooks(pdir: Path, run_id: str, point_id: str, servers: dict[str, dict], client_host: str,
+def point_playbooks(pdir: Path, run_id: str, point_id: str, servers: dict[str, dict], generators: dict[str, dict],
                     point_file: Path, url: str, load_seconds: float, default_python: str) -> dict[str, Path]:
-    """Write up.yml, load.yml and down.yml for one point; `servers`: name -> {tier, host, address}."""
+    """Write up.yml, load.yml and down.yml for one point; `servers`: name -> {tier, host, address};
+    `generators`: host -> {name, users, first} (one generator per host)."""
     out = pdir / "playbooks"
     out.mkdir(parents=True, exist_ok=True)
     py = _py(default_python)
@@ -81,7 +82,7 @@ def point_playbooks(pdir: Path, run_id: str, point_id: str, servers: dict[str, d
     by_host: dict[str, list[str]] = {}
     for name, s in servers.items():
         by_host.setdefault(s["host"], []).append(name)
-    hosts_used = sorted(set(by_host) | {client_host})
+    hosts_used = sorted(set(by_host) | set(generators))
     common = {"gather_facts": False, "any_errors_fatal": True, "vars": {"pd": pd, "servers_by_host": by_host}}
 
     def tier_play(tier: str, name: str, tasks: list) -> dict | None:
@@ -118,10 +119,13 @@ def point_playbooks(pdir: Path, run_id: str, point_id: str, servers: dict[str, d
         if play:
             up.append(play)
     cap = int(load_seconds + 120)
-    load = [{"name": "drive the workload", "hosts": client_host, **common, "tasks": [
-        {"name": f"the workload generator against {url} (time cap {cap} s)", "async": cap, "poll": 1,
-         "ansible.builtin.command": f"{agent} load --point {{{{ pd }}}}/point.json --target {url} "
-                                    "--dir {{ pd }}/client1"},
+    load = [{"name": "drive the workload", "hosts": ",".join(sorted(generators)), **common,
+             "vars": {**common["vars"], "generators": generators}, "tasks": [
+        {"name": f"the workload generator(s) against {url}, all at once (time cap {cap} s)", "async": cap,
+         "poll": 1, "ansible.builtin.command": (
+             f"{agent} load --point {{{{ pd }}}}/point.json --target {url} --dir {{{{ pd }}}}/{{{{ g.name }}}} "
+             "--users {{ g.users }} --first-user {{ g.first }}"),
+         "vars": {"g": "{{ generators[inventory_hostname] }}"}},
     ]}]
     down = []
     for tier in reversed(TIER_ORDER):

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tierscope import manifest, tables
+from tierscope.load import merge_client_logs
 from tierscope.remote import RemoteError, clock, playbooks
 from tierscope.remote.inventory import Inventory, load_inventory
 
@@ -112,6 +113,11 @@ def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cf
     servers = {s.name: {"tier": s.tier, "host": assigned[s.name].name, "address": assigned[s.name].address}
                for s in c.servers()}
     ctx.hosts = {n: Host(name=n, address=h.address) for n, h in assigned.items()}
+    from tierscope.load import split_users
+
+    shares = split_users(int(c.workload.users[0]), c.client.hosts)
+    generators = {assigned[f"client{k + 1}"].name: {"name": f"client{k + 1}", "users": n, "first": first}
+                  for k, (first, n) in enumerate(shares)}
     ctx.testbed = SimpleNamespace(mode="remote", lost=[])
     point_file = pdir / "remote" / "point.json"
     point_file.write_text(json.dumps({"point": point.model_dump(mode="json"), "servers": servers,
@@ -119,7 +125,7 @@ def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cf
     web = c.tier_servers("web")[0].name
     url = f"http://{servers[web]['address']}:{WEB_PORT}"
     w = c.workload
-    books = playbooks.point_playbooks(pdir, run_id, point.id, servers, assigned["client1"].name, point_file, url,
+    books = playbooks.point_playbooks(pdir, run_id, point.id, servers, generators, point_file, url,
                                       w.ramp_up + w.run + w.ramp_down, assigned["client1"].python)
     log = pdir / "ansible.log"
     status, reason, counts, summary = FAILED, None, {}, {}
@@ -143,7 +149,7 @@ def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cf
         except RemoteError as err:
             ctx.notes.append(f"down.yml: {err}")
         try:
-            summary = gather(ctx, servers, assigned, offsets)
+            summary = gather(ctx, servers, assigned, offsets, generators)
             counts = collect(ctx)
         except Exception as err:
             ctx.notes.append(f"collect: {type(err).__name__}: {err}")
@@ -161,7 +167,7 @@ def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cf
             extra = {"clock_offsets_ns": {n: o.offset_ns for n, o in offsets.items()},
                      "clock_rtt_ns": {n: o.rtt_ns for n, o in offsets.items()},
                      "remote": {"inventory": str(inv.path), "hosts": {n: s["host"] for n, s in servers.items()}
-                                | {"client1": assigned["client1"].name}, "playbook_s": timings}}
+                                | {g["name"]: h for h, g in generators.items()}, "playbook_s": timings}}
             m = manifest.Manifest.model_validate({**m.model_dump(mode="json"), **extra})
             manifest.write(m, pdir / "manifest.json")
     if interrupted:
@@ -170,7 +176,7 @@ def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cf
     return status, reason
 
 
-def gather(ctx, servers: dict, assigned: dict, offsets: dict) -> dict:
+def gather(ctx, servers: dict, assigned: dict, offsets: dict, generators: dict) -> dict:
     """Unpack what down.yml fetched and put it where the runner's collect finds it; returns the
     generator's summary."""
     pdir = ctx.dir
@@ -211,22 +217,29 @@ def gather(ctx, servers: dict, assigned: dict, offsets: dict) -> dict:
     if resources:
         t = pa.concat_tables([tables.conform(r, "resources") for r in resources])
         tables.write(t, pdir / "resources.parquet", "resources")
-    client = remote / assigned["client1"].name / "client1"
-    summary = {}
-    if (client / "generator.json").exists():
-        g = json.loads((client / "generator.json").read_text())
-        summary = g.get("summary") or {}
-        t0 = g["load_start_ns"] + shift["client1"]
-        w = ctx.point.config.workload
+    summary: dict = {}
+    parts, summaries = [], []
+    for host, g in sorted(generators.items(), key=lambda x: x[1]["first"]):
+        d = remote / host / g["name"]
+        if (d / "generator.json").exists():
+            info = json.loads((d / "generator.json").read_text())
+            summaries.append({"generator": g["name"], "host": host, "users": g["users"], "first_user": g["first"],
+                              "load_start_ns": info["load_start_ns"] + shift[g["name"]], **(info.get("summary") or {})})
+            if info.get("returncode"):
+                ctx.notes.append(f"the workload generator {g['name']} exited with status {info['returncode']}")
+        parts.append((d / "client_requests.parquet", g["first"], shift[g["name"]]))
+        if (d / "generator.stderr.log").exists():
+            suffix = "" if len(generators) == 1 else f".{g['name']}"
+            shutil.copy(d / "generator.stderr.log", pdir / f"generator{suffix}.stderr.log")
+    if summaries:
+        t0 = min(x["load_start_ns"] for x in summaries)
         ctx.phases["load_start_ns"] = t0
-        ctx.phases.update(_phase_times_of(t0, w))
-        if g.get("returncode"):
-            ctx.notes.append(f"the workload generator exited with status {g['returncode']}")
-    if (client / "client_requests.parquet").exists():
-        t = _shifted(pq.read_table(client / "client_requests.parquet"), shift["client1"])
-        tables.write(tables.conform(t, "client_requests"), pdir / "client_requests.parquet", "client_requests")
-    if (client / "generator.stderr.log").exists():
-        shutil.copy(client / "generator.stderr.log", pdir / "generator.stderr.log")
+        ctx.phases.update(_phase_times_of(t0, ctx.point.config.workload))
+        summary = {k: v for k, v in summaries[0].items() if k not in ("generator", "host", "first_user")}
+        if len(summaries) > 1:
+            summary = {"generators": summaries,
+                       "throughput_rps": sum(float(x.get("throughput_rps") or 0) for x in summaries)}
+    merge_client_logs(parts, pdir / "client_requests.parquet")
     return summary
 
 
