@@ -44,6 +44,9 @@ DEFAULT_MASTER = "local[2]"
 MASTER_ENV = "TIERSCOPE_SPARK_MASTER"
 #: The name the requests are registered under in the session's catalog.
 VIEW = "tierscope_requests"
+#: pyspark warns about pandas >= 3 wherever it checks the version, also where it uses no pandas
+#: (this module moves data as Arrow only), so the warning is silenced around its calls.
+PANDAS_WARNING = "PySpark does not yet fully support pandas"
 
 
 class EngineUnavailable(RuntimeError):
@@ -93,7 +96,9 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PANDAS_WARNING)
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -152,8 +157,8 @@ def window_series_spark(
     own = spark is None
     session = spark_session(master, conf) if own else spark
     try:
-        with warnings.catch_warnings():  # pyspark checks pandas' version even where it uses none
-            warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=PANDAS_WARNING)
             return _series(session, sources, window_ns, base_ns, exclusive, shared_ids)
     finally:
         if own:

@@ -833,9 +833,10 @@ def sql_query(
     (earlier times clipped to it): each request is exploded into the windows from the one holding
     its arrival to the one holding its departure, its overlap with each summed; the departure's
     window counts a completion. With `exclusive`, each request's children (parent_id =
-    request_id, ids unique) are clipped to the request, merged into their union per parent
-    (a new run starts where a child begins after every earlier one ended), and the union is
-    exploded the same way with sign −1 at the parent's server: `load_exclusive`. `links=False`
+    request_id, ids unique) are clipped to the request, their union per parent is cut into
+    disjoint pieces (in order of start, the part of each child after the latest end among the
+    earlier ones: one window function, no sort-and-group into runs), and the pieces are exploded
+    the same way with sign −1 at the parent's server: `load_exclusive`. `links=False`
     (no request_id/parent_id columns) makes `load_exclusive` equal `load`. `src` is a table
     expression (`read_parquet(...)`, a view name); `dialect` a key of `SQL_DIALECTS`.
     """
@@ -855,23 +856,16 @@ waits AS (
   FROM r AS c JOIN r AS p ON c.parent_id = p.request_id
   WHERE least(c.d, p.d) > greatest(c.a, p.a)
 ),
--- their union per parent: a new run starts where a wait begins after every earlier one ended
-starts AS (
-  SELECT tier, server, parent, s, e,
-         CASE WHEN s > max(e) OVER (PARTITION BY parent ORDER BY s, e
-                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-              THEN 1 ELSE 0 END AS new_run
+-- their union per parent as disjoint pieces: in order of start, the part of each wait after
+-- the latest end among the parent's earlier waits (those all start before it, so what they
+-- cover of it is one stretch from its start)
+fresh AS (
+  SELECT tier, server, e AS d,
+         greatest(s, coalesce(max(e) OVER (PARTITION BY parent ORDER BY s
+                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s)) AS a
   FROM waits
-),
-runs AS (
-  SELECT tier, server, parent, s, e,
-         sum(new_run) OVER (PARTITION BY parent ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS run
-  FROM starts
-),
-merged AS (
-  SELECT tier, server, min(s) AS a, max(e) AS d FROM runs GROUP BY tier, server, parent, run
 )"""
-        pieces += "\n  UNION ALL\n  SELECT tier, server, a, d, -1 AS sign FROM merged"
+        pieces += "\n  UNION ALL\n  SELECT tier, server, a, d, -1 AS sign FROM fresh WHERE d > a"
     exclusive_col = (
         "\n       CAST(sum(sign * (least(d, ws + w) - greatest(a, ws))) AS DOUBLE) / w AS load_exclusive,"
         if exclusive
