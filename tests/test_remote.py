@@ -89,6 +89,16 @@ def test_too_few_hosts_for_the_topology_is_refused(tmp_path):
         inv.assign(config)
 
 
+def test_run_with_a_bad_inventory_exits_2_naming_the_line(tmp_path, capsys):
+    from tierscope.cli.run import execute
+
+    bad = write(tmp_path, GOOD.replace("    app:\n", "    appz:\n"))
+    code = execute(EXAMPLES / "tiny.toml", tmp_path / "out", hosts=bad, report=False)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "line 9" in err and "appz" in err and not (tmp_path / "out").exists()
+
+
 # --- over SSH ------------------------------------------------------------------------------------
 
 needs_sshd = pytest.mark.skipif(unavailable_reason() is not None, reason=f"SSH hosts: {unavailable_reason()}")
@@ -168,7 +178,7 @@ def test_a_hosts_run_gives_the_tables_of_a_local_run(lab, tmp_path):
     assert m.status == "done" and m.testbed["mode"] == "remote"
     assert set(m.clock_offsets_ns) == {"h1", "h2", "h3", "h4"}
     assert (rp / "playbooks" / "up.yml").exists() and (rp / "playbooks" / "down.yml").exists()
-    assert not list(hostfiles.iterdir()), "the run's files are left on the hosts"
+    assert not hostfiles.exists(), "the run's files are left on the hosts"
     assert not [x for x in _leftovers(lab.k) if "tierscope.remote.agent" in x]
 
 
@@ -212,4 +222,4 @@ def test_two_generator_hosts_drive_as_one(lab, tmp_path):
     think = 0.5
     assert rates[2] == pytest.approx(rates[1], rel=0.25), rates
     assert rates[1] <= 2 * n / think * 1.1, rates  # closed loop: at most users / think time
-    assert not list(hostfiles.iterdir())
+    assert not hostfiles.exists()

@@ -158,8 +158,9 @@ def cleanup_playbook(run_dir: Path, run_id: str, hosts: list[str]) -> Path:
     plays = [{"name": "remove the run's files (loaded data) from the hosts", "hosts": ",".join(sorted(hosts)),
               "gather_facts": False, "tasks": [
                   {"name": "the host's files of the run", "ansible.builtin.file": {"path": _root(run_id), "state": "absent"}},
-                  {"name": "the run's directory, once empty", "changed_when": False,
-                   "ansible.builtin.shell": "rmdir %s 2>/dev/null || true" % _root(run_id).rsplit("/", 1)[0]},
+                  {"name": "the run's directory and the work directory, once empty", "changed_when": False,
+                   "ansible.builtin.shell": "rmdir %s 2>/dev/null; rmdir %s 2>/dev/null; true"
+                                            % (_root(run_id).rsplit("/", 1)[0], _root(run_id).rsplit("/", 2)[0])},
               ]}]
     path = run_dir / "ansible" / "cleanup.yml"
     path.write_text(yaml.safe_dump(plays, sort_keys=False, width=120))
