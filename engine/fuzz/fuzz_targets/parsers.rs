@@ -11,6 +11,7 @@ use libfuzzer_sys::fuzz_target;
 mod trace {
     pub mod exchange;
     pub mod framer;
+    pub mod hash;
     pub mod fuzzing;
     pub mod http;
     pub mod label;

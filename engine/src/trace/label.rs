@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::tcp::FxBuild;
+use super::hash::FxBuild;
 
 pub const TRUNCATED_MARK: &str = " [truncated]";
 const MAX_LABEL: usize = 512;

@@ -19,6 +19,7 @@ use clap::Args;
 
 mod exchange;
 mod framer;
+mod hash;
 mod http;
 mod label;
 mod mysql;

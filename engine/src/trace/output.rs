@@ -20,8 +20,9 @@ use std::io::BufWriter;
 use std::path::Path;
 
 use super::exchange::{flag, Exchange, Status};
+use super::hash::FxBuild;
 use super::pqwrite::{FileWriter, Values};
-use super::tcp::{FxBuild, Meta, Sink};
+use super::tcp::{Meta, Sink};
 
 const ROW_GROUP: usize = 128 * 1024;
 

@@ -15,10 +15,11 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 use super::exchange::{flag, Ctx, Exchange, ProtoCounters, Protocol};
+use super::hash::FxBuild;
 use super::http::{starts_request, starts_response, Http};
 use super::mysql::My;
 use super::net::{endpoint_text, ip_text, Ip, Segment, ACK, FIN, RST, SYN};
@@ -29,29 +30,6 @@ const MAX_HELD_SEGMENTS: usize = 64;
 const MAX_HELD_BYTES: usize = 1 << 20;
 const IDLE_NS: i64 = 300 * 1_000_000_000;
 const SNIFF_SEGMENTS: u8 = 4;
-
-/// FxHash: a fast non-cryptographic hash for flow keys.
-#[derive(Default, Clone, Copy)]
-pub struct Fx(u64);
-impl Hasher for Fx {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut v = [0u8; 8];
-            v[..c.len()].copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(v));
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-pub type FxBuild = BuildHasherDefault<Fx>;
 
 /// The two endpoints of a connection, lower one first (addresses as integers: cheap to compare).
 #[derive(Clone, Copy, PartialEq, Eq)]
