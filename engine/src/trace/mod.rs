@@ -76,7 +76,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<i32> {
     let src: Box<dyn Read> = if name == "-" {
         Box::new(std::io::stdin().lock())
     } else {
-        Box::new(std::fs::File::open(&args.capture).map_err(|e| anyhow::anyhow!("cannot open capture {name}: {e}"))?)
+        Box::new(std::fs::File::open(&args.capture).map_err(|error| pcap::CaptureError::Open { name: name.clone(), error })?)
     };
     let reader = pcap::CaptureReader::new(src, &name)?;
     let sink = output::ParquetSink::create(&args.output)?;

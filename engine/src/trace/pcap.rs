@@ -9,6 +9,31 @@
 
 use std::io::Read;
 
+/// Why a capture cannot be read at all. (Damage after the file header is not an error: the
+/// stream ends early with a `stop_reason` and keeps the packets read before it.)
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The file could not be opened (the I/O error is part of the message, not a source, so
+    /// the CLI's `{err:#}` says it once).
+    #[error("cannot open capture {name}: {error}")]
+    Open { name: String, error: std::io::Error },
+    /// Fewer than 4 bytes: not even a magic number.
+    #[error("{name}: not a capture file: {len} bytes, expected a pcap or pcapng header")]
+    TooShort { name: String, len: usize },
+    /// A pcap magic number but not the whole 24-byte file header.
+    #[error("{name}: truncated pcap file header ({len} of 24 bytes)")]
+    TruncatedHeader { name: String, len: usize },
+    /// Neither pcap nor pcapng; `head` is the first bytes in hex.
+    #[error(
+        "{name}: not a capture file: starts with bytes {head}, expected the pcap magic a1b2c3d4/a1b23c4d \
+         (either byte order) or the pcapng section header 0a0d0d0a"
+    )]
+    BadMagic { name: String, head: String },
+    /// Reading the file header failed.
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+}
+
 const BUF_SIZE: usize = 4 << 20;
 /// A record claiming more than this many captured bytes is taken as corruption (tcpdump's
 /// maximum snapshot length is 262144).
@@ -92,7 +117,7 @@ fn u16_at(b: &[u8], swapped: bool) -> u16 {
 
 impl<R: Read> CaptureReader<R> {
     /// Open a capture: reads and checks the file header. `name` is used in messages.
-    pub fn new(src: R, name: &str) -> anyhow::Result<Self> {
+    pub fn new(src: R, name: &str) -> Result<Self, CaptureError> {
         let mut r = CaptureReader {
             src,
             buf: vec![0u8; BUF_SIZE],
@@ -110,13 +135,13 @@ impl<R: Read> CaptureReader<R> {
         r.fill(24)?;
         let avail = r.end - r.start;
         if avail < 4 {
-            anyhow::bail!("{}: not a capture file: {} bytes, expected a pcap or pcapng header", name, avail);
+            return Err(CaptureError::TooShort { name: name.to_string(), len: avail });
         }
         let magic = u32::from_le_bytes(r.buf[0..4].try_into().unwrap());
         match magic {
             0xa1b2c3d4 | 0xd4c3b2a1 | 0xa1b23c4d | 0x4d3cb2a1 => {
                 if avail < 24 {
-                    anyhow::bail!("{}: truncated pcap file header ({} of 24 bytes)", name, avail);
+                    return Err(CaptureError::TruncatedHeader { name: name.to_string(), len: avail });
                 }
                 let swapped = magic == 0xd4c3b2a1 || magic == 0x4d3cb2a1;
                 let nanos = magic == 0xa1b23c4d || magic == 0x4d3cb2a1;
@@ -131,12 +156,7 @@ impl<R: Read> CaptureReader<R> {
             }
             _ => {
                 let head: Vec<String> = r.buf[..avail.min(8)].iter().map(|b| format!("{b:02x}")).collect();
-                anyhow::bail!(
-                    "{}: not a capture file: starts with bytes {}, expected the pcap magic a1b2c3d4/a1b23c4d \
-                     (either byte order) or the pcapng section header 0a0d0d0a",
-                    name,
-                    head.join(" ")
-                );
+                return Err(CaptureError::BadMagic { name: name.to_string(), head: head.join(" ") });
             }
         }
         Ok(r)
