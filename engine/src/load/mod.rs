@@ -146,13 +146,13 @@ pub fn run(args: LoadArgs) -> Result<i32> {
         wl.ramp_down_s = parse_duration(d, "--ramp-down")?;
     }
     if let Some(z) = args.think {
-        if !(z >= 0.0) {
+        if z.is_nan() || z < 0.0 {
             bail!("--think must be >= 0");
         }
         wl.think_mean_s = z;
     }
     if let Some(i) = args.think_dispersion {
-        if !(i >= 1.0) {
+        if i.is_nan() || i < 1.0 {
             bail!("--think-dispersion must be >= 1");
         }
         wl.think_dispersion = i;

@@ -142,7 +142,7 @@ impl Stats {
 
     /// The progress line for the second that just ended (resets the interval counters).
     pub fn tick(&mut self, t: f64, phase: u8, active_users: u64, in_flight: u64, dt: f64) -> String {
-        let ms = |p: f64| if self.interval.len() == 0 { Value::Null } else { json!((self.interval.value_at_quantile(p) as f64) / 1000.0) };
+        let ms = |p: f64| if self.interval.is_empty() { Value::Null } else { json!((self.interval.value_at_quantile(p) as f64) / 1000.0) };
         let line = json!({
             "t": (t * 1000.0).round() / 1000.0,
             "phase": PHASES[phase as usize],
@@ -186,7 +186,7 @@ impl Stats {
         );
         s.insert(
             "lateness_ms".into(),
-            if self.lateness.len() == 0 {
+            if self.lateness.is_empty() {
                 Value::Null
             } else {
                 json!({"p50": self.lateness.value_at_quantile(0.5) as f64 / 1000.0, "p99": self.lateness.value_at_quantile(0.99) as f64 / 1000.0, "max": self.lateness.max() as f64 / 1000.0})

@@ -146,7 +146,7 @@ impl Framer {
         match self.mode {
             Mode::PgTyped => {
                 let l = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
-                if l < 4 || l > PG_MAX || !self.valid.contains(h[0]) {
+                if !(4..=PG_MAX).contains(&l) || !self.valid.contains(h[0]) {
                     self.lost = true;
                     return Step::Lost;
                 }
@@ -297,7 +297,7 @@ pub fn pg_plausible(d: &[u8], valid: &[u8]) -> bool {
     let mut o = 0usize;
     for hop in 0..8 {
         if o + 5 > d.len() {
-            return hop > 0 || false;
+            return hop > 0;
         }
         let l = u32::from_be_bytes([d[o + 1], d[o + 2], d[o + 3], d[o + 4]]);
         if !valid.contains(&d[o]) || !(4..=(1 << 24)).contains(&l) {

@@ -191,9 +191,12 @@ pub fn sql_fingerprint(sql: &[u8], dialect: Dialect, cut: bool) -> (String, Opti
 /// of fingerprinting it, and the label is shared instead of rebuilt. The fingerprint is a
 /// function of the text alone, so a hit returns exactly what `sql_fingerprint` would. Bounded
 /// (entries and text length): memory stays proportional to the open connections.
+/// Statement text -> (fingerprint, request id).
+type Fingerprints = HashMap<Box<[u8]>, (Rc<str>, Option<String>), FxBuild>;
+
 pub struct FingerprintCache {
     dialect: Dialect,
-    map: HashMap<Box<[u8]>, (Rc<str>, Option<String>), FxBuild>,
+    map: Fingerprints,
 }
 
 impl FingerprintCache {

@@ -224,7 +224,7 @@ impl My {
     fn server_end(&mut self, ctx: &mut Ctx, b: &[u8]) {
         let len = self.s.len as usize;
         match self.phase {
-            Phase::Handshake { greeting: false, client_resp } if self.s.seq == 0 && b.first().map_or(false, |&v| v == 10 || v == 9) => {
+            Phase::Handshake { greeting: false, client_resp } if self.s.seq == 0 && b.first().is_some_and(|&v| v == 10 || v == 9) => {
                 // greeting: version\0, thread id, 8 auth bytes, filler, caps low, charset, status, caps high
                 if let Some(nul) = memchr::memchr(0, &b[1..]) {
                     let o = 1 + nul + 1 + 4 + 8 + 1;

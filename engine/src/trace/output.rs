@@ -539,11 +539,11 @@ mod tests {
 
     fn meta(conn: u64) -> Meta {
         Meta {
-            tier: if conn % 2 == 0 { "web".into() } else { "db".into() },
+            tier: if conn.is_multiple_of(2) { "web".into() } else { "db".into() },
             server: format!("server{}", conn % 3),
-            protocol: if conn % 2 == 0 { "http" } else { "postgres" },
+            protocol: if conn.is_multiple_of(2) { "http" } else { "postgres" },
             server_addr: "10.0.0.2".into(),
-            server_port: if conn % 2 == 0 { 80 } else { 5432 },
+            server_port: if conn.is_multiple_of(2) { 80 } else { 5432 },
             client_addr: format!("10.0.1.{}", conn % 5),
             client_port: 40000 + conn as u16,
             client: format!("10.0.1.{}", conn % 5),
@@ -554,9 +554,9 @@ mod tests {
     fn exchange(i: u64) -> Exchange {
         let mut e = Exchange::new(1_700_000_000_000_000_000 + i as i64 * 1000, [0, flag::TRUNCATED | flag::GAP, flag::PIPELINED][i as usize % 3]);
         // departure before arrival is written as arrival
-        e.departure_ns = if i % 7 == 0 { e.arrival_ns - 5 } else { e.arrival_ns + 250 + i as i64 % 13 };
-        e.label = if i % 4 == 0 { String::new() } else { format!("SELECT {}", i % 5) };
-        e.request_id = (i % 6 == 0).then(|| format!("req-{i}"));
+        e.departure_ns = if i.is_multiple_of(7) { e.arrival_ns - 5 } else { e.arrival_ns + 250 + i as i64 % 13 };
+        e.label = if i.is_multiple_of(4) { String::new() } else { format!("SELECT {}", i % 5) };
+        e.request_id = i.is_multiple_of(6).then(|| format!("req-{i}"));
         e.status =
             [Status::None, Status::Ok, Status::Http(200), Status::Http(1200), Status::SqlState(*b"42P01"), Status::MyErr(1064)][i as usize % 6];
         e.bytes_in = i * 3;

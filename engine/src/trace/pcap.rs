@@ -292,7 +292,7 @@ impl<R: Read> CaptureReader<R> {
             }
             let btype = u32_at(&self.buf[self.start..self.start + 4], swapped);
             let blen = u32_at(&self.buf[self.start + 4..self.start + 8], swapped) as usize;
-            if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD + 64 {
+            if blen < 12 || !blen.is_multiple_of(4) || blen > MAX_RECORD + 64 {
                 let at = self.offset;
                 self.stop(format!("corrupted pcapng block at byte {at} (type {btype:#x}, length {blen}); packets before it are kept"));
                 return None;

@@ -126,9 +126,8 @@ impl Pg {
 
     fn client_start(&mut self, ctx: &mut Ctx) {
         let (typ, wire, ts) = (self.c.typ, self.c.wire as u64, self.c.msg_ts);
-        match self.c.mode {
-            Mode::PgUntyped => self.c.cap = 8,
-            _ => {}
+        if self.c.mode == Mode::PgUntyped {
+            self.c.cap = 8;
         }
         if self.phase == Phase::Auth && self.c.mode == Mode::PgTyped && typ != b'p' {
             // A query after authentication: the server's ReadyForQuery was sent but not seen
@@ -269,136 +268,6 @@ fn sqlstate(body: &[u8]) -> Option<[u8; 5]> {
         o += 1 + v.len() + 1;
     }
     None
-}
-
-#[cfg(test)]
-pub mod tests {
-    use super::super::exchange::ProtoCounters;
-    use super::*;
-
-    pub fn msg(t: u8, body: &[u8]) -> Vec<u8> {
-        let mut m = vec![t];
-        m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-        m.extend_from_slice(body);
-        m
-    }
-
-    fn startup() -> Vec<u8> {
-        let body = b"\x00\x03\x00\x00user\0u\0\0";
-        let mut m = (body.len() as u32 + 4).to_be_bytes().to_vec();
-        m.extend_from_slice(body);
-        m
-    }
-
-    struct T {
-        p: Pg,
-        out: Vec<Exchange>,
-        c: ProtoCounters,
-        ts: i64,
-    }
-    impl T {
-        fn new(saw_start: bool) -> Self {
-            T { p: Pg::new(saw_start), out: vec![], c: ProtoCounters::default(), ts: 0 }
-        }
-        fn send(&mut self, client: bool, d: &[u8], missing: u32) {
-            self.ts += 10;
-            let mut ctx = Ctx { ts: self.ts, pkt: self.ts as u64, conn_flags: 0, out: &mut self.out, counters: &mut self.c };
-            if client {
-                self.p.client(&mut ctx, d, missing)
-            } else {
-                self.p.server(&mut ctx, d, missing)
-            }
-        }
-    }
-
-    fn ready() -> Vec<u8> {
-        msg(b'Z', b"I")
-    }
-
-    #[test]
-    fn startup_ssl_refusal_auth_not_counted_then_simple_and_extended() {
-        let mut t = T::new(true);
-        t.send(true, &[0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f], 0); // SSLRequest
-        t.send(false, b"N", 0);
-        t.send(true, &startup(), 0);
-        let mut auth = msg(b'R', &[0, 0, 0, 0]);
-        auth.extend(msg(b'S', b"a\0b\0"));
-        auth.extend(msg(b'K', &[0; 8]));
-        auth.extend(ready());
-        t.send(false, &auth, 0);
-        assert!(t.out.is_empty());
-        t.send(true, &msg(b'Q', b"SELECT 1 /*request_id='q1'*/\0"), 0);
-        let mut r = msg(b'T', b"x");
-        r.extend(msg(b'D', b"y"));
-        r.extend(msg(b'C', b"SELECT 1\0"));
-        t.send(false, &r, 0);
-        t.send(false, &ready(), 0);
-        assert_eq!(t.out.len(), 1);
-        assert_eq!((t.out[0].label.as_str(), t.out[0].status, t.out[0].arrival_ns, t.out[0].departure_ns), ("SELECT ?", Status::Ok, 50, 70));
-        assert_eq!(t.out[0].request_id.as_deref(), Some("q1"));
-        // extended: P B D E S in one segment; an error
-        let mut e = msg(b'P', b"\0SELECT * FROM nope WHERE a = $1\0\0\0");
-        e.extend(msg(b'B', b"\0\0\0\0\0\0\0\0"));
-        e.extend(msg(b'D', b"P\0"));
-        e.extend(msg(b'E', b"\0\0\0\0\0"));
-        e.extend(msg(b'S', b""));
-        t.send(true, &e, 0);
-        let mut r = msg(b'E', b"SERROR\0C42P01\0Mrelation does not exist\0\0");
-        r.extend(ready());
-        t.send(false, &r, 0);
-        assert_eq!(t.out.len(), 2);
-        assert_eq!(t.out[1].label, "SELECT * FROM nope WHERE a = ?");
-        assert_eq!(t.out[1].status, Status::SqlState(*b"42P01"));
-        assert_eq!(t.out[1].bytes_in, e.len() as u64);
-        assert_eq!(t.out[1].bytes_out, r.len() as u64);
-    }
-
-    #[test]
-    fn named_statement_execute_gets_its_sql() {
-        let mut t = T::new(false);
-        let mut p = msg(b'P', b"s1\0UPDATE t SET a = $1\0\0\0");
-        p.extend(msg(b'S', b""));
-        t.send(true, &p, 0);
-        let mut r = msg(b'1', b"");
-        r.extend(ready());
-        t.send(false, &r, 0);
-        let mut b = msg(b'B', b"\0s1\0\0\0\0\0\0\0");
-        b.extend(msg(b'E', b"\0\0\0\0\0"));
-        b.extend(msg(b'S', b""));
-        t.send(true, &b, 0);
-        t.send(false, &ready(), 0);
-        assert_eq!(t.out[0].label, "PREPARE UPDATE t SET a = ?");
-        assert_eq!(t.out[1].label, "UPDATE t SET a = ?");
-    }
-
-    #[test]
-    fn snapshot_cut_batch_is_closed_at_the_direction_change() {
-        let mut t = T::new(false);
-        let mut e = msg(b'P', &[b"\0SELECT ".as_ref(), &[b'x'; 300], b"\0\0\0"].concat());
-        e.extend(msg(b'B', b"\0\0\0\0\0\0\0\0"));
-        e.extend(msg(b'E', b"\0\0\0\0\0"));
-        e.extend(msg(b'S', b""));
-        let keep = 200;
-        t.send(true, &e[..keep], (e.len() - keep) as u32);
-        t.send(false, &[msg(b'1', b""), msg(b'2', b""), msg(b'C', b"SELECT\0"), ready()].concat(), 0);
-        assert_eq!(t.out.len(), 1);
-        assert!(t.out[0].label.starts_with("SELECT xxx") && t.out[0].label.ends_with("[truncated]"), "{}", t.out[0].label);
-        assert_eq!(t.out[0].status, Status::Ok);
-        // the next request parses normally
-        t.send(true, &msg(b'Q', b"BEGIN\0"), 0);
-        t.send(false, &ready(), 0);
-        assert_eq!(t.out[1].label, "BEGIN");
-    }
-
-    #[test]
-    fn mid_stream_skips_the_tail_of_a_response() {
-        let mut t = T::new(false);
-        t.send(false, b"garbage tail of a data row", 0);
-        t.send(true, &msg(b'Q', b"SELECT 2\0"), 0);
-        t.send(false, &[msg(b'C', b"SELECT 1\0"), ready()].concat(), 0);
-        assert_eq!(t.out.len(), 1);
-        assert_eq!(t.out[0].label, "SELECT ?");
-    }
 }
 
 impl Protocol for Pg {
@@ -552,5 +421,135 @@ impl Protocol for Pg {
         } else {
             self.pending.q.front_mut()
         }
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::super::exchange::ProtoCounters;
+    use super::*;
+
+    pub fn msg(t: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![t];
+        m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn startup() -> Vec<u8> {
+        let body = b"\x00\x03\x00\x00user\0u\0\0";
+        let mut m = (body.len() as u32 + 4).to_be_bytes().to_vec();
+        m.extend_from_slice(body);
+        m
+    }
+
+    struct T {
+        p: Pg,
+        out: Vec<Exchange>,
+        c: ProtoCounters,
+        ts: i64,
+    }
+    impl T {
+        fn new(saw_start: bool) -> Self {
+            T { p: Pg::new(saw_start), out: vec![], c: ProtoCounters::default(), ts: 0 }
+        }
+        fn send(&mut self, client: bool, d: &[u8], missing: u32) {
+            self.ts += 10;
+            let mut ctx = Ctx { ts: self.ts, pkt: self.ts as u64, conn_flags: 0, out: &mut self.out, counters: &mut self.c };
+            if client {
+                self.p.client(&mut ctx, d, missing)
+            } else {
+                self.p.server(&mut ctx, d, missing)
+            }
+        }
+    }
+
+    fn ready() -> Vec<u8> {
+        msg(b'Z', b"I")
+    }
+
+    #[test]
+    fn startup_ssl_refusal_auth_not_counted_then_simple_and_extended() {
+        let mut t = T::new(true);
+        t.send(true, &[0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f], 0); // SSLRequest
+        t.send(false, b"N", 0);
+        t.send(true, &startup(), 0);
+        let mut auth = msg(b'R', &[0, 0, 0, 0]);
+        auth.extend(msg(b'S', b"a\0b\0"));
+        auth.extend(msg(b'K', &[0; 8]));
+        auth.extend(ready());
+        t.send(false, &auth, 0);
+        assert!(t.out.is_empty());
+        t.send(true, &msg(b'Q', b"SELECT 1 /*request_id='q1'*/\0"), 0);
+        let mut r = msg(b'T', b"x");
+        r.extend(msg(b'D', b"y"));
+        r.extend(msg(b'C', b"SELECT 1\0"));
+        t.send(false, &r, 0);
+        t.send(false, &ready(), 0);
+        assert_eq!(t.out.len(), 1);
+        assert_eq!((t.out[0].label.as_str(), t.out[0].status, t.out[0].arrival_ns, t.out[0].departure_ns), ("SELECT ?", Status::Ok, 50, 70));
+        assert_eq!(t.out[0].request_id.as_deref(), Some("q1"));
+        // extended: P B D E S in one segment; an error
+        let mut e = msg(b'P', b"\0SELECT * FROM nope WHERE a = $1\0\0\0");
+        e.extend(msg(b'B', b"\0\0\0\0\0\0\0\0"));
+        e.extend(msg(b'D', b"P\0"));
+        e.extend(msg(b'E', b"\0\0\0\0\0"));
+        e.extend(msg(b'S', b""));
+        t.send(true, &e, 0);
+        let mut r = msg(b'E', b"SERROR\0C42P01\0Mrelation does not exist\0\0");
+        r.extend(ready());
+        t.send(false, &r, 0);
+        assert_eq!(t.out.len(), 2);
+        assert_eq!(t.out[1].label, "SELECT * FROM nope WHERE a = ?");
+        assert_eq!(t.out[1].status, Status::SqlState(*b"42P01"));
+        assert_eq!(t.out[1].bytes_in, e.len() as u64);
+        assert_eq!(t.out[1].bytes_out, r.len() as u64);
+    }
+
+    #[test]
+    fn named_statement_execute_gets_its_sql() {
+        let mut t = T::new(false);
+        let mut p = msg(b'P', b"s1\0UPDATE t SET a = $1\0\0\0");
+        p.extend(msg(b'S', b""));
+        t.send(true, &p, 0);
+        let mut r = msg(b'1', b"");
+        r.extend(ready());
+        t.send(false, &r, 0);
+        let mut b = msg(b'B', b"\0s1\0\0\0\0\0\0\0");
+        b.extend(msg(b'E', b"\0\0\0\0\0"));
+        b.extend(msg(b'S', b""));
+        t.send(true, &b, 0);
+        t.send(false, &ready(), 0);
+        assert_eq!(t.out[0].label, "PREPARE UPDATE t SET a = ?");
+        assert_eq!(t.out[1].label, "UPDATE t SET a = ?");
+    }
+
+    #[test]
+    fn snapshot_cut_batch_is_closed_at_the_direction_change() {
+        let mut t = T::new(false);
+        let mut e = msg(b'P', &[b"\0SELECT ".as_ref(), &[b'x'; 300], b"\0\0\0"].concat());
+        e.extend(msg(b'B', b"\0\0\0\0\0\0\0\0"));
+        e.extend(msg(b'E', b"\0\0\0\0\0"));
+        e.extend(msg(b'S', b""));
+        let keep = 200;
+        t.send(true, &e[..keep], (e.len() - keep) as u32);
+        t.send(false, &[msg(b'1', b""), msg(b'2', b""), msg(b'C', b"SELECT\0"), ready()].concat(), 0);
+        assert_eq!(t.out.len(), 1);
+        assert!(t.out[0].label.starts_with("SELECT xxx") && t.out[0].label.ends_with("[truncated]"), "{}", t.out[0].label);
+        assert_eq!(t.out[0].status, Status::Ok);
+        // the next request parses normally
+        t.send(true, &msg(b'Q', b"BEGIN\0"), 0);
+        t.send(false, &ready(), 0);
+        assert_eq!(t.out[1].label, "BEGIN");
+    }
+
+    #[test]
+    fn mid_stream_skips_the_tail_of_a_response() {
+        let mut t = T::new(false);
+        t.send(false, b"garbage tail of a data row", 0);
+        t.send(true, &msg(b'Q', b"SELECT 2\0"), 0);
+        t.send(false, &[msg(b'C', b"SELECT 1\0"), ready()].concat(), 0);
+        assert_eq!(t.out.len(), 1);
+        assert_eq!(t.out[0].label, "SELECT ?");
     }
 }

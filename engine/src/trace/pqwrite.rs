@@ -445,7 +445,7 @@ mod tests {
         let mut v = Vec::with_capacity(n);
         while v.len() < n {
             let (x, run) = (rng.gen_range(0..len) as u32, rng.gen_range(1..40usize));
-            v.extend(std::iter::repeat(x).take(run.min(n - v.len())));
+            v.extend(std::iter::repeat_n(x, run.min(n - v.len())));
         }
         v
     }
@@ -519,7 +519,7 @@ mod tests {
     fn hybrid_runs_and_groups() {
         // a mixed group of 8 bit packed (3 bytes at 3 bits), then three uniform groups as one run
         let mut out = Vec::new();
-        let v: Vec<u32> = [1, 2, 3].into_iter().chain(std::iter::repeat(5).take(29)).collect();
+        let v: Vec<u32> = [1, 2, 3].into_iter().chain(std::iter::repeat_n(5, 29)).collect();
         rle_hybrid(&v, 3, &mut out);
         assert_eq!(out.len(), 1 + 3 + 2);
         assert_eq!(out[0], (1 << 1) | 1);

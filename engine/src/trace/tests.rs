@@ -77,7 +77,7 @@ const REQ: &[u8] = b"GET /item/17 HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc\r\n\r
 
 fn resp(body: usize) -> Vec<u8> {
     let mut r = format!("HTTP/1.1 200 OK\r\nServer: test\r\nContent-Length: {body}\r\n\r\n").into_bytes();
-    r.extend(std::iter::repeat(b'x').take(body));
+    r.extend(std::iter::repeat_n(b'x', body));
     r
 }
 
@@ -173,7 +173,7 @@ fn short_snapshot_length_still_delimits_exchanges() {
         let (rows, _) = run(&c.f);
         assert_eq!(rows.len(), 5, "snaplen {snap}");
         for (i, (_, _, _, e)) in rows.iter().enumerate() {
-            let parts = (3000 + i * 10).div_ceil(1448) as u64 + 0;
+            let parts = (3000 + i * 10).div_ceil(1448) as u64;
             let last = 1_000_100 + i as u64 * 1000 + 100 + (parts - 1) * 10;
             assert_eq!(e.departure_ns, last as i64 * 1000, "snaplen {snap} row {i}");
             assert_eq!(e.bytes_out, resp(3000 + i * 10).len() as u64);
@@ -244,7 +244,7 @@ fn mutated_inputs_never_panic() {
         my.push(m.len() as u8);
         my.extend(m);
     }
-    let mut http = vec![0u8 | 4];
+    let mut http = vec![4u8]; // parser 0 (HTTP), flag 4: the stream starts at a message
     for (ctl, m) in [(0u8, REQ.to_vec()), (1, resp(20)), (2 | (3 << 2), b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab".to_vec())] {
         http.push(ctl);
         http.push(m.len() as u8);
