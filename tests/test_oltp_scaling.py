@@ -1,0 +1,176 @@
+"""Seed 002's scaling experiment as a preset (`tierscope oltp scale`, tierscope.oltp.scaling).
+
+What must hold on any fixed hardware, whatever its size, checked against the servers' own
+counters and arithmetic rather than the driver alone:
+
+* On Galera every write is applied on every node: in YCSB-A on 3 nodes each node's rows written
+  (Handler_update) and write sets applied (wsrep_replicated + wsrep_received) equal the write sets
+  the whole cluster originated (the sum of wsrep_replicated), so the work summed over the nodes per
+  client operation is about 3 times that of 1 node.
+* Each node served its own clients: the sum over nodes of Com_stmt_execute is the driver's count of
+  operations.
+* YCSB-A's throughput per node falls faster from 1 to 3 nodes than YCSB-B's (every write costs
+  every node; on one machine the nodes also share the CPUs, so neither can scale out here).
+* Through the middleware, every PostgreSQL replica updated exactly the rows the driver updated
+  (the drivers' prepared statements pass through it), and its reads went to one replica each.
+* Nothing is left running and the work directory is removed.
+
+The real-cluster tests take about 2 minutes on the shared 2-core machine: marked `fidelity`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import PRESETS, needs_postgres, needs_root
+from tierscope.oltp.scaling import ScalePreset, combine, load_preset, node_work, run_scaling, table_rows
+
+needs_galera = pytest.mark.skipif(not Path("/usr/lib/galera/libgalera_smm.so").exists(), reason="galera-4 not installed")
+
+
+# ---- the preset and the arithmetic (no servers) -------------------------------------------------
+
+
+def test_the_shipped_preset_scales_galera_and_the_middleware_over_1_2_3_nodes():
+    p = load_preset(PRESETS / "oltp-scaling.toml")
+    assert p.targets == ["galera", "middleware"] and p.nodes == [1, 2, 3]
+    assert p.workloads == ["ycsb-b", "ycsb-a", "tpcc"]  # seed 002's read- and write-intensive mixes, TPC-C
+    assert p.problems() == []
+    assert load_preset() == p  # the default
+
+
+@pytest.mark.parametrize("text, says", [
+    ('targets = ["rubato"]', "targets: expected some of galera, middleware"),
+    ("nodes = [0, 2]", "nodes: expected node counts 1..5"),
+    ('workloads = ["ycsb-z"]', "workloads: expected some of"),
+    ("duration = 5\nwarmup = 5", "warmup: expected 0 <= seconds < duration"),
+    ("[ycsb]\nthreads = 3", "[ycsb]: unknown key 'threads' (expected records, threads_per_node)"),
+    ("speed = 1", "unknown key 'speed'"),
+])
+def test_a_wrong_preset_is_refused_with_the_file_and_the_key(tmp_path, text, says):
+    f = tmp_path / "p.toml"
+    f.write_text(text + "\n")
+    with pytest.raises(ValueError) as err:
+        load_preset(f)
+    assert str(err.value).startswith(str(f)) and says in str(err.value)
+
+
+def test_a_row_adds_the_processes_and_divides_by_the_nodes_and_shows_each_node():
+    s = [{"ops": 300, "ops_per_s": 100.0, "errors": 1, "threads": 2,
+          "operations": {"READ": {"count": 150}, "UPDATE": {"count": 149}}}] * 3
+    per = {f"db{i}": node_work("galera", {"Com_stmt_execute": 300, "Handler_update": 450, "wsrep_replicated": 150,
+                                          "wsrep_received": 300}, 3.0) for i in (1, 2, 3)}
+    row = combine("galera", 3, "ycsb-a", s, [], per)
+    assert (row["throughput"], row["throughput_per_node"], row["errors"], row["ops"]) == (300.0, 100.0, 3, 900)
+    assert row["updates"] == 447 and row["clients"] == 6 and row["p90_ms"] is None
+    assert per["db1"]["served_per_s"] == 100.0 and per["db1"]["rows_written"] == 450
+    cells = next(table_rows([row]))
+    assert cells[:7] == ["galera", "3", "ycsb-a", "300 ops/s", "100", "", "3"]
+    assert cells[7] == "db1 300/450, db2 300/450, db3 300/450"
+
+
+def test_scale_help_teaches_the_preset_the_counters_and_the_limits():
+    from tierscope.cli.oltp import oltp_app
+
+    out = CliRunner().invoke(oltp_app, ["scale", "--help"], terminal_width=200).output
+    for words in ("oltp-scaling.toml", "Com_stmt_execute", "xact_commit", "share the same CPUs", "--nodes",
+                  "results.parquet"):
+        assert words in out, words
+
+
+# ---- real clusters -----------------------------------------------------------------------------
+
+
+def _left_behind(root: Path) -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in ps if str(root) in line]
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    """Outside /tmp/pytest-of-root (another pytest session resets it to mode 0700, and the servers
+    run as their own users)."""
+    d = Path(tempfile.mkdtemp(prefix="tierscope-scaletest-"))
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def galera_rows(workdir):
+    if os.geteuid() != 0:
+        pytest.skip("MariaDB runs as its own OS user: needs root")
+    if not Path("/usr/lib/galera/libgalera_smm.so").exists():
+        pytest.skip("galera-4 not installed")
+    preset = ScalePreset(targets=["galera"], nodes=[1, 3], workloads=["ycsb-b", "ycsb-a"], duration=8, warmup=0,
+                         records=2000, threads_per_node=2)
+    rows = run_scaling(preset, out=workdir / "out", workdir=workdir, say=lambda m: None)
+    assert not _left_behind(workdir)
+    assert [p.name for p in workdir.iterdir()] == ["out"]  # the data directories are gone
+    return {(r["nodes"], r["workload"]): r for r in rows}
+
+
+def _driver_ops(row) -> int:
+    return sum(s["ops"] + s["errors"] for s in row["summaries"])
+
+
+@pytest.mark.fidelity
+@needs_root("MariaDB runs as its own OS user")
+@needs_galera
+def test_galera_every_write_is_applied_on_every_node(galera_rows):
+    one, three = galera_rows[(1, "ycsb-a")], galera_rows[(3, "ycsb-a")]
+    for row in (one, three):
+        nodes = row["per_node"]
+        assert len(nodes) == row["nodes"]
+        # each node served its own clients: the statements the nodes ran are the driver's operations
+        served = sum(n["served"] for n in nodes.values())
+        assert abs(served - _driver_ops(row)) <= 0.01 * served + 10, (served, _driver_ops(row))
+        # the write sets the cluster originated ...
+        originated = sum(n["write_sets_local"] for n in nodes.values())
+        assert originated >= 0.9 * row["updates"] > 0
+        for name, n in nodes.items():
+            # ... every node applied (its own and the others'), and wrote their rows
+            applied = n["write_sets_local"] + n["write_sets_received"]
+            assert applied >= 0.97 * originated, (name, applied, originated)
+            assert abs(n["counters"]["Handler_update"] - originated) <= 0.03 * originated + 5, (name, n, originated)
+    # so the rows written, summed over the nodes, per client operation grow with the nodes (x3 ideally)
+    per_op = {r["nodes"]: sum(n["rows_written"] for n in r["per_node"].values()) / _driver_ops(r) for r in (one, three)}
+    assert per_op[3] >= 2.5 * per_op[1], per_op
+
+
+@pytest.mark.fidelity
+@needs_root("MariaDB runs as its own OS user")
+@needs_galera
+def test_galera_write_heavy_throughput_per_node_falls_faster_than_read_heavy(galera_rows):
+    fall = {w: galera_rows[(3, w)]["throughput_per_node"] / galera_rows[(1, w)]["throughput_per_node"]
+            for w in ("ycsb-a", "ycsb-b")}
+    assert fall["ycsb-a"] < fall["ycsb-b"], fall
+    for r in galera_rows.values():
+        assert r["throughput_per_node"] == pytest.approx(r["throughput"] / r["nodes"], abs=0.1)
+
+
+@pytest.mark.fidelity
+@needs_root("PostgreSQL runs as its own OS user")
+@needs_postgres
+def test_middleware_every_replica_applies_the_drivers_updates(workdir):
+    preset = ScalePreset(targets=["middleware"], nodes=[2], workloads=["ycsb-a"], duration=4, warmup=0,
+                         records=2000, threads_per_node=2)
+    (row,) = run_scaling(preset, workdir=workdir, say=lambda m: None)
+    assert not _left_behind(workdir)
+    assert row["errors"] == 0 and row["updates"] > 0 and row["middleware"]["disabled"] == []
+    reps = row["per_node"].values()
+    # prepared statements through the middleware: each replica updated exactly the driver's rows ...
+    assert [n["counters"]["tup_updated"] for n in reps] == [row["updates"]] * 2
+    # ... and each read went to one replica; beside the driver's reads the replicas served the
+    # units that prepare statements (13 per connection, Parse/Describe/Sync), no more
+    extra = sum(n["reads_routed"] for n in reps) - row["reads"]
+    assert 0 <= extra <= 13 * row["clients"], extra
