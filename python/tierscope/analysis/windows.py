@@ -34,7 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-DEFAULT_WINDOW_NS = 50_000_000
+from tierscope.analysis import DEFAULT_WINDOW_NS
+
 
 #: Columns of the table `window_series` returns (optional ones only when asked).
 SERIES_COLUMNS = (
@@ -125,7 +126,7 @@ def accumulate_intervals(
     """
     size = n_servers * n_windows
     integral = np.zeros(size, np.float64)
-    counts = np.zeros(size, np.int64)
+    counts: np.ndarray = np.zeros(size, np.int64)
     w = np.int64(window_ns)
     step = max(1 << 20, size)  # slices keep temporaries small; never smaller than the output
     for part in parts:
@@ -160,18 +161,18 @@ def max_in_windows(parts: list[Intervals], n_servers: int, n_windows: int, windo
     span = np.int64(n_windows) * w + 1
     if int(span) * max(n_servers, 1) * 2 >= 2**62:
         raise ValueError("time span too long for load_max at this window; use a coarser window")
-    net = np.zeros(size, np.int64)  # net change of the level from events inside each window
+    net: np.ndarray = np.zeros(size, np.int64)  # net change of the level from events inside each window
     edge = np.zeros(size, np.int64)  # the part of it exactly on the window's left edge
     keys = []
     for part in parts:
-        srv = part.server.astype(np.int64)
+        codes = part.server.astype(np.int64)
         for times, delta in ((part.start, part.sign), (part.end, -part.sign)):
             k = times // w
-            idx = srv * n_windows + k
+            idx = codes * n_windows + k
             net += delta * np.bincount(idx, minlength=size)
             edge += delta * np.bincount(idx[times == k * w], minlength=size)
             del k, idx
-            key = srv * span
+            key = codes * span
             key += times
             key *= 2
             if delta > 0:
@@ -215,9 +216,9 @@ def share_above(
     span = np.int64(n_windows) * w + 1
     keys = []
     for part in parts:
-        srv = part.server.astype(np.int64)
+        codes = part.server.astype(np.int64)
         for times, delta in ((part.start, part.sign), (part.end, -part.sign)):
-            key = srv * span
+            key = codes * span
             key += times
             key *= 2
             if delta > 0:
@@ -614,7 +615,7 @@ def window_series_file(
             mn, mx = pc.min(batch.column(0)).as_py(), pc.max(batch.column(1)).as_py()
             lo = mn if lo is None or (mn is not None and mn < lo) else lo
             hi = mx if hi is None or (mx is not None and mx > hi) else hi
-    if lo is None:
+    if lo is None or hi is None:
         return _empty_series(False, False, False)
     if base_ns is None:
         base_ns = floor_base(int(lo), window_ns)
@@ -809,9 +810,9 @@ def preflight(row, where: str, *, shared_ids: str = "error") -> int | None:
         raise ValueError(f"{where}: {backwards} rows have departure_ns < arrival_ns")
     if shared and shared_ids != "ignore":
         raise SharedRequestIds(
-            f"{where}: {shared} request ids are carried by more than one row (a traced run shares one id "
-            "along a transaction); the SQL engines link parent_id to a unique request_id: use the numpy "
-            "engine (fine.resolve_parent_rows) for exclusive load"
+            f"{where}: {shared} request ids are carried by more than one row (a run traced before links "
+            "gave every row its own id, or a trace written with `tierscope trace --no-link`); parent_id "
+            "must name one row's request_id: trace the capture again (`tierscope trace`) for exclusive load"
         )
     return int(first)
 
