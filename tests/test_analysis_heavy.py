@@ -12,7 +12,7 @@ import pyarrow as pa
 from independent_sim import Page, Server, System, ns, simulate, write_otlp  # simpy, the test extra
 
 from tierscope.analysis.heavy import heavy_requests, stall_events  # noqa: E402
-from tierscope.report.data import collect_files  # noqa: E402
+from tierscope.analysis.experiment import analyze_files  # noqa: E402
 
 SEARCH = "SELECT * FROM stories WHERE title LIKE ?"
 
@@ -45,7 +45,7 @@ def test_a_rare_expensive_search_is_heavy_and_the_requests_queued_behind_it_are_
     roots = {s.trace_id: s.name for s in result.spans if s.tier == "web"}
     truth = {ns(s.start_s) for s in result.spans if s.tier == "db" and roots.get(s.trace_id) == "LongSearch"}
     assert len(truth) >= 10
-    data = collect_files([write_otlp(result.spans, tmp_path / "spans.json")])
+    data = analyze_files([write_otlp(result.spans, tmp_path / "spans.json")])
     db = data.requests.filter(pa.compute.equal(data.requests.column("tier"), "db"))
     assert residence_heavy(db) >= 5 * len(truth)  # residence alone flags the queue behind each scan
     found = data.heavy.filter(pa.compute.equal(data.heavy.column("tier"), "db"))

@@ -16,7 +16,7 @@ import pytest
 
 from independent_sim import Page, Server, System, freeze_events, periodic, simulate, truth_shares, write_otlp  # simpy, the test extra
 
-from tierscope.report.data import collect_files, run_fine  # noqa: E402
+from tierscope.analysis.experiment import analyze_files, run_fine  # noqa: E402
 
 DURATION_S = 24.0
 WARMUP_S = 4.0
@@ -26,7 +26,7 @@ def analysed(system: System, tmp_path, events: bool = False, duration_s: float =
     """Simulate, export OTLP, import and analyse; returns (fine, truth shares per tier)."""
     result = simulate(system, duration_s, WARMUP_S)
     path = write_otlp(result.spans, tmp_path / "spans.json")
-    data = collect_files([path])
+    data = analyze_files([path])
     fine = data.fine
     if events:
         fine, _ = run_fine(data.requests, freeze_events(system, WARMUP_S, duration_s), data.window_ns)

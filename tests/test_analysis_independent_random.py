@@ -16,7 +16,7 @@ import pytest
 from independent_sim import Page, Server, System, periodic, simulate, truth_windows, write_otlp  # simpy, the test extra
 
 from tierscope.analysis.alternation import switches_per_second, verdict  # noqa: E402
-from tierscope.report.data import collect_files  # noqa: E402
+from tierscope.analysis.experiment import analyze_files  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def test_verdicts_on_random_independent_systems(tmp_path):
         truth = truth_windows(result, system)
         expected = verdict(system.tiers, truth, switches_per_second(system.tiers, truth, 50_000_000))
         path = write_otlp(result.spans, tmp_path / f"s{seed}.json")
-        got = collect_files([path]).fine.verdict
+        got = analyze_files([path]).fine.verdict
         right = got.kind == expected.kind and set(got.tiers) == set(expected.tiers)
         band = "high" if got.confidence >= 0.8 else "medium" if got.confidence >= 0.5 else "low"
         rows.append((seed, band, right, got.text, expected.text))

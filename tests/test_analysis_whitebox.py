@@ -86,10 +86,10 @@ def test_a_disk_bound_database_is_named_by_its_disk_not_its_cpu():
     # the report's summary: the verdict's tier as the white box saw it, at the analysed level
     from types import SimpleNamespace
 
-    from tierscope.report.data import ReportData
-    from tierscope.report.summary import bound_tiers
+    from tierscope.analysis.experiment import Analysis
+    from tierscope.analysis.summary import bound_tiers
 
-    data = ReportData(title="t", blackbox={"1/1/1": SimpleNamespace(max_throughput_users=400.0)},
+    data = Analysis(title="t", blackbox={"1/1/1": SimpleNamespace(max_throughput_users=400.0)},
                       whitebox={"1/1/1": wb}, focus_config="1/1/1", fine_users=300.0)
     assert bound_tiers(data, ["db", "app"]) == {"db": "db, disk-bound"}
     data.fine_users = 100.0  # nothing saturated where the fine-grained analysis looked: the maximum's level
@@ -172,7 +172,7 @@ def test_a_throttled_host_is_the_resource_cpu_quota():
                                      "sockets_util", "net_rx_bytes")] == \
         ["CPU quota", "CPU", "CPU", "disk", "disk", "memory", "sockets", "net_rx_bytes"]  # fmt: skip
 
-    from tierscope.report.summary import resource_name
+    from tierscope.analysis.summary import resource_name
 
     assert resource_name("cpu_quota") == "CPU quota"
     assert resource_name("disk_util") == "disk"

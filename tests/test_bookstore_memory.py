@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tierscope.report import collect_run
+from tierscope.analysis.experiment import analyze_run
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
 from conftest import needs_postgres, needs_root
@@ -65,7 +65,7 @@ def test_memory_moves_the_bottleneck_from_the_disk_to_the_cpu(tmp_path):
     assert median(points[HIGH], "db1", "cpu_util") >= 85
 
     # the verdict, per memory size
-    data = collect_run(result.dir, window_ns=50_000_000)
+    data = analyze_run(result.dir, window_ns=50_000_000)
     assert data.bmap is not None and data.bmap.num_rows == 2, data.notes
     rows = {r["config"].split("=")[-1]: r for r in data.bmap.to_pylist()}
     assert (rows[LOW]["tier"], rows[LOW]["resource"]) == ("db", "disk"), rows[LOW]

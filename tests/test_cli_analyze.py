@@ -16,7 +16,7 @@ from independent_sim import freeze_events, periodic, simulate, write_otlp  # sim
 from test_analysis_independent import WARMUP_S, shop  # noqa: E402
 
 from tierscope import tables  # noqa: E402
-from tierscope.report.data import collect_files, run_fine  # noqa: E402
+from tierscope.analysis.experiment import analyze_files, run_fine  # noqa: E402
 
 EXE = Path(sys.executable).parent / "tierscope"
 ENV = {**os.environ, "COLUMNS": "200"}
@@ -71,7 +71,7 @@ def test_a_pcap_is_sent_to_tierscope_trace_and_binary_bytes_are_not_printed(tmp_
 def test_json_and_exit_status_agree_with_the_analysis(tmp_path, saturated_db):
     out = tierscope("analyze", saturated_db, "-o", tmp_path / "o", "--json", "-")
     doc = json.loads(out.stdout)
-    expected = collect_files([saturated_db]).fine.verdict
+    expected = analyze_files([saturated_db]).fine.verdict
     assert doc["verdict"]["kind"] == expected.kind == "single" and doc["verdict"]["tiers"] == expected.tiers
     assert doc["verdict"]["confidence"] == pytest.approx(expected.confidence, abs=1e-3)
     assert out.returncode == (0 if expected.confidence >= 0.5 else 3) == doc["status"]
@@ -94,7 +94,7 @@ def test_an_events_table_next_to_the_trace_feeds_the_pause_detection(tmp_path):
     side = tables.write(tables.conform(events, "events"), tmp_path / "events.parquet", "events")
     out = tierscope("analyze", trace, side, "-o", tmp_path / "o", "--json", "-", "--verbose")
     doc = json.loads(out.stdout)
-    data = collect_files([trace])
+    data = analyze_files([trace])
     with_events, _ = run_fine(data.requests, events, data.window_ns)
     assert doc["verdict"]["kind"] == with_events.verdict.kind == "alternating"
     assert doc["saturated_share"] == pytest.approx(with_events.saturated_share, abs=1e-3)

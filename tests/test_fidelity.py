@@ -28,7 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tierscope.report import build_summary, collect_run
+from tierscope.analysis.experiment import analyze_run
+from tierscope.analysis.summary import build_summary
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
 from conftest import PRESETS, needs_postgres, needs_root, needs_tcpdump
@@ -57,7 +58,7 @@ def run(raw: dict, out: Path, name: str):
     spec = spec_from_dict(raw, where=f"<fidelity {name}>", name=name)
     result = run_experiment(spec, out, report=False)
     assert not result.interrupted and result.failed == [], result.failed
-    data = collect_run(result.dir, window_ns=50_000_000)
+    data = analyze_run(result.dir, window_ns=50_000_000)
     return result, data, build_summary(data)
 
 

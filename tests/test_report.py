@@ -16,7 +16,9 @@ import pyarrow as pa
 import pytest
 
 from tierscope import tables
-from tierscope.report import build_summary, collect_run, render_html, write_report
+from tierscope.analysis.experiment import analyze_run
+from tierscope.analysis.summary import build_summary
+from tierscope.report import render_html, write_report
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -94,8 +96,8 @@ def run_dir(tmp_path_factory):
     return root
 
 
-def test_collect_run_finds_knee_saturation_and_map(run_dir):
-    data = collect_run(run_dir)
+def test_analyze_run_finds_knee_saturation_and_map(run_dir):
+    data = analyze_run(run_dir)
     assert sorted(data.blackbox) == ["1/1/0/1", "1/1/0/2"]
     one, two = data.blackbox["1/1/0/1"], data.blackbox["1/1/0/2"]
     assert one.max_throughput == pytest.approx(100, rel=0.05)
@@ -116,7 +118,7 @@ def test_collect_run_finds_knee_saturation_and_map(run_dir):
 
 
 def test_summary_names_the_bottleneck(run_dir):
-    data = collect_run(run_dir)
+    data = analyze_run(run_dir)
     s = build_summary(data)
     text = " ".join([s.headline, *s.look_at, *(k + " " + v for k, v in s.facts)])
     assert "db1 cpu" in text and "app1 cpu" in text
@@ -128,7 +130,7 @@ def test_summary_names_the_bottleneck(run_dir):
 
 
 def test_html_is_self_contained(run_dir, tmp_path):
-    data = collect_run(run_dir)
+    data = analyze_run(run_dir)
     page = render_html(data)
     js = plotly.offline.get_plotlyjs()
     assert page.count(js[:300]) == 1  # inlined exactly once
@@ -159,7 +161,7 @@ def dump_dom(html_path: Path) -> str:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
 def test_report_renders_in_headless_chromium(run_dir, tmp_path):
-    data = collect_run(run_dir)
+    data = analyze_run(run_dir)
     path = write_report(data, tmp_path / "report.html")
     dom = dump_dom(path)
     assert "tierscope report: sweep1" in dom
@@ -191,6 +193,6 @@ def test_load_curve_falls_back_to_the_web_tier(tmp_path):
     for users in (20, 100, 180):
         _write_point(root, "1/1/0/1", users, rng, with_requests=True)
         (root / f"c1101-u{users:04d}" / "client_requests.parquet").unlink()
-    curve = collect_run(root).blackbox["1/1/0/1"].curve.to_pylist()
+    curve = analyze_run(root).blackbox["1/1/0/1"].curve.to_pylist()
     for row in curve:  # X = N / (R + Z) with the generator's numbers, now measured at the web tier
         assert row["throughput"] == pytest.approx(row["users"] / (max(D, row["users"] / 100.0 - Z) + Z), rel=0.1)

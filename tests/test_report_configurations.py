@@ -12,11 +12,11 @@ from rich.console import Console
 
 from tierscope.analysis.blackbox import BlackBox, Knee
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
-from tierscope.report.data import ReportData
+from tierscope.analysis.experiment import Analysis
 from tierscope.manifest import Manifest
 from tierscope.manifest import read as read_manifest
 from tierscope.manifest import write as write_manifest
-from tierscope.report.run import read_point
+from tierscope.analysis.points import read_point
 from tierscope.report.summary import configuration_table
 
 
@@ -85,7 +85,7 @@ def test_the_bottleneck_map_reads_server_counts_from_the_topology_word():
 
 def test_the_configuration_table_has_one_row_per_configuration():
     a, b = "1/1/0/1 node_types.D.memory=150MiB", "1/1/0/1 node_types.D.memory=1GiB"
-    data = ReportData(title="memory")
+    data = Analysis(title="memory")
     data.bmap = bottleneck_map([ConfigurationResult(a, 50.0, {("db1", "disk_util"): 0.9}),
                                 ConfigurationResult(b, 200.0, {("db1", "cpu_util"): 0.3})])
     curve = pa.table({"users": [1.0]})

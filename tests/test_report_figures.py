@@ -1,4 +1,4 @@
-"""The report's figures on hand-built ReportData: line styles, percentiles and error rate on the load
+"""The report's figures on hand-built Analysis: line styles, percentiles and error rate on the load
 curve, pause/stall bands on the timeline, one host at two grains, the configuration table, and the
 size of the page (plotly.js inlined once, plain or gzipped)."""
 
@@ -12,9 +12,11 @@ import pytest
 
 from tierscope.analysis.blackbox import BlackBox, Knee
 from tierscope.ingest import ImportResult
-from tierscope.report import ReportData, Summary, render_html, write_report
+from tierscope.analysis.experiment import Analysis
+from tierscope.analysis.summary import Summary
+from tierscope.report import render_html, write_report
 from tierscope.report import figures
-from tierscope.report.run import LazyTables, Point
+from tierscope.analysis.points import LazyTables, Point
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -94,7 +96,7 @@ def test_timeline_styles_unique_per_colour_and_dash_with_many_servers():
     share a hue family and differ by dash, and no (colour, dash) pair repeats (the old palette of
     ten solid colours repeated one)."""
     servers = [("app", f"app{i:02d}") for i in range(12)] + [("db", "db1"), ("db", "db2")]
-    data = ReportData(title="t", fine=_fine(_series(servers, n=20)))
+    data = Analysis(title="t", fine=_fine(_series(servers, n=20)))
     fig = figures.timeline(data)
     load = [t for t in fig.data if t.xaxis == "x" and t.name != "pauses and stalls (shaded)"]
     assert sorted(t.name for t in load) == sorted(f"{t}/{s}" for t, s in servers)
@@ -127,7 +129,7 @@ def test_styles_never_repeat_even_past_the_palette():
 
 
 def test_load_curve_has_p50_p90_p99_and_no_error_axis_without_errors():
-    data = ReportData(title="t", blackbox={"c1": _blackbox(_curve())})
+    data = Analysis(title="t", blackbox={"c1": _blackbox(_curve())})
     fig = figures.load_curve(data)
     rt = {t.name: t for t in fig.data if "response time" in t.name}
     assert set(rt) == {"p50 response time", "p90 response time", "p99 response time"}
@@ -142,7 +144,7 @@ def test_load_curve_error_rate_on_a_secondary_axis_when_requests_failed():
     """Errors at the two top levels: the error rate is errors over all requests (the curve's
     `requests` counts the successful ones), on the secondary axis of the response-time panel."""
     curves = {"c1": _blackbox(_curve([0, 0, 0, 250, 1000])), "c2": _blackbox(_curve())}
-    fig = figures.load_curve(ReportData(title="t", blackbox=curves, focus_config="c1"))
+    fig = figures.load_curve(Analysis(title="t", blackbox=curves, focus_config="c1"))
     errors = [t for t in fig.data if t.name.startswith("error rate")]
     assert [t.name for t in errors] == ["error rate c1", "error rate c2"]
     np.testing.assert_allclose(errors[0].y, [0, 0, 0, 20, 50])
@@ -167,7 +169,7 @@ def _stalls(n: int, server: str = "app1") -> pa.Table:
 
 def test_timeline_draws_one_band_per_stall_with_hover_text():
     servers = [("app", "app1"), ("db", "db1")]
-    data = ReportData(title="t", fine=_fine(_series(servers)), stalls=_stalls(7))
+    data = Analysis(title="t", fine=_fine(_series(servers)), stalls=_stalls(7))
     fig = figures.timeline(data)
     bands = [s for s in fig.layout.shapes if s.type == "rect"]
     assert len(bands) == data.stalls.num_rows
@@ -177,7 +179,7 @@ def test_timeline_draws_one_band_per_stall_with_hover_text():
     assert len(marks.hovertext) == 7 and "app/app1 stalled for 1 ms, holding 3 request(s) (q)" == marks.hovertext[0]
     assert "7 stalls" in fig.layout.title.text
     # no stalls, no pauses: no bands, no title
-    quiet = figures.timeline(ReportData(title="t", fine=_fine(_series(servers))))
+    quiet = figures.timeline(Analysis(title="t", fine=_fine(_series(servers))))
     assert not quiet.layout.shapes and quiet.layout.title.text is None
 
 
@@ -185,11 +187,11 @@ def test_timeline_pauses_from_the_series_and_the_cap():
     """Windows with a pause ratio give one band per run of consecutive windows; more than
     MAX_BANDS bands keep the longest and the title says so."""
     servers = [("app", "app1"), ("db", "db1")]
-    data = ReportData(title="t", fine=_fine(_series(servers, pause_at={"db1": [10, 11, 12, 40]})))
+    data = Analysis(title="t", fine=_fine(_series(servers, pause_at={"db1": [10, 11, 12, 40]})))
     fig = figures.timeline(data)
     assert len(fig.layout.shapes) == 2 and "2 pauses" in fig.layout.title.text
     assert (fig.layout.shapes[0].x0, fig.layout.shapes[0].x1) == pytest.approx((0.5, 0.65))
-    many = ReportData(title="t", fine=_fine(_series(servers, n=20)), stalls=_stalls(figures.MAX_BANDS + 100))
+    many = Analysis(title="t", fine=_fine(_series(servers, n=20)), stalls=_stalls(figures.MAX_BANDS + 100))
     fig = figures.timeline(many)
     assert len(fig.layout.shapes) == figures.MAX_BANDS
     assert f"the {figures.MAX_BANDS} longest of {figures.MAX_BANDS + 100} stalls" in fig.layout.title.text
@@ -213,14 +215,14 @@ def test_two_grains_figure_of_the_most_saturated_host():
 
 
 def test_two_grains_from_the_analysed_point_of_a_report(tmp_path):
-    """ReportData has no resources field: the analysed point is found among data.points by its
+    """Analysis has no resources field: the analysed point is found among data.points by its
     label, and its resources table is used."""
     other, chosen = LazyTables(), LazyTables()
     other["resources"] = _resources(S)
     chosen["resources"] = _resources(100 * MS)
     points = [Point(tmp_path / "u10", "u10", users=10.0, config="c1", tables=other),
               Point(tmp_path / "u50", "u50", users=50.0, config="c1", tables=chosen)]
-    data = ReportData(title="t", points=points, fine_point="c1 u50 (50 users)")
+    data = Analysis(title="t", points=points, fine_point="c1 u50 (50 users)")
     fig = figures.two_grains_figure(data)
     assert fig.layout.title.text == "db1 CPU at 100 ms and at 1 s" and len(fig.data[0].x) == 200
     data.fine_point = "c1 u10 (10 users)"
@@ -231,7 +233,7 @@ def test_two_grains_from_the_analysed_point_of_a_report(tmp_path):
 
 
 def test_configuration_table_for_a_run_and_for_imported_requests():
-    data = ReportData(title="run", window_ns=20 * MS, blackbox={"1/1/0/1": _blackbox(_curve()),
+    data = Analysis(title="run", window_ns=20 * MS, blackbox={"1/1/0/1": _blackbox(_curve()),
                                                                "1/1/0/2": _blackbox(_curve())},
                       fine_point="1/1/0/1 u0100 (100 users)")
     page = render_html(data, SUMMARY)
@@ -243,18 +245,18 @@ def test_configuration_table_for_a_run_and_for_imported_requests():
     assert page.index('id="summary"') < page.index('id="configuration"') < page.index('id="load-curve"')
     # only requests (an imported trace): the table still renders, with what is known
     reqs = _requests()
-    page = render_html(ReportData(title="trace", requests=reqs))
+    page = render_html(Analysis(title="trace", requests=reqs))
     assert "<td>requests</td><td>100 at 2 tier(s) db, web</td>" in page and "<td>window</td><td>50 ms</td>" in page
     imported = ImportResult(requests=reqs, skipped=2, skipped_at=["a.log:3 bad", "a.log:9 bad"])
-    page = render_html(ReportData(title="trace", requests=reqs, imported=imported))
+    page = render_html(Analysis(title="trace", requests=reqs, imported=imported))
     assert "<td>imported</td><td>100 requests at 2 tier(s) db, web; skipped 2 malformed record(s)" in page
 
 
-def _full(tmp_path) -> ReportData:
+def _full(tmp_path) -> Analysis:
     servers = [("app", "app1"), ("db", "db1"), ("web", "web1")]
     chosen = LazyTables()
     chosen["resources"] = _resources(50 * MS)
-    return ReportData(title="full", fine=_fine(_series(servers, n=3000)), stalls=_stalls(20),
+    return Analysis(title="full", fine=_fine(_series(servers, n=3000)), stalls=_stalls(20),
                       blackbox={"c1": _blackbox(_curve([0, 0, 0, 5, 50]))}, fine_point="c1 u50 (50 users)",
                       points=[Point(tmp_path / "u50", "u50", users=50.0, config="c1", tables=chosen)])
 

@@ -13,7 +13,9 @@ import pytest
 
 import tierscope.simulate as sim
 
-from tierscope.report import build_summary, collect_run, render_html  # noqa: E402
+from tierscope.analysis.experiment import analyze_run  # noqa: E402
+from tierscope.analysis.summary import build_summary  # noqa: E402
+from tierscope.report import render_html  # noqa: E402
 
 Z = 0.2
 D = 0.0063
@@ -40,7 +42,7 @@ def sweep(tmp_path_factory):
 
 
 def test_knee_max_throughput_and_bottleneck_from_simulation(sweep):
-    data = collect_run(sweep)
+    data = analyze_run(sweep)
     assert sorted(data.blackbox) == sorted(CONFIGS)
     for config, (_cores, xmax, bottleneck) in CONFIGS.items():
         bb = data.blackbox[config]
@@ -61,7 +63,7 @@ def test_knee_max_throughput_and_bottleneck_from_simulation(sweep):
 
 
 def test_report_of_simulated_sweep(sweep):
-    data = collect_run(sweep)
+    data = analyze_run(sweep)
     summary = build_summary(data)
     page = render_html(data, summary)
     for sid in ("load-curve", "density", "bottleneck-map"):
@@ -94,7 +96,7 @@ def test_alternating_point_report_renders_fine_grained_sections(tmp_path):
     from tierscope.report import write_report
 
     sim.simulate(sim.parse_spec(_alternating_spec())).write(tmp_path / "alt" / "p600")
-    data = collect_run(tmp_path / "alt")
+    data = analyze_run(tmp_path / "alt")
     assert data.fine.verdict.kind == "alternating" and sorted(data.fine.verdict.tiers) == ["app", "db"]
     summary = build_summary(data)
     assert summary.headline.startswith("Bottleneck alternating between app and db")

@@ -553,7 +553,7 @@ class RunResult:
     interrupted: bool = False
     report: Path | None = None
     summary: object | None = None  # tierscope.report.Summary of the whole run
-    data: object | None = None  # tierscope.report.ReportData the summary was built from
+    data: object | None = None  # tierscope.report.Analysis the summary was built from
 
 
 def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: str, progress: Progress,
@@ -664,10 +664,12 @@ def run_experiment(spec: Spec, out: Path, *, resume: bool = False, mode: str = "
 def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object, object]:
     """Analyse the run and write run_dir/report.html; returns its path, the summary and the data."""
     from tierscope.analysis.windows import DEFAULT_WINDOW_NS
-    from tierscope.report import build_summary, collect_run, write_report
+    from tierscope.analysis.experiment import analyze_run
+    from tierscope.analysis.summary import build_summary
+    from tierscope.report import write_report
 
     points = expand(spec)
     window_ns = int(round(points[0].config.monitor.window * 1e9)) if points else DEFAULT_WINDOW_NS
-    data = collect_run(run_dir, window_ns=window_ns)
+    data = analyze_run(run_dir, window_ns=window_ns)
     summary = build_summary(data)
     return write_report(data, run_dir / "report.html", summary), summary, data

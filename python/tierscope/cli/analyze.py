@@ -251,7 +251,9 @@ def analyze(
     """
     from tierscope import tables
     from tierscope.ingest import FormatError
-    from tierscope.report import build_summary, collect_files, collect_run, print_summary, write_report
+    from tierscope.analysis.experiment import analyze_files, analyze_run
+    from tierscope.analysis.summary import build_summary
+    from tierscope.report import print_summary, write_report
 
     console = Console(stderr=json_out == "-")
     err = Console(stderr=True)
@@ -291,7 +293,7 @@ def analyze(
         for p in files:
             _refuse_pcap(p)
         if dirs:
-            data = collect_run(dirs[0], window_ns=window_ns)
+            data = analyze_run(dirs[0], window_ns=window_ns)
             requests = data.requests
         else:
             kinds = {p: _table_kind(p) for p in files}
@@ -313,7 +315,7 @@ def analyze(
                 if have is not None and need > have // 2:
                     raise ValueError(f"--window-ms {window_ms:g} over this trace needs about {need / 2**30:.1f} GiB, "
                                      f"{have / 2**30:.1f} GiB available: use a larger window")
-            data = collect_files(traces, format=format, window_ns=window_ns, events=extra["events"],
+            data = analyze_files(traces, format=format, window_ns=window_ns, events=extra["events"],
                                  resources=extra["resources"], imported=imported, **options)
             requests = data.imported.requests
             console.print(f"imported {data.imported.summary()}")

@@ -33,7 +33,9 @@ def report(
 
     from tierscope.cli import _output
     from tierscope.ingest import FormatError
-    from tierscope.report import build_summary, collect_files, collect_run, print_summary, write_report
+    from tierscope.analysis.experiment import analyze_files, analyze_run
+    from tierscope.analysis.summary import build_summary
+    from tierscope.report import print_summary, write_report
 
     console = Console(stderr=json_out == "-")
     err = Console(stderr=True)
@@ -45,14 +47,14 @@ def report(
         if json_out not in (None, "-"):
             _output.check_output_file(Path(json_out), "--json")
         if len(inputs) == 1 and inputs[0].is_dir():
-            data = collect_run(inputs[0], window_ns=window_ns, point=point, think_time_s=think_time)
+            data = analyze_run(inputs[0], window_ns=window_ns, point=point, think_time_s=think_time)
         else:
             missing = [str(p) for p in inputs if not p.exists()]
             if missing:
                 raise FileNotFoundError(f"no such file or directory: {', '.join(missing)}")
             if any(p.is_dir() for p in inputs):
                 raise ValueError("give one run directory, or trace files (not several directories)")
-            data = collect_files(inputs, format=format, window_ns=window_ns)
+            data = analyze_files(inputs, format=format, window_ns=window_ns)
     except (FormatError, ValueError, OSError) as e:
         err.print(f"[red]error:[/red] {escape(_output.printable(str(e)))}", highlight=False, soft_wrap=True)
         raise typer.Exit(_output.BAD_INPUT) from None

@@ -116,7 +116,7 @@ def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str |
     if result.report is not None:
         from tierscope.report import print_summary
 
-        from tierscope.report.summary import configuration_table
+        from tierscope.report import configuration_table
 
         print_summary(result.summary, console)
         configurations = configuration_table(result.data) if result.data is not None else None

@@ -1,14 +1,12 @@
-"""The report: one self-contained HTML file (Plotly inlined, works offline) and a Rich terminal
-summary, from a run directory or from imported trace files.
+"""The report renders what the analysis found (`tierscope.analysis.experiment`): one self-contained
+HTML file (Plotly inlined, works offline) and the Rich terminal summary.
 
->>> from tierscope.report import collect_run, write_report, build_summary
->>> data = collect_run("runs/sweep1")
->>> write_report(data, "report.html")
+>>> from tierscope.analysis.experiment import analyze_run
+>>> from tierscope.report import write_report
+>>> write_report(analyze_run("runs/sweep1"), "report.html")
 """
 
-from tierscope.report.data import ReportData, collect_files, collect_run
 from tierscope.report.html import render_html, write_report
-from tierscope.report.summary import Summary, build_summary, print_summary, rich_table
+from tierscope.report.summary import configuration_table, level_table, print_summary, rich_table
 
-__all__ = ["ReportData", "Summary", "build_summary", "collect_files", "collect_run", "print_summary", "render_html",
-           "rich_table", "write_report"]
+__all__ = ["configuration_table", "level_table", "print_summary", "render_html", "rich_table", "write_report"]

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from plotly.subplots import make_subplots
 
-from tierscope.report.data import ReportData
+from tierscope.analysis.experiment import Analysis
 
 MAX_POINTS = 3000
 MAX_BANDS = 500  # pause/stall bands drawn on the timeline (the longest ones when there are more)
@@ -126,7 +126,7 @@ def _thin(x: np.ndarray, *ys: tuple[np.ndarray, str]) -> tuple[np.ndarray, ...]:
     return tuple(out)
 
 
-def _series(data: ReportData) -> pa.Table | None:
+def _series(data: Analysis) -> pa.Table | None:
     series = getattr(data.fine, "series", None) if data.fine is not None else None
     return series if isinstance(series, pa.Table) and series.num_rows else None
 
@@ -136,7 +136,7 @@ def _servers(series: pa.Table) -> list[tuple[str, str]]:
     return sorted(pairs)
 
 
-def timeline(data: ReportData) -> go.Figure | None:
+def timeline(data: Analysis) -> go.Figure | None:
     """Load and throughput of every server on one time axis; pauses and stalls as shaded bands."""
     series = _series(data)
     if series is None:
@@ -189,8 +189,8 @@ def timeline(data: ReportData) -> go.Figure | None:
     return fig
 
 
-def pause_bands(data: ReportData, series: pa.Table | None = None) -> tuple[list[dict], int]:
-    """The stalls (`ReportData.stalls`: requests held by a stopped server) and the pauses the
+def pause_bands(data: Analysis, series: pa.Table | None = None) -> tuple[list[dict], int]:
+    """The stalls (`Analysis.stalls`: requests held by a stopped server) and the pauses the
     fine-grained analysis saw (windows of a server with a pause ratio above 0, consecutive ones
     merged), each a dict kind, tier, server, start_ns, end_ns, text; the `MAX_BANDS` longest (in
     time order) and how many there were."""
@@ -237,7 +237,7 @@ def _n_star_for(fine: Any, tier: str, server: str) -> Any:
     return stars.get(server) or stars.get(tier) or stars.get(f"{tier}/{server}")
 
 
-def main_sequence(data: ReportData) -> go.Figure | None:
+def main_sequence(data: Analysis) -> go.Figure | None:
     """Per server: throughput against load per window, with the saturation point N*."""
     series = _series(data)
     if series is None:
@@ -281,7 +281,7 @@ def main_sequence(data: ReportData) -> go.Figure | None:
     return fig
 
 
-def saturation_strip(data: ReportData) -> go.Figure | None:
+def saturation_strip(data: Analysis) -> go.Figure | None:
     """One row per tier: the share of its servers saturated in each window (red = saturated)."""
     series = _series(data)
     if series is None or "saturated" not in series.column_names:
@@ -326,7 +326,7 @@ def saturation_strip(data: ReportData) -> go.Figure | None:
     return fig
 
 
-def correlation_matrix(data: ReportData) -> go.Figure | None:
+def correlation_matrix(data: Analysis) -> go.Figure | None:
     """Pearson correlation of the tiers' loads per window: inclusive and exclusive of downstream waits."""
     pairs = getattr(data.fine, "pairs", None) if data.fine is not None else None
     if not isinstance(pairs, pa.Table) or pairs.num_rows == 0:
@@ -348,7 +348,7 @@ def correlation_matrix(data: ReportData) -> go.Figure | None:
     return fig
 
 
-def load_curve(data: ReportData) -> go.Figure | None:
+def load_curve(data: Analysis) -> go.Figure | None:
     """Against users: throughput (top); p50, p90 and p99 response time (bottom; p90 solid, p50 and
     p99 dashed) and, when any request failed, the error rate (% of requests, right axis); the knee."""
     if not any(bb.curve.num_rows >= 2 for bb in data.blackbox.values()):
@@ -406,7 +406,7 @@ def load_curve(data: ReportData) -> go.Figure | None:
     return fig
 
 
-def utilisation_density(data: ReportData, max_resources: int = 6) -> go.Figure | None:
+def utilisation_density(data: Analysis, max_resources: int = 6) -> go.Figure | None:
     """Kernel density of each resource's utilisation (x) per workload level (y), as heatmaps."""
     config = data.focus_config if data.focus_config in data.whitebox else next(iter(data.whitebox), None)
     if config is None:
@@ -438,10 +438,10 @@ def utilisation_density(data: ReportData, max_resources: int = 6) -> go.Figure |
     return fig
 
 
-def point_resources(data: ReportData) -> pa.Table | None:
-    """The resources table of the analysed point: `ReportData.resources` when there is such a
+def point_resources(data: Analysis) -> pa.Table | None:
+    """The resources table of the analysed point: `Analysis.resources` when there is such a
     field, else the table of the point in `data.points` whose label is `data.fine_point` (as
-    `report.data` writes it); None when neither is there (imported trace files)."""
+    `analysis.experiment` computes it); None when neither is there (imported trace files)."""
     res = getattr(data, "resources", None)
     if isinstance(res, pa.Table):
         return res
@@ -485,9 +485,9 @@ def most_saturated_host(resources: pa.Table, coarse_ns: int = 1_000_000_000,
     return best
 
 
-def two_grains_figure(data: ReportData | pa.Table, threshold: float = 95.0) -> go.Figure | None:
+def two_grains_figure(data: Analysis | pa.Table, threshold: float = 95.0) -> go.Figure | None:
     """Seed 001: the most saturated host's CPU at its sampling interval and re-aggregated to 1 s,
-    the threshold dashed. `data`: a ReportData (its analysed point's resources) or a resources
+    the threshold dashed. `data`: a Analysis (its analysed point's resources) or a resources
     table. None without resources sampled finer than 1 s."""
     resources = data if isinstance(data, pa.Table) else point_resources(data)
     g = most_saturated_host(resources, threshold=threshold) if resources is not None else None
@@ -516,7 +516,7 @@ def two_grains_figure(data: ReportData | pa.Table, threshold: float = 95.0) -> g
     return fig
 
 
-def bottleneck_map_figure(data: ReportData) -> go.Figure | None:
+def bottleneck_map_figure(data: Analysis) -> go.Figure | None:
     """Seed 000 Fig. 2/3: maximum throughput per configuration, coloured by group, named by bottleneck."""
     if data.bmap is None or data.bmap.num_rows == 0:
         return None
@@ -542,7 +542,7 @@ def bottleneck_map_figure(data: ReportData) -> go.Figure | None:
     return fig
 
 
-def heavy_figure(data: ReportData) -> go.Figure | None:
+def heavy_figure(data: Analysis) -> go.Figure | None:
     """Heavy requests over time: when they happened and how slow (log scale)."""
     h = data.heavy
     if h is None or h.num_rows == 0:

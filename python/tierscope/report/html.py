@@ -25,11 +25,11 @@ import plotly.offline
 from plotly.io.json import to_json_plotly
 
 from tierscope.report import figures
-from tierscope.report.data import ReportData
-from tierscope.report.summary import Summary, build_summary
+from tierscope.analysis.experiment import Analysis
+from tierscope.analysis.summary import Summary, build_summary
 
 #: (id, title, what it shows in plain words, figure builder, why it can be missing)
-SECTIONS: list[tuple[str, str, str, Callable[[ReportData], go.Figure | None], str]] = [
+SECTIONS: list[tuple[str, str, str, Callable[[Analysis], go.Figure | None], str]] = [
     ("timeline", "Load and throughput of every tier",
      "Per server and per window: the mean number of requests inside the server (load) and the requests it "
      "completed per second. A bottleneck shows as load climbing while throughput stays flat. Servers of one tier "
@@ -100,7 +100,7 @@ def _summary_html(summary: Summary) -> str:
     )
 
 
-def _heavy_table(data: ReportData) -> str:
+def _heavy_table(data: Analysis) -> str:
     if data.heavy_summary is None or data.heavy_summary.num_rows == 0:
         return ""
     head = "<tr><th>tier</th><th>label</th><th>heavy</th><th>of</th><th>median ms</th><th>max ms</th></tr>"
@@ -111,14 +111,14 @@ def _heavy_table(data: ReportData) -> str:
     return f'<table class="facts">{head}{rows}</table>'
 
 
-def _levels(data: ReportData) -> list[float]:
+def _levels(data: Analysis) -> list[float]:
     users = {float(u) for bb in data.blackbox.values() if "users" in bb.curve.column_names
              for u in bb.curve.column("users").to_pylist() if u is not None}
     users |= {float(p.users) for p in data.points if p.users is not None}
     return sorted(users)
 
 
-def _config_rows(data: ReportData) -> list[tuple[str, str]]:
+def _config_rows(data: Analysis) -> list[tuple[str, str]]:
     """What is known about the run, one (name, value) a row."""
     rows: list[tuple[str, str]] = []
     if data.fine_point:
@@ -140,7 +140,7 @@ def _config_rows(data: ReportData) -> list[tuple[str, str]]:
     return rows
 
 
-def _config_html(data: ReportData) -> str:
+def _config_html(data: Analysis) -> str:
     body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in _config_rows(data))
     return f'<section id="configuration"><h2>What was analysed</h2><table class="facts">{body}</table></section>'
 
@@ -204,7 +204,7 @@ def _plotlyjs(compress: bool) -> tuple[str, str]:
     return (f'<script type="application/octet-stream" id="plotlyjs-gz">{packed}</script>', unpack)
 
 
-def render_html(data: ReportData, summary: Summary | None = None, *, compress_js: bool = False) -> str:
+def render_html(data: Analysis, summary: Summary | None = None, *, compress_js: bool = False) -> str:
     """The report as one HTML string (Plotly inlined once; gzipped with `compress_js`, see the
     module docstring)."""
     summary = summary or build_summary(data)
@@ -240,7 +240,7 @@ def render_html(data: ReportData, summary: Summary | None = None, *, compress_js
     )
 
 
-def write_report(data: ReportData, path: str | Path, summary: Summary | None = None, *,
+def write_report(data: Analysis, path: str | Path, summary: Summary | None = None, *,
                  compress_js: bool = False) -> Path:
     """Write the HTML report to `path` (parent directories created); `compress_js`: see render_html."""
     path = Path(path)

@@ -1,12 +1,13 @@
-"""Everything a report shows, computed once: the analyses run over a run directory or plain files.
+"""The analysis entry point: every analysis of a run directory or of plain trace files, computed once,
+as one `Analysis` the report renders.
 
-`collect_run` reads ``DIR/<run>/<point>/`` (see `tierscope.report.run`), groups points by
+`analyze_run` reads ``DIR/<run>/<point>/`` (see `tierscope.analysis.points`), groups points by
 configuration, and runs the black-box (per configuration), white-box (per configuration), bottleneck
 map (when there are two or more configurations), heavy-request and fine-grained analyses. The
 fine-grained analysis runs on one point: the one asked for, else the first point at or above the
 knee of its configuration (seed 004: look inside the system just past the knee) — or, when that
 point shows no saturated tier, the next higher level that does — else the point with the most
-users. `collect_files` imports trace files and runs the fine-grained and heavy
+users. `analyze_files` imports trace files and runs the fine-grained and heavy
 analyses only. What cannot be computed is left None with a note saying why.
 """
 
@@ -26,13 +27,14 @@ from tierscope.analysis.heavy import heavy_requests, heavy_summary, stall_events
 from tierscope.analysis.whitebox import WhiteBox, whitebox
 from tierscope.analysis.windows import DEFAULT_WINDOW_NS
 from tierscope.ingest import ImportResult, load
-from tierscope.report.run import Point, find_points
+from tierscope.analysis.points import Point, find_points
 
 
 
 @dataclass
-class ReportData:
-    """The inputs of a report (see the module docstring); None means "no data", with a note."""
+class Analysis:
+    """What the analyses of a run or of trace files found (see the module docstring); None means "no
+    data", with a note."""
 
     title: str
     window_ns: int = DEFAULT_WINDOW_NS
@@ -69,7 +71,7 @@ def run_fine(requests: pa.Table, events: pa.Table | None, window_ns: int,
     return fine, ("; ".join(notes) if notes else None)
 
 
-def _heavy(data: ReportData, requests: pa.Table) -> None:
+def _heavy(data: Analysis, requests: pa.Table) -> None:
     n_star = {s: ns.n_star for s, ns in data.fine.n_star.items()} if data.fine is not None else None
     try:
         h = heavy_requests(requests, n_star=n_star)
@@ -81,14 +83,14 @@ def _heavy(data: ReportData, requests: pa.Table) -> None:
     data.heavy_summary = heavy_summary(requests, h) if h.num_rows else None
 
 
-def collect_files(paths: Sequence[str | Path], format: str | None = None, window_ns: int = DEFAULT_WINDOW_NS,
+def analyze_files(paths: Sequence[str | Path], format: str | None = None, window_ns: int = DEFAULT_WINDOW_NS,
                   events: pa.Table | None = None, resources: pa.Table | None = None,
-                  imported: ImportResult | None = None, **options) -> ReportData:
+                  imported: ImportResult | None = None, **options) -> Analysis:
     """Import trace files and analyse them (fine grain and heavy requests). `events` (the events
     table: GC, injected pauses) feed the pause detection, `resources` (the resources table) the
     white box at this one workload level. `imported`: the files already imported."""
     result = imported if imported is not None else load(paths, format, **options)
-    data = ReportData(title=", ".join(Path(p).name for p in paths), window_ns=window_ns, imported=result,
+    data = Analysis(title=", ".join(Path(p).name for p in paths), window_ns=window_ns, imported=result,
                       requests=result.requests, resources=resources)
     if resources is not None and resources.num_rows:
         data.whitebox["(this system)"] = whitebox([(0.0, resources)])
@@ -109,8 +111,8 @@ def _point_requests(point: Point) -> pa.Table | None:
     return point.tables["requests"] if point.tables.rows("requests") else None
 
 
-def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str | None = None,
-                think_time_s: float | None = None) -> ReportData:
+def analyze_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str | None = None,
+                think_time_s: float | None = None) -> Analysis:
     """Read every point under `root` and run all analyses (see the module docstring)."""
     root = Path(root)
     points = find_points(root)
@@ -121,7 +123,7 @@ def collect_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
     points = [p for p in points if p.manifest.status != "failed"]
     if not points:
         raise FileNotFoundError(f"{root}: every point failed; nothing to report")
-    data = ReportData(title=root.name, window_ns=window_ns, points=points)
+    data = Analysis(title=root.name, window_ns=window_ns, points=points)
     for p in failed[:5]:
         data.notes.append(f"point {p.name} failed ({p.manifest.reason or 'no reason given'}) and is left out")
     if len(failed) > 5:
@@ -224,7 +226,7 @@ def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[st
     return hints
 
 
-def _analyse_point(data: ReportData, chosen: Point, reqs: pa.Table, window_ns: int,
+def _analyse_point(data: Analysis, chosen: Point, reqs: pa.Table, window_ns: int,
                    points: list[Point] | None = None) -> None:
     data.requests = reqs
     data.resources = chosen.tables.get("resources")
@@ -248,7 +250,7 @@ def _analyse_point(data: ReportData, chosen: Point, reqs: pa.Table, window_ns: i
     _heavy(data, reqs)
 
 
-def _past_a_quiet_knee(data: ReportData, chosen: Point, points: list[Point], window_ns: int) -> None:
+def _past_a_quiet_knee(data: Analysis, chosen: Point, points: list[Point], window_ns: int) -> None:
     """When the point at the knee shows no saturated tier (a knee is where queues *start* to grow),
     analyse the next workload levels of the same configuration, in order, until one does."""
     verdict = getattr(data.fine, "verdict", None)
