@@ -1,10 +1,7 @@
-//! Connection handling: the shared pool (policy `pool`), a user's own connections (policy
-//! `per-user`, and the embedded objects' kept-alive pool), and one exchange on a connection
-//! under the request timeout, with the retry of a stale kept-alive connection.
-
-use std::cell::RefCell;
-
-use tokio::sync::Semaphore;
+//! Connection handling: connections taken from and given back to the shared pool (policy
+//! `pool`) or the user's own (policy `per-user`, and the embedded objects' kept-alive pool), and
+//! one exchange on a connection under the request timeout, with the retry of a stale kept-alive
+//! connection.
 
 use super::ctx::Ctx;
 use super::deadline::Deadline;
@@ -12,11 +9,6 @@ use crate::load::http::{self, Conn, ErrorKind, ExchangeError};
 use crate::load::workload::Policy;
 
 const BODY_CAP: usize = 4 << 20;
-
-pub(super) struct Pool {
-    pub(super) sem: Semaphore,
-    pub(super) idle: RefCell<Vec<Conn>>,
-}
 
 /// A user's own connections: the page connection (policy per-user) and the small kept-alive
 /// pool for embedded objects (at most `[embedded] connections`).

@@ -9,17 +9,27 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use super::conn::Pool;
-use super::deadline::Deadlines;
-use super::render::Req;
 use crate::load::clock;
-use crate::load::http::Target;
+use crate::load::http::{Conn, Target};
 use crate::load::log::Record;
 use crate::load::progress::Stats;
 use crate::load::think::Think;
 use crate::load::workload::{Method, Policy, Unit, Workload};
 
 pub(super) const BATCH: usize = 4096;
+
+/// The shared connections of policy `pool` (at most `pool_size` requests at a time).
+pub(super) struct Pool {
+    pub(super) sem: Semaphore,
+    pub(super) idle: RefCell<Vec<Conn>>,
+}
+
+/// The pending requests' deadlines and wakers (see `deadline`): slots, and the free ones.
+#[derive(Default)]
+pub(super) struct Deadlines {
+    pub(super) slots: Vec<Option<(Instant, std::task::Waker)>>,
+    pub(super) free: Vec<usize>,
+}
 
 pub(super) struct Ctx {
     pub(super) wl: Workload,
@@ -140,13 +150,6 @@ pub(super) fn new_ctx(wl: Workload, target: Target, log: Option<Sender<Vec<Recor
         max_think_mean: wl.pages.iter().filter_map(|p| p.think_mean_s).fold(wl.think_mean_s, f64::max),
         wl,
     };
-    ctx.static_requests = (0..ctx.wl.pages.len())
-        .map(|i| {
-            ctx.static_paths[i].as_ref().map(|p| {
-                let req = Req { path: p.clone(), form: None };
-                Arc::from(ctx.build_request(i, &req, ctx.policy == Policy::PerRequest))
-            })
-        })
-        .collect();
+    ctx.static_requests = (0..ctx.wl.pages.len()).map(|i| ctx.static_request(i)).collect();
     Rc::new(ctx)
 }

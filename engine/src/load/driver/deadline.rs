@@ -1,19 +1,13 @@
-//! Request timeouts without a timer-wheel entry per request.
+//! Request timeouts without a timer-wheel entry per request: a pending request sits in a slot
+//! of `Ctx::deadlines` with its deadline and waker; a watchdog task scans the slots every 1/20
+//! of the timeout (10 to 500 ms) and wakes the expired ones, which then resolve to a timeout.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::ctx::Ctx;
 
-/// Request timeouts without a timer-wheel entry per request: a pending request sits in a slot
-/// with its deadline and waker; a watchdog task scans the slots every 1/20 of the timeout
-/// (10 to 500 ms) and wakes the expired ones, which then resolve to a timeout.
-#[derive(Default)]
-pub(super) struct Deadlines {
-    slots: Vec<Option<(Instant, std::task::Waker)>>,
-    free: Vec<usize>,
-}
-
+/// `fut` under the request timeout: resolves to Err(()) once the timeout has passed.
 pub(super) struct Deadline<'a, 'b, F> {
     ctx: &'a Ctx,
     fut: std::pin::Pin<&'b mut F>,

@@ -8,7 +8,7 @@ use rand::Rng;
 
 use super::ctx::Ctx;
 use crate::load::params::{encode_into, Env, Fallback, Part};
-use crate::load::workload::{Method, Page, Variant, Workload};
+use crate::load::workload::{Method, Page, Policy, Variant, Workload};
 
 /// A rendered request: path (with query) and form body; what history remembers for BACK.
 #[derive(Clone, Debug)]
@@ -128,6 +128,14 @@ impl Ctx {
     pub(super) fn static_or_empty(&self, i: usize) -> Arc<str> {
         self.static_paths[i].clone().unwrap_or_else(|| Arc::from(format!("{}{}", self.target.prefix, self.wl.pages[i].url.literal())))
     }
+    /// The pre-built request of a page with a literal URL and no body (None for the others).
+    pub(super) fn static_request(&self, page: usize) -> Option<Arc<[u8]>> {
+        self.static_paths[page].as_ref().map(|p| {
+            let req = Req { path: p.clone(), form: None };
+            Arc::from(self.build_request(page, &req, self.policy == Policy::PerRequest))
+        })
+    }
+
     pub(super) fn request_bytes(&self, page: usize, req: &Req, close: bool) -> ReqBytes {
         if let Some(b) = &self.static_requests[page] {
             return ReqBytes::Shared(b.clone());

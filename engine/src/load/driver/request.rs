@@ -46,7 +46,7 @@ pub(super) struct Outcome {
 
 /// Send one request under the connection policy (and, with `[embedded]`, fetch the page's
 /// embedded objects) and log it.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // what a request needs from its user loop: a struct would be unpacked at once
 pub(super) async fn request(
     ctx: &Ctx,
     user: u32,

@@ -89,6 +89,18 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
     drop(local); // drops every task: requests still in flight are logged as cancelled
     ctx.flush_batch();
     ctx.log.borrow_mut().take();
+    println!("{}", summary(&ctx, elapsed, signal, writer)?);
+    drop(rt);
+    Ok(match signal {
+        Some("SIGINT") => 130,
+        Some(_) => 143,
+        None => 0,
+    })
+}
+
+/// The summary line, once the log is complete: the statistics of the run phase (the part of it
+/// that was reached), the run's own facts, and the log's path and row count.
+fn summary(ctx: &Ctx, elapsed: f64, signal: Option<&str>, writer: Option<LogWriter>) -> Result<String> {
     let mut extra = Map::new();
     extra.insert("workload".into(), json!(ctx.wl.name));
     extra.insert("elapsed_s".into(), json!(elapsed));
@@ -100,11 +112,5 @@ pub fn run(wl: Workload, target: Target, log: Option<&Path>, seed: u64, quiet: b
         extra.insert("log".into(), json!({"path": path, "rows": rows}));
     }
     let run_s = (elapsed.min(ctx.wl.ramp_up_s + ctx.wl.run_s) - ctx.wl.ramp_up_s).max(0.0);
-    println!("{}", ctx.stats.borrow().summary(run_s, extra));
-    drop(rt);
-    Ok(match signal {
-        Some("SIGINT") => 130,
-        Some(_) => 143,
-        None => 0,
-    })
+    Ok(ctx.stats.borrow().summary(run_s, extra))
 }
