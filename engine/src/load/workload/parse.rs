@@ -7,8 +7,8 @@ use std::path::Path;
 use toml::{Table, Value};
 
 use super::error::WorkloadError;
+use super::model::{Arrivals, Embedded, Method, Page, Policy, SessionType, Unit, Variant, Workload, DEFAULT_EMBEDDED_PATTERN, MAX_EMBEDDED};
 use super::source::{check_keys, num, Result, Sec, Src};
-use super::{Arrivals, Embedded, Method, Page, Policy, SessionType, Unit, Variant, Workload, DEFAULT_EMBEDDED_PATTERN, MAX_EMBEDDED};
 use crate::load::markov::{Chain, Row, Target};
 use crate::load::params::{Param, Template};
 
