@@ -22,7 +22,7 @@ pub struct Row {
     /// (target, cumulative probability)
     cum: Vec<(Target, f64)>,
     pub back_prob: f64,
-    #[allow(dead_code)]
+    #[allow(dead_code)] // read by stationary_without_back, which only the tests call
     pub sum: f64,
 }
 
@@ -42,7 +42,7 @@ impl Row {
             .collect();
         Row { cum, back_prob, sum: acc }
     }
-    #[allow(dead_code)]
+    #[allow(dead_code)] // the chain's own query, for tests and debugging; the walker does not need it
     /// The outgoing probability to `t` (without the implicit self-loop).
     pub fn prob(&self, t: Target) -> f64 {
         let mut prev = 0.0;
@@ -148,7 +148,7 @@ impl<U: Clone> Walker<U> {
 /// Stationary page mix of the chain where END (and BACK, approximately) restart at `start`:
 /// used by tests and `--dry-run` reports. BACK is treated as END here, so only exact for
 /// tables without BACK.
-#[allow(dead_code)]
+#[allow(dead_code)] // only the tests call it
 pub fn stationary_without_back(chain: &Chain, start: usize) -> Vec<f64> {
     let n = chain.rows.len();
     let mut p = vec![vec![0.0; n]; n];

@@ -28,7 +28,7 @@ pub fn truncated_exp_at<R: Rng>(mean: f64, cap: f64, rng: &mut R) -> f64 {
 }
 
 /// The mean of `truncated_exp(mean)`: E[min(X, 10 m)] = m (1 - e^-10).
-#[allow(dead_code)]
+#[allow(dead_code)] // only the tests call it
 pub fn truncated_mean(mean: f64) -> f64 {
     mean * (1.0 - (-10.0f64).exp())
 }

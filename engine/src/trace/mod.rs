@@ -35,7 +35,7 @@ mod tcp;
 mod tests;
 
 /// Fuzzing entry points (used by engine/fuzz and the stable-toolchain fuzz test).
-#[allow(dead_code)]
+#[allow(dead_code)] // the binary itself calls none of them
 pub mod fuzzing;
 
 #[derive(Args, Debug)]

@@ -436,7 +436,7 @@ fn decide_protocol(c: &Conn, from_client: bool, d: &[u8], server_port: u16, map_
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // the hot path: the tracer's parts passed apart, so the borrow checker sees them apart
 #[inline]
 fn deliver(
     c: &mut Conn,
@@ -462,7 +462,7 @@ fn deliver(
     feed(c, dir, ts, pkt, data, missing, false, out, counters, stats);
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // as for deliver
 #[inline]
 fn feed(
     c: &mut Conn,
@@ -516,7 +516,6 @@ fn feed(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn drain_held(c: &mut Conn, dir: usize, ts: i64, pkt: u64, out: &mut Vec<Exchange>, counters: &mut ProtoCounters, stats: &mut TcpStats) {
     while !c.dirs[dir].held.is_empty() {
         let next = c.dirs[dir].next;
@@ -534,7 +533,6 @@ fn drain_held(c: &mut Conn, dir: usize, ts: i64, pkt: u64, out: &mut Vec<Exchang
 }
 
 /// Give up waiting for the bytes before the earliest held segment: report them as a gap.
-#[allow(clippy::too_many_arguments)]
 fn flush_hole(c: &mut Conn, dir: usize, ts: i64, pkt: u64, out: &mut Vec<Exchange>, counters: &mut ProtoCounters, stats: &mut TcpStats) {
     while !c.dirs[dir].held.is_empty() {
         let next = c.dirs[dir].next;
