@@ -3,7 +3,7 @@
 #   make setup     install what is missing (apt as root, Python venv, native engine); idempotent
 #   make demo      run the demo (depends on setup)
 #   make test      the lint and the test suite (depends on setup); what CI runs
-#   make lint      the house rules: pyflakes' checks over python/, tests/ and bench/
+#   make lint      the house rules: pyflakes' checks over python/, tests/ and bench/; rustfmt and clippy over engine/
 #   make bench     the benchmarks in bench/ (each prints ratios against a peer run side by side)
 #   make fuzz      a longer fuzzing run of the tracer's protocol parsers
 #   make fidelity  the real-run fidelity scenarios and the slow checks that do not fit in `make test`
@@ -57,8 +57,15 @@ test: setup lint test-engine test-python
 
 # House rules any change must keep: no unused imports or variables, no undefined names, no syntax
 # errors (pyflakes' rules; --isolated so a user's own ruff configuration does not change them).
+# The engine: formatted as engine/rustfmt.toml says, and clippy-clean with warnings as errors.
+# The format check covers load/, trace/ (rustfmt follows their modules) and main.rs (through
+# stdin, which does not follow `mod` lines); oltp/ joins when it is formatted, and the two
+# rustfmt lines become `cargo fmt --check`.
 lint: setup
 	$(BIN)/ruff check --isolated --select F,E9 python tests $(filter-out %__pycache__,$(wildcard bench/*))
+	cd engine && rustfmt --check --edition 2021 src/load/mod.rs src/trace/mod.rs
+	cd engine && rustfmt --edition 2021 < src/main.rs | diff -u src/main.rs -
+	cd engine && cargo clippy --all-targets -q -- -D warnings
 
 test-engine:
 	cd engine && cargo test --release -q
