@@ -199,7 +199,7 @@ def scale(
 
     On one machine all nodes share the same CPUs: adding nodes adds no capacity, so the table shows
     what each design costs per node, not seed 002's scale-out. Needs root, MariaDB + galera-4,
-    PostgreSQL 15. The default preset takes about 10 minutes here.
+    PostgreSQL 15. The default preset takes about 8 minutes here.
 
     Examples:
 
