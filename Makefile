@@ -58,13 +58,9 @@ test: setup lint test-engine test-python
 # House rules any change must keep: no unused imports or variables, no undefined names, no syntax
 # errors (pyflakes' rules; --isolated so a user's own ruff configuration does not change them).
 # The engine: formatted as engine/rustfmt.toml says, and clippy-clean with warnings as errors.
-# The format check covers load/, trace/ (rustfmt follows their modules) and main.rs (through
-# stdin, which does not follow `mod` lines); oltp/ joins when it is formatted, and the two
-# rustfmt lines become `cargo fmt --check`.
 lint: setup
 	$(BIN)/ruff check --isolated --select F,E9 python tests $(filter-out %__pycache__,$(wildcard bench/*))
-	cd engine && rustfmt --check --edition 2021 src/load/mod.rs src/trace/mod.rs
-	cd engine && rustfmt --edition 2021 < src/main.rs | diff -u src/main.rs -
+	cd engine && cargo fmt --check
 	cd engine && cargo clippy --all-targets -q -- -D warnings
 
 test-engine:
