@@ -85,6 +85,19 @@ def test_scale_help_teaches_the_preset_the_counters_and_the_limits():
         assert words in out, words
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--nodes", "1,x"], "invalid literal"),
+    (["--nodes", "0,2"], "nodes: expected node counts 1..5"),
+    (["--workload", "ycsb-q"], "workloads: expected some of"),
+])
+def test_scale_refuses_wrong_overrides_before_starting_anything(args, says, tmp_path):
+    from tierscope.cli.oltp import oltp_app
+
+    res = CliRunner().invoke(oltp_app, ["scale", "-o", str(tmp_path / "out"), *args], terminal_width=200)
+    assert res.exit_code == 2 and says in res.output
+    assert not (tmp_path / "out").exists()
+
+
 # ---- real clusters -----------------------------------------------------------------------------
 
 

@@ -165,7 +165,28 @@ def tpcc(
                   f"{s['errors']} errors; p90 rules {'passed' if s['p90_rules_passed'] else 'FAILED'}")
 
 
-@oltp_app.command("scale")
+_SCALE_HELP = (
+    "Seed 002's scaling experiment: the same workloads against 1, 2, 3 ... database nodes; throughput, throughput "
+    "per node, and each node's own count of work read from the server.\n\n"
+    "For every target and node count the servers start on loopback (ports of their own) from a copy of data loaded "
+    "once per target; every workload runs; all is stopped and removed before the next size. galera: N MariaDB nodes "
+    "in one Galera cluster, one driver process per node. middleware: the RAIDb-1 middleware in front of N PostgreSQL "
+    "replicas, one driver process through it.\n\n"
+    "The last column is each node's counters over the workload, served / rows written: for Galera Com_stmt_execute "
+    "(statements run for the node's own clients) / Handler_write+Handler_update+Handler_delete (rows written, the "
+    "write sets applied for the other nodes included); for PostgreSQL xact_commit / "
+    "tup_inserted+tup_updated+tup_deleted. 'per node' throughput is the total divided by N (seed 002's figure); the "
+    "counters show where the work really went.\n\n"
+    "On one machine all nodes share the same CPUs: adding nodes adds no capacity, so the table shows what each design "
+    "costs per node, not seed 002's scale-out. Needs root, MariaDB with galera-4, PostgreSQL 15. The shipped preset "
+    "takes about 8 minutes here. Preset format and measured figures: docs/oltp.md, 'Scaling (seed 002)'.\n\n"
+    "Examples:\n\n"
+    "  tierscope oltp scale -o out/scaling\n\n"
+    "  tierscope oltp scale --target galera --workload ycsb-a --workload ycsb-b --nodes 1,3 --duration 10"
+)
+
+
+@oltp_app.command("scale", help=_SCALE_HELP)
 def scale(
     preset: Optional[Path] = typer.Argument(None, help="A scaling preset (TOML); default: the shipped "
                                             "presets/oltp-scaling.toml (Galera and the middleware, 1/2/3 nodes, "
@@ -183,30 +204,6 @@ def scale(
                                            "(default: the system's temporary directory); removed at the end."),
     json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON lines instead of the table."),
 ) -> None:
-    """Seed 002's scaling experiment: the same workloads against 1, 2, 3 ... database nodes; throughput,
-    throughput per node, and each node's own count of work read from the server.
-
-    For every target and node count the servers start on loopback (ports of their own), from a copy of
-    data loaded once per target; every workload runs; all is stopped and removed before the next size.
-    galera: N MariaDB nodes in one Galera cluster, one driver process per node. middleware: the RAIDb-1
-    middleware in front of N PostgreSQL replicas, one driver process through it.
-
-    The per-node column is each node's counters over the workload, "served/rows written": for Galera
-    Com_stmt_execute (statements run for the node's own clients) / Handler_write+Handler_update+Handler_delete (rows
-    written include the write sets applied for the other nodes); for PostgreSQL xact_commit /
-    tup_inserted+tup_updated+tup_deleted. "per node" throughput is the total divided by N (seed 002's
-    figure); the counters show where the work really went.
-
-    On one machine all nodes share the same CPUs: adding nodes adds no capacity, so the table shows
-    what each design costs per node, not seed 002's scale-out. Needs root, MariaDB + galera-4,
-    PostgreSQL 15. The default preset takes about 8 minutes here.
-
-    Examples:
-
-      tierscope oltp scale -o out/scaling
-
-      tierscope oltp scale --target galera --workload ycsb-a --workload ycsb-b --nodes 1,3 --duration 10
-    """
     from rich.table import Table as RichTable
 
     from tierscope.oltp.scaling import load_preset, run_scaling, table_rows
@@ -228,6 +225,11 @@ def scale(
             raise ValueError("; ".join(problems))
     except (ValueError, OSError) as err:
         console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2)
+    import os
+
+    if os.geteuid() != 0:
+        console.print("[red]error:[/red] the database servers run as their own OS users (mysql, postgres): run as root")
         raise typer.Exit(2)
     try:
         rows = run_scaling(p, out=out, say=lambda m: console.print(m, style="dim", markup=False), workdir=workdir)
