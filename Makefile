@@ -3,7 +3,8 @@
 #   make setup     install what is missing (apt as root, Python venv, native engine); idempotent
 #   make demo      run the demo (depends on setup)
 #   make test      the lint and the test suite (depends on setup); what CI runs
-#   make lint      the house rules: pyflakes' checks over python/, tests/ and bench/; rustfmt and clippy over engine/
+#   make lint      the house rules: pyflakes' checks over python/, tests/ and bench/, mypy over the pure
+#                  parts; rustfmt and clippy over engine/
 #   make bench     the benchmarks in bench/ (each prints ratios against a peer run side by side)
 #   make fuzz      a longer fuzzing run of the tracer's protocol parsers
 #   make fidelity  the real-run fidelity scenarios and the slow checks that do not fit in `make test`
@@ -57,9 +58,17 @@ test: setup lint test-engine test-python
 
 # House rules any change must keep: no unused imports or variables, no undefined names, no syntax
 # errors (pyflakes' rules; --isolated so a user's own ruff configuration does not change them).
-# The engine: formatted as engine/rustfmt.toml says, and clippy-clean with warnings as errors.
+# The pure parts (the tables' contract, the manifest, the tiers, the spec, the analyses) type-check
+# with mypy. The engine: formatted as engine/rustfmt.toml says, and clippy-clean with warnings as errors.
+MYPY_PURE := python/tierscope/tables.py python/tierscope/manifest.py python/tierscope/tiers.py \
+             python/tierscope/spec python/tierscope/analysis
+# the analysis entry point and the reader of run directories do I/O: not in the pure set yet
+MYPY_NOT_PURE := 'analysis/(experiment|points)\.py$$'
+
 lint: setup
 	$(BIN)/ruff check --isolated --select F,E9 python tests $(filter-out %__pycache__,$(wildcard bench/*))
+	$(BIN)/mypy --ignore-missing-imports --follow-imports=silent --no-error-summary \
+	  --exclude $(MYPY_NOT_PURE) $(MYPY_PURE)
 	cd engine && cargo fmt --check
 	cd engine && cargo clippy --all-targets -q -- -D warnings
 

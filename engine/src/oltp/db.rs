@@ -145,8 +145,13 @@ impl Conn {
             Dbms::Mysql => {
                 let url = dsn.trim().replacen("mariadb://", "mysql://", 1);
                 let opts = mysql::Opts::from_url(&url).map_err(|e| anyhow!("DSN {dsn:?}: {e}"))?;
-                // the client closes statements its LRU cache evicts: keep room for all of ours
-                let opts = mysql::OptsBuilder::from_opts(opts).stmt_cache_size(Some(256));
+                // the client closes statements its LRU cache evicts: keep room for all of ours; and
+                // an UPDATE's affected rows are the rows it found (CLIENT_FOUND_ROWS), as in
+                // PostgreSQL, not only those whose value changed: rewriting a field with the value
+                // it had is not "no row found"
+                let opts = mysql::OptsBuilder::from_opts(opts)
+                    .stmt_cache_size(Some(256))
+                    .additional_capabilities(mysql::consts::CapabilityFlags::CLIENT_FOUND_ROWS);
                 let conn = mysql::Conn::new(opts).with_context(|| format!("connecting to MySQL/MariaDB at {dsn:?}"))?;
                 Ok(Conn::My { conn: Box::new(conn), stmts: Vec::new() })
             }

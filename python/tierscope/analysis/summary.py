@@ -104,7 +104,8 @@ def _whitebox_level(data: Analysis) -> tuple[Any, Any, float] | None:
     if config is None or config not in data.whitebox:
         return None
     bb, wb = data.blackbox[config], data.whitebox[config]
-    users = data.fine_users if wb.saturated.get(data.fine_users) else bb.max_throughput_users
+    fine_users = data.fine_users
+    users = fine_users if fine_users is not None and wb.saturated.get(fine_users) else bb.max_throughput_users
     return bb, wb, users
 
 
@@ -261,14 +262,14 @@ def build_summary(data: Analysis) -> Summary:
                             f"fine-grained sections).")
                 confidence = "low"
     if data.bmap is not None and data.bmap.num_rows:
-        groups = {}
+        groups: dict[int, list[dict]] = {}
         for r in data.bmap.to_pylist():
             groups.setdefault(r["group"], []).append(r)
         for g, rows in sorted(groups.items()):
-            names = sorted({r["bottleneck"] or "no saturated resource" for r in rows})
+            bottlenecks = sorted({r["bottleneck"] or "no saturated resource" for r in rows})
             look.append(f"configuration group {g} ({', '.join(r['config'] for r in rows)}): max throughput "
                         f"{min(r['max_throughput'] for r in rows):.0f}-{max(r['max_throughput'] for r in rows):.0f}/s, "
-                        f"bottleneck {', '.join(names)} (bottleneck map)")
+                        f"bottleneck {', '.join(bottlenecks)} (bottleneck map)")
     if data.heavy_summary is not None and data.heavy_summary.num_rows:
         top = data.heavy_summary.to_pylist()[0]
         look.append(f"{top['heavy']} heavy request(s) '{top['label']}' at {top['tier']}: up to {top['max_ms']:.0f} ms "
