@@ -166,3 +166,12 @@ def test_an_exhausted_thread_pool_is_recorded_as_threads_saturation():
     assert app.cause.str.contains("threads").any()
     assert not app.cause.str.contains("cpu").any()  # 4 cores for 4 threads: the CPU never queues
     assert (truth[truth.server == "db1"].cause == "cpu").all()
+
+
+def test_a_simulator_spec_that_is_not_utf8_names_the_line_and_column(tmp_path):
+    from tierscope.simulate.spec import SpecError, load_spec
+
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"seed = 1\nname = \"caf\xe9\"\n")
+    with pytest.raises(SpecError, match=r"bad.toml:2:12: not UTF-8 \(byte 0xe9\)"):
+        load_spec(bad)

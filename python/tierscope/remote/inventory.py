@@ -152,11 +152,13 @@ def load_inventory(path: str | Path) -> Inventory:
     """Read and check an inventory; InventoryError naming file, line and field."""
     import yaml
 
+    from tierscope.textfile import read_utf8
+
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise InventoryError(f"{path}: cannot read the inventory: {err.strerror or err}") from None
+        text = read_utf8(path, "an inventory is YAML, which")
+    except ValueError as err:
+        raise InventoryError(str(err)) from None
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as err:

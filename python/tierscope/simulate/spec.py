@@ -163,11 +163,13 @@ def parse_spec(data: dict, source: str = "<spec>") -> Spec:
 
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec TOML file."""
+    from tierscope.textfile import read_utf8
+
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise SpecError(f"{path}: cannot read: {err.strerror}") from None
+        text = read_utf8(path, "a simulator spec is TOML, which")
+    except ValueError as err:
+        raise SpecError(str(err)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

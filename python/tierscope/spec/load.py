@@ -22,18 +22,13 @@ from .paths import flatten_matrix
 
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; every sweep point is validated. Raises SpecError."""
+    from tierscope.textfile import read_utf8
+
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise SpecError(f"{path}: cannot read: {err.strerror or err}") from err
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise SpecError(f"{path}:{line}:{column}: not UTF-8 (byte 0x{data[err.start]:02x}); a spec is TOML, "
-                        f"which is UTF-8 text") from None
+        text = read_utf8(path, "a spec is TOML, which")
+    except ValueError as err:
+        raise SpecError(str(err)) from None
     return parse_spec(text, where=str(path), name=path.stem)
 
 
