@@ -174,15 +174,20 @@ def test_browse_pages(rig):
     status, body, _ = rig.get(f"/rubbos/BrowseStoriesByCategory?category={cat}&page=0&nbOfStories=20")
     assert_ok(status, body)
     assert body.count("ViewStory?storyId=") == min(n, 20)
-    for days in (1, 7):
+    # The tiny scale has ~4 stories a day at seeded times relative to the load time, so one
+    # calendar day may hold none (yesterday does, just after midnight): check all seven days
+    # against the database's own count, and that the week as a whole has stories.
+    week = 0
+    for days in range(1, 8):
         day = (datetime_now() - _days(days)).date()
         n = int(rig.one(
             "SELECT COUNT(*) FROM stories WHERE date >= %s AND date < %s", (day, day + _days(1))
         ))
-        assert n > 0
+        week += n
         status, body, _ = rig.get(f"/rubbos/OlderStories?daysAgo={days}&nbOfStories=20")
         assert_ok(status, body, day.isoformat())
         assert body.count("ViewStory?storyId=") == min(n, 20)
+    assert week >= 7
     y = datetime_now() - _days(3)
     assert_ok(*rig.get(f"/rubbos/OlderStories?day={y.day}&month={y.month}&year={y.year}&nbOfStories=20")[:2], "ViewStory")
 

@@ -5,7 +5,8 @@ respects what the client and scripts assume (digest §3.4):
 - users `user<i>`/`password<i>` (i = 1..users, access 0) and authors `author<i>`/`password<i>`
   (i = 1..50, access 1, ids after the users); user 0 is the Anonymous Coward (from the schema);
 - stories for about a month in `stories` and two years before that in `old_stories`, dated
-  relative to the load time (so OlderStories finds stories for each of the last 7 days);
+  relative to the load time (so OlderStories finds stories in the last days; at the tiny
+  scale's 4 a day, a single calendar day may hold none);
 - comment trees per story (`comments` for new stories, `old_comments` for old ones) with
   `parent` pointing to an earlier comment of the same story and `childs` = number of direct
   replies, exactly; ratings in -1..5;
