@@ -3,8 +3,9 @@
 #   make setup     install what is missing (apt as root, Python venv, native engine); idempotent
 #   make demo      run the demo (depends on setup)
 #   make test      the lint and the test suite (depends on setup); what CI runs
-#   make lint      the house rules: pyflakes' checks over python/, tests/ and bench/, mypy over the pure
-#                  parts; rustfmt and clippy over engine/
+#   make lint      the house rules: pyflakes' checks and ruff's formatting over python/, tests/ and bench/,
+#                  mypy over the pure parts; rustfmt and clippy over engine/
+#   make format    apply ruff's formatting (the check `make lint` runs)
 #   make bench     the benchmarks in bench/ (each prints ratios against a peer run side by side)
 #   make fuzz      a longer fuzzing run of the tracer's protocol parsers
 #   make fidelity  the real-run fidelity scenarios and the slow checks that do not fit in `make test`
@@ -22,7 +23,7 @@ APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client
 ENGINE_SOURCES := $(shell find engine/src -name '*.rs' 2>/dev/null) engine/Cargo.toml
 PY_META        := pyproject.toml $(wildcard packaging/data/scripts/*)
 
-.PHONY: setup system-packages demo test lint test-python test-engine bench fuzz fidelity clean
+.PHONY: setup system-packages demo test lint format test-python test-engine bench fuzz fidelity clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -57,7 +58,8 @@ demo: setup
 test: setup lint test-engine test-python
 
 # House rules any change must keep: no unused imports or variables, no undefined names, no syntax
-# errors (pyflakes' rules; --isolated so a user's own ruff configuration does not change them).
+# errors (pyflakes' rules), and ruff's formatting at 120 columns (`make format` applies it); both
+# configured in pyproject.toml's [tool.ruff], which takes precedence over a user's own configuration.
 # The pure parts (the tables' contract, the manifest, the tiers, the spec, the analyses) type-check
 # with mypy. The engine: formatted as engine/rustfmt.toml says, and clippy-clean with warnings as errors.
 MYPY_PURE := python/tierscope/tables.py python/tierscope/manifest.py python/tierscope/tiers.py \
@@ -65,8 +67,14 @@ MYPY_PURE := python/tierscope/tables.py python/tierscope/manifest.py python/tier
 # the analysis entry point and the reader of run directories do I/O: not in the pure set yet
 MYPY_NOT_PURE := 'analysis/(experiment|points)\.py$$'
 
+PY_BENCH := $(filter-out %__pycache__,$(wildcard bench/*))
+
+format: setup
+	$(BIN)/ruff format python tests $(PY_BENCH)
+
 lint: setup
-	$(BIN)/ruff check --isolated --select F,E9 python tests $(filter-out %__pycache__,$(wildcard bench/*))
+	$(BIN)/ruff check python tests $(PY_BENCH)
+	$(BIN)/ruff format --check python tests $(PY_BENCH)
 	$(BIN)/mypy --ignore-missing-imports --follow-imports=silent --no-error-summary \
 	  --exclude $(MYPY_NOT_PURE) $(MYPY_PURE)
 	cd engine && cargo fmt --check

@@ -188,17 +188,32 @@ def write_otlp(spans: list[Span], path: Path) -> Path:
     """One OTLP/JSON document: a resourceSpans entry per server (OTLP/JSON spec encoding)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for s in spans:
-        body = {"traceId": s.trace_id, "spanId": s.span_id, "name": s.name, "kind": 2,
-                "startTimeUnixNano": str(ns(s.start_s)), "endTimeUnixNano": str(ns(s.end_s)),
-                "status": {}}
+        body = {
+            "traceId": s.trace_id,
+            "spanId": s.span_id,
+            "name": s.name,
+            "kind": 2,
+            "startTimeUnixNano": str(ns(s.start_s)),
+            "endTimeUnixNano": str(ns(s.end_s)),
+            "status": {},
+        }
         if s.parent_id:
             body["parentSpanId"] = s.parent_id
         groups.setdefault((s.tier, s.server), []).append(body)
-    doc = {"resourceSpans": [
-        {"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": tier}},
-                                     {"key": "service.instance.id", "value": {"stringValue": server}}]},
-         "scopeSpans": [{"scope": {"name": "independent-sim"}, "spans": body}]}
-        for (tier, server), body in sorted(groups.items())]}
+    doc = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [
+                        {"key": "service.name", "value": {"stringValue": tier}},
+                        {"key": "service.instance.id", "value": {"stringValue": server}},
+                    ]
+                },
+                "scopeSpans": [{"scope": {"name": "independent-sim"}, "spans": body}],
+            }
+            for (tier, server), body in sorted(groups.items())
+        ]
+    }
     path.write_text(json.dumps(doc))
     return path
 
@@ -207,13 +222,21 @@ def freeze_events(system: System, warmup_s: float, duration_s: float):
     """The freezes inside the capture window as a tierscope `events` table (kind injected_pause)."""
     import pyarrow as pa
 
-    rows = [(ns(a), ns(b), s.name) for s in system.servers for a, b in s.freezes
-            if a >= warmup_s and b <= warmup_s + duration_s]
-    return pa.table({"start_ns": pa.array([r[0] for r in rows], pa.int64()),
-                     "end_ns": pa.array([r[1] for r in rows], pa.int64()),
-                     "host": pa.array([r[2] for r in rows], pa.string()),
-                     "kind": pa.array(["injected_pause"] * len(rows), pa.string()),
-                     "detail": pa.array(["SIGSTOP freeze (independent simulator)"] * len(rows), pa.string())})
+    rows = [
+        (ns(a), ns(b), s.name)
+        for s in system.servers
+        for a, b in s.freezes
+        if a >= warmup_s and b <= warmup_s + duration_s
+    ]
+    return pa.table(
+        {
+            "start_ns": pa.array([r[0] for r in rows], pa.int64()),
+            "end_ns": pa.array([r[1] for r in rows], pa.int64()),
+            "host": pa.array([r[2] for r in rows], pa.string()),
+            "kind": pa.array(["injected_pause"] * len(rows), pa.string()),
+            "detail": pa.array(["SIGSTOP freeze (independent simulator)"] * len(rows), pa.string()),
+        }
+    )
 
 
 def periodic(first_s: float, every_s: float, length_s: float, until_s: float) -> list[tuple[float, float]]:
@@ -245,8 +268,9 @@ def _per_window(stretches: list[tuple[float, float]], base_s: float, window_s: f
     return out
 
 
-def saturated_truth(result: Result, system: System, server: str, base_s: float, window_s: float,
-                    n_windows: int) -> np.ndarray:
+def saturated_truth(
+    result: Result, system: System, server: str, base_s: float, window_s: float, n_windows: int
+) -> np.ndarray:
     """Per window, whether `server` was saturated for at least half of it, by construction: a
     request waited for one of its cores, or it was frozen while holding a request."""
     mine = [(s.start_s, s.end_s) for s in result.spans if s.server == server]

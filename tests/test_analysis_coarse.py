@@ -27,10 +27,18 @@ def _client_requests(users: int, seconds: float, rng) -> pa.Table:
     start = np.sort(rng.uniform(0, seconds - 3 * r, n)) * S
     rt = rng.exponential(r, n) * 0.2 + 0.8 * r  # spread around r with the right mean
     start = start.astype(np.int64) + 10 * S
-    return pa.table({"user": np.zeros(n, np.int64), "session": np.zeros(n, np.int64), "state": ["Home"] * n,
-                     "start_ns": start, "end_ns": start + (rt * S).astype(np.int64),
-                     "status": pa.array([200] * n, pa.int32()), "error": pa.nulls(n, pa.string()),
-                     "phase": ["run"] * n})
+    return pa.table(
+        {
+            "user": np.zeros(n, np.int64),
+            "session": np.zeros(n, np.int64),
+            "state": ["Home"] * n,
+            "start_ns": start,
+            "end_ns": start + (rt * S).astype(np.int64),
+            "status": pa.array([200] * n, pa.int32()),
+            "error": pa.nulls(n, pa.string()),
+            "phase": ["run"] * n,
+        }
+    )
 
 
 def test_knee_from_response_time_law():
@@ -95,8 +103,9 @@ def test_pinned_resource_peaks_at_100_and_is_saturated():
     shares = {(r["users"], r["host"]): r["share_above"] for r in wb.shares.to_pylist()}
     assert shares[(4000.0, "db1")] == pytest.approx(float(np.mean(db_cpu >= 95)))
     assert shares[(4000.0, "app1")] == pytest.approx(float(np.mean(app_cpu >= 95)))
-    d = wb.density.filter(pa.compute.and_(pa.compute.equal(wb.density["users"], 4000.0),
-                                          pa.compute.equal(wb.density["host"], "db1")))
+    d = wb.density.filter(
+        pa.compute.and_(pa.compute.equal(wb.density["users"], 4000.0), pa.compute.equal(wb.density["host"], "db1"))
+    )
     assert density_peaks(d["density"].to_numpy())[-1] >= 98.5
     assert np.trapezoid(d["density"].to_numpy(), d["util"].to_numpy()) == pytest.approx(1.0, abs=1e-6)
 
@@ -131,8 +140,13 @@ def test_bottleneck_map_groups_like_seed_000():
     assert m["1/3/1/4M"]["bottleneck"] is None and m["1/3/1/4M"]["bottleneck_share"] == 0.3
     assert (m["1/3/1/4M"]["app"], m["1/3/1/4M"]["db"]) == (3, 4)
     assert throughput_groups({"a": 100, "b": 109, "c": 121}, 0.10) == {"a": 1, "b": 1, "c": 2}
-    assert [tier_of_host(h) for h in ("db12", "mw1", "web", "app2", "cache1")] == ["db", "middleware", "web", "app",
-                                                                                   "cache"]
+    assert [tier_of_host(h) for h in ("db12", "mw1", "web", "app2", "cache1")] == [
+        "db",
+        "middleware",
+        "web",
+        "app",
+        "cache",
+    ]
 
 
 def test_heavy_requests_found_with_counts_and_times():
@@ -146,8 +160,15 @@ def test_heavy_requests_found_with_counts_and_times():
     for i in heavy_idx:
         dur[i] = 1_000_000_000  # 1 s
     dur[1] = 50_000_000  # a "view" request 25x slower: slow, and alone among the views
-    t = pa.table({"tier": ["db"] * n, "server": ["db1"] * n, "label": label, "arrival_ns": arrival,
-                  "departure_ns": arrival + dur})
+    t = pa.table(
+        {
+            "tier": ["db"] * n,
+            "server": ["db1"] * n,
+            "label": label,
+            "arrival_ns": arrival,
+            "departure_ns": arrival + dur,
+        }
+    )
     h = heavy_requests(t)
     assert sorted(h["arrival_ns"].to_pylist()) == sorted(int(arrival[i]) for i in heavy_idx)
     assert set(h["label"].to_pylist()) == {"search"}
@@ -166,11 +187,15 @@ def test_heavy_requests_found_with_counts_and_times():
 def test_point_summary_counts_errors_apart_and_uses_the_run_phase():
     from tierscope.analysis.blackbox import point_summary
 
-    t = pa.table({"start_ns": pa.array([0, 0, 0, 0, 0], pa.int64()),
-                  "end_ns": pa.array([1 * S, 2 * S, 3 * S, 4 * S, 9 * S], pa.int64()),
-                  "status": pa.array([200, 503, 0, 200, 200], pa.int32()),
-                  "error": pa.array([None, "http5xx", "connect", None, None], pa.string()),
-                  "phase": ["run", "run", "run", "run", "ramp_down"]})
+    t = pa.table(
+        {
+            "start_ns": pa.array([0, 0, 0, 0, 0], pa.int64()),
+            "end_ns": pa.array([1 * S, 2 * S, 3 * S, 4 * S, 9 * S], pa.int64()),
+            "status": pa.array([200, 503, 0, 200, 200], pa.int32()),
+            "error": pa.array([None, "http5xx", "connect", None, None], pa.string()),
+            "phase": ["run", "run", "run", "run", "ramp_down"],
+        }
+    )
     p = point_summary(10, t, seconds=4.0)
     assert (p["requests"], p["errors"]) == (2, 2)  # the ramp-down row is not counted at all
     assert p["throughput"] == 0.5 and p["rt_mean"] == pytest.approx(2.5)

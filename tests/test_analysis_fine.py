@@ -23,8 +23,15 @@ def one_tier(cores: int, service_ms: float, distribution: str, users: int, seed:
             "duration_s": 30,
             "warmup_s": 1,
             "workload": {"users": users, "think_time_s": 1.0, "index_of_dispersion": 200},
-            "tier": [{"name": "db", "cores": cores, "threads": 100_000, "service_ms": service_ms,
-                      "distribution": distribution}],
+            "tier": [
+                {
+                    "name": "db",
+                    "cores": cores,
+                    "threads": 100_000,
+                    "service_ms": service_ms,
+                    "distribution": distribution,
+                }
+            ],
         }
     )
 
@@ -112,8 +119,9 @@ def precision_recall(fg, truth, tier: str) -> tuple[float, float, float]:
     """Window-level precision and recall of the tier's saturated windows against the truth:
     a window is truly saturated when the simulator recorded saturation for at least half of it."""
     rows = truth.filter(np.asarray(truth["tier"]) == tier)
-    share = interval_ratio(np.asarray(rows["start_ns"]), np.asarray(rows["end_ns"]), fg.base_ns,
-                           fg.n_windows, fg.window_ns)
+    share = interval_ratio(
+        np.asarray(rows["start_ns"]), np.asarray(rows["end_ns"]), fg.base_ns, fg.n_windows, fg.window_ns
+    )
     true = share >= 0.5
     found = fg.tier_saturated()[tier]
     tp = float((true & found).sum())
@@ -176,8 +184,18 @@ def test_series_columns_for_the_report():
     sim = simulate(three_tiers(200, app_freeze=True, db_service_ms=1.0, index=1))
     fg = analyze_fine(sim.requests, sim.events)
     names = set(fg.series.column_names)
-    assert {"tier", "server", "window_start_ns", "load", "load_max", "throughput",
-            "throughput_normalised", "load_exclusive", "pause_ratio", "saturated"} <= names
+    assert {
+        "tier",
+        "server",
+        "window_start_ns",
+        "load",
+        "load_max",
+        "throughput",
+        "throughput_normalised",
+        "load_exclusive",
+        "pause_ratio",
+        "saturated",
+    } <= names
     assert fg.series.num_rows == 3 * fg.n_windows
     assert set(fg.n_star) == {"web1", "app1", "db1"}
     # requests: 3 tiers x completed client requests (each client request visits every tier once)

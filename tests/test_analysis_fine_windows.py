@@ -167,7 +167,9 @@ def test_file_streaming_and_duckdb_sql_agree_with_the_table_version(tmp_path):
     sql = window_series_sql(str(path))
     key = lambda tab: {  # noqa: E731
         (s, w): (lo, th)
-        for s, w, lo, th in zip(*(tab.column(c).to_pylist() for c in ("server", "window_start_ns", "load", "throughput")))
+        for s, w, lo, th in zip(
+            *(tab.column(c).to_pylist() for c in ("server", "window_start_ns", "load", "throughput"))
+        )
         if lo or th
     }
     a, b = key(sql), key(ref)

@@ -32,14 +32,22 @@ def test_a_rare_expensive_search_is_heavy_and_the_requests_queued_behind_it_are_
     # one database core working on one request at a time; a search usually costs 3 ms, one in ~50
     # costs 500 ms (a table scan), the same SQL label; each scan holds the core and ~50 cheap
     # requests queue behind it, 100x their usual residence: victims, not heavy
-    servers = [Server("web", "web1", cores=8), Server("app", "app1", cores=4, threads=1000),
-               Server("db", "db1", cores=1)]
-    pages = [Page("ViewStory", 600, {"web": 0.0002, "app": 0.0005, "db": 0.002}, {"web": 1, "app": 1},
-                  labels={"db": "SELECT * FROM stories WHERE id = ?"}),
-             Page("Search", 150, {"web": 0.0002, "app": 0.0005, "db": 0.003}, {"web": 1, "app": 1},
-                  labels={"db": SEARCH}),
-             Page("LongSearch", 3, {"web": 0.0002, "app": 0.0005, "db": 0.5}, {"web": 1, "app": 1},
-                  labels={"db": SEARCH})]
+    servers = [
+        Server("web", "web1", cores=8),
+        Server("app", "app1", cores=4, threads=1000),
+        Server("db", "db1", cores=1),
+    ]
+    pages = [
+        Page(
+            "ViewStory",
+            600,
+            {"web": 0.0002, "app": 0.0005, "db": 0.002},
+            {"web": 1, "app": 1},
+            labels={"db": "SELECT * FROM stories WHERE id = ?"},
+        ),
+        Page("Search", 150, {"web": 0.0002, "app": 0.0005, "db": 0.003}, {"web": 1, "app": 1}, labels={"db": SEARCH}),
+        Page("LongSearch", 3, {"web": 0.0002, "app": 0.0005, "db": 0.5}, {"web": 1, "app": 1}, labels={"db": SEARCH}),
+    ]
     system = System(["web", "app", "db"], servers, pages, users=100, think_s=1.0, seed=7)
     result = simulate(system, 60.0, 4.0)
     roots = {s.trace_id: s.name for s in result.spans if s.tier == "web"}
@@ -76,10 +84,19 @@ def stalled_server(seed: int = 3):
     stop, resume = 15 * s, 15 * s + 300_000_000
     caught = (arrival >= stop) & (arrival < resume)
     departure[caught] = resume + np.arange(int(caught.sum())) * 200_000 + cost[caught]
-    labels = rng.choice(["SELECT nickname FROM users WHERE id = ?", "SELECT * FROM stories WHERE id = ?",
-                         "/rubbos/browse.html"], arrival.size)
-    t = pa.table({"tier": ["db"] * arrival.size, "server": ["db1"] * arrival.size, "label": labels,
-                  "arrival_ns": arrival, "departure_ns": departure})
+    labels = rng.choice(
+        ["SELECT nickname FROM users WHERE id = ?", "SELECT * FROM stories WHERE id = ?", "/rubbos/browse.html"],
+        arrival.size,
+    )
+    t = pa.table(
+        {
+            "tier": ["db"] * arrival.size,
+            "server": ["db1"] * arrival.size,
+            "label": labels,
+            "arrival_ns": arrival,
+            "departure_ns": departure,
+        }
+    )
     return t, int(caught.sum()), stop, resume
 
 
@@ -112,10 +129,16 @@ def test_a_request_slow_only_because_of_its_call_is_not_heavy_at_the_caller():
     c0 = a + 1_000_000
     c1 = c0 + call
     d = c1 + 1_000_000
-    t = pa.table({"tier": ["app"] * n + ["db"] * n, "server": ["app1"] * n + ["db1"] * n,
-                  "label": ["ViewStory"] * n + np.where(search, SEARCH, "SELECT * FROM stories WHERE id = ?").tolist(),
-                  "request_id": [f"a{i}" for i in range(n)] + [f"d{i}" for i in range(n)],
-                  "parent_id": [None] * n + [f"a{i}" for i in range(n)],
-                  "arrival_ns": np.concatenate([a, c0]), "departure_ns": np.concatenate([d, c1])})
+    t = pa.table(
+        {
+            "tier": ["app"] * n + ["db"] * n,
+            "server": ["app1"] * n + ["db1"] * n,
+            "label": ["ViewStory"] * n + np.where(search, SEARCH, "SELECT * FROM stories WHERE id = ?").tolist(),
+            "request_id": [f"a{i}" for i in range(n)] + [f"d{i}" for i in range(n)],
+            "parent_id": [None] * n + [f"a{i}" for i in range(n)],
+            "arrival_ns": np.concatenate([a, c0]),
+            "departure_ns": np.concatenate([d, c1]),
+        }
+    )
     h = heavy_requests(t).to_pylist()
     assert [(r["tier"], r["arrival_ns"]) for r in h] == [("db", int(t)) for t in c0[slow]]

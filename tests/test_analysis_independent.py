@@ -14,7 +14,16 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from independent_sim import Page, Server, System, freeze_events, periodic, simulate, truth_shares, write_otlp  # simpy, the test extra
+from independent_sim import (
+    Page,
+    Server,
+    System,
+    freeze_events,
+    periodic,
+    simulate,
+    truth_shares,
+    write_otlp,
+)  # simpy, the test extra
 
 from tierscope.analysis.experiment import analyze_files, run_fine  # noqa: E402
 
@@ -33,16 +42,35 @@ def analysed(system: System, tmp_path, events: bool = False, duration_s: float =
     return fine, truth_shares(result, system), data
 
 
-def shop(db_cores=1, db_s=0.004, users=400, app_cores=4, app_servers=1, app_s=0.001, connections=1000,
-         freezes=(), tiers=("frontend", "app", "postgres"), seed=1) -> System:
+def shop(
+    db_cores=1,
+    db_s=0.004,
+    users=400,
+    app_cores=4,
+    app_servers=1,
+    app_s=0.001,
+    connections=1000,
+    freezes=(),
+    tiers=("frontend", "app", "postgres"),
+    seed=1,
+) -> System:
     fe, app, db = tiers
     servers = [Server(fe, "fe1", cores=8)]
-    servers += [Server(app, f"app{i + 1}", cores=app_cores, threads=1000, connections=connections,
-                       freezes=list(freezes)) for i in range(app_servers)]
+    servers += [
+        Server(app, f"app{i + 1}", cores=app_cores, threads=1000, connections=connections, freezes=list(freezes))
+        for i in range(app_servers)
+    ]
     servers += [Server(db, "db1", cores=db_cores)]
-    pages = [Page("ViewItem", 3, {fe: 0.0002, app: app_s, db: db_s}, {fe: 1, app: 1}),
-             Page("Search", 1, {fe: 0.0002, app: 2 * app_s, db: db_s}, {fe: 1, app: 1},
-                  labels={db: "SELECT * FROM items WHERE title LIKE ?"})]
+    pages = [
+        Page("ViewItem", 3, {fe: 0.0002, app: app_s, db: db_s}, {fe: 1, app: 1}),
+        Page(
+            "Search",
+            1,
+            {fe: 0.0002, app: 2 * app_s, db: db_s},
+            {fe: 1, app: 1},
+            labels={db: "SELECT * FROM items WHERE title LIKE ?"},
+        ),
+    ]
     return System(list(tiers), servers, pages, users=users, think_s=1.0, seed=seed)
 
 

@@ -27,8 +27,11 @@ DURATION_S = 20.0
 
 def random_system(seed: int) -> System:
     rng = random.Random(seed)
-    fe, app, db = rng.choice(["web", "frontend", "nginx"]), rng.choice(["app", "api", "catalog"]), \
-        rng.choice(["db", "postgres", "mysql"])
+    fe, app, db = (
+        rng.choice(["web", "frontend", "nginx"]),
+        rng.choice(["app", "api", "catalog"]),
+        rng.choice(["db", "postgres", "mysql"]),
+    )
     n_app = rng.choice([1, 1, 2])
     app_cores, db_cores = rng.choice([1, 2, 4]), rng.choice([1, 2, 4])
     s_app, s_db = rng.uniform(0.0005, 0.006), rng.uniform(0.0005, 0.008)
@@ -37,12 +40,16 @@ def random_system(seed: int) -> System:
     freeze_app = periodic(rng.uniform(0.3, 0.8), 1.0, 0.15, 60) if rng.random() < 0.3 else []
     freeze_db = periodic(rng.uniform(0.3, 0.8), 1.0, 0.1, 60) if not freeze_app and rng.random() < 0.15 else []
     servers = [Server(fe, "fe1", cores=8)]
-    servers += [Server(app, f"{app}{i + 1}", cores=app_cores, threads=1000, connections=connections,
-                       freezes=freeze_app) for i in range(n_app)]
+    servers += [
+        Server(app, f"{app}{i + 1}", cores=app_cores, threads=1000, connections=connections, freezes=freeze_app)
+        for i in range(n_app)
+    ]
     servers += [Server(db, f"{db}1", cores=db_cores, freezes=freeze_db)]
-    pages = [Page("Home", 2, {fe: 0.0002, app: s_app * 0.5, db: s_db * 0.5}, {fe: 1, app: 1}),
-             Page("Item", 3, {fe: 0.0002, app: s_app, db: s_db}, {fe: 1, app: 2}),
-             Page("Search", 1, {fe: 0.0002, app: 2 * s_app, db: 3 * s_db}, {fe: 1, app: 1})]
+    pages = [
+        Page("Home", 2, {fe: 0.0002, app: s_app * 0.5, db: s_db * 0.5}, {fe: 1, app: 1}),
+        Page("Item", 3, {fe: 0.0002, app: s_app, db: s_db}, {fe: 1, app: 2}),
+        Page("Search", 1, {fe: 0.0002, app: 2 * s_app, db: 3 * s_db}, {fe: 1, app: 1}),
+    ]
     return System([fe, app, db], servers, pages, users=users, think_s=1.0, seed=seed)
 
 

@@ -81,12 +81,14 @@ def transactions(n: int = TRANSACTIONS, seed: int = 16) -> tuple[pa.Table, dict[
             "tier": np.repeat(["web", "app", "db", "db"], n),
             "server": np.concatenate([web_srv, app_srv, db1_srv, db2_srv]),
             "request_id": pa.concat_arrays([web_id, app_id, db1_id, db2_id]),
-            "parent_id": pa.concat_arrays([
-                pa.nulls(n, pa.string()),
-                web_id,
-                pc.if_else(pa.array(orphan1), missing, app_id),
-                pc.if_else(pa.array(orphan2), missing, app_id),
-            ]),
+            "parent_id": pa.concat_arrays(
+                [
+                    pa.nulls(n, pa.string()),
+                    web_id,
+                    pc.if_else(pa.array(orphan1), missing, app_id),
+                    pc.if_else(pa.array(orphan2), missing, app_id),
+                ]
+            ),
             "arrival_ns": BASE + np.concatenate([web_a, app_a, db1_a, db2_a]),
             "departure_ns": BASE + np.concatenate([web_d, app_d, db1_d, db2_d]),
         }
@@ -183,10 +185,14 @@ def test_sql_engines_equal_the_numpy_window_series(requests_file, spark_series):
     key = list(zip(*(dense.column(c).to_pylist() for c in ("tier", "server", "window_start_ns"))))
     row_of = {k: i for i, k in enumerate(key)}
     got = spark_series
-    rows = np.asarray([row_of[k] for k in zip(*(got.column(c).to_pylist()
-                                                  for c in ("tier", "server", "window_start_ns")))])
-    for name, ref in (("load", dense.column("load")), ("load_exclusive", dense_excl.column("load")),
-                      ("throughput", dense.column("throughput"))):
+    rows = np.asarray(
+        [row_of[k] for k in zip(*(got.column(c).to_pylist() for c in ("tier", "server", "window_start_ns")))]
+    )
+    for name, ref in (
+        ("load", dense.column("load")),
+        ("load_exclusive", dense_excl.column("load")),
+        ("throughput", dense.column("throughput")),
+    ):
         ref = ref.to_numpy()
         np.testing.assert_allclose(got.column(name).to_numpy(), ref[rows], rtol=1e-9, atol=0, err_msg=name)
         # the windows the SQL leaves out (no request touched them) are empty in the dense series
@@ -209,9 +215,16 @@ def test_one_query_text_two_dialects():
 
 def test_shared_request_ids_are_refused_or_left_out(tmp_path):
     # a traced run: one id along the transaction; parent_id cannot name the parent row
-    t = pa.table({"tier": ["web", "app"], "server": ["web1", "app1"], "request_id": ["x", "x"],
-                  "parent_id": [None, "x"], "arrival_ns": [BASE, BASE + 10 * MS],
-                  "departure_ns": [BASE + 40 * MS, BASE + 30 * MS]})
+    t = pa.table(
+        {
+            "tier": ["web", "app"],
+            "server": ["web1", "app1"],
+            "request_id": ["x", "x"],
+            "parent_id": [None, "x"],
+            "arrival_ns": [BASE, BASE + 10 * MS],
+            "departure_ns": [BASE + 40 * MS, BASE + 30 * MS],
+        }
+    )
     path = tmp_path / "r.parquet"
     pq.write_table(t, path)
     with pytest.raises(SharedRequestIds, match="1 request ids are carried by more than one row"):
@@ -238,9 +251,16 @@ def test_cli_engines_write_the_same_window_series(tmp_path, spark_series):
     from tierscope.cli import app
 
     # web1 holds a request 0-40 ms that waits 10-30 ms on app1: exclusive 20 ms of 50
-    t = pa.table({"tier": ["web", "app"], "server": ["web1", "app1"], "request_id": ["w", "a"],
-                  "parent_id": [None, "w"], "arrival_ns": [BASE, BASE + 10 * MS],
-                  "departure_ns": [BASE + 40 * MS, BASE + 30 * MS]})
+    t = pa.table(
+        {
+            "tier": ["web", "app"],
+            "server": ["web1", "app1"],
+            "request_id": ["w", "a"],
+            "parent_id": [None, "w"],
+            "arrival_ns": [BASE, BASE + 10 * MS],
+            "departure_ns": [BASE + 40 * MS, BASE + 30 * MS],
+        }
+    )
     pq.write_table(t, tmp_path / "requests.parquet")
     runner = CliRunner()
     written = {}
@@ -254,8 +274,11 @@ def test_cli_engines_write_the_same_window_series(tmp_path, spark_series):
     assert written["spark"].column("load").to_pylist() == [0.4, 0.8]
     assert written["spark"].column("load_exclusive").to_pylist() == [0.4, 0.4]
     assert written["spark"].column("throughput").to_pylist() == [20.0, 20.0]
-    res = runner.invoke(app, ["analyze", str(tmp_path), "--engine", "spark", "-o", str(tmp_path / "x")],
-                        env={"JAVA_HOME": "/nonexistent-jdk"})
+    res = runner.invoke(
+        app,
+        ["analyze", str(tmp_path), "--engine", "spark", "-o", str(tmp_path / "x")],
+        env={"JAVA_HOME": "/nonexistent-jdk"},
+    )
     assert res.exit_code == 2 and "Java runtime" in res.output
     res = runner.invoke(app, ["analyze", str(tmp_path), "--engine", "duckdb", "--report", "-o", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--engine numpy" in res.output

@@ -25,29 +25,33 @@ BASE = 1_700_000_000_000_000_000  # a multiple of 50 ms
 def traced(rows: list[tuple]) -> pa.Table:
     """A requests table as the tracer writes it: (tier, server, request_id, arrival_ms, departure_ms)."""
     proto = {"web": "http", "app": "http", "db": "postgres"}
-    return pa.table({
-        "tier": [r[0] for r in rows],
-        "server": [r[1] for r in rows],
-        "request_id": [r[2] for r in rows],
-        "parent_id": pa.nulls(len(rows), pa.string()),
-        "arrival_ns": pa.array([BASE + int(r[3] * MS) for r in rows], pa.int64()),
-        "departure_ns": pa.array([BASE + int(r[4] * MS) for r in rows], pa.int64()),
-        "protocol": [proto[r[0]] for r in rows],
-        "source": ["trace"] * len(rows),
-    })
+    return pa.table(
+        {
+            "tier": [r[0] for r in rows],
+            "server": [r[1] for r in rows],
+            "request_id": [r[2] for r in rows],
+            "parent_id": pa.nulls(len(rows), pa.string()),
+            "arrival_ns": pa.array([BASE + int(r[3] * MS) for r in rows], pa.int64()),
+            "departure_ns": pa.array([BASE + int(r[4] * MS) for r in rows], pa.int64()),
+            "protocol": [proto[r[0]] for r in rows],
+            "source": ["trace"] * len(rows),
+        }
+    )
 
 
 def test_parents_are_found_among_rows_sharing_one_request_id():
     # one page: web 0-100 ms, app 5-95 ms, three SQL statements inside; a second page id "b"
-    t = traced([
-        ("db", "db1", "a", 10, 20),
-        ("web", "web1", "a", 0, 100),
-        ("db", "db1", "a", 30, 40),
-        ("app", "app1", "a", 5, 95),
-        ("db", "db1", "a", 50, 60),
-        ("web", "web1", "b", 200, 210),
-        ("app", "app1", "b", 201, 209),
-    ])
+    t = traced(
+        [
+            ("db", "db1", "a", 10, 20),
+            ("web", "web1", "a", 0, 100),
+            ("db", "db1", "a", 30, 40),
+            ("app", "app1", "a", 5, 95),
+            ("db", "db1", "a", 50, 60),
+            ("web", "web1", "b", 200, 210),
+            ("app", "app1", "b", 201, 209),
+        ]
+    )
     linked = link_transactions(t)
     ids = linked.column("request_id").to_pylist()
     # the page's id stays on its web row; the rows that carried it downstream get ids of their own
@@ -62,29 +66,41 @@ def test_parents_are_found_among_rows_sharing_one_request_id():
 def test_rows_without_ids_have_no_parent_unless_time_finds_one():
     # an app row the tracer saw without an X-Request-Id and without addresses: no parent; a null
     # parent id must not match a null request id
-    t = traced([
-        ("web", "web1", "a", 0, 100),
-        ("app", "app1", None, 5, 95),
-        ("web", "web1", "b", 200, 210),
-        ("app", "app1", "b", 201, 209),
-    ])
+    t = traced(
+        [
+            ("web", "web1", "a", 0, 100),
+            ("app", "app1", None, 5, 95),
+            ("web", "web1", "b", 200, 210),
+            ("app", "app1", "b", 201, 209),
+        ]
+    )
     linked = link_transactions(t)
     assert parent_rows(linked).tolist() == [-1, -1, -1, 2]
     assert linked.column("request_id").to_pylist()[1].startswith("app1#")  # its row key
-    unique = pa.table({"tier": ["web", "app", "web"], "server": ["w", "a", "w"], "request_id": ["x", None, None],
-                       "parent_id": [None, None, "x"], "arrival_ns": [BASE, BASE, BASE], "departure_ns": [BASE + 9] * 3})
+    unique = pa.table(
+        {
+            "tier": ["web", "app", "web"],
+            "server": ["w", "a", "w"],
+            "request_id": ["x", None, None],
+            "parent_id": [None, None, "x"],
+            "arrival_ns": [BASE, BASE, BASE],
+            "departure_ns": [BASE + 9] * 3,
+        }
+    )
     assert parent_rows(unique).tolist() == [-1, -1, 0]
 
 
 def test_exclusive_load_of_a_caller_waiting_on_shared_id_children():
     # the app request is in its server 0-100 ms and waits on SQL 10-40 and 50-90: its own time is
     # 10 + 10 + 10 = 30 ms of the first two 50 ms windows: exclusive load 20/50 then 10/50
-    t = traced([
-        ("web", "web1", "a", 0, 100),
-        ("app", "app1", "a", 0, 100),
-        ("db", "db1", "a", 10, 40),
-        ("db", "db1", "a", 50, 90),
-    ])
+    t = traced(
+        [
+            ("web", "web1", "a", 0, 100),
+            ("app", "app1", "a", 0, 100),
+            ("db", "db1", "a", 10, 40),
+            ("db", "db1", "a", 50, 90),
+        ]
+    )
     fg = analyze_fine(link_transactions(t))
     assert fg.exclusive
     s = fg.series.to_pylist()
@@ -118,8 +134,15 @@ def test_a_paused_server_holding_requests_is_saturated_even_without_a_plateau():
     rows = [("app", "app1", f"r{i}", 200 * i, 200 * i + 2) for i in range(60)]
     rows.append(("app", "app1", "long", 1000, 1120))
     t = traced(rows)
-    events = pa.table({"start_ns": [BASE + 1010 * MS], "end_ns": [BASE + 1110 * MS], "host": ["app1"],
-                       "kind": ["injected_pause"], "detail": [""]})
+    events = pa.table(
+        {
+            "start_ns": [BASE + 1010 * MS],
+            "end_ns": [BASE + 1110 * MS],
+            "host": ["app1"],
+            "kind": ["injected_pause"],
+            "detail": [""],
+        }
+    )
     fg = analyze_fine(t, events)
     assert not np.isfinite(fg.n_star["app1"].n_star)
     sat = np.flatnonzero(fg.tier_saturated()["app"])
@@ -133,12 +156,26 @@ def test_a_paused_server_holding_requests_is_saturated_even_without_a_plateau():
 
 def test_simulated_freezes_still_give_an_alternating_verdict_with_the_pause_rule():
     # the simulator counts a frozen server holding a request as saturated: the rule agrees
-    app = {"name": "app", "cores": 2, "threads": 2000, "service_ms": 1.0,
-           "freeze": {"period_s": 1.0, "duration_s": 0.25}}
-    spec = parse_spec({"seed": 7, "duration_s": 20, "warmup_s": 1,
-                       "workload": {"users": 600, "think_time_s": 1.0, "index_of_dispersion": 1},
-                       "tier": [{"name": "web", "cores": 2, "threads": 2000, "service_ms": 0.2}, app,
-                                {"name": "db", "cores": 2, "threads": 2000, "service_ms": 2.0}]})
+    app = {
+        "name": "app",
+        "cores": 2,
+        "threads": 2000,
+        "service_ms": 1.0,
+        "freeze": {"period_s": 1.0, "duration_s": 0.25},
+    }
+    spec = parse_spec(
+        {
+            "seed": 7,
+            "duration_s": 20,
+            "warmup_s": 1,
+            "workload": {"users": 600, "think_time_s": 1.0, "index_of_dispersion": 1},
+            "tier": [
+                {"name": "web", "cores": 2, "threads": 2000, "service_ms": 0.2},
+                app,
+                {"name": "db", "cores": 2, "threads": 2000, "service_ms": 2.0},
+            ],
+        }
+    )
     sim = simulate(spec)
     fg = analyze_fine(sim.requests, sim.events)
     assert fg.verdict.kind == "alternating", fg.verdict
@@ -150,8 +187,9 @@ V = lambda kind, tiers: Verdict(kind, tiers, "", 0.8, "")  # noqa: E731
 
 
 def test_several_at_once_with_one_saturated_resource_downstream_is_that_tier():
-    head, extra = corroborate(V("several", ["web", "app", "db"]),
-                              {"db": ["db1 cpu_util above 95 % in 97 % of the samples"]}, "at 450 users")
+    head, extra = corroborate(
+        V("several", ["web", "app", "db"]), {"db": ["db1 cpu_util above 95 % in 97 % of the samples"]}, "at 450 users"
+    )
     assert head is not None and head.startswith("Single bottleneck at db: db1 cpu_util")
     assert "web and app were saturated at the same time only as its callers" in head
     assert extra == ""
@@ -168,8 +206,12 @@ def test_several_at_once_is_kept_when_the_saturated_resource_is_upstream_or_on_t
 def test_an_upstream_single_tier_without_a_saturated_resource_waits_on_the_saturated_one():
     # at the analysed point nginx queues (it cannot hand requests to the app server) while the
     # app host's CPU is pegged: the app is the bottleneck
-    head, extra = corroborate(V("single", ["web"]), {"app": ["app1 cpu_util above 95 % in 97 % of the samples"]},
-                              "at 300 users", same_point=True)
+    head, extra = corroborate(
+        V("single", ["web"]),
+        {"app": ["app1 cpu_util above 95 % in 97 % of the samples"]},
+        "at 300 users",
+        same_point=True,
+    )
     assert head is not None and head.startswith("Single bottleneck at app: app1 cpu_util")
     assert "the web tier, saturated in the fine-grained analysis, has no saturated resource" in head
     # two saturated tiers: no single explanation
@@ -254,8 +296,13 @@ def test_the_simulators_alternating_example_without_its_events_table():
     w = without.window_ns
     for tier in ("app", "db"):
         rows = truth.filter(pc.equal(truth.column("tier"), tier))
-        cover = interval_ratio(np.asarray(rows.column("start_ns")), np.asarray(rows.column("end_ns")),
-                               without.base_ns, without.n_windows, w)
+        cover = interval_ratio(
+            np.asarray(rows.column("start_ns")),
+            np.asarray(rows.column("end_ns")),
+            without.base_ns,
+            without.n_windows,
+            w,
+        )
         share = float((cover >= 0.5).mean())
         assert abs(without.saturated_share[tier] - share) <= 0.08, (tier, without.saturated_share, share)
         assert abs(without.saturated_share[tier] - with_events.saturated_share[tier]) <= 0.05

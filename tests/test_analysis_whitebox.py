@@ -89,8 +89,13 @@ def test_a_disk_bound_database_is_named_by_its_disk_not_its_cpu():
     from tierscope.analysis.experiment import Analysis
     from tierscope.analysis.summary import bound_tiers
 
-    data = Analysis(title="t", blackbox={"1/1/1": SimpleNamespace(max_throughput_users=400.0)},
-                      whitebox={"1/1/1": wb}, focus_config="1/1/1", fine_users=300.0)
+    data = Analysis(
+        title="t",
+        blackbox={"1/1/1": SimpleNamespace(max_throughput_users=400.0)},
+        whitebox={"1/1/1": wb},
+        focus_config="1/1/1",
+        fine_users=300.0,
+    )
     assert bound_tiers(data, ["db", "app"]) == {"db": "db, disk-bound"}
     data.fine_users = 100.0  # nothing saturated where the fine-grained analysis looked: the maximum's level
     assert bound_tiers(data, ["db"]) == {"db": "db, disk-bound"}
@@ -214,7 +219,7 @@ def test_fifty_ms_bursts_vanish_at_one_second():
     values = np.zeros(400)
     for sec in range(20):
         at = int(rng.integers(0, 19))
-        values[sec * 20 + at: sec * 20 + at + 2] = 100.0
+        values[sec * 20 + at : sec * 20 + at + 2] = 100.0
     res = _table({("db1", "cpu_util", "percent"): values,
                   ("app1", "cpu_util", "percent"): np.full(400, 70.0)}, interval_ns=50 * MS)  # fmt: skip
     g = two_grains(res, "db1")
@@ -264,9 +269,11 @@ def _write_cgroup(root, usage_ns, user_ns, sys_ns, thr_ns, nthr, mem, inactive, 
     (memory / "memory.stat").write_text(f"cache 1\ntotal_inactive_file {inactive}\ntotal_pgmajfault {majflt}\n"
                                         f"total_swap 4096\n")  # fmt: skip
     (blkio / "blkio.throttle.io_serviced").write_text(
-        f"254:0 Read 0\n254:0 Write {wops}\n254:0 Total {wops}\n7:0 Write 5\nTotal {wops + 5}\n")
+        f"254:0 Read 0\n254:0 Write {wops}\n254:0 Total {wops}\n7:0 Write 5\nTotal {wops + 5}\n"
+    )
     (blkio / "blkio.throttle.io_service_bytes").write_text(
-        f"254:0 Read 0\n254:0 Write {wbytes}\n254:0 Total {wbytes}\nTotal {wbytes}\n")
+        f"254:0 Read 0\n254:0 Write {wbytes}\n254:0 Total {wbytes}\nTotal {wbytes}\n"
+    )
     (blkio / "blkio.throttle.write_iops_device").write_text("254:0 200\n")
     (blkio / "blkio.throttle.write_bps_device").write_text("254:0 10000000\n")
     (blkio / "blkio.throttle.read_iops_device").write_text("")

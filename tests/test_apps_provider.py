@@ -17,8 +17,12 @@ def test_the_runner_imports_no_application_and_no_dbms():
     tree = ast.parse(RUNNER.read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert not [m for m in imported if m.startswith("tierscope.apps.") or m in (
-        "tierscope.services.postgres", "tierscope.services.mariadb", "tierscope.services.appserver")]
+    assert not [
+        m
+        for m in imported
+        if m.startswith("tierscope.apps.")
+        or m in ("tierscope.services.postgres", "tierscope.services.mariadb", "tierscope.services.appserver")
+    ]
     assert "rubbos" not in RUNNER.read_text().lower()
 
 
@@ -31,8 +35,18 @@ def test_providers_by_benchmark():
     assert apps.provider("rubbos").workload_file("browse_only").name == "browse_only.toml"
 
 
-@pytest.mark.parametrize("scale, name", [("small", "small"), (0.002, "tiny"), (0.0199, "tiny"), (0.02, "small"),
-                                         (0.449, "small"), (0.45, "paper"), (1, "paper")])
+@pytest.mark.parametrize(
+    "scale, name",
+    [
+        ("small", "small"),
+        (0.002, "tiny"),
+        (0.0199, "tiny"),
+        (0.02, "small"),
+        (0.449, "small"),
+        (0.45, "paper"),
+        (1, "paper"),
+    ],
+)
 def test_a_fraction_of_the_paper_scale_rounds_to_the_nearest_preset(scale, name):
     assert scale_name(scale) == name
 

@@ -33,8 +33,7 @@ from tierscope.testbed.host import Host
 from conftest import needs_root
 
 HAS_MARIADB = os.path.exists("/usr/sbin/mariadbd")
-needs_root = [pytest.mark.root,
-              needs_root("database servers run as their own OS users")]
+needs_root = [pytest.mark.root, needs_root("database servers run as their own OS users")]
 SCALE = "tiny"
 ITEMS, EBS = datagen.SCALES[SCALE]
 SEED = 11
@@ -50,13 +49,17 @@ class Rig:
     app: object
     report: datagen.LoadReport
 
-    def call(self, path: str, params: dict | list | None = None, method: str = "GET",
-             headers: dict | None = None) -> tuple[int, str, dict]:
+    def call(
+        self, path: str, params: dict | list | None = None, method: str = "GET", headers: dict | None = None
+    ) -> tuple[int, str, dict]:
         qs = urlencode(params or {}, doseq=True)
         body = qs.encode() if method == "POST" else b""
         environ = {
-            "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": "" if method == "POST" else qs,
-            "CONTENT_TYPE": "application/x-www-form-urlencoded", "CONTENT_LENGTH": str(len(body)),
+            "REQUEST_METHOD": method,
+            "PATH_INFO": path,
+            "QUERY_STRING": "" if method == "POST" else qs,
+            "CONTENT_TYPE": "application/x-www-form-urlencoded",
+            "CONTENT_LENGTH": str(len(body)),
             "wsgi.input": io.BytesIO(body),
         }
         for k, v in (headers or {}).items():
@@ -81,14 +84,21 @@ class Rig:
         if self.dbms == "postgresql":
             import psycopg
 
-            with psycopg.connect(host=self.cfg.host, port=self.cfg.port, user=self.cfg.user,
-                                 dbname=self.cfg.database, autocommit=True) as conn:
+            with psycopg.connect(
+                host=self.cfg.host, port=self.cfg.port, user=self.cfg.user, dbname=self.cfg.database, autocommit=True
+            ) as conn:
                 cur = conn.execute(statement, params)
                 return cur.fetchall() if cur.description else []
         import pymysql
 
-        conn = pymysql.connect(host=self.cfg.host, port=self.cfg.port, user=self.cfg.user,
-                               password=self.cfg.password, database=self.cfg.database, autocommit=True)
+        conn = pymysql.connect(
+            host=self.cfg.host,
+            port=self.cfg.port,
+            user=self.cfg.user,
+            password=self.cfg.password,
+            database=self.cfg.database,
+            autocommit=True,
+        )
         try:
             with conn.cursor() as cur:
                 cur.execute(statement, params)
@@ -107,8 +117,11 @@ class Rig:
 def _dbms_params():
     return [
         pytest.param("postgresql", marks=needs_root),
-        pytest.param("mariadb", marks=needs_root + [
-            pytest.mark.skipif(not HAS_MARIADB, reason="mariadb-server not installed (/usr/sbin/mariadbd)")]),
+        pytest.param(
+            "mariadb",
+            marks=needs_root
+            + [pytest.mark.skipif(not HAS_MARIADB, reason="mariadb-server not installed (/usr/sbin/mariadbd)")],
+        ),
     ]
 
 
@@ -128,8 +141,9 @@ def rig(request):
         from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
 
         server = MariaDB(host, free_port(), work / "maria", durable=False)
-        cfg = DbConfig("mariadb", host=host.address, port=server.port, user=LAB_USER, password=LAB_PASSWORD,
-                       database="tpcw")
+        cfg = DbConfig(
+            "mariadb", host=host.address, port=server.port, user=LAB_USER, password=LAB_PASSWORD, database="tpcw"
+        )
     server.start()
     app = None
     try:
@@ -149,7 +163,7 @@ def book_ids(text: str) -> list[int]:
 def promo_ids(text: str) -> list[int]:
     strip = re.search(r'<table class="promo">(.*?)</table>', text, re.S)
     assert strip, "no promotional strip"
-    ids = [int(x) for x in re.findall(r'ProductDetail\?I_ID=(\d+)', strip.group(1))]
+    ids = [int(x) for x in re.findall(r"ProductDetail\?I_ID=(\d+)", strip.group(1))]
     assert len(re.findall(r'<img src="/tpcw/img/img\d+/thumb_\d+\.gif"', strip.group(1))) == len(ids)
     return ids
 
@@ -253,20 +267,30 @@ def test_health_and_home(rig):
 
 def test_new_products_lists_the_newest_books_of_a_subject(rig):
     for subj in ("ARTS", "TRAVEL"):
-        want = [r[0] for r in rig.sql(
-            "SELECT i_id FROM item WHERE i_subject = %s ORDER BY i_pub_date DESC, i_title, i_id LIMIT 50", (subj,))]
+        want = [
+            r[0]
+            for r in rig.sql(
+                "SELECT i_id FROM item WHERE i_subject = %s ORDER BY i_pub_date DESC, i_title, i_id LIMIT 50", (subj,)
+            )
+        ]
         text = rig.ok("/tpcw/NewProducts", {"subject": subj})
-        assert book_ids(text) == want and len(want) == min(50, rig.one(
-            "SELECT COUNT(*) FROM item WHERE i_subject = %s", (subj,)))
+        assert book_ids(text) == want and len(want) == min(
+            50, rig.one("SELECT COUNT(*) FROM item WHERE i_subject = %s", (subj,))
+        )
         assert_promo_is_related_of_one_item(rig, text)
 
 
 def test_best_sellers_top_item_has_the_largest_quantity_in_the_last_3333_orders(rig):
     max_o = rig.one("SELECT MAX(o_id) FROM orders")
     for subj in ("ARTS", "COMPUTERS", "YOUTH"):
-        sums = {i: int(q) for i, q in rig.sql(
-            "SELECT ol_i_id, SUM(ol_qty) FROM order_line, item WHERE ol_i_id = i_id AND i_subject = %s "
-            "AND ol_o_id > %s GROUP BY ol_i_id", (subj, max_o - 3333))}
+        sums = {
+            i: int(q)
+            for i, q in rig.sql(
+                "SELECT ol_i_id, SUM(ol_qty) FROM order_line, item WHERE ol_i_id = i_id AND i_subject = %s "
+                "AND ol_o_id > %s GROUP BY ol_i_id",
+                (subj, max_o - 3333),
+            )
+        }
         text = rig.ok("/tpcw/BestSellers", {"subject": subj}, f"Best sellers: {subj}")
         got = book_ids(text)
         assert len(got) == min(50, len(sums)) and got
@@ -283,15 +307,30 @@ def test_product_detail_and_admin_request_show_the_book(rig):
     i_id = 321
     title, cost, image, thumb, fname, lname = rig.one(
         "SELECT i_title, i_cost, i_image, i_thumbnail, a_fname, a_lname FROM item JOIN author ON i_a_id = a_id "
-        "WHERE i_id = %s", (i_id,))
-    text = rig.ok("/tpcw/ProductDetail", {"I_ID": i_id, "C_ID": 3, "SHOPPING_ID": 9},
-                  title, f"{fname}", lname, f"Our price: {cost:.2f}", f'<img src="/tpcw/img/{image}"',
-                  f'href="/tpcw/ShoppingCart?I_ID={i_id}&ADD_FLAG=Y&C_ID=3&SHOPPING_ID=9"',
-                  f'href="/tpcw/AdminRequest?I_ID={i_id}&C_ID=3&SHOPPING_ID=9"')
+        "WHERE i_id = %s",
+        (i_id,),
+    )
+    text = rig.ok(
+        "/tpcw/ProductDetail",
+        {"I_ID": i_id, "C_ID": 3, "SHOPPING_ID": 9},
+        title,
+        f"{fname}",
+        lname,
+        f"Our price: {cost:.2f}",
+        f'<img src="/tpcw/img/{image}"',
+        f'href="/tpcw/ShoppingCart?I_ID={i_id}&ADD_FLAG=Y&C_ID=3&SHOPPING_ID=9"',
+        f'href="/tpcw/AdminRequest?I_ID={i_id}&C_ID=3&SHOPPING_ID=9"',
+    )
     assert image == f"img{i_id % 100}/image_{i_id}.gif"
     assert "Sorry" in rig.ok("/tpcw/ProductDetail", {"I_ID": ITEMS + 7})
-    rig.ok("/tpcw/AdminRequest", {"I_ID": i_id}, f'<img src="/tpcw/img/{image}"', f'<img src="/tpcw/img/{thumb}"',
-           'name="I_NEW_COST"', 'action="/tpcw/AdminConfirm"')
+    rig.ok(
+        "/tpcw/AdminRequest",
+        {"I_ID": i_id},
+        f'<img src="/tpcw/img/{image}"',
+        f'<img src="/tpcw/img/{thumb}"',
+        'name="I_NEW_COST"',
+        'action="/tpcw/AdminConfirm"',
+    )
     assert text.count("<img ") == 6  # logo, 4 buttons, the image
 
 
@@ -311,8 +350,10 @@ def test_searches_by_emulator_digsyl_strings_hit_and_match(rig):
         token = digsyl(nurand(rng, a, 0, ITEMS // 10), 7)
         text = rig.ok("/tpcw/SearchResults", {"search_type": "author", "search_string": token})
         got = set(book_ids(text))
-        want = {r[0] for r in rig.sql(
-            "SELECT i_id FROM item JOIN author ON i_a_id = a_id WHERE a_lname LIKE %s", (token + "%",))}
+        want = {
+            r[0]
+            for r in rig.sql("SELECT i_id FROM item JOIN author ON i_a_id = a_id WHERE a_lname LIKE %s", (token + "%",))
+        }
         assert got and (got == want if len(want) <= 50 else got < want), token
     text = rig.ok("/tpcw/SearchResults", {"search_type": "subject", "search_string": "HISTORY"})
     assert len(book_ids(text)) == min(50, rig.one("SELECT COUNT(*) FROM item WHERE i_subject = 'HISTORY'"))
@@ -329,8 +370,10 @@ def cart_id(text: str) -> int:
 
 
 def cart_qty(rig: Rig, sc_id: int) -> dict[int, int]:
-    return {int(i): int(q) for i, q in rig.sql(
-        "SELECT scl_i_id, scl_qty FROM shopping_cart_line WHERE scl_sc_id = %s", (sc_id,))}
+    return {
+        int(i): int(q)
+        for i, q in rig.sql("SELECT scl_i_id, scl_qty FROM shopping_cart_line WHERE scl_sc_id = %s", (sc_id,))
+    }
 
 
 def test_buy_confirm_makes_one_order_and_applies_the_stock_rule(rig):
@@ -345,26 +388,59 @@ def test_buy_confirm_makes_one_order_and_applies_the_stock_rule(rig):
     rig.ok("/tpcw/ShoppingCart", {"ADD_FLAG": "Y", "I_ID": c, "C_ID": c_id, "SHOPPING_ID": sc})
     assert cart_qty(rig, sc) == {a: 1, b: 2, c: 1}
     # refresh: remove c, 25 of a (the stock rule then adds 21), keep b
-    text = rig.ok("/tpcw/ShoppingCart", [("ADD_FLAG", "N"), ("C_ID", c_id), ("SHOPPING_ID", sc),
-                                         ("I_ID", a), ("QTY", 25), ("I_ID", c), ("QTY", 0), ("I_ID", b), ("QTY", 2)])
+    text = rig.ok(
+        "/tpcw/ShoppingCart",
+        [
+            ("ADD_FLAG", "N"),
+            ("C_ID", c_id),
+            ("SHOPPING_ID", sc),
+            ("I_ID", a),
+            ("QTY", 25),
+            ("I_ID", c),
+            ("QTY", 0),
+            ("I_ID", b),
+            ("QTY", 2),
+        ],
+    )
     assert cart_qty(rig, sc) == {a: 25, b: 2} and f"Shopping cart {sc}: 2 lines" in text
     assert_promo_is_related_of_one_item(rig, text)
-    rig.ok("/tpcw/CustomerRegistration", {"C_ID": c_id, "SHOPPING_ID": sc}, f'value="{uname}"', 'action="/tpcw/BuyRequest"')
-    rig.ok("/tpcw/BuyRequest", {"SHOPPING_ID": sc, "C_ID": c_id, "RETURNING_FLAG": "Y", "UNAME": uname,
-                                "PASSWD": uname.lower()}, f"C_ID {c_id}", 'action="/tpcw/BuyConfirm"')
+    rig.ok(
+        "/tpcw/CustomerRegistration", {"C_ID": c_id, "SHOPPING_ID": sc}, f'value="{uname}"', 'action="/tpcw/BuyRequest"'
+    )
+    rig.ok(
+        "/tpcw/BuyRequest",
+        {"SHOPPING_ID": sc, "C_ID": c_id, "RETURNING_FLAG": "Y", "UNAME": uname, "PASSWD": uname.lower()},
+        f"C_ID {c_id}",
+        'action="/tpcw/BuyConfirm"',
+    )
     login = rig.one("SELECT c_login FROM customer WHERE c_id = %s", (c_id,))
     assert abs((datetime.now() - login).total_seconds()) < 60
     stock = {i: s for i, s in rig.sql("SELECT i_id, i_stock FROM item WHERE i_id IN (%s, %s)", (a, b))}
     cost = {i: float(x) for i, x in rig.sql("SELECT i_id, i_cost FROM item WHERE i_id IN (%s, %s)", (a, b))}
     discount = float(rig.one("SELECT c_discount FROM customer WHERE c_id = %s", (c_id,)))
     before = {t: rig.count(t) for t in ("orders", "order_line", "cc_xacts", "address")}
-    text = rig.ok("/tpcw/BuyConfirm", {"SHOPPING_ID": sc, "C_ID": c_id, "CC_TYPE": "AMEX", "CC_NUMBER": "4111222233334444",
-                                       "CC_NAME": "Test Buyer", "CC_EXPIRY": "2031-12-31", "SHIPPING": "FEDEX"},
-                  "your order has been processed", method="POST")
+    text = rig.ok(
+        "/tpcw/BuyConfirm",
+        {
+            "SHOPPING_ID": sc,
+            "C_ID": c_id,
+            "CC_TYPE": "AMEX",
+            "CC_NUMBER": "4111222233334444",
+            "CC_NAME": "Test Buyer",
+            "CC_EXPIRY": "2031-12-31",
+            "SHIPPING": "FEDEX",
+        },
+        "your order has been processed",
+        method="POST",
+    )
     o_id = int(re.search(r"Order id: <b>(\d+)</b>", text).group(1))
     after = {t: rig.count(t) for t in before}
-    assert after == {"orders": before["orders"] + 1, "order_line": before["order_line"] + 2,
-                     "cc_xacts": before["cc_xacts"] + 1, "address": before["address"]}
+    assert after == {
+        "orders": before["orders"] + 1,
+        "order_line": before["order_line"] + 2,
+        "cc_xacts": before["cc_xacts"] + 1,
+        "address": before["address"],
+    }
     assert o_id == rig.one("SELECT MAX(o_id) FROM orders")
     lines = {i: q for i, q in rig.sql("SELECT ol_i_id, ol_qty FROM order_line WHERE ol_o_id = %s", (o_id,))}
     assert lines == {a: 25, b: 2}
@@ -375,27 +451,52 @@ def test_buy_confirm_makes_one_order_and_applies_the_stock_rule(rig):
     sub = (cost[a] * 25 + cost[b] * 2) * (1 - discount)
     total = sub * 1.0825 + 3 + 27
     o_c_id, o_total, o_status, bill, ship = rig.one(
-        "SELECT o_c_id, o_total, o_status, o_bill_addr_id, o_ship_addr_id FROM orders WHERE o_id = %s", (o_id,))
+        "SELECT o_c_id, o_total, o_status, o_bill_addr_id, o_ship_addr_id FROM orders WHERE o_id = %s", (o_id,)
+    )
     assert o_c_id == c_id and abs(o_total - total) < 0.02 and o_status == "PENDING"
     assert bill == ship == rig.one("SELECT c_addr_id FROM customer WHERE c_id = %s", (c_id,))
     cx_amt, cx_co = rig.one("SELECT cx_xact_amt, cx_co_id FROM cc_xacts WHERE cx_o_id = %s", (o_id,))
     assert cx_amt == o_total and cx_co == rig.one("SELECT addr_co_id FROM address WHERE addr_id = %s", (ship,))
     assert cart_qty(rig, sc) == {}
     # the order is the customer's latest
-    text = rig.ok("/tpcw/OrderDisplay", {"UNAME": uname, "PASSWD": uname.lower()}, f"Order id: <b>{o_id}</b>",
-                  "2 order lines")
+    text = rig.ok(
+        "/tpcw/OrderDisplay", {"UNAME": uname, "PASSWD": uname.lower()}, f"Order id: <b>{o_id}</b>", "2 order lines"
+    )
     # a second confirm of the emptied cart orders nothing
-    again = rig.ok("/tpcw/BuyConfirm", {"SHOPPING_ID": sc, "C_ID": c_id, "CC_TYPE": "AMEX", "CC_NUMBER": "1",
-                                        "CC_NAME": "x", "CC_EXPIRY": "2031-12-31", "SHIPPING": "AIR"})
+    again = rig.ok(
+        "/tpcw/BuyConfirm",
+        {
+            "SHOPPING_ID": sc,
+            "C_ID": c_id,
+            "CC_TYPE": "AMEX",
+            "CC_NUMBER": "1",
+            "CC_NAME": "x",
+            "CC_EXPIRY": "2031-12-31",
+            "SHIPPING": "AIR",
+        },
+    )
     assert "Sorry" in again and rig.count("orders") == after["orders"]
 
 
 def test_new_customer_and_new_ship_address_get_sequence_ids(rig):
     max_c, max_addr = rig.one("SELECT MAX(c_id), (SELECT MAX(addr_id) FROM address) FROM customer")
     sc = cart_id(rig.ok("/tpcw/ShoppingCart", {"ADD_FLAG": "Y", "I_ID": 55}))
-    fields = {"SHOPPING_ID": sc, "RETURNING_FLAG": "N", "FNAME": "Ada", "LNAME": "Lovelace", "STREET_1": "12 Analytical St",
-              "STREET_2": "", "CITY": "London", "STATE": "LDN", "ZIP": "N1 9GU", "COUNTRY": "United Kingdom",
-              "PHONE": "441234", "EMAIL": "ada@example.org", "BIRTHDATE": "1815-12-10", "DATA": "engine"}
+    fields = {
+        "SHOPPING_ID": sc,
+        "RETURNING_FLAG": "N",
+        "FNAME": "Ada",
+        "LNAME": "Lovelace",
+        "STREET_1": "12 Analytical St",
+        "STREET_2": "",
+        "CITY": "London",
+        "STATE": "LDN",
+        "ZIP": "N1 9GU",
+        "COUNTRY": "United Kingdom",
+        "PHONE": "441234",
+        "EMAIL": "ada@example.org",
+        "BIRTHDATE": "1815-12-10",
+        "DATA": "engine",
+    }
     text = rig.ok("/tpcw/BuyRequest", fields, "Ada Lovelace", "United Kingdom")
     c_id = int(re.search(r"C_ID (\d+)\)", text).group(1))
     assert c_id > max_c and f"C_ID={c_id}&SHOPPING_ID={sc}" in text
@@ -407,12 +508,27 @@ def test_new_customer_and_new_ship_address_get_sequence_ids(rig):
     c2 = int(re.search(r"C_ID (\d+)\)", text).group(1))
     assert c2 > c_id and rig.count("address") == n_addr
     # Buy Confirm to a new shipping address
-    text = rig.ok("/tpcw/BuyConfirm", {"SHOPPING_ID": sc, "C_ID": c_id, "CC_TYPE": "VISA", "CC_NUMBER": "42",
-                                       "CC_NAME": "Ada", "CC_EXPIRY": "2030-01-31", "SHIPPING": "MAIL",
-                                       "STREET_1": "1 Rue X", "CITY": "Paris", "STATE": "IDF", "ZIP": "75001",
-                                       "COUNTRY": "France"})
+    text = rig.ok(
+        "/tpcw/BuyConfirm",
+        {
+            "SHOPPING_ID": sc,
+            "C_ID": c_id,
+            "CC_TYPE": "VISA",
+            "CC_NUMBER": "42",
+            "CC_NAME": "Ada",
+            "CC_EXPIRY": "2030-01-31",
+            "SHIPPING": "MAIL",
+            "STREET_1": "1 Rue X",
+            "CITY": "Paris",
+            "STATE": "IDF",
+            "ZIP": "75001",
+            "COUNTRY": "France",
+        },
+    )
     o_id = int(re.search(r"Order id: <b>(\d+)</b>", text).group(1))
-    ship, co = rig.one("SELECT o_ship_addr_id, cx_co_id FROM orders JOIN cc_xacts ON cx_o_id = o_id WHERE o_id = %s", (o_id,))
+    ship, co = rig.one(
+        "SELECT o_ship_addr_id, cx_co_id FROM orders JOIN cc_xacts ON cx_o_id = o_id WHERE o_id = %s", (o_id,)
+    )
     assert ship > max_addr and ship != rig.one("SELECT c_addr_id FROM customer WHERE c_id = %s", (c_id,))
     assert co == 5  # France
     assert rig.call("/tpcw/OrderInquiry", {"C_ID": c_id})[1].count(f'value="{uname}"') == 1
@@ -422,21 +538,39 @@ def test_admin_confirm_sets_the_related_items_from_the_last_10000_orders(rig):
     max_o = rig.one("SELECT MAX(o_id) FROM orders")
     i_id = rig.one(
         "SELECT ol_i_id FROM order_line WHERE ol_o_id > %s GROUP BY ol_i_id ORDER BY COUNT(*) DESC, ol_i_id LIMIT 1",
-        (max_o - 10000,))
-    buyers = {c for (c,) in rig.sql(
-        "SELECT o_c_id FROM orders, order_line WHERE o_id = ol_o_id AND o_id > %s AND ol_i_id = %s",
-        (max_o - 10000, i_id))}
+        (max_o - 10000,),
+    )
+    buyers = {
+        c
+        for (c,) in rig.sql(
+            "SELECT o_c_id FROM orders, order_line WHERE o_id = ol_o_id AND o_id > %s AND ol_i_id = %s",
+            (max_o - 10000, i_id),
+        )
+    }
     qty: dict[int, int] = {}
     for c, item, q in rig.sql("SELECT o_c_id, ol_i_id, ol_qty FROM orders, order_line WHERE o_id = ol_o_id"):
         if c in buyers and item != i_id:
             qty[item] = qty.get(item, 0) + q
     want = sorted(qty, key=lambda k: (-qty[k], k))[:5]
     assert len(want) == 5
-    text = rig.ok("/tpcw/AdminConfirm", {"I_ID": i_id, "I_NEW_COST": "12.34", "I_NEW_IMAGE": "img1/image_1.gif",
-                                         "I_NEW_THUMBNAIL": "img1/thumb_1.gif", "C_ID": 8},
-                  "The book has been updated", "Our price: 12.34", '<img src="/tpcw/img/img1/image_1.gif"')
-    row = rig.one("SELECT i_related1, i_related2, i_related3, i_related4, i_related5, i_cost, i_image, i_thumbnail, "
-                  "i_pub_date FROM item WHERE i_id = %s", (i_id,))
+    text = rig.ok(
+        "/tpcw/AdminConfirm",
+        {
+            "I_ID": i_id,
+            "I_NEW_COST": "12.34",
+            "I_NEW_IMAGE": "img1/image_1.gif",
+            "I_NEW_THUMBNAIL": "img1/thumb_1.gif",
+            "C_ID": 8,
+        },
+        "The book has been updated",
+        "Our price: 12.34",
+        '<img src="/tpcw/img/img1/image_1.gif"',
+    )
+    row = rig.one(
+        "SELECT i_related1, i_related2, i_related3, i_related4, i_related5, i_cost, i_image, i_thumbnail, "
+        "i_pub_date FROM item WHERE i_id = %s",
+        (i_id,),
+    )
     assert list(row[:5]) == want
     assert row[5] == 12.34 and row[6] == "img1/image_1.gif" and row[7] == "img1/thumb_1.gif"
     assert row[8] == date.today()
@@ -445,8 +579,9 @@ def test_admin_confirm_sets_the_related_items_from_the_last_10000_orders(rig):
     # the updated book is now the newest of its subject
     subj = rig.one("SELECT i_subject FROM item WHERE i_id = %s", (i_id,))
     assert book_ids(rig.ok("/tpcw/NewProducts", {"subject": subj}))[0] == i_id
-    assert "Sorry" in rig.ok("/tpcw/AdminConfirm", {"I_ID": ITEMS + 1, "I_NEW_COST": "1", "I_NEW_IMAGE": "a.gif",
-                                                   "I_NEW_THUMBNAIL": "b.gif"})
+    assert "Sorry" in rig.ok(
+        "/tpcw/AdminConfirm", {"I_ID": ITEMS + 1, "I_NEW_COST": "1", "I_NEW_IMAGE": "a.gif", "I_NEW_THUMBNAIL": "b.gif"}
+    )
 
 
 def test_order_display_and_refusals(rig):
@@ -455,11 +590,17 @@ def test_order_display_and_refusals(rig):
     want = rig.one("SELECT o_id FROM orders WHERE o_c_id = %s ORDER BY o_date DESC, o_id DESC LIMIT 1", (c_id,))
     n_lines = rig.one("SELECT COUNT(*) FROM order_line WHERE ol_o_id = %s", (want,))
     rig.ok("/tpcw/OrderInquiry", {"C_ID": c_id}, f'value="{uname}"', 'action="/tpcw/OrderDisplay"')
-    rig.ok("/tpcw/OrderDisplay", {"UNAME": uname, "PASSWD": uname.lower()}, f"Order id: <b>{want}</b>",
-           f"{n_lines} order lines")
+    rig.ok(
+        "/tpcw/OrderDisplay",
+        {"UNAME": uname, "PASSWD": uname.lower()},
+        f"Order id: <b>{want}</b>",
+        f"{n_lines} order lines",
+    )
     assert "Sorry" in rig.ok("/tpcw/OrderDisplay", {"UNAME": uname, "PASSWD": "wrong"})
     assert "Sorry" in rig.ok("/tpcw/OrderDisplay", {"UNAME": "NOSUCHUSER", "PASSWD": "x"})
-    assert "Sorry" in rig.ok("/tpcw/BuyRequest", {"SHOPPING_ID": 1, "RETURNING_FLAG": "Y", "UNAME": uname, "PASSWD": "bad"})
+    assert "Sorry" in rig.ok(
+        "/tpcw/BuyRequest", {"SHOPPING_ID": 1, "RETURNING_FLAG": "Y", "UNAME": uname, "PASSWD": "bad"}
+    )
 
 
 def test_bad_parameters_answer_400_and_change_nothing(rig):
@@ -479,18 +620,65 @@ def test_bad_parameters_answer_400_and_change_nothing(rig):
         ("/tpcw/ShoppingCart", {"ADD_FLAG": "maybe"}),
         ("/tpcw/BuyRequest", {"RETURNING_FLAG": "Y", "UNAME": "OG", "PASSWD": "og"}),
         ("/tpcw/BuyRequest", {"SHOPPING_ID": 1, "RETURNING_FLAG": "N", "FNAME": "a"}),
-        ("/tpcw/BuyRequest", {"SHOPPING_ID": 1, "RETURNING_FLAG": "N", "FNAME": "A", "LNAME": "B", "STREET_1": "s",
-                              "CITY": "c", "STATE": "s", "ZIP": "1", "COUNTRY": "Atlantis", "PHONE": "1",
-                              "EMAIL": "e", "BIRTHDATE": "1970-01-01"}),
-        ("/tpcw/BuyConfirm", {"SHOPPING_ID": 1, "C_ID": 1, "CC_TYPE": "BITCOIN", "CC_NUMBER": "1", "CC_NAME": "n",
-                              "CC_EXPIRY": "2030-01-01", "SHIPPING": "AIR"}),
-        ("/tpcw/BuyConfirm", {"SHOPPING_ID": 1, "C_ID": 1, "CC_TYPE": "VISA", "CC_NUMBER": "12ab", "CC_NAME": "n",
-                              "CC_EXPIRY": "2030-01-01", "SHIPPING": "AIR"}),
-        ("/tpcw/BuyConfirm", {"SHOPPING_ID": 1, "C_ID": 1, "CC_TYPE": "VISA", "CC_NUMBER": "1", "CC_NAME": "n",
-                              "CC_EXPIRY": "2030-02-30", "SHIPPING": "AIR"}),
+        (
+            "/tpcw/BuyRequest",
+            {
+                "SHOPPING_ID": 1,
+                "RETURNING_FLAG": "N",
+                "FNAME": "A",
+                "LNAME": "B",
+                "STREET_1": "s",
+                "CITY": "c",
+                "STATE": "s",
+                "ZIP": "1",
+                "COUNTRY": "Atlantis",
+                "PHONE": "1",
+                "EMAIL": "e",
+                "BIRTHDATE": "1970-01-01",
+            },
+        ),
+        (
+            "/tpcw/BuyConfirm",
+            {
+                "SHOPPING_ID": 1,
+                "C_ID": 1,
+                "CC_TYPE": "BITCOIN",
+                "CC_NUMBER": "1",
+                "CC_NAME": "n",
+                "CC_EXPIRY": "2030-01-01",
+                "SHIPPING": "AIR",
+            },
+        ),
+        (
+            "/tpcw/BuyConfirm",
+            {
+                "SHOPPING_ID": 1,
+                "C_ID": 1,
+                "CC_TYPE": "VISA",
+                "CC_NUMBER": "12ab",
+                "CC_NAME": "n",
+                "CC_EXPIRY": "2030-01-01",
+                "SHIPPING": "AIR",
+            },
+        ),
+        (
+            "/tpcw/BuyConfirm",
+            {
+                "SHOPPING_ID": 1,
+                "C_ID": 1,
+                "CC_TYPE": "VISA",
+                "CC_NUMBER": "1",
+                "CC_NAME": "n",
+                "CC_EXPIRY": "2030-02-30",
+                "SHIPPING": "AIR",
+            },
+        ),
         ("/tpcw/OrderDisplay", {"UNAME": "OG"}),
         ("/tpcw/AdminConfirm", {"I_ID": 1, "I_NEW_COST": "-1", "I_NEW_IMAGE": "a.gif", "I_NEW_THUMBNAIL": "b.gif"}),
-        ("/tpcw/AdminConfirm", {"I_ID": 1, "I_NEW_COST": "1", "I_NEW_IMAGE": "../../etc/passwd", "I_NEW_THUMBNAIL": "b.gif"}),
+        (
+            "/tpcw/AdminConfirm",
+            {"I_ID": 1, "I_NEW_COST": "1", "I_NEW_IMAGE": "../../etc/passwd", "I_NEW_THUMBNAIL": "b.gif"},
+        ),
         ("/tpcw/AdminRequest", {"I_ID": "0"}),
     ]
     for path, params in bad:
@@ -517,9 +705,18 @@ def test_concurrent_buy_confirms_get_distinct_order_ids_and_lose_no_stock_update
     def buy(n: int) -> None:
         sc, c_id = carts[n]
         barrier.wait()
-        results[n] = rig.call("/tpcw/BuyConfirm", {"SHOPPING_ID": sc, "C_ID": c_id, "CC_TYPE": "VISA",
-                                                   "CC_NUMBER": "4111", "CC_NAME": f"buyer {n}",
-                                                   "CC_EXPIRY": "2030-06-30", "SHIPPING": "UPS"})
+        results[n] = rig.call(
+            "/tpcw/BuyConfirm",
+            {
+                "SHOPPING_ID": sc,
+                "C_ID": c_id,
+                "CC_TYPE": "VISA",
+                "CC_NUMBER": "4111",
+                "CC_NAME": f"buyer {n}",
+                "CC_EXPIRY": "2030-06-30",
+                "SHIPPING": "UPS",
+            },
+        )
 
     threads = [threading.Thread(target=buy, args=(n,)) for n in range(8)]
     for t in threads:
@@ -536,11 +733,18 @@ def test_concurrent_buy_confirms_get_distinct_order_ids_and_lose_no_stock_update
     for _ in range(8):  # the same qty each time: the order of the buyers does not matter
         stock = stock - 1 + (21 if stock - 1 < 10 else 0)
     assert rig.one("SELECT i_stock FROM item WHERE i_id = %s", (common,)) == stock
-    assert rig.one("SELECT COUNT(*) FROM order_line WHERE ol_i_id = %s AND ol_o_id IN (%s)" % (
-        common, ", ".join(map(str, ids)))) == 8
+    assert (
+        rig.one(
+            "SELECT COUNT(*) FROM order_line WHERE ol_i_id = %s AND ol_o_id IN (%s)"
+            % (common, ", ".join(map(str, ids)))
+        )
+        == 8
+    )
 
 
-LEARN = {k: re.compile(rf"""(?i)(?:[?&;]{k}=|name=["']?{k}["']?\s+value=["']?)(\d+)""") for k in ("C_ID", "SHOPPING_ID")}
+LEARN = {
+    k: re.compile(rf"""(?i)(?:[?&;]{k}=|name=["']?{k}["']?\s+value=["']?)(\d+)""") for k in ("C_ID", "SHOPPING_ID")
+}
 
 
 def test_an_emulated_anonymous_session_with_empty_values_buys(rig):
@@ -562,16 +766,48 @@ def test_an_emulated_anonymous_session_with_empty_values_buys(rig):
     sc = int(known["SHOPPING_ID"])
     assert len(cart_qty(rig, sc)) == 1
     visit("CustomerRegistration")
-    visit("BuyRequest", RETURNING_FLAG="N", UNAME="", PASSWD="", FNAME="Grace", LNAME="Hopper",
-          STREET_1="Cobol Street 1", STREET_2="Second floor 22", CITY="Arlington Town", STATE="VA", ZIP="22201",
-          COUNTRY="Bangla Desh", PHONE="1234567890123456", EMAIL="ogalri", BIRTHDATE="1906-12-09", DATA="x" * 300)
+    visit(
+        "BuyRequest",
+        RETURNING_FLAG="N",
+        UNAME="",
+        PASSWD="",
+        FNAME="Grace",
+        LNAME="Hopper",
+        STREET_1="Cobol Street 1",
+        STREET_2="Second floor 22",
+        CITY="Arlington Town",
+        STATE="VA",
+        ZIP="22201",
+        COUNTRY="Bangla Desh",
+        PHONE="1234567890123456",
+        EMAIL="ogalri",
+        BIRTHDATE="1906-12-09",
+        DATA="x" * 300,
+    )
     c_id = int(known["C_ID"])
-    assert rig.one("SELECT co_name FROM customer JOIN address ON c_addr_id = addr_id JOIN country ON addr_co_id = co_id "
-                   "WHERE c_id = %s", (c_id,)) == "Bangla Desh"
+    assert (
+        rig.one(
+            "SELECT co_name FROM customer JOIN address ON c_addr_id = addr_id JOIN country ON addr_co_id = co_id "
+            "WHERE c_id = %s",
+            (c_id,),
+        )
+        == "Bangla Desh"
+    )
     long_name = "N" * 31
-    text = visit("BuyConfirm", CC_TYPE="DINERS", CC_NUMBER="4000123412341234", CC_NAME=long_name,
-                 CC_EXPIRY="2028-09-30", SHIPPING="COURIER", STREET_1="", STREET_2="", CITY="", STATE="", ZIP="",
-                 COUNTRY="")
+    text = visit(
+        "BuyConfirm",
+        CC_TYPE="DINERS",
+        CC_NUMBER="4000123412341234",
+        CC_NAME=long_name,
+        CC_EXPIRY="2028-09-30",
+        SHIPPING="COURIER",
+        STREET_1="",
+        STREET_2="",
+        CITY="",
+        STATE="",
+        ZIP="",
+        COUNTRY="",
+    )
     o_id = int(re.search(r"Order id: <b>(\d+)</b>", text).group(1))
     assert rig.one("SELECT cx_name FROM cc_xacts WHERE cx_o_id = %s", (o_id,)) == long_name[:30]
     assert rig.one("SELECT o_c_id FROM orders WHERE o_id = %s", (o_id,)) == c_id
@@ -599,11 +835,27 @@ def test_gunicorn_serves_the_app_target(rig, dbms):
     from tierscope.services.appserver import AppServer
 
     work = Path(tempfile.mkdtemp(prefix="tierscope-bookstore-gunicorn-"))
-    env = {"TPCW_DBMS": rig.cfg.dbms, "TPCW_DB_HOST": rig.cfg.host, "TPCW_DB_PORT": str(rig.cfg.port),
-           "TPCW_DB_USER": rig.cfg.user, "TPCW_DB_PASSWORD": rig.cfg.password, "TPCW_DB_NAME": rig.cfg.database,
-           "TPCW_POOL_SIZE": "4", "TPCW_POOL_TIMEOUT_S": "5", "TPCW_ITEMS": str(ITEMS)}
-    server = AppServer(Host.loopback(), free_port(), work, app="tierscope.apps.bookstore.app:create_app()",
-                       app_env=env, health_path="/tpcw/health", workers=1, threads=2)
+    env = {
+        "TPCW_DBMS": rig.cfg.dbms,
+        "TPCW_DB_HOST": rig.cfg.host,
+        "TPCW_DB_PORT": str(rig.cfg.port),
+        "TPCW_DB_USER": rig.cfg.user,
+        "TPCW_DB_PASSWORD": rig.cfg.password,
+        "TPCW_DB_NAME": rig.cfg.database,
+        "TPCW_POOL_SIZE": "4",
+        "TPCW_POOL_TIMEOUT_S": "5",
+        "TPCW_ITEMS": str(ITEMS),
+    }
+    server = AppServer(
+        Host.loopback(),
+        free_port(),
+        work,
+        app="tierscope.apps.bookstore.app:create_app()",
+        app_env=env,
+        health_path="/tpcw/health",
+        workers=1,
+        threads=2,
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         server.start()
@@ -618,8 +870,21 @@ def test_gunicorn_serves_the_app_target(rig, dbms):
 def test_static_root_has_the_gifs_and_the_image_size_classes(tmp_path):
     root = static.write_static(tmp_path / "www", items=1000)
     img = root / "tpcw" / "img"
-    for name in ("tpclogo", "home_B", "search_B", "shopping_cart_B", "checkout_B", "order_status_B", "add_B",
-                 "update_B", "submit_B", "refresh_B", "display_last_order_B", "whats_new", "best_sellers"):
+    for name in (
+        "tpclogo",
+        "home_B",
+        "search_B",
+        "shopping_cart_B",
+        "checkout_B",
+        "order_status_B",
+        "add_B",
+        "update_B",
+        "submit_B",
+        "refresh_B",
+        "display_last_order_B",
+        "whats_new",
+        "best_sellers",
+    ):
         data = (img / f"{name}.gif").read_bytes()
         assert data[:6] == b"GIF89a" and data[-1:] == b";"
     sizes: dict[int, int] = {}

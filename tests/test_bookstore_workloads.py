@@ -35,11 +35,43 @@ from conftest import ROOT
 WORKLOADS = ROOT / "python" / "tierscope" / "apps" / "bookstore" / "workloads"
 MIXES = ("browsing", "shopping", "ordering")
 
-PAGES = ["Home", "NewProducts", "BestSellers", "ProductDetail", "SearchRequest", "SearchResults",
-         "ShoppingCart", "CustomerRegistration", "BuyRequest", "BuyConfirm", "OrderInquiry",
-         "OrderDisplay", "AdminRequest", "AdminConfirm"]
-ABBR = dict(zip(["HOME", "NEWP", "BESS", "PROD", "SREQ", "SRES", "SHOP", "CREG", "BUYR", "BUYC",
-                 "ORDI", "ORDD", "ADMR", "ADMC"], PAGES))
+PAGES = [
+    "Home",
+    "NewProducts",
+    "BestSellers",
+    "ProductDetail",
+    "SearchRequest",
+    "SearchResults",
+    "ShoppingCart",
+    "CustomerRegistration",
+    "BuyRequest",
+    "BuyConfirm",
+    "OrderInquiry",
+    "OrderDisplay",
+    "AdminRequest",
+    "AdminConfirm",
+]
+ABBR = dict(
+    zip(
+        [
+            "HOME",
+            "NEWP",
+            "BESS",
+            "PROD",
+            "SREQ",
+            "SRES",
+            "SHOP",
+            "CREG",
+            "BUYR",
+            "BUYC",
+            "ORDI",
+            "ORDD",
+            "ADMR",
+            "ADMC",
+        ],
+        PAGES,
+    )
+)
 
 # §1.5 of phase2-workloads.md, as printed there: from | browsing | shopping | ordering
 TABLE_1_5 = """
@@ -106,7 +138,9 @@ def stationary(P: np.ndarray) -> np.ndarray:
 
 
 def engine(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(engine_path()), "load", *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(engine_path()), "load", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -144,7 +178,10 @@ def test_file_settings_follow_tpcw(mix):
     kinds = [v["params"]["search_type"] for v in search["variants"]]
     assert kinds == ["author", "title", "subject"] and all(v.get("weight", 1) == 1 for v in search["variants"])
     # the tiny data set's draws (1,000 items: A = 63; 28,800 customers: A = 4095)
-    assert [v["params"]["search_string"]["digsyl"]["nurand"] for v in search["variants"][:2]] == [[63, 0, 100], [63, 0, 200]]
+    assert [v["params"]["search_string"]["digsyl"]["nurand"] for v in search["variants"][:2]] == [
+        [63, 0, 100],
+        [63, 0, 200],
+    ]
     assert all(v["params"]["search_string"]["syllables"] == 7 for v in search["variants"][:2])
     assert doc["session_vars"]["C_ID"]["nurand"] == [4095, 1, 28_800]
     assert len(search["variants"][2]["params"]["search_string"]["choice"]) == 24
@@ -235,10 +272,18 @@ def stub_bookstore(path: str):
     shop = q.get("SHOPPING_ID", [""])[0] or ("77" if page == "ShoppingCart" else "")
     ids = f"C_ID={cid}&amp;SHOPPING_ID={shop}"
     links = "".join(f'<a href="/tpcw/ProductDetail?I_ID={i}&amp;{ids}">book {i}</a>' for i in (3, 14, 159, 2653))
-    imgs = ('<img src="/tpcw/img/logo.gif"><img src="/tpcw/img/home_B.gif"><img src="/tpcw/img/search_B.gif">'
-            f'<IMG SRC="/tpcw/img/logo.gif"><img src="/tpcw/img/{page}.gif">')
-    cart = ('<form><input type="hidden" name="I_ID" value="42"><input name="QTY" value="2">'
-            '<input type="hidden" name="I_ID" value="43"><input name="QTY" value="1"></form>') if page == "ShoppingCart" else ""
+    imgs = (
+        '<img src="/tpcw/img/logo.gif"><img src="/tpcw/img/home_B.gif"><img src="/tpcw/img/search_B.gif">'
+        f'<IMG SRC="/tpcw/img/logo.gif"><img src="/tpcw/img/{page}.gif">'
+    )
+    cart = (
+        (
+            '<form><input type="hidden" name="I_ID" value="42"><input name="QTY" value="2">'
+            '<input type="hidden" name="I_ID" value="43"><input name="QTY" value="1"></form>'
+        )
+        if page == "ShoppingCart"
+        else ""
+    )
     return 200, f"<html><body><h1>{page}</h1>{imgs}{links}{cart}</body></html>".encode(), 0
 
 
@@ -252,9 +297,26 @@ def test_run_against_a_stub_bookstore_walks_only_allowed_transitions(tmp_path, m
     idx = {p: i for i, p in enumerate(PAGES)}
     log = tmp_path / "run.parquet"
     with Server(stub_bookstore) as srv:
-        out = engine(WORKLOADS / f"{mix}.toml", "--target", srv.url, "--log", log, "--users", "30",
-                     "--ramp-up", "0", "--duration", "4", "--ramp-down", "0", "--think", "0.02",
-                     "--seed", "5", "--quiet")
+        out = engine(
+            WORKLOADS / f"{mix}.toml",
+            "--target",
+            srv.url,
+            "--log",
+            log,
+            "--users",
+            "30",
+            "--ramp-up",
+            "0",
+            "--duration",
+            "4",
+            "--ramp-down",
+            "0",
+            "--think",
+            "0.02",
+            "--seed",
+            "5",
+            "--quiet",
+        )
         seen = list(srv.seen)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.strip().splitlines()[-1])["summary"]
@@ -392,8 +454,13 @@ def test_page_time_includes_its_images_each_fetched_once(tmp_path, connections, 
     assert took < rounds * DELAY + 1.0, took
     assert (r["first_byte_ns"] - r["start_ns"]) / 1e9 < DELAY  # the HTML itself came fast
     assert conns == 1 + min(connections, N_IMAGES)  # the page's connection + the image pool
-    assert summary["embedded"] == {"pages": 1, "objects": N_IMAGES, "bytes": r["embedded_bytes"],
-                                   "failed": 0, "objects_per_page": N_IMAGES}
+    assert summary["embedded"] == {
+        "pages": 1,
+        "objects": N_IMAGES,
+        "bytes": r["embedded_bytes"],
+        "failed": 0,
+        "objects_per_page": N_IMAGES,
+    }
 
 
 def test_failed_images_are_counted_and_5xx_makes_the_page_an_error(tmp_path):
@@ -405,8 +472,13 @@ def test_failed_images_are_counted_and_5xx_makes_the_page_an_error(tmp_path):
     assert r["status"] == 200 and r["embedded"] == 3 and r["embedded_failed"] == 2
     assert r["error"] == "embedded"
     assert summary["all_phases"]["errors_by_kind"]["embedded"] == 1
-    with Server(lambda p: (200, b'<img src="/img/missing.gif"><img src="/x.gif">', 0) if p == "/page"
-                else ((404, b"no", 0) if "missing" in p else (200, GIF, 0))) as srv:
+    with Server(
+        lambda p: (
+            (200, b'<img src="/img/missing.gif"><img src="/x.gif">', 0)
+            if p == "/page"
+            else ((404, b"no", 0) if "missing" in p else (200, GIF, 0))
+        )
+    ) as srv:
         rows, _ = run_one(tmp_path, srv.url, 4)
     (r,) = rows
     assert r["error"] is None and r["embedded"] == 2 and r["embedded_failed"] == 1

@@ -95,8 +95,16 @@ def test_a_database_on_a_quarter_core_is_named_the_bottleneck(tmp_path):
 def test_more_database_cpu_moves_the_bottleneck_to_the_app_tier(tmp_path):
     # the app server (~110 pages/s on a quarter core) with a 10 ms CFS period: at the default
     # 100 ms a quarter core runs 25 ms and stops 75 ms, on/off at the scale of the 50 ms windows
-    raw = preset("demo", **SHORT, **{"workload.users": [60, 100, 140], "node_types.L.cpu": 1.0,
-                                     "node_types.A.cpu": 0.25, "node_types.A.cpu_period": "10ms"})
+    raw = preset(
+        "demo",
+        **SHORT,
+        **{
+            "workload.users": [60, 100, 140],
+            "node_types.L.cpu": 1.0,
+            "node_types.A.cpu": 0.25,
+            "node_types.A.cpu_period": "10ms",
+        },
+    )
     result, data, summary = run(raw, tmp_path, "fidelity-app")
     top = point_dir(result, 140)
     assert cpu_util(top, "app1") > 90
@@ -107,8 +115,10 @@ def test_more_database_cpu_moves_the_bottleneck_to_the_app_tier(tmp_path):
 
 
 def test_injected_app_pauses_make_the_bottleneck_alternate(tmp_path):
-    raw = preset("demo-alternating", **{"workload.users": [80], "workload.ramp_up": "3s", "workload.run": "30s",
-                                        "workload.ramp_down": "2s"})
+    raw = preset(
+        "demo-alternating",
+        **{"workload.users": [80], "workload.ramp_up": "3s", "workload.run": "30s", "workload.ramp_down": "2s"},
+    )
     result, data, summary = run(raw, tmp_path, "fidelity-alternating")
     d = point_dir(result, 80)
     events = pq.read_table(d / "events.parquet")

@@ -74,10 +74,13 @@ def test_a_galera_spec_loads_and_says_its_notation():
     assert c2.topology.db.dbms == "galera" and c2.topology.db.count == 2
 
 
-@pytest.mark.parametrize("topology, expected", [
-    ("1/1/1/2G", "g.toml: topology: the topology has 1 clustering middleware server(s) with galera"),
-    ("1/1/0/2M", "g.toml: topology: the topology has 2 database servers and no clustering middleware"),
-])
+@pytest.mark.parametrize(
+    "topology, expected",
+    [
+        ("1/1/1/2G", "g.toml: topology: the topology has 1 clustering middleware server(s) with galera"),
+        ("1/1/0/2M", "g.toml: topology: the topology has 2 database servers and no clustering middleware"),
+    ],
+)
 def test_galera_with_middleware_is_refused(topology, expected):
     with pytest.raises(SpecError) as err:
         spec_from_dict(_spec(topology), where="g.toml", name="g")
@@ -111,8 +114,10 @@ def test_the_factory_makes_the_database_servers_of_one_point_one_cluster(tmp_pat
     from tierscope.services.databases import database_server
 
     h = Host.loopback()
-    made = [database_server("galera", h, 3306, tmp_path / "point" / f"db{i}", database="rubbos", name=f"db{i}")
-            for i in (1, 2, 3)]
+    made = [
+        database_server("galera", h, 3306, tmp_path / "point" / f"db{i}", database="rubbos", name=f"db{i}")
+        for i in (1, 2, 3)
+    ]
     nodes = [svc for svc, _ in made]
     assert {id(n.cluster) for n in nodes} == {id(nodes[0].cluster)} and nodes[0].cluster.nodes == nodes
     assert len({n.group_port for n in nodes}) == 3  # loopback: a group port each
@@ -149,8 +154,16 @@ def labdir():
 
 
 def _connect(node, db="lab", **kw):
-    return pymysql.connect(host=node.host.address, port=node.port, user=LAB_USER, password=LAB_PASSWORD,
-                           database=db, autocommit=True, connect_timeout=5, **kw)
+    return pymysql.connect(
+        host=node.host.address,
+        port=node.port,
+        user=LAB_USER,
+        password=LAB_PASSWORD,
+        database=db,
+        autocommit=True,
+        connect_timeout=5,
+        **kw,
+    )
 
 
 def _one(node, sql, db="lab"):
@@ -175,8 +188,10 @@ def cluster(labdir):
         seed.sql("CREATE TABLE t (id INT PRIMARY KEY AUTO_INCREMENT, v VARCHAR(40), n INT DEFAULT 0)", db="lab")
         seed.sql("INSERT INTO t (v) VALUES ('from the snapshot')", db="lab")
     c = GaleraCluster("test-galera")
-    nodes = [c.node(host, free_port(), root / f"db{i}", durable=False, buffer_pool="32M", max_connections=50,
-                    name=f"db{i}") for i in (1, 2, 3)]
+    nodes = [
+        c.node(host, free_port(), root / f"db{i}", durable=False, buffer_pool="32M", max_connections=50, name=f"db{i}")
+        for i in (1, 2, 3)
+    ]
     for n in nodes:
         snapshot.copy_tree(seed.data_dir, n.data_dir)
     try:
@@ -247,11 +262,19 @@ class TestThreeNodes:
 
     def test_the_app_pool_spreads_sessions_over_every_node(self, cluster):
         n1 = cluster.nodes[0]
-        base = DbConfig("mariadb", host=n1.host.address, port=n1.port, user=LAB_USER, password=LAB_PASSWORD,
-                        database="lab")
+        base = DbConfig(
+            "mariadb", host=n1.host.address, port=n1.port, user=LAB_USER, password=LAB_PASSWORD, database="lab"
+        )
         assert cluster_serving(n1.host.address, n1.port) is None  # made by hand, not by the factory
-        cfg = DbConfig("mariadb", host=cluster.client_hosts(), port=n1.port, user=LAB_USER,
-                       password=LAB_PASSWORD, database="lab", pool_size=2)
+        cfg = DbConfig(
+            "mariadb",
+            host=cluster.client_hosts(),
+            port=n1.port,
+            user=LAB_USER,
+            password=LAB_PASSWORD,
+            database="lab",
+            pool_size=2,
+        )
         assert client_config(base) == base
         db = Database(cfg)
         try:
@@ -267,7 +290,9 @@ class TestThreeNodes:
 
     def test_an_empty_node_joins_by_rsync_sst_and_leaves_cleanly(self, cluster, labdir):
         n1 = cluster.nodes[0]
-        extra = cluster.node(n1.host, free_port(), labdir / "cluster" / "db4", durable=False, buffer_pool="32M", name="db4")
+        extra = cluster.node(
+            n1.host, free_port(), labdir / "cluster" / "db4", durable=False, buffer_pool="32M", name="db4"
+        )
         try:
             extra.start()
             assert cluster.wait_for_size(4, timeout=60)["db4"]["wsrep_local_state_comment"] == "Synced"
@@ -303,8 +328,15 @@ def test_a_node_whose_provider_refuses_its_options_fails_with_its_log(labdir):
         if mark.args[0]:
             pytest.skip(mark.kwargs["reason"])
     c = GaleraCluster("refused")
-    node = c.node(Host.loopback(), free_port(), labdir / "refused" / "db1", durable=False, buffer_pool="32M", name="db1",
-                  settings={"wsrep_provider_options": '"gcache.size=8M; no.such.option=1"'})
+    node = c.node(
+        Host.loopback(),
+        free_port(),
+        labdir / "refused" / "db1",
+        durable=False,
+        buffer_pool="32M",
+        name="db1",
+        settings={"wsrep_provider_options": '"gcache.size=8M; no.such.option=1"'},
+    )
     with pytest.raises(ServiceError) as err:
         c.start()
     assert "db1: seeding the Galera state" in str(err.value) and "no.such.option" in str(err.value)
@@ -358,9 +390,21 @@ def test_rubbos_on_a_two_node_galera_cluster_end_to_end(labdir):
     assert wsrep["db2"]["wsrep_cluster_size"] == "2" and wsrep["db1"]["wsrep_cluster_size"] == "1"  # db2 stops first
     for n in ("db1", "db2"):
         assert int(wsrep[n]["wsrep_replicated"]) > 0 and int(wsrep[n]["wsrep_received"]) > 0, wsrep[n]
-    print({n: {k.removeprefix("wsrep_"): w[k] for k in ("wsrep_replicated", "wsrep_received", "wsrep_local_cert_failures",
-                                                          "wsrep_local_bf_aborts", "wsrep_flow_control_paused")}
-           for n, w in wsrep.items()})
+    print(
+        {
+            n: {
+                k.removeprefix("wsrep_"): w[k]
+                for k in (
+                    "wsrep_replicated",
+                    "wsrep_received",
+                    "wsrep_local_cert_failures",
+                    "wsrep_local_bf_aborts",
+                    "wsrep_flow_control_paused",
+                )
+            }
+            for n, w in wsrep.items()
+        }
+    )
     assert not _lab_mariadbd_running(d)
     print(f"\n1/1/0/2G RUBBoS point: {seconds:.1f} s wall, {client.num_rows} client requests, db rows {per_server}")
 
@@ -377,8 +421,7 @@ def test_the_bookstore_on_a_two_node_galera_cluster_end_to_end(labdir):
     raw = _spec("1/1/0/2G", benchmark="tpcw", mix="shopping", scale="tiny")
     raw["workload"] = {"users": [8], "think_time": "300ms", "ramp_up": "1s", "run": "5s", "ramp_down": "1s"}
     raw["soft"] = {"db": {"cache": "32MiB"}}
-    result = run_experiment(spec_from_dict(raw, where="galera-tpcw", name="galera-tpcw"), labdir / "runs",
-                            report=False)
+    result = run_experiment(spec_from_dict(raw, where="galera-tpcw", name="galera-tpcw"), labdir / "runs", report=False)
     assert result.failed == [] and len(result.done) == 1, result.failed
     d = result.dir / result.done[0]
     requests = pq.read_table(d / "requests.parquet")

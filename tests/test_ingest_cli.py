@@ -20,11 +20,30 @@ def _zipkin(path: Path, n: int) -> None:
     spans = []
     for i in range(n):
         t = 1_763_800_000_000_000 + i * 20_000
-        spans.append({"traceId": f"{i + 1:016x}", "id": f"{i + 1:016x}", "name": "get /", "kind": "SERVER",
-                      "timestamp": t, "duration": 15_000, "localEndpoint": {"serviceName": "web"}})
-        spans.append({"traceId": f"{i + 1:016x}", "parentId": f"{i + 1:016x}", "id": f"c{i + 1:015x}",
-                      "name": "select", "kind": "CLIENT", "timestamp": t + 2_000, "duration": 10_000,
-                      "localEndpoint": {"serviceName": "web"}, "remoteEndpoint": {"serviceName": "db"}})
+        spans.append(
+            {
+                "traceId": f"{i + 1:016x}",
+                "id": f"{i + 1:016x}",
+                "name": "get /",
+                "kind": "SERVER",
+                "timestamp": t,
+                "duration": 15_000,
+                "localEndpoint": {"serviceName": "web"},
+            }
+        )
+        spans.append(
+            {
+                "traceId": f"{i + 1:016x}",
+                "parentId": f"{i + 1:016x}",
+                "id": f"c{i + 1:015x}",
+                "name": "select",
+                "kind": "CLIENT",
+                "timestamp": t + 2_000,
+                "duration": 10_000,
+                "localEndpoint": {"serviceName": "web"},
+                "remoteEndpoint": {"serviceName": "db"},
+            }
+        )
     spans.append({"traceId": "ff", "id": "ee", "kind": "SERVER"})  # malformed: no timestamp
     path.write_text(json.dumps(spans))
 

@@ -21,25 +21,57 @@ def _jaeger_trace(i: int) -> dict:
     return {
         "traceID": trace_id,
         "spans": [
-            {"traceID": trace_id, "spanID": ids[1], "operationName": "GET /page", "references": [],
-             "startTime": t, "duration": 40_000, "processID": "p1",
-             "tags": [{"key": "span.kind", "type": "string", "value": "server"},
-                      {"key": "http.status_code", "type": "int64", "value": 200}], "logs": [], "warnings": None},
-            {"traceID": trace_id, "spanID": ids[2], "operationName": "GET app",
-             "references": [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": ids[1]}],
-             "startTime": t + 1_000, "duration": 38_000, "processID": "p1",
-             "tags": [{"key": "span.kind", "type": "string", "value": "client"}]},
+            {
+                "traceID": trace_id,
+                "spanID": ids[1],
+                "operationName": "GET /page",
+                "references": [],
+                "startTime": t,
+                "duration": 40_000,
+                "processID": "p1",
+                "tags": [
+                    {"key": "span.kind", "type": "string", "value": "server"},
+                    {"key": "http.status_code", "type": "int64", "value": 200},
+                ],
+                "logs": [],
+                "warnings": None,
+            },
+            {
+                "traceID": trace_id,
+                "spanID": ids[2],
+                "operationName": "GET app",
+                "references": [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": ids[1]}],
+                "startTime": t + 1_000,
+                "duration": 38_000,
+                "processID": "p1",
+                "tags": [{"key": "span.kind", "type": "string", "value": "client"}],
+            },
             # the app's entry span has no span.kind tag: an entry into another process counts as SERVER
-            {"traceID": trace_id, "spanID": ids[3], "operationName": "GET /api",
-             "references": [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": ids[2]}],
-             "startTime": t + 2_000, "duration": 35_000, "processID": "p2", "tags": []},
-            {"traceID": trace_id, "spanID": ids[4], "operationName": "SELECT",
-             "references": [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": ids[3]}],
-             "startTime": t + 5_000, "duration": 10_000 + i, "processID": "p2",
-             "tags": [{"key": "span.kind", "type": "string", "value": "client"},
-                      {"key": "db.system", "type": "string", "value": "mysql"},
-                      {"key": "peer.hostname", "type": "string", "value": "db1"},
-                      {"key": "peer.port", "type": "int64", "value": 3306}]},
+            {
+                "traceID": trace_id,
+                "spanID": ids[3],
+                "operationName": "GET /api",
+                "references": [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": ids[2]}],
+                "startTime": t + 2_000,
+                "duration": 35_000,
+                "processID": "p2",
+                "tags": [],
+            },
+            {
+                "traceID": trace_id,
+                "spanID": ids[4],
+                "operationName": "SELECT",
+                "references": [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": ids[3]}],
+                "startTime": t + 5_000,
+                "duration": 10_000 + i,
+                "processID": "p2",
+                "tags": [
+                    {"key": "span.kind", "type": "string", "value": "client"},
+                    {"key": "db.system", "type": "string", "value": "mysql"},
+                    {"key": "peer.hostname", "type": "string", "value": "db1"},
+                    {"key": "peer.port", "type": "int64", "value": 3306},
+                ],
+            },
         ],
         "processes": {
             "p1": {"serviceName": "frontend", "tags": [{"key": "hostname", "type": "string", "value": "web-7"}]},
@@ -51,8 +83,12 @@ def _jaeger_trace(i: int) -> dict:
 
 def test_jaeger_download(tmp_path):
     path = tmp_path / "traces.json"
-    path.write_text(json.dumps({"data": [_jaeger_trace(i) for i in range(3)], "total": 0, "limit": 0,
-                                "offset": 0, "errors": None}, indent=1))
+    path.write_text(
+        json.dumps(
+            {"data": [_jaeger_trace(i) for i in range(3)], "total": 0, "limit": 0, "offset": 0, "errors": None},
+            indent=1,
+        )
+    )
     assert detect(path) == "jaeger"
     result = load_file(path)
     assert result.skipped == 0
@@ -94,16 +130,51 @@ def _zipkin_spans(i: int) -> list[dict]:
     app = {"serviceName": "app", "ipv4": "10.0.0.3", "port": 8080}
     root, call, q = f"a{i:015x}", f"b{i:015x}", f"c{i:015x}"
     return [
-        {"traceId": tid, "id": root, "name": "get /", "kind": "SERVER", "timestamp": t, "duration": 30_000,
-         "localEndpoint": web, "tags": {"http.status_code": "200"}},
-        {"traceId": tid, "parentId": root, "id": call, "name": "get /api", "kind": "CLIENT",
-         "timestamp": t + 1_000, "duration": 28_000, "localEndpoint": web, "remoteEndpoint": {"serviceName": "app"}},
+        {
+            "traceId": tid,
+            "id": root,
+            "name": "get /",
+            "kind": "SERVER",
+            "timestamp": t,
+            "duration": 30_000,
+            "localEndpoint": web,
+            "tags": {"http.status_code": "200"},
+        },
+        {
+            "traceId": tid,
+            "parentId": root,
+            "id": call,
+            "name": "get /api",
+            "kind": "CLIENT",
+            "timestamp": t + 1_000,
+            "duration": 28_000,
+            "localEndpoint": web,
+            "remoteEndpoint": {"serviceName": "app"},
+        },
         # B3 shared span: the server half carries the client's id
-        {"traceId": tid, "parentId": root, "id": call, "name": "get /api", "kind": "SERVER", "shared": True,
-         "timestamp": t + 1_500, "duration": 27_000, "localEndpoint": app},
-        {"traceId": tid, "parentId": call, "id": q, "name": "select", "kind": "CLIENT", "timestamp": t + 3_000,
-         "duration": 5_000, "localEndpoint": app,
-         "remoteEndpoint": {"serviceName": "postgres", "ipv4": "10.0.0.4", "port": 5432}, "tags": {"error": ""}},
+        {
+            "traceId": tid,
+            "parentId": root,
+            "id": call,
+            "name": "get /api",
+            "kind": "SERVER",
+            "shared": True,
+            "timestamp": t + 1_500,
+            "duration": 27_000,
+            "localEndpoint": app,
+        },
+        {
+            "traceId": tid,
+            "parentId": call,
+            "id": q,
+            "name": "select",
+            "kind": "CLIENT",
+            "timestamp": t + 3_000,
+            "duration": 5_000,
+            "localEndpoint": app,
+            "remoteEndpoint": {"serviceName": "postgres", "ipv4": "10.0.0.4", "port": 5432},
+            "tags": {"error": ""},
+        },
     ]
 
 

@@ -42,17 +42,22 @@ def _make_spans():
     K = trace.SpanKind
     for i in range(N_TRACES):
         t = T0 + i * 200 * MS
-        s_web = web.start_span("GET /page", kind=K.SERVER, start_time=t,
-                               attributes={"http.response.status_code": 200})
+        s_web = web.start_span("GET /page", kind=K.SERVER, start_time=t, attributes={"http.response.status_code": 200})
         ctx = trace.set_span_in_context(s_web)
         c_web = web.start_span("GET app", kind=K.CLIENT, context=ctx, start_time=t + 10 * MS)
-        s_app = app.start_span("GET /api", kind=K.SERVER, context=trace.set_span_in_context(c_web),
-                               start_time=t + 12 * MS)
-        internal = app.start_span("render", kind=K.INTERNAL, context=trace.set_span_in_context(s_app),
-                                  start_time=t + 15 * MS)
-        c_db = app.start_span("SELECT stories", kind=K.CLIENT, context=trace.set_span_in_context(internal),
-                              start_time=t + 20 * MS,
-                              attributes={"db.system": "postgresql", "server.address": "10.0.0.4", "server.port": 5432})
+        s_app = app.start_span(
+            "GET /api", kind=K.SERVER, context=trace.set_span_in_context(c_web), start_time=t + 12 * MS
+        )
+        internal = app.start_span(
+            "render", kind=K.INTERNAL, context=trace.set_span_in_context(s_app), start_time=t + 15 * MS
+        )
+        c_db = app.start_span(
+            "SELECT stories",
+            kind=K.CLIENT,
+            context=trace.set_span_in_context(internal),
+            start_time=t + 20 * MS,
+            attributes={"db.system": "postgresql", "server.address": "10.0.0.4", "server.port": 5432},
+        )
         c_db.end(end_time=t + (50 + i) * MS)
         internal.end(end_time=t + 60 * MS)
         s_app.end(end_time=t + 88 * MS)
@@ -162,15 +167,31 @@ def test_tempo_batches_and_legacy_instrumentation_library_spans(spans, tmp_path)
 
 def _one_resource_doc(n, resource_last=False, service="web", instance="web1"):
     """One resourceSpans element holding `n` SERVER spans (ids 1..n), as exporters that batch everything write."""
-    spans = [{"traceId": f"{s + 1:032x}", "spanId": f"{s + 1:016x}", "name": f"GET /{s}", "kind": 2,
-              "startTimeUnixNano": str(T0 + s * MS), "endTimeUnixNano": str(T0 + s * MS + MS // 2),
-              "attributes": [{"key": "http.response.status_code", "value": {"intValue": "200"}}],
-              "status": {}} for s in range(n)]
-    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": service}},
-                               {"key": "service.instance.id", "value": {"stringValue": instance}}]}
+    spans = [
+        {
+            "traceId": f"{s + 1:032x}",
+            "spanId": f"{s + 1:016x}",
+            "name": f"GET /{s}",
+            "kind": 2,
+            "startTimeUnixNano": str(T0 + s * MS),
+            "endTimeUnixNano": str(T0 + s * MS + MS // 2),
+            "attributes": [{"key": "http.response.status_code", "value": {"intValue": "200"}}],
+            "status": {},
+        }
+        for s in range(n)
+    ]
+    resource = {
+        "attributes": [
+            {"key": "service.name", "value": {"stringValue": service}},
+            {"key": "service.instance.id", "value": {"stringValue": instance}},
+        ]
+    }
     scope_spans = [{"scope": {"name": "tierscope-test"}, "spans": spans}]
-    element = {"scopeSpans": scope_spans, "resource": resource} if resource_last \
+    element = (
+        {"scopeSpans": scope_spans, "resource": resource}
+        if resource_last
         else {"resource": resource, "scopeSpans": scope_spans}
+    )
     return {"resourceSpans": [element]}
 
 
@@ -189,8 +210,9 @@ def test_cut_inside_the_only_element_keeps_the_spans_before_the_cut(tmp_path, k,
     assert [r["request_id"] for r in sorted(rows, key=lambda r: r["arrival_ns"])] == [f"{s + 1:016x}" for s in range(k)]
     assert {(r["tier"], r["server"]) for r in rows} == {("web", "web1")}
     assert result.skipped == 1
-    assert result.skipped_at[0].startswith(f"{path}:$.resourceSpans[0].scopeSpans[0].spans[{k}]: JSON syntax error, "
-                                           "rest of file unread")
+    assert result.skipped_at[0].startswith(
+        f"{path}:$.resourceSpans[0].scopeSpans[0].spans[{k}]: JSON syntax error, rest of file unread"
+    )
 
 
 def test_cut_between_spans_and_after_the_last_span(tmp_path):
@@ -203,7 +225,9 @@ def test_cut_between_spans_and_after_the_last_span(tmp_path):
         path.write_text(text[:cut])
         result = load_file(path, format="otlp")
         assert result.requests.num_rows == kept
-        assert result.skipped == 1 and f"$.resourceSpans[0].scopeSpans[0].{at}: JSON syntax error" in result.skipped_at[0]
+        assert (
+            result.skipped == 1 and f"$.resourceSpans[0].scopeSpans[0].{at}: JSON syntax error" in result.skipped_at[0]
+        )
 
 
 def test_resource_after_scope_spans_still_names_the_tier(tmp_path):
@@ -222,8 +246,12 @@ def test_resource_after_scope_spans_still_names_the_tier(tmp_path):
 
 def test_cut_before_any_complete_span_is_a_format_error(tmp_path):
     text = json.dumps(_one_resource_doc(5), indent=2)
-    for cut in (text.index('"resource"') + 30, text.index('"spans"') + 12, text.index(f'"{1:016x}"') + 3,
-                text.index('"status"')):
+    for cut in (
+        text.index('"resource"') + 30,
+        text.index('"spans"') + 12,
+        text.index(f'"{1:016x}"') + 3,
+        text.index('"status"'),
+    ):
         path = tmp_path / "cut.json"
         path.write_text(text[:cut])
         with pytest.raises(FormatError, match="not OTLP JSON: JSON syntax error before the first complete span"):

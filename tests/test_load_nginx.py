@@ -41,8 +41,7 @@ def nginx(tmp_path_factory):
         shutil.copy(f, site / f.name)
     (site / "broken.html").write_text("<html><body>ERROR: the database is gone</body></html>\n")
     locations = "        location = /busy { return 503 'busy'; }\n"
-    server = Nginx(Host.loopback(), free_port(), tmp_path_factory.mktemp("nginx"), root=site,
-                   locations=locations)
+    server = Nginx(Host.loopback(), free_port(), tmp_path_factory.mktemp("nginx"), root=site, locations=locations)
     server.start()
     try:
         yield server
@@ -55,8 +54,9 @@ def access_count(server) -> int:
 
 
 def run_engine(workload: Path, *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict]:
-    out = subprocess.run([str(engine_path()), "load", str(workload), *args, "--quiet"],
-                         capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(
+        [str(engine_path()), "load", str(workload), *args, "--quiet"], capture_output=True, text=True, timeout=timeout
+    )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.strip().splitlines()[-1])["summary"]
     return out, summary
@@ -65,8 +65,23 @@ def run_engine(workload: Path, *args: str, timeout: float = 60) -> tuple[subproc
 def test_request_count_equals_nginx_access_log(nginx, tmp_path):
     before = access_count(nginx)
     log = tmp_path / "run.parquet"
-    _, s = run_engine(EXAMPLE, "--target", nginx.url, "--log", str(log), "--users", "30",
-                      "--ramp-up", "1", "--duration", "3", "--ramp-down", "1", "--think", "0.2")
+    _, s = run_engine(
+        EXAMPLE,
+        "--target",
+        nginx.url,
+        "--log",
+        str(log),
+        "--users",
+        "30",
+        "--ramp-up",
+        "1",
+        "--duration",
+        "3",
+        "--ramp-down",
+        "1",
+        "--think",
+        "0.2",
+    )
     time.sleep(0.2)
     served = access_count(nginx) - before
     t = tables.read(log, "client_requests")
@@ -75,9 +90,7 @@ def test_request_count_equals_nginx_access_log(nginx, tmp_path):
     rows = t.to_pylist()
     # per-path counts agree with nginx's own log, too
     ours = collections.Counter(r["path"] for r in rows)
-    theirs = collections.Counter(
-        line.split('"')[1].split()[1] for line in nginx.access_log_lines()[before:]
-    )
+    theirs = collections.Counter(line.split('"')[1].split()[1] for line in nginx.access_log_lines()[before:])
     assert ours == theirs
     # every phase appears, the summary counts exactly the run phase
     phases = collections.Counter(r["phase"] for r in rows)
@@ -94,9 +107,23 @@ def test_closed_port_gives_connect_errors_and_ends_on_time(tmp_path):
     port = free_port()  # nobody listens here
     log = tmp_path / "closed.parquet"
     t0 = time.monotonic()
-    _, s = run_engine(EXAMPLE, "--target", f"http://127.0.0.1:{port}", "--log", str(log),
-                      "--users", "5", "--ramp-up", "0", "--duration", "2", "--ramp-down", "0",
-                      "--think", "0.1")
+    _, s = run_engine(
+        EXAMPLE,
+        "--target",
+        f"http://127.0.0.1:{port}",
+        "--log",
+        str(log),
+        "--users",
+        "5",
+        "--ramp-up",
+        "0",
+        "--duration",
+        "2",
+        "--ramp-down",
+        "0",
+        "--think",
+        "0.1",
+    )
     elapsed = time.monotonic() - t0
     assert elapsed < 2 + 1.5
     rows = tables.read(log, "client_requests").to_pylist()
@@ -114,7 +141,7 @@ def test_request_timeout_is_counted(tmp_path):
         port = sink.getsockname()[1]
         wl = tmp_path / "slow.toml"
         wl.write_text(
-            '[think]\nmean_s = 0.05\n[users]\ncount = 3\n[phases]\nrun_s = 2\n'
+            "[think]\nmean_s = 0.05\n[users]\ncount = 3\n[phases]\nrun_s = 2\n"
             '[connection]\nrequest_timeout_s = 0.3\n[[pages]]\nname = "Slow"\nurl = "/slow"\n'
         )
         log = tmp_path / "slow.parquet"
@@ -135,7 +162,7 @@ def test_5xx_and_error_marker_are_counted(nginx, tmp_path):
     wl = tmp_path / "errors.toml"
     wl.write_text(
         '[workload]\nstart = "Home"\nerror_markers = ["ERROR"]\n[think]\nmean_s = 0.02\n[users]\ncount = 2\n'
-        '[phases]\nrun_s = 1\n'
+        "[phases]\nrun_s = 1\n"
         '[[pages]]\nname = "Busy"\nurl = "/busy"\n[[pages]]\nname = "Broken"\nurl = "/broken.html"\n'
         '[[pages]]\nname = "Home"\nurl = "/index.html"\n'
         "[transitions]\nBusy = { Broken = 0.5, Home = 0.5 }\nBroken = { Busy = 0.5, Home = 0.5 }\n"
@@ -161,9 +188,24 @@ def test_sigint_leaves_a_readable_log(nginx, tmp_path):
     the summary is printed and the exit status is non-zero."""
     before = access_count(nginx)
     log = tmp_path / "int.parquet"
-    argv = [str(Path(sys.executable).parent / "tierscope"), "load", str(EXAMPLE), "--target",
-            nginx.url, "--log", str(log), "--users", "20", "--think", "0.05", "--ramp-up", "0",
-            "--duration", "60", "--json"]
+    argv = [
+        str(Path(sys.executable).parent / "tierscope"),
+        "load",
+        str(EXAMPLE),
+        "--target",
+        nginx.url,
+        "--log",
+        str(log),
+        "--users",
+        "20",
+        "--think",
+        "0.05",
+        "--ramp-up",
+        "0",
+        "--duration",
+        "60",
+        "--json",
+    ]
     env = dict(os.environ, TIERSCOPE_ENGINE=str(engine_path()))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

@@ -74,7 +74,7 @@ def line_of(text: str, needle: str) -> int:
         ('url = "/item?id={id}"\n', "", 'name = "Item"', ["page 'Item' has no url"]),
         ("Item = { Home", "Itme = { Home", "Itme = {", ["unknown state 'Itme'"]),
         ("mean_s = 2.0", "mean_s = -1", "mean_s", ["[think] mean_s", "expected a number >= 0"]),
-        ('[workload]\n', '[workload]\nmax_transitons = 5\n', "max_transitons", ["unknown key 'max_transitons'"]),
+        ("[workload]\n", "[workload]\nmax_transitons = 5\n", "max_transitons", ["unknown key 'max_transitons'"]),
         ("p = { uniform = [0, 3] }", "q = { uniform = [0, 3] }", 'name = "List"', ["placeholder {p}"]),
     ],
 )
@@ -230,10 +230,30 @@ def test_cli_runs_against_a_closed_port_and_prints_the_summary(tmp_path):
     env = dict(os.environ, TIERSCOPE_ENGINE=str(engine_path()), COLUMNS="160")
     t0 = time.monotonic()
     out = subprocess.run(
-        [str(Path(sys.executable).parent / "tierscope"), "load", str(EXAMPLE), "--target",
-         f"http://127.0.0.1:{port}", "--log", str(log), "--users", "3", "--ramp-up", "0",
-         "--duration", "1", "--ramp-down", "0", "--think", "0.1"],
-        capture_output=True, text=True, timeout=60, env=env)
+        [
+            str(Path(sys.executable).parent / "tierscope"),
+            "load",
+            str(EXAMPLE),
+            "--target",
+            f"http://127.0.0.1:{port}",
+            "--log",
+            str(log),
+            "--users",
+            "3",
+            "--ramp-up",
+            "0",
+            "--duration",
+            "1",
+            "--ramp-down",
+            "0",
+            "--think",
+            "0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert time.monotonic() - t0 < 10
     assert out.returncode == 0, out.stderr
     assert "total" in out.stdout and "connect" in out.stdout
@@ -254,10 +274,19 @@ def test_rubbos_browse_only_mix_matches_the_original_algorithm():
     table: 11.8 pages per session; ViewComment 28.0 %, ViewStory 26.7 %, StoriesOfTheDay
     22.1 %, SearchInStories 3.8 %, Search 3.7 %, Browse 3.7 %, BrowseStoriesInCategory 3.6 %,
     OlderStories 3.3 %, SearchInComments 2.8 %, BrowseCategories 1.7 %, SearchInUsers 0.7 %."""
-    expected = {"ViewComment": 28.0, "ViewStory": 26.7, "StoriesOfTheDay": 22.1,
-                "SearchInStories": 3.8, "Search": 3.7, "Browse": 3.7,
-                "BrowseStoriesInCategory": 3.6, "OlderStories": 3.3, "SearchInComments": 2.8,
-                "BrowseCategories": 1.7, "SearchInUsers": 0.7}
+    expected = {
+        "ViewComment": 28.0,
+        "ViewStory": 26.7,
+        "StoriesOfTheDay": 22.1,
+        "SearchInStories": 3.8,
+        "Search": 3.7,
+        "Browse": 3.7,
+        "BrowseStoriesInCategory": 3.6,
+        "OlderStories": 3.3,
+        "SearchInComments": 2.8,
+        "BrowseCategories": 1.7,
+        "SearchInUsers": 0.7,
+    }
     n = 400_000
     r = dry_run(RUBBOS_BROWSE, n, "--seed", "11")
     for page, pct in expected.items():

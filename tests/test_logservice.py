@@ -31,26 +31,41 @@ needs_redis = pytest.mark.skipif(not shutil.which("redis-server"), reason="redis
 
 
 def test_counts_of_outcomes_against_the_stored_ids():
-    rows = [("a", 1, 0, 10, 201), ("b", 1, 10, 30, 201), ("c", 2, 0, 5, 503), ("d", 2, 5, 5_000_000_005, TIMEOUT),
-            ("e", 3, 0, 7, CONNECTION_ERROR), ("f", 3, 7, 9, 400)]
+    rows = [
+        ("a", 1, 0, 10, 201),
+        ("b", 1, 10, 30, 201),
+        ("c", 2, 0, 5, 503),
+        ("d", 2, 5, 5_000_000_005, TIMEOUT),
+        ("e", 3, 0, 7, CONNECTION_ERROR),
+        ("f", 3, 7, 9, 400),
+    ]
     t = pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(zip(*rows), OUTCOMES)], schema=OUTCOMES)
     n = count(t, stored={"a", "d", "zz"})  # b acknowledged but missing; d timed out but stored
-    assert (n["sent"], n["acknowledged"], n["refused"], n["timed_out"], n["connection_errors"], n["other"]) == \
-        (6, 2, 1, 1, 1, 1)
+    assert (n["sent"], n["acknowledged"], n["refused"], n["timed_out"], n["connection_errors"], n["other"]) == (
+        6,
+        2,
+        1,
+        1,
+        1,
+        1,
+    )
     assert n["stored"] == 2 and n["lost"] == 4 and n["lost_acknowledged"] == 1 and n["timed_out_stored"] == 1
     assert n["load_s"] == pytest.approx(5.000000005)
     assert n["p90_ms"] == pytest.approx((10 + 0.9 * (20 - 10)) / 1e6)
 
 
-@pytest.mark.parametrize("body, needle", [
-    (b"not json", "body is not JSON"),
-    (b"[1]", "expected a JSON object"),
-    (b'{"message": "m"}', "id: expected a string"),
-    (b'{"id": "' + b"x" * 65 + b'", "message": "m"}', "id: expected a string of 1 to 64"),
-    (b'{"id": "a", "level": 9, "message": "m"}', "level: expected an integer 0..7"),
-    (b'{"id": "a", "level": true, "message": "m"}', "level: expected an integer 0..7"),
-    (b'{"id": "a"}', "message: expected a string"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        (b"not json", "body is not JSON"),
+        (b"[1]", "expected a JSON object"),
+        (b'{"message": "m"}', "id: expected a string"),
+        (b'{"id": "' + b"x" * 65 + b'", "message": "m"}', "id: expected a string of 1 to 64"),
+        (b'{"id": "a", "level": 9, "message": "m"}', "level: expected an integer 0..7"),
+        (b'{"id": "a", "level": true, "message": "m"}', "level: expected an integer 0..7"),
+        (b'{"id": "a"}', "message: expected a string"),
+    ],
+)
 def test_a_malformed_record_says_what_is_wrong(body, needle):
     with pytest.raises(BadRecord, match=needle):
         parse_record(body, 1, 0)
@@ -70,11 +85,13 @@ def test_the_shipped_preset_loads_and_bad_ones_name_the_key(tmp_path):
     modes, load, service, _ = load_preset(preset("ingest"))
     assert modes == ["direct", "queue", "durable"] and load.total == load.clients * load.records
     assert service.db_cpu and service.fsync
-    for text, needle in (("[load]\nclients = 0\n", "clients and records: expected >= 1"),
-                         ("[load]\nclient = 3\n", "load.client: unknown key"),
-                         ("[service]\ndb_cpu = \"x\"\n", "service.db_cpu: expected float"),
-                         ("modes = [\"batch\"]\n", "modes: expected a list of direct, queue, durable"),
-                         ("[service]\ndbms = \"oracle\"\n", "dbms: expected one of")):
+    for text, needle in (
+        ("[load]\nclients = 0\n", "clients and records: expected >= 1"),
+        ("[load]\nclient = 3\n", "load.client: unknown key"),
+        ('[service]\ndb_cpu = "x"\n', "service.db_cpu: expected float"),
+        ('modes = ["batch"]\n', "modes: expected a list of direct, queue, durable"),
+        ('[service]\ndbms = "oracle"\n', "dbms: expected one of"),
+    ):
         p = tmp_path / "p.toml"
         p.write_text(text)
         with pytest.raises(PresetError, match=needle):
@@ -106,8 +123,16 @@ def _app(tmp_path, pg, mode: str, **kw):
     from tierscope.testbed.host import Host
 
     cfg = LogServiceConfig(mode=mode, db_port=pg.port, db_name="logs", **kw)
-    return AppServer(Host.loopback(), free_port(), tmp_path / f"app-{mode}", app="tierscope.apps.logservice.app:create_app()",
-                     app_env=cfg.env(), health_path="/health", workers=2, threads=4)
+    return AppServer(
+        Host.loopback(),
+        free_port(),
+        tmp_path / f"app-{mode}",
+        app="tierscope.apps.logservice.app:create_app()",
+        app_env=cfg.env(),
+        health_path="/health",
+        workers=2,
+        threads=4,
+    )
 
 
 def _post(url: str, body: bytes, tok: str | None) -> int:
@@ -130,8 +155,10 @@ def test_each_acknowledged_record_is_stored_once_and_bad_requests_store_nothing(
     pg, db = postgres
     app = _app(tmp_path, pg, mode, auth_cache=mode == "queue", max_body=1000).start()
     try:
-        codes = [_post(app.url, json.dumps({"id": f"r{i}", "message": "hello"}).encode(), token(1 + i % 3))
-                 for i in range(60)]
+        codes = [
+            _post(app.url, json.dumps({"id": f"r{i}", "message": "hello"}).encode(), token(1 + i % 3))
+            for i in range(60)
+        ]
         assert codes == [201] * 60
         assert _post(app.url, json.dumps({"id": "r0", "message": "again"}).encode(), token(1)) == 201  # one row
         assert _post(app.url, b'{"id": "bad-token", "message": "m"}', token(99)) == 401
@@ -158,8 +185,7 @@ def test_durable_mode_loses_no_acknowledged_record_when_the_app_is_killed(tmp_pa
         os.killpg(app.proc.pid, signal.SIGKILL)
 
     load = Load(clients=100, records=40, timeout_s=2.0, start_spread_s=0.2, run="crash")
-    r = run_mode("durable", Service(db_cpu=None, fsync=False, app_threads=16), load, tmp_path / "durable",
-                 crash=crash)
+    r = run_mode("durable", Service(db_cpu=None, fsync=False, app_threads=16), load, tmp_path / "durable", crash=crash)
     assert killed and r.sent == 4000
     assert r.acknowledged > 100  # some were taken before the kill...
     assert r.connection_errors + r.timed_out > 0  # ...and the kill was felt
@@ -176,8 +202,10 @@ def test_seed_003_direct_inserts_lose_records_the_queue_stores_them_all(tmp_path
 
     _, load, service, _ = load_preset(preset("ingest"))
     load = Load(clients=1000, records=5, timeout_s=load.timeout_s, start_spread_s=load.start_spread_s)
-    results = {m: run_mode(m, service, Load(**{**load.__dict__, "run": m}), tmp_path / m)
-               for m in ("direct", "queue", "durable")}
+    results = {
+        m: run_mode(m, service, Load(**{**load.__dict__, "run": m}), tmp_path / m)
+        for m in ("direct", "queue", "durable")
+    }
     direct, queue, durable = results["direct"], results["queue"], results["durable"]
     for r in results.values():
         assert r.sent == 5000 and r.lost_acknowledged == 0

@@ -36,27 +36,30 @@ ROOT = Path(__file__).resolve().parent.parent
 # --- pure: classification ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, kind", [
-    ("SELECT * FROM stories WHERE id = $1 /*request_id='abc'*/", sql.READ),
-    ("  /* leading */ select 1", sql.READ),
-    ("(SELECT 1) UNION (SELECT 2)", sql.READ),
-    ("SHOW server_version", sql.READ),
-    ("WITH r AS (SELECT 1) SELECT * FROM r", sql.READ),
-    ("SELECT 'FOR UPDATE', \"insert\" FROM t -- for update", sql.READ),  # only in literals/comments
-    ("", sql.READ),
-    ("SELECT * FROM users WHERE id = $1 FOR UPDATE", sql.WRITE),
-    ("select * from t for share", sql.WRITE),
-    ("SELECT nextval('comments_id_seq')", sql.WRITE),
-    ("SELECT * INTO copy_of_t FROM t", sql.WRITE),
-    ("INSERT INTO comments (writer) VALUES ($1) RETURNING id", sql.WRITE),
-    ("UPDATE users SET rating = rating + $1 WHERE id = $2", sql.WRITE),
-    ("DELETE FROM submissions WHERE id = $1", sql.WRITE),
-    ("WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", sql.WRITE),
-    ("BEGIN", sql.WRITE),
-    ("SET statement_timeout = 0", sql.WRITE),
-    ("CREATE TABLE t (id int)", sql.WRITE),
-    ("SELECT 1; UPDATE t SET a = 1", sql.WRITE),
-])
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        ("SELECT * FROM stories WHERE id = $1 /*request_id='abc'*/", sql.READ),
+        ("  /* leading */ select 1", sql.READ),
+        ("(SELECT 1) UNION (SELECT 2)", sql.READ),
+        ("SHOW server_version", sql.READ),
+        ("WITH r AS (SELECT 1) SELECT * FROM r", sql.READ),
+        ("SELECT 'FOR UPDATE', \"insert\" FROM t -- for update", sql.READ),  # only in literals/comments
+        ("", sql.READ),
+        ("SELECT * FROM users WHERE id = $1 FOR UPDATE", sql.WRITE),
+        ("select * from t for share", sql.WRITE),
+        ("SELECT nextval('comments_id_seq')", sql.WRITE),
+        ("SELECT * INTO copy_of_t FROM t", sql.WRITE),
+        ("INSERT INTO comments (writer) VALUES ($1) RETURNING id", sql.WRITE),
+        ("UPDATE users SET rating = rating + $1 WHERE id = $2", sql.WRITE),
+        ("DELETE FROM submissions WHERE id = $1", sql.WRITE),
+        ("WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", sql.WRITE),
+        ("BEGIN", sql.WRITE),
+        ("SET statement_timeout = 0", sql.WRITE),
+        ("CREATE TABLE t (id int)", sql.WRITE),
+        ("SELECT 1; UPDATE t SET a = 1", sql.WRITE),
+    ],
+)
 def test_classification(text, kind):
     assert sql.classify(text) == kind
 
@@ -64,16 +67,19 @@ def test_classification(text, kind):
 # --- pure: LPRF and round robin ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pending, enabled, chosen", [
-    ([0, 0], None, 0),  # a tie goes to the first listed
-    ([2, 1], None, 1),  # strictly fewer pending wins
-    ([1, 1], None, 0),
-    ([1, 2], None, 0),
-    ([3, 0, 0], None, 1),  # stop at the first idle one
-    ([2, 1, 0], None, 2),
-    ([0, 5], [False, True], 1),  # a disabled backend is skipped even when idle
-    ([0, 0], [False, False], None),
-])
+@pytest.mark.parametrize(
+    "pending, enabled, chosen",
+    [
+        ([0, 0], None, 0),  # a tie goes to the first listed
+        ([2, 1], None, 1),  # strictly fewer pending wins
+        ([1, 1], None, 0),
+        ([1, 2], None, 0),
+        ([3, 0, 0], None, 1),  # stop at the first idle one
+        ([2, 1, 0], None, 2),
+        ([0, 5], [False, True], 1),  # a disabled backend is skipped even when idle
+        ([0, 0], [False, False], None),
+    ],
+)
 def test_lprf_choice(pending, enabled, chosen):
     assert balance.choose_lprf(pending, enabled) == chosen
 
@@ -123,16 +129,19 @@ def test_smooth_weighted_round_robin_interleaves_by_weight():
     assert balance.choose_wrr([0.0, 0.0], [0, 3], [True, True])[0] == 1  # weight 0: never chosen
 
 
-@pytest.mark.parametrize("pending, latency, enabled, chosen", [
-    ([0, 0], [0.010, 0.001], [True, True], 1),  # the faster one when both are idle
-    ([5, 0], [0.001, 0.004], [True, True], 1),  # 6 x 1 ms > 1 x 4 ms
-    ([1, 0], [0.001, 0.004], [True, True], 0),  # 2 x 1 ms < 1 x 4 ms
-    ([0, 0], [0.001, None], [True, True], 1),  # not tried yet: tried now
-    ([0, 3], [0.001, None], [True, True], 1),
-    ([0, 0], [None, None], [True, True], 0),
-    ([0, 0], [0.001, 0.009], [False, True], 1),
-    ([0], [0.001], [False], None),
-])
+@pytest.mark.parametrize(
+    "pending, latency, enabled, chosen",
+    [
+        ([0, 0], [0.010, 0.001], [True, True], 1),  # the faster one when both are idle
+        ([5, 0], [0.001, 0.004], [True, True], 1),  # 6 x 1 ms > 1 x 4 ms
+        ([1, 0], [0.001, 0.004], [True, True], 0),  # 2 x 1 ms < 1 x 4 ms
+        ([0, 0], [0.001, None], [True, True], 1),  # not tried yet: tried now
+        ([0, 3], [0.001, None], [True, True], 1),
+        ([0, 0], [None, None], [True, True], 0),
+        ([0, 0], [0.001, 0.009], [False, True], 1),
+        ([0], [0.001], [False], None),
+    ],
+)
 def test_least_response_time_times_in_flight(pending, latency, enabled, chosen):
     assert balance.choose_lrt(pending, latency, enabled) == chosen
 
@@ -151,16 +160,23 @@ AT = datetime(2026, 11, 22, 16, 30, 5, 123456, tzinfo=UTC)
 TS = "'2026-11-22 16:30:05.123456+00:00'::timestamptz"
 
 
-@pytest.mark.parametrize("text, expected, n", [
-    ("INSERT INTO c (date) VALUES (NOW())", f"INSERT INTO c (date) VALUES ({TS})", 1),
-    ("insert into c values (now ( ), current_timestamp)", f"insert into c values ({TS}, {TS})", 2),
-    ("UPDATE t SET a = CURRENT_TIMESTAMP(3)", "UPDATE t SET a = '2026-11-22 16:30:05.123456+00:00'::timestamptz(3)", 1),
-    ("UPDATE t SET d = current_date", "UPDATE t SET d = '2026-11-22'::date", 1),
-    ("INSERT INTO t VALUES ('now()') /*request_id='NOW()'*/ -- now()", None, 0),  # literals, comments
-    ("UPDATE t SET a = x.now, b = \"now\"", None, 0),  # a column named now is no macro
-    ("CREATE TABLE t (at timestamptz DEFAULT now())", None, 0),  # DDL keeps its function
-    ("SELECT nowhere FROM t", None, 0),
-])
+@pytest.mark.parametrize(
+    "text, expected, n",
+    [
+        ("INSERT INTO c (date) VALUES (NOW())", f"INSERT INTO c (date) VALUES ({TS})", 1),
+        ("insert into c values (now ( ), current_timestamp)", f"insert into c values ({TS}, {TS})", 2),
+        (
+            "UPDATE t SET a = CURRENT_TIMESTAMP(3)",
+            "UPDATE t SET a = '2026-11-22 16:30:05.123456+00:00'::timestamptz(3)",
+            1,
+        ),
+        ("UPDATE t SET d = current_date", "UPDATE t SET d = '2026-11-22'::date", 1),
+        ("INSERT INTO t VALUES ('now()') /*request_id='NOW()'*/ -- now()", None, 0),  # literals, comments
+        ('UPDATE t SET a = x.now, b = "now"', None, 0),  # a column named now is no macro
+        ("CREATE TABLE t (at timestamptz DEFAULT now())", None, 0),  # DDL keeps its function
+        ("SELECT nowhere FROM t", None, 0),
+    ],
+)
 def test_macro_rewriting(text, expected, n):
     out, count = sql.rewrite_macros(text, AT)
     assert count == n
@@ -179,8 +195,19 @@ def test_reply_plan_hides_the_proxys_messages_and_adds_its_own_answers():
     p.sent(wire.EXECUTE)
     p.sent(wire.SYNC)
     assert p.due_now() == [b"PARSE-COMPLETE-OF-A-KEPT-STATEMENT"]
-    seen = [p.reply(k)[0] for k in (wire.PARSE_COMPLETE, wire.BIND_COMPLETE, wire.ROW_DESCRIPTION,
-                                    wire.DATA_ROW, wire.NOTICE, wire.DATA_ROW, wire.COMMAND_COMPLETE, wire.READY)]
+    seen = [
+        p.reply(k)[0]
+        for k in (
+            wire.PARSE_COMPLETE,
+            wire.BIND_COMPLETE,
+            wire.ROW_DESCRIPTION,
+            wire.DATA_ROW,
+            wire.NOTICE,
+            wire.DATA_ROW,
+            wire.COMMAND_COMPLETE,
+            wire.READY,
+        )
+    ]
     assert seen == [False, True, True, True, True, True, True, True]
     assert p.done
 
@@ -212,13 +239,17 @@ def test_framing_round_trip():
 
 
 def test_help_names_every_option_and_an_example():
-    out = subprocess.run([sys.executable, "-m", "tierscope.middleware", "--help"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "tierscope.middleware", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     for opt in ("--listen", "--backend", "--db", "--user", "--pool", "--policy", "--wait", "--stats"):
         assert opt in out
     assert "\nExample: " in out
-    bad = subprocess.run([sys.executable, "-m", "tierscope.middleware", "--listen", "nowhere", "--backend", "x:1"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "tierscope.middleware", "--listen", "nowhere", "--backend", "x:1"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "--listen 'nowhere': expected ADDR:PORT" in bad.stderr
 
 
@@ -251,8 +282,18 @@ def pair():
 
     # not under pytest's 0700 tmp dirs: the postgres user must reach its data directory
     work = Path(tempfile.mkdtemp(prefix="tierscope-mw-test-"))
-    pgs = [Postgres(Host.loopback(f"db{i}"), free_port(), work / f"db{i}", fsync=False, shared_buffers="32MB",
-                    max_connections=60, name=f"db{i}") for i in (1, 2)]
+    pgs = [
+        Postgres(
+            Host.loopback(f"db{i}"),
+            free_port(),
+            work / f"db{i}",
+            fsync=False,
+            shared_buffers="32MB",
+            max_connections=60,
+            name=f"db{i}",
+        )
+        for i in (1, 2)
+    ]
     try:
         for p in pgs:
             p.start()
@@ -272,8 +313,18 @@ def middleware(pair, policy="lprf", wait="first", db=DB, name="mw", stats=None, 
     from tierscope.testbed.host import Host
 
     work, pgs = pair
-    mw = Middleware(Host.loopback(name), free_port(), work / name, backends=[p.address for p in pgs], database=db,
-                    pool=4, policy=policy, wait=wait, weights=weights, name=name)
+    mw = Middleware(
+        Host.loopback(name),
+        free_port(),
+        work / name,
+        backends=[p.address for p in pgs],
+        database=db,
+        pool=4,
+        policy=policy,
+        wait=wait,
+        weights=weights,
+        name=name,
+    )
     mw.start()
     try:
         yield mw
@@ -304,8 +355,10 @@ def seq_scans(pgs, table, expected_total, timeout=10.0) -> list[int]:
     servers have flushed the scans of the middleware's (closed) sessions, up to `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        counts = [int(p.sql("SELECT coalesce(seq_scan, 0) FROM pg_stat_user_tables WHERE relname = %s", DB,
-                            (table,))[0][0]) for p in pgs]
+        counts = [
+            int(p.sql("SELECT coalesce(seq_scan, 0) FROM pg_stat_user_tables WHERE relname = %s", DB, (table,))[0][0])
+            for p in pgs
+        ]
         if sum(counts) >= expected_total or time.monotonic() > deadline:
             return counts
         time.sleep(0.1)
@@ -318,8 +371,10 @@ def test_sequential_reads_all_go_to_the_first_backend_under_lprf(pair):
     fresh_table(pgs, "probe_seq")
     before = seq_scans(pgs, "probe_seq", 0)
     stats: dict = {}
-    with middleware(pair, "lprf", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True,
-                                                                       prepare_threshold=None) as conn:
+    with (
+        middleware(pair, "lprf", stats=stats) as mw,
+        psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=None) as conn,
+    ):
         for _ in range(12):
             assert conn.execute("SELECT count(*) FROM probe_seq /*request_id='r'*/").fetchone() == (3,)
     after = seq_scans(pgs, "probe_seq", sum(before) + 12)
@@ -388,6 +443,7 @@ def test_overlapping_reads_spread_over_both_backends_under_lprf(pair):
     barrier = threading.Barrier(2)
     errors: list = []
     with middleware(pair, "lprf", stats=stats) as mw:
+
         def client():
             try:
                 with psycopg.connect(dsn(mw), autocommit=True) as conn:
@@ -419,8 +475,12 @@ def test_writes_land_on_both_backends_with_one_now(pair, wait):
         with psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=None) as conn:
             conn.execute("DROP TABLE IF EXISTS w")
             conn.execute("CREATE TABLE w (id serial PRIMARY KEY, v text, at timestamptz)")
-            ids = [conn.execute("INSERT INTO w (v, at) VALUES (%s, NOW()) RETURNING id /*request_id='x'*/",
-                                (f"v{i}",)).fetchone()[0] for i in range(10)]
+            ids = [
+                conn.execute(
+                    "INSERT INTO w (v, at) VALUES (%s, NOW()) RETURNING id /*request_id='x'*/", (f"v{i}",)
+                ).fetchone()[0]
+                for i in range(10)
+            ]
             conn.execute("UPDATE w SET v = v || '!' WHERE id <= %s", (4,))
         # the simple-query protocol too (psycopg's client-side binding)
         with psycopg.connect(dsn(mw), autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
@@ -479,8 +539,11 @@ def test_a_read_waiting_for_a_write_that_disables_its_backend_goes_elsewhere(pai
     for p in pgs:
         p.sql("DROP TABLE IF EXISTS v", DB)
     pgs[0].sql("CREATE TABLE v (id int)", DB)
-    pgs[1].sql("CREATE OR REPLACE FUNCTION slow_no(int) RETURNS bool LANGUAGE plpgsql AS "
-               "'BEGIN PERFORM pg_sleep(0.5); RETURN false; END'", DB)
+    pgs[1].sql(
+        "CREATE OR REPLACE FUNCTION slow_no(int) RETURNS bool LANGUAGE plpgsql AS "
+        "'BEGIN PERFORM pg_sleep(0.5); RETURN false; END'",
+        DB,
+    )
     pgs[1].sql("CREATE TABLE v (id int CHECK (slow_no(id)))", DB)  # fails every insert, half a second late
     before = seq_scans(pgs, "probe_wait", 0)
     stats: dict = {}
@@ -585,8 +648,11 @@ def test_a_stale_pooled_connection_does_not_disable_its_backend(pair):
         for _ in range(4):
             conn.execute("SELECT count(*) FROM probe_stale")
         for p in pgs:  # the servers end the middleware's idle sessions (as an idle timeout would)
-            ended = p.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-                          "AND pid <> pg_backend_pid()", DB, (DB,))
+            ended = p.sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                DB,
+                (DB,),
+            )
             assert ended and all(r[0] for r in ended)
         for _ in range(4):
             assert conn.execute("SELECT count(*) FROM probe_stale").fetchone() == (3,)
@@ -631,8 +697,9 @@ def test_rubbos_pages_through_the_middleware(pair):
     now = datetime.now().replace(microsecond=0)
     for p in pgs:  # the same rows on both: same seed, scale and load time
         p.create_database("rubbos")
-        datagen.load(DbConfig("postgresql", host=p.host.address, port=p.port, database="rubbos"), "tiny", seed=3,
-                     now=now)
+        datagen.load(
+            DbConfig("postgresql", host=p.host.address, port=p.port, database="rubbos"), "tiny", seed=3, now=now
+        )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def get(path, data=None):
@@ -642,24 +709,41 @@ def test_rubbos_pages_through_the_middleware(pair):
 
     stats: dict = {}
     with middleware(pair, db="rubbos", name="mw-rubbos", stats=stats) as mw:
-        app = AppServer(Host.loopback("app"), free_port(), work / "app", db=mw.db_config(), workers=1, threads=4,
-                        name="app")
+        app = AppServer(
+            Host.loopback("app"), free_port(), work / "app", db=mw.db_config(), workers=1, threads=4, name="app"
+        )
         app.start()
         try:
-            story = pgs[0].sql("SELECT story_id FROM comments GROUP BY story_id ORDER BY count(*) DESC LIMIT 1",
-                               "rubbos")[0][0]
-            for path in ("/rubbos/StoriesOfTheDay", "/rubbos/BrowseCategories", f"/rubbos/ViewStory?storyId={story}",
-                         "/rubbos/OlderStories?daysAgo=1&nbOfStories=20"):
+            story = pgs[0].sql(
+                "SELECT story_id FROM comments GROUP BY story_id ORDER BY count(*) DESC LIMIT 1", "rubbos"
+            )[0][0]
+            for path in (
+                "/rubbos/StoriesOfTheDay",
+                "/rubbos/BrowseCategories",
+                f"/rubbos/ViewStory?storyId={story}",
+                "/rubbos/OlderStories?daysAgo=1&nbOfStories=20",
+            ):
                 status, body = get(path)
                 assert status == 200 and "Traceback" not in body and "ERROR" not in body, path
-            status, body = get("/rubbos/StoreComment", {
-                "comment_table": "comments", "storyId": story, "parent": 0, "nickname": "user5",
-                "password": "password5", "subject": "through the middleware", "body": "b"})
+            status, body = get(
+                "/rubbos/StoreComment",
+                {
+                    "comment_table": "comments",
+                    "storyId": story,
+                    "parent": 0,
+                    "nickname": "user5",
+                    "password": "password5",
+                    "subject": "through the middleware",
+                    "body": "b",
+                },
+            )
             assert status == 200 and "successfully stored" in body
         finally:
             app.stop()
-    rows = [p.sql("SELECT id, writer, story_id, date FROM comments WHERE subject = 'through the middleware'",
-                  "rubbos") for p in pgs]
+    rows = [
+        p.sql("SELECT id, writer, story_id, date FROM comments WHERE subject = 'through the middleware'", "rubbos")
+        for p in pgs
+    ]
     assert len(rows[0]) == 1 and rows[0] == rows[1]
     assert stats["reads"] > 4 and stats["writes"] >= 1 and stats["disabled"] == []
 
@@ -703,8 +787,11 @@ def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path):
     writes = ("INSERT", "UPDATE", "DELETE")
 
     def n_writes(rows, server=None):
-        return sum(1 for label, srv in zip(rows.column("label").to_pylist(), rows.column("server").to_pylist())
-                   if (label or "").startswith(writes) and (server is None or srv == server))
+        return sum(
+            1
+            for label, srv in zip(rows.column("label").to_pylist(), rows.column("server").to_pylist())
+            if (label or "").startswith(writes) and (server is None or srv == server)
+        )
 
     mw_writes = n_writes(mw_rows)
     assert mw_writes > 0 and mw_writes == stats["writes"]
@@ -748,8 +835,12 @@ def test_the_runner_notes_a_disabled_backend_in_the_manifest(tmp_path):
 
     from tierscope.runner import note_disabled_backends
 
-    stats = {"backends": [{"name": "10.0.0.2:5432", "enabled": True, "disabled_reason": None},
-                          {"name": "10.0.0.3:5432", "enabled": False, "disabled_reason": "duplicate key"}]}
+    stats = {
+        "backends": [
+            {"name": "10.0.0.2:5432", "enabled": True, "disabled_reason": None},
+            {"name": "10.0.0.3:5432", "enabled": False, "disabled_reason": "duplicate key"},
+        ]
+    }
     (tmp_path / "middleware.stats.json").write_text(json.dumps(stats))
     mw = types.SimpleNamespace(name="mw1", stats_path=tmp_path / "middleware.stats.json")
     ctx = types.SimpleNamespace(notes=[])

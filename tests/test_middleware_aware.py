@@ -22,18 +22,23 @@ def test_labels_share_a_statement_with_different_literals():
     a = sql.label("SELECT abalance FROM pgbench_accounts WHERE aid = 1234; /*request_id='x'*/")
     b = sql.label("SELECT  abalance FROM pgbench_accounts\n WHERE aid = 77;")
     assert a == b == "SELECT abalance FROM pgbench_accounts WHERE aid = ?;"
-    assert sql.label("SELECT * FROM t WHERE s = 'it''s' AND x1 = 3.5e3 AND y = $1") == \
-        "SELECT * FROM t WHERE s = ? AND x1 = ? AND y = $1"  # x1 keeps its digit, $1 stays
+    assert (
+        sql.label("SELECT * FROM t WHERE s = 'it''s' AND x1 = 3.5e3 AND y = $1")
+        == "SELECT * FROM t WHERE s = ? AND x1 = ? AND y = $1"
+    )  # x1 keeps its digit, $1 stays
     assert sql.label("SELECT 1") != sql.label("SELECT 1 FROM big ORDER BY md5(x)")
 
 
-@pytest.mark.parametrize("expected, elapsed, remaining", [
-    (0.100, 0.0, 0.100),
-    (0.100, 0.060, 0.040),
-    (0.100, 0.090, 0.025),  # never below a quarter of the average
-    (0.100, 0.500, 0.025),
-    (0.0, 0.1, 0.0),
-])
+@pytest.mark.parametrize(
+    "expected, elapsed, remaining",
+    [
+        (0.100, 0.0, 0.100),
+        (0.100, 0.060, 0.040),
+        (0.100, 0.090, 0.025),  # never below a quarter of the average
+        (0.100, 0.500, 0.025),
+        (0.0, 0.1, 0.0),
+    ],
+)
 def test_expected_remaining(expected, elapsed, remaining):
     assert balance.expected_remaining(expected, elapsed) == pytest.approx(remaining)
 
@@ -47,14 +52,17 @@ def test_expected_wait_sums_the_reads_in_flight_and_counts_writes_as_typical():
     assert balance.expected_wait([], now) == 0.0
 
 
-@pytest.mark.parametrize("waits, pending, enabled, chosen", [
-    ([0.150, 0.002], [1, 2], [True, True], 1),  # LPRF would take 0 (fewer pending): a heavy runs there
-    ([0.002, 0.150], [2, 1], [True, True], 0),
-    ([0.0, 0.0], [0, 0], [True, True], 0),  # a tie goes to the earliest
-    ([0.001, 0.001], [2, 1], [True, True], 1),  # equal waits: fewer pending
-    ([0.0, 0.5], [0, 3], [False, True], 1),  # a disabled backend is skipped
-    ([0.0], [0], [False], None),
-])
+@pytest.mark.parametrize(
+    "waits, pending, enabled, chosen",
+    [
+        ([0.150, 0.002], [1, 2], [True, True], 1),  # LPRF would take 0 (fewer pending): a heavy runs there
+        ([0.002, 0.150], [2, 1], [True, True], 0),
+        ([0.0, 0.0], [0, 0], [True, True], 0),  # a tie goes to the earliest
+        ([0.001, 0.001], [2, 1], [True, True], 1),  # equal waits: fewer pending
+        ([0.0, 0.5], [0, 3], [False, True], 1),  # a disabled backend is skipped
+        ([0.0], [0], [False], None),
+    ],
+)
 def test_aware_choice(waits, pending, enabled, chosen):
     assert balance.choose_aware(waits, pending, enabled) == chosen
 
@@ -153,14 +161,17 @@ def test_series_samples_pending_and_heavy_on_a_50ms_grid():
     assert all(0.03 <= g <= 0.2 for g in gaps), gaps
 
 
-@pytest.mark.parametrize("waits, heavy, own, chosen", [
-    ([0.080, 0.002], [1, 0], 0.150, 0),  # a heavy read joins the replica running one: waits 80 < 150 ms
-    ([0.200, 0.002], [1, 0], 0.150, 1),  # but not to wait longer than it runs
-    ([0.080, 0.002], [1, 0], None, 1),  # a light read goes to the smallest wait
-    ([0.080, 0.060], [1, 2], 0.150, 1),  # the replica with the most heavy reads
-    ([0.080, 0.080], [1, 1], 0.150, 0),  # ties: the smaller wait, then the earliest
-    ([0.0, 0.0], [0, 0], 0.150, 0),  # nothing heavy anywhere: the rule for every read
-])
+@pytest.mark.parametrize(
+    "waits, heavy, own, chosen",
+    [
+        ([0.080, 0.002], [1, 0], 0.150, 0),  # a heavy read joins the replica running one: waits 80 < 150 ms
+        ([0.200, 0.002], [1, 0], 0.150, 1),  # but not to wait longer than it runs
+        ([0.080, 0.002], [1, 0], None, 1),  # a light read goes to the smallest wait
+        ([0.080, 0.060], [1, 2], 0.150, 1),  # the replica with the most heavy reads
+        ([0.080, 0.080], [1, 1], 0.150, 0),  # ties: the smaller wait, then the earliest
+        ([0.0, 0.0], [0, 0], 0.150, 0),  # nothing heavy anywhere: the rule for every read
+    ],
+)
 def test_aware_keeps_heavy_reads_together(waits, heavy, own, chosen):
     assert balance.choose_aware(waits, [1, 1], [True, True], heavy, own) == chosen
     assert balance.choose_aware(waits, [1, 1], [False, True], heavy, own) in (1, None)

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as it
 def test_aware_beats_lprf_on_light_p90_and_throughput_with_heavy_reads():
     from tierscope.middleware import heavy
 
-    res = heavy.run(["lprf", "aware"], seconds=4, repeat=2, clients=6, think_ms=10, heavy_clients=2, rows=200_000,
-                    log=print)
+    res = heavy.run(
+        ["lprf", "aware"], seconds=4, repeat=2, clients=6, think_ms=10, heavy_clients=2, rows=200_000, log=print
+    )
     print(heavy.table(res))
     for r in res["runs"]:
         # pgbench's count of reads (think-time transactions excluded) is the middleware's count;
@@ -41,8 +42,10 @@ def test_aware_beats_lprf_on_light_p90_and_throughput_with_heavy_reads():
     # enough of each (LPRF's light clients spend most of their time behind heavy reads)
     assert lprf["light"] > 50 and aware["light"] > 50 and lprf["heavy"] >= 5 and aware["heavy"] >= 5
     # the imbalance the series shows: LPRF keeps light reads next to the heavy one, aware does not
-    share = {p: [r["imbalance"]["light_next_to_heavy_share"] for r in res["runs"] if r["policy"] == p]
-             for p in ("lprf", "aware")}
+    share = {
+        p: [r["imbalance"]["light_next_to_heavy_share"] for r in res["runs"] if r["policy"] == p]
+        for p in ("lprf", "aware")
+    }
     assert min(share["lprf"]) > 0.3 and max(share["aware"]) < 0.2, share
     assert aware["light_p90_ms"] < lprf["light_p90_ms"], (aware, lprf)
     assert aware["tps"] > lprf["tps"], (aware, lprf)

@@ -82,8 +82,13 @@ def test_ycsb_a_updates_equal_postgres_own_count_and_mix_is_half_half(pg):
     # the server's count of updated rows (flushed when the engine's sessions end)
     deadline = time.monotonic() + 10
     while True:
-        n = int(psql(dsn, "select pg_stat_clear_snapshot(); select n_tup_upd from pg_stat_user_tables "
-                          "where relname = 'usertable'")[-1])
+        n = int(
+            psql(
+                dsn,
+                "select pg_stat_clear_snapshot(); select n_tup_upd from pg_stat_user_tables "
+                "where relname = 'usertable'",
+            )[-1]
+        )
         if n == upd or time.monotonic() > deadline:
             break
         time.sleep(0.3)
@@ -141,8 +146,16 @@ def test_ycsb_missing_table_is_a_clear_error(pg):
 
 # ---- TPC-C -------------------------------------------------------------------------------------
 
-POPULATION_1W = {"warehouse": 1, "district": 10, "customer": 30_000, "history": 30_000, "orders": 30_000,
-                 "new_order": 9_000, "item": 100_000, "stock": 100_000}
+POPULATION_1W = {
+    "warehouse": 1,
+    "district": 10,
+    "customer": 30_000,
+    "history": 30_000,
+    "orders": 30_000,
+    "new_order": 9_000,
+    "item": 100_000,
+    "stock": 100_000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +172,9 @@ def test_tpcc_load_follows_the_population_rules(pg_tpcc):
     for table, n in POPULATION_1W.items():
         assert psql(dsn, f"select count(*) from {table}") == [str(n)], table
         assert loaded["rows"][table] == n
-    lines, cnt = map(int, psql(dsn, "select (select count(*) from order_line), (select sum(o_ol_cnt) from orders)")[0].split("|"))
+    lines, cnt = map(
+        int, psql(dsn, "select (select count(*) from order_line), (select sum(o_ol_cnt) from orders)")[0].split("|")
+    )
     assert lines == cnt == loaded["rows"]["order_line"]
     assert 5 * 30_000 <= lines <= 15 * 30_000 and abs(lines / 30_000 - 10) < 0.1
     # undelivered orders: 2101..3000 of each district, no carrier, in new_order
@@ -178,8 +193,10 @@ def test_tpcc_load_follows_the_population_rules(pg_tpcc):
 
 def test_tpcc_run_counts_equal_the_rows_it_wrote(pg_tpcc):
     dsn, _ = pg_tpcc
-    q = ("select (select count(*) from orders), (select count(*) from history), (select count(*) from new_order), "
-         "(select sum(d_next_o_id - 3001) from district)")
+    q = (
+        "select (select count(*) from orders), (select count(*) from history), (select count(*) from new_order), "
+        "(select sum(d_next_o_id - 3001) from district)"
+    )
     o0, h0, n0, d0 = map(int, psql(dsn, q)[0].split("|"))
     s = tpcc_run(dsn, duration=5, no_waits=True)
     o1, h1, n1, d1 = map(int, psql(dsn, q)[0].split("|"))
@@ -195,7 +212,13 @@ def test_tpcc_run_counts_equal_the_rows_it_wrote(pg_tpcc):
     assert s["tpmC"] == pytest.approx(tx["NEW_ORDER"]["count"] / (s["seconds"] / 60), rel=0.01)
     # the deck: each terminal's shares are exact per 100 cards, so the totals sit within binomial bounds
     n = s["transactions_done"]
-    for name, p in (("NEW_ORDER", .45), ("PAYMENT", .43), ("ORDER_STATUS", .04), ("DELIVERY", .04), ("STOCK_LEVEL", .04)):
+    for name, p in (
+        ("NEW_ORDER", 0.45),
+        ("PAYMENT", 0.43),
+        ("ORDER_STATUS", 0.04),
+        ("DELIVERY", 0.04),
+        ("STOCK_LEVEL", 0.04),
+    ):
         assert within_binomial(tx[name]["count"], n, p, 4), (name, tx[name]["count"], n)
         assert tx[name]["p90_rule"] == "passed"
     assert s["p90_rules_passed"] is True
@@ -219,8 +242,12 @@ def test_tpcc_missing_tables_names_them_and_exits_2(pg):
     svc.create_database("half")
     hdsn = dsn.replace("dbname=bench", "dbname=half")
     psql(hdsn, "create table warehouse (w_id int); create table item (i_id int)")
-    r = subprocess.run([str(engine_path()), "tpcc", "run", "--dsn", hdsn, "--duration", "1"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(engine_path()), "tpcc", "run", "--dsn", hdsn, "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert "district, customer, history, orders, new_order, order_line, stock" in r.stderr
     assert "warehouse" not in r.stderr.split("missing:")[1].split("(")[0]
@@ -234,8 +261,10 @@ def test_tpcc_on_mariadb_two_warehouses_remote_work_equals_rows(maria):
     loaded = tpcc_load(dsn, warehouses=2)
     assert loaded["rows"]["stock"] == 200_000 and loaded["rows"]["item"] == 100_000
     assert svc.sql("select count(*) from bench.customer")[0][0] == 60_000
-    q = ("select (select count(*) from bench.orders), (select count(*) from bench.history where h_w_id <> h_c_w_id), "
-         "(select sum(s_remote_cnt) from bench.stock)")
+    q = (
+        "select (select count(*) from bench.orders), (select count(*) from bench.history where h_w_id <> h_c_w_id), "
+        "(select sum(s_remote_cnt) from bench.stock)"
+    )
     o0, h0, r0 = (int(x) for x in svc.sql(q)[0])
     s = tpcc_run(dsn, duration=5, no_waits=True)
     o1, h1, r1 = (int(x) for x in svc.sql(q)[0])
@@ -268,8 +297,24 @@ def test_cli_help_teaches():
 def test_cli_starts_a_server_runs_and_leaves_nothing(tmp_path):
     from tierscope.cli import app
 
-    r = CliRunner().invoke(app, ["oltp", "ycsb", "--dbms", "postgresql", "--workdir", str(tmp_path), "--records", "2000",
-                                 "--duration", "1", "--threads", "2", "--json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "oltp",
+            "ycsb",
+            "--dbms",
+            "postgresql",
+            "--workdir",
+            str(tmp_path),
+            "--records",
+            "2000",
+            "--duration",
+            "1",
+            "--threads",
+            "2",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     lines = [ln for ln in r.output.splitlines() if ln.startswith("{")]
     assert '"phase": "load"' in lines[0] and '"records": 2000' in lines[0]

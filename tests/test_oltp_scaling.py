@@ -32,7 +32,9 @@ from typer.testing import CliRunner
 from conftest import PRESETS, needs_postgres, needs_root
 from tierscope.oltp.scaling import ScalePreset, combine, load_preset, node_work, run_scaling, table_rows
 
-needs_galera = pytest.mark.skipif(not Path("/usr/lib/galera/libgalera_smm.so").exists(), reason="galera-4 not installed")
+needs_galera = pytest.mark.skipif(
+    not Path("/usr/lib/galera/libgalera_smm.so").exists(), reason="galera-4 not installed"
+)
 
 
 # ---- the preset and the arithmetic (no servers) -------------------------------------------------
@@ -46,14 +48,17 @@ def test_the_shipped_preset_scales_galera_and_the_middleware_over_1_2_3_nodes():
     assert load_preset() == p  # the default
 
 
-@pytest.mark.parametrize("text, says", [
-    ('targets = ["rubato"]', "targets: expected some of galera, middleware"),
-    ("nodes = [0, 2]", "nodes: expected node counts 1..5"),
-    ('workloads = ["ycsb-z"]', "workloads: expected some of"),
-    ("duration = 5\nwarmup = 5", "warmup: expected 0 <= seconds < duration"),
-    ("[ycsb]\nthreads = 3", "[ycsb]: unknown key 'threads' (expected records, threads_per_node)"),
-    ("speed = 1", "unknown key 'speed'"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('targets = ["rubato"]', "targets: expected some of galera, middleware"),
+        ("nodes = [0, 2]", "nodes: expected node counts 1..5"),
+        ('workloads = ["ycsb-z"]', "workloads: expected some of"),
+        ("duration = 5\nwarmup = 5", "warmup: expected 0 <= seconds < duration"),
+        ("[ycsb]\nthreads = 3", "[ycsb]: unknown key 'threads' (expected records, threads_per_node)"),
+        ("speed = 1", "unknown key 'speed'"),
+    ],
+)
 def test_a_wrong_preset_is_refused_with_the_file_and_the_key(tmp_path, text, says):
     f = tmp_path / "p.toml"
     f.write_text(text + "\n")
@@ -63,10 +68,23 @@ def test_a_wrong_preset_is_refused_with_the_file_and_the_key(tmp_path, text, say
 
 
 def test_a_row_adds_the_processes_and_divides_by_the_nodes_and_shows_each_node():
-    s = [{"ops": 300, "ops_per_s": 100.0, "errors": 1, "threads": 2,
-          "operations": {"READ": {"count": 150}, "UPDATE": {"count": 149}}}] * 3
-    per = {f"db{i}": node_work("galera", {"Com_stmt_execute": 300, "Handler_update": 450, "wsrep_replicated": 150,
-                                          "wsrep_received": 300}, 3.0) for i in (1, 2, 3)}
+    s = [
+        {
+            "ops": 300,
+            "ops_per_s": 100.0,
+            "errors": 1,
+            "threads": 2,
+            "operations": {"READ": {"count": 150}, "UPDATE": {"count": 149}},
+        }
+    ] * 3
+    per = {
+        f"db{i}": node_work(
+            "galera",
+            {"Com_stmt_execute": 300, "Handler_update": 450, "wsrep_replicated": 150, "wsrep_received": 300},
+            3.0,
+        )
+        for i in (1, 2, 3)
+    }
     row = combine("galera", 3, "ycsb-a", s, [], per)
     assert (row["throughput"], row["throughput_per_node"], row["errors"], row["ops"]) == (300.0, 100.0, 3, 900)
     assert row["updates"] == 447 and row["clients"] == 6 and row["p90_ms"] is None
@@ -80,16 +98,25 @@ def test_scale_help_teaches_the_preset_the_counters_and_the_limits():
     from tierscope.cli.oltp import oltp_app
 
     out = CliRunner().invoke(oltp_app, ["scale", "--help"], terminal_width=200).output
-    for words in ("oltp-scaling.toml", "Com_stmt_execute", "xact_commit", "share the same CPUs", "--nodes",
-                  "results.parquet"):
+    for words in (
+        "oltp-scaling.toml",
+        "Com_stmt_execute",
+        "xact_commit",
+        "share the same CPUs",
+        "--nodes",
+        "results.parquet",
+    ):
         assert words in out, words
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--nodes", "1,x"], "invalid literal"),
-    (["--nodes", "0,2"], "nodes: expected node counts 1..5"),
-    (["--workload", "ycsb-q"], "workloads: expected some of"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--nodes", "1,x"], "invalid literal"),
+        (["--nodes", "0,2"], "nodes: expected node counts 1..5"),
+        (["--workload", "ycsb-q"], "workloads: expected some of"),
+    ],
+)
 def test_scale_refuses_wrong_overrides_before_starting_anything(args, says, tmp_path):
     from tierscope.cli.oltp import oltp_app
 
@@ -124,8 +151,15 @@ def galera_rows(workdir):
         pytest.skip("MariaDB runs as its own OS user: needs root")
     if not Path("/usr/lib/galera/libgalera_smm.so").exists():
         pytest.skip("galera-4 not installed")
-    preset = ScalePreset(targets=["galera"], nodes=[1, 3], workloads=["ycsb-b", "ycsb-a"], duration=8, warmup=0,
-                         records=2000, threads_per_node=2)
+    preset = ScalePreset(
+        targets=["galera"],
+        nodes=[1, 3],
+        workloads=["ycsb-b", "ycsb-a"],
+        duration=8,
+        warmup=0,
+        records=2000,
+        threads_per_node=2,
+    )
     rows = run_scaling(preset, out=workdir / "out", workdir=workdir, say=lambda m: None)
     assert not _left_behind(workdir)
     assert [p.name for p in workdir.iterdir()] == ["out"]  # the data directories are gone
@@ -164,8 +198,10 @@ def test_galera_every_write_is_applied_on_every_node(galera_rows):
 @needs_root("MariaDB runs as its own OS user")
 @needs_galera
 def test_galera_write_heavy_throughput_per_node_falls_faster_than_read_heavy(galera_rows):
-    fall = {w: galera_rows[(3, w)]["throughput_per_node"] / galera_rows[(1, w)]["throughput_per_node"]
-            for w in ("ycsb-a", "ycsb-b")}
+    fall = {
+        w: galera_rows[(3, w)]["throughput_per_node"] / galera_rows[(1, w)]["throughput_per_node"]
+        for w in ("ycsb-a", "ycsb-b")
+    }
     assert fall["ycsb-a"] < fall["ycsb-b"], fall
     for r in galera_rows.values():
         assert r["throughput_per_node"] == pytest.approx(r["throughput"] / r["nodes"], abs=0.1)
@@ -175,8 +211,9 @@ def test_galera_write_heavy_throughput_per_node_falls_faster_than_read_heavy(gal
 @needs_root("PostgreSQL runs as its own OS user")
 @needs_postgres
 def test_middleware_every_replica_applies_the_drivers_updates(workdir):
-    preset = ScalePreset(targets=["middleware"], nodes=[2], workloads=["ycsb-a"], duration=4, warmup=0,
-                         records=2000, threads_per_node=2)
+    preset = ScalePreset(
+        targets=["middleware"], nodes=[2], workloads=["ycsb-a"], duration=4, warmup=0, records=2000, threads_per_node=2
+    )
     (row,) = run_scaling(preset, workdir=workdir, say=lambda m: None)
     assert not _left_behind(workdir)
     assert row["errors"] == 0 and row["updates"] > 0 and row["middleware"]["disabled"] == []

@@ -58,19 +58,30 @@ def test_inventory_reads_groups_vars_and_assigns_servers(tmp_path):
     from tierscope.spec import expand
 
     config = expand(load_spec(EXAMPLES / "tiny.toml"))[0].config
-    assert {n: h.name for n, h in inv.assign(config).items()} == {"web1": "h1", "app1": "h2", "db1": "h3",
-                                                                 "client1": "h1"}
+    assert {n: h.name for n, h in inv.assign(config).items()} == {
+        "web1": "h1",
+        "app1": "h2",
+        "db1": "h3",
+        "client1": "h1",
+    }
 
 
-@pytest.mark.parametrize("text, line, field", [
-    (GOOD.replace("    app:\n", "    appz:\n"), 9, "all.children.appz: unknown group"),
-    (GOOD.replace("10.0.0.13", "10.0.0.13/24"), 14, "all.children.db.hosts.h3.ansible_host"),
-    (GOOD.replace("5ms", "soon"), 4, "all.vars.tierscope_clock_bound"),
-    (GOOD.replace("    tierscope_clock_bound", "    tierscope_clok_bound"), 4, "all.vars.tierscope_clok_bound: unknown"),
-    (GOOD.replace("    client:\n      hosts:\n        h1:\n", ""), 5, "all.children.client: missing"),
-    (GOOD.replace("h2: {ansible_host: 10.0.0.12}", "- h2"), 11, "all.children.app.hosts: expected a mapping"),
-    ("all: [1, 2\n", 2, "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, line, field",
+    [
+        (GOOD.replace("    app:\n", "    appz:\n"), 9, "all.children.appz: unknown group"),
+        (GOOD.replace("10.0.0.13", "10.0.0.13/24"), 14, "all.children.db.hosts.h3.ansible_host"),
+        (GOOD.replace("5ms", "soon"), 4, "all.vars.tierscope_clock_bound"),
+        (
+            GOOD.replace("    tierscope_clock_bound", "    tierscope_clok_bound"),
+            4,
+            "all.vars.tierscope_clok_bound: unknown",
+        ),
+        (GOOD.replace("    client:\n      hosts:\n        h1:\n", ""), 5, "all.children.client: missing"),
+        (GOOD.replace("h2: {ansible_host: 10.0.0.12}", "- h2"), 11, "all.children.app.hosts: expected a mapping"),
+        ("all: [1, 2\n", 2, "not valid YAML"),
+    ],
+)
 def test_a_bad_inventory_names_file_line_and_field(tmp_path, text, line, field):
     path = write(tmp_path, text)
     with pytest.raises(InventoryError) as e:
@@ -123,8 +134,9 @@ def lab():
 @needs_root("network namespaces and sshd")
 @needs_sshd
 def test_clock_offsets_of_namespace_hosts_are_about_zero(lab, tmp_path):
-    inv = load_inventory(lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"],
-                                                                    "client": ["h4"]}))
+    inv = load_inventory(
+        lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]})
+    )
     offsets = clock.measure_all(list(inv.hosts.values()))
     assert set(offsets) == {"h1", "h2", "h3", "h4"}
     for o in offsets.values():  # one kernel clock: the offset is within the measurement's own error
@@ -136,8 +148,13 @@ def test_clock_offsets_of_namespace_hosts_are_about_zero(lab, tmp_path):
 @needs_root("network namespaces and sshd")
 @needs_sshd
 def test_a_clock_offset_above_the_bound_is_refused(lab, tmp_path):
-    inv = load_inventory(lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"],
-                                                                    "client": ["h4"]}, tierscope_clock_bound="10ms"))
+    inv = load_inventory(
+        lab.write_inventory(
+            tmp_path / "inv.yml",
+            {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]},
+            tierscope_clock_bound="10ms",
+        )
+    )
     shift = 25_000_000  # h3 answers as if its clock were 25 ms ahead
     offsets = clock.measure_all(list(inv.hosts.values()), shift_ns={"h3": shift})
     assert abs(offsets["h3"].offset_ns - shift) <= offsets["h3"].rtt_ns / 2 + 100_000
@@ -153,8 +170,11 @@ def test_a_hosts_run_gives_the_tables_of_a_local_run(lab, tmp_path):
     from tierscope.cli.run import execute
 
     hostfiles = tmp_path / "on-the-hosts"
-    inv = lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]},
-                              tierscope_workdir=str(hostfiles))
+    inv = lab.write_inventory(
+        tmp_path / "inv.yml",
+        {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]},
+        tierscope_workdir=str(hostfiles),
+    )
     one_point = {"workload.users": [5]}
     code = execute(EXAMPLES / "tiny.toml", tmp_path / "remote", hosts=inv, changes=one_point, report=False)
     assert code == 0, [p.read_text()[-3000:] for p in (tmp_path / "remote").glob("*/*/ansible.log")]
@@ -194,8 +214,11 @@ def test_two_generator_hosts_drive_as_one(lab, tmp_path):
     from tierscope.cli.run import execute
 
     hostfiles = tmp_path / "on-the-hosts"
-    inv = lab.write_inventory(tmp_path / "inv.yml", {"web": ["h1"], "app": ["h2"], "db": ["h3"],
-                                                     "client": ["h4", "h1"]}, tierscope_workdir=str(hostfiles))
+    inv = lab.write_inventory(
+        tmp_path / "inv.yml",
+        {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4", "h1"]},
+        tierscope_workdir=str(hostfiles),
+    )
     n = 6
     rates = {}
     for k in (2, 1):

@@ -39,10 +39,21 @@ def _write_point(root: Path, config: str, users: int, rng, with_requests: bool) 
     n = int(x * RUN_S)
     start = t0 + np.sort(rng.integers(0, int((RUN_S - 2) * S), n))
     rt = (rng.uniform(0.8, 1.2, n) * r * S).astype(np.int64)
-    tables.write(pa.table({"user": rng.integers(0, users, n), "session": np.zeros(n, np.int64),
-                           "state": ["Home"] * n, "start_ns": start, "end_ns": start + rt,
-                           "status": pa.array([200] * n, pa.int32()), "phase": ["run"] * n}),
-                 point / "client_requests.parquet", "client_requests")
+    tables.write(
+        pa.table(
+            {
+                "user": rng.integers(0, users, n),
+                "session": np.zeros(n, np.int64),
+                "state": ["Home"] * n,
+                "start_ns": start,
+                "end_ns": start + rt,
+                "status": pa.array([200] * n, pa.int32()),
+                "phase": ["run"] * n,
+            }
+        ),
+        point / "client_requests.parquet",
+        "client_requests",
+    )
     util = min(100.0, 100.0 * x / xmax)  # utilisation law U = X * D_max
     ts = t0 + np.arange(RUN_S) * S
     res = {"ts_ns": [], "host": [], "metric": [], "value": [], "unit": []}
@@ -57,13 +68,23 @@ def _write_point(root: Path, config: str, users: int, rng, with_requests: bool) 
     tables.write(pa.table(res), point / "resources.parquet", "resources")
     if with_requests:  # nested requests web > app > db for the fine-grained analysis
         k = len(start)
-        rows = {"tier": [], "server": [], "request_id": [], "parent_id": [], "label": [], "arrival_ns": [],
-                "departure_ns": []}
+        rows = {
+            "tier": [],
+            "server": [],
+            "request_id": [],
+            "parent_id": [],
+            "label": [],
+            "arrival_ns": [],
+            "departure_ns": [],
+        }
         for i in range(k):
             a, d = int(start[i]), int(start[i] + rt[i])
             span = d - a
-            for tier, lo, hi, parent in (("web", 0, 1.0, None), ("app", 0.05, 0.95, f"w{i}"),
-                                         ("db", 0.1, 0.9, f"a{i}")):
+            for tier, lo, hi, parent in (
+                ("web", 0, 1.0, None),
+                ("app", 0.05, 0.95, f"w{i}"),
+                ("db", 0.1, 0.9, f"a{i}"),
+            ):
                 rows["tier"].append(tier)
                 rows["server"].append(f"{tier}1")
                 rows["request_id"].append(f"{tier[0]}{i}")
@@ -73,12 +94,17 @@ def _write_point(root: Path, config: str, users: int, rng, with_requests: bool) 
                 rows["departure_ns"].append(a + int(hi * span))
         tables.write(pa.table(rows), point / "requests.parquet", "requests")
     # the shape tierscope.runner.write_manifest writes
-    manifest = {"status": "done", "reason": None,
-                "point": {"id": point.name, "params": {"workload.users": users}, "users": users, "think_time_s": Z},
-                "topology": config,
-                "phases": {"ramp_up": {"start_ns": int(t0 - S), "end_ns": int(t0)},
-                           "run": {"start_ns": int(t0), "end_ns": int(t0 + RUN_S * S)}},
-                "config": {"workload": {"users": [users], "think_time": Z}}}
+    manifest = {
+        "status": "done",
+        "reason": None,
+        "point": {"id": point.name, "params": {"workload.users": users}, "users": users, "think_time_s": Z},
+        "topology": config,
+        "phases": {
+            "ramp_up": {"start_ns": int(t0 - S), "end_ns": int(t0)},
+            "run": {"start_ns": int(t0), "end_ns": int(t0 + RUN_S * S)},
+        },
+        "config": {"workload": {"users": [users], "think_time": Z}},
+    }
     (point / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -91,8 +117,16 @@ def run_dir(tmp_path_factory):
             _write_point(root, config, users, rng, with_requests=(config == "1/1/0/1" and users == 140))
     broken = root / "c1101-u9999"  # a point whose run failed: left out, with a note
     broken.mkdir()
-    (broken / "manifest.json").write_text(json.dumps({"status": "failed", "reason": "tier died during the run: db1",
-                                                      "point": {"users": 9999}, "topology": "1/1/0/1"}))
+    (broken / "manifest.json").write_text(
+        json.dumps(
+            {
+                "status": "failed",
+                "reason": "tier died during the run: db1",
+                "point": {"users": 9999},
+                "topology": "1/1/0/1",
+            }
+        )
+    )
     return root
 
 
@@ -149,10 +183,22 @@ def dump_dom(html_path: Path) -> str:
     profile = tempfile.mkdtemp(prefix="tierscope-chromium-")
     try:
         out = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--no-first-run", f"--user-data-dir={profile}", "--virtual-time-budget=15000", "--dump-dom",
-             html_path.as_uri()],
-            capture_output=True, text=True, timeout=120)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=15000",
+                "--dump-dom",
+                html_path.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         shutil.rmtree(profile, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -177,8 +223,13 @@ def test_report_renders_in_headless_chromium(run_dir, tmp_path):
 
 def test_cli_report(run_dir, tmp_path):
     exe = Path(sys.executable).parent / "tierscope"
-    out = subprocess.run([str(exe), "report", str(run_dir), "-o", str(tmp_path / "r.html")],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    out = subprocess.run(
+        [str(exe), "report", str(run_dir), "-o", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert out.returncode == 0, out.stderr  # the headline is said with medium or high confidence
     assert out.stdout.count("Bottleneck:") == 1 and "db1" in out.stdout
     assert (tmp_path / "r.html").stat().st_size > 1_000_000  # plotly.js is in the file

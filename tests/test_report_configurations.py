@@ -55,8 +55,13 @@ def test_a_manifest_that_is_not_one_is_an_error_naming_the_field(tmp_path):
 
 def test_a_manifest_keeps_what_it_does_not_type(tmp_path):
     path = tmp_path / "manifest.json"
-    raw = {"status": "done", "point": {"users": 5, "think_time_s": 1.0}, "phases": {"run": {"start_ns": 1, "end_ns": 9}},
-           "generator": {"total": {"p90_ms": 3.5}}, "machine": {"cpus": 2}}
+    raw = {
+        "status": "done",
+        "point": {"users": 5, "think_time_s": 1.0},
+        "phases": {"run": {"start_ns": 1, "end_ns": 9}},
+        "generator": {"total": {"p90_ms": 3.5}},
+        "machine": {"cpus": 2},
+    }
     path.write_text(json.dumps(raw))
     m = read_manifest(path)
     assert (m.point.users, m.point.think_time_s, m.run_interval()) == (5.0, 1.0, (1, 9))
@@ -70,15 +75,18 @@ def test_points_of_two_memory_sizes_are_two_configurations(tmp_path):
         for users in (50, 100):
             d = tmp_path / f"memory{memory}-users{users}"
             d.mkdir()
-            (d / "manifest.json").write_text(json.dumps(manifest({"node_types.D.memory": memory,
-                                                                   "workload.users": users})))
+            (d / "manifest.json").write_text(
+                json.dumps(manifest({"node_types.D.memory": memory, "workload.users": users}))
+            )
     configs = {read_point(d).config for d in tmp_path.iterdir()}
     assert configs == {"1W/1A/0/1D-P node_types.D.memory=150MiB", "1W/1A/0/1D-P node_types.D.memory=1GiB"}
 
 
 def test_the_bottleneck_map_reads_server_counts_from_the_topology_word():
-    results = [ConfigurationResult("1W/1A/0/2D-P node_types.D.memory=150MiB", 50.0, {("db1", "disk_util"): 0.9}),
-               ConfigurationResult("1W/1A/0/2D-P node_types.D.memory=1GiB", 200.0, {("db1", "cpu_util"): 0.7})]
+    results = [
+        ConfigurationResult("1W/1A/0/2D-P node_types.D.memory=150MiB", 50.0, {("db1", "disk_util"): 0.9}),
+        ConfigurationResult("1W/1A/0/2D-P node_types.D.memory=1GiB", 200.0, {("db1", "cpu_util"): 0.7}),
+    ]
     rows = bottleneck_map(results).to_pylist()
     assert [(r["db"], r["app"], r["tier"], r["resource"]) for r in rows] == [(2, 1, "db", "disk"), (2, 1, "db", "CPU")]
 
@@ -86,10 +94,17 @@ def test_the_bottleneck_map_reads_server_counts_from_the_topology_word():
 def test_the_configuration_table_has_one_row_per_configuration():
     a, b = "1/1/0/1 node_types.D.memory=150MiB", "1/1/0/1 node_types.D.memory=1GiB"
     data = Analysis(title="memory")
-    data.bmap = bottleneck_map([ConfigurationResult(a, 50.0, {("db1", "disk_util"): 0.9}),
-                                ConfigurationResult(b, 200.0, {("db1", "cpu_util"): 0.3})])
+    data.bmap = bottleneck_map(
+        [
+            ConfigurationResult(a, 50.0, {("db1", "disk_util"): 0.9}),
+            ConfigurationResult(b, 200.0, {("db1", "cpu_util"): 0.3}),
+        ]
+    )
     curve = pa.table({"users": [1.0]})
-    data.blackbox = {a: BlackBox(curve, Knee(50.0, "kneedle", 0, ""), 50.0, 100.0), b: BlackBox(curve, None, 200.0, 300.0)}
+    data.blackbox = {
+        a: BlackBox(curve, Knee(50.0, "kneedle", 0, ""), 50.0, 100.0),
+        b: BlackBox(curve, None, 200.0, 300.0),
+    }
     console = Console(width=200, record=True)
     console.print(configuration_table(data))
     text = console.export_text()

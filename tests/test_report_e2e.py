@@ -32,8 +32,12 @@ def wrk_log(tmp_path_factory):
     (work / "www" / "index.html").write_text("x" * 2048)
     server = Nginx(Host.loopback(), free_port(), work / "run", root=work / "www")
     with server:
-        out = subprocess.run(["wrk", "-t1", f"-c{CONNECTIONS}", "-d2s", server.url + "/index.html"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["wrk", "-t1", f"-c{CONNECTIONS}", "-d2s", server.url + "/index.html"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert out.returncode == 0, out.stderr
         count = int(re.search(r"(\d+) requests in", out.stdout).group(1))
         time.sleep(0.3)
@@ -44,9 +48,13 @@ def wrk_log(tmp_path_factory):
 
 def test_analyze_real_nginx_log_with_report(wrk_log, tmp_path):
     log, wrk_count = wrk_log
-    out = subprocess.run([str(EXE), "analyze", str(log), "-o", str(tmp_path / "out"), "--report", "--json",
-                          str(tmp_path / "v.json")],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    out = subprocess.run(
+        [str(EXE), "analyze", str(log), "-o", str(tmp_path / "out"), "--report", "--json", str(tmp_path / "v.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     # one nginx log: a verdict, said with whatever confidence it earned (0 medium/high, 3 low)
     verdict = json.loads((tmp_path / "v.json").read_text())["verdict"]
     assert out.returncode == (0 if verdict["band"] in ("high", "medium") else 3), out.stderr

@@ -28,8 +28,15 @@ SUMMARY = Summary(headline="hand-built", confidence="none")
 def _series(servers: list[tuple[str, str]], n: int = 200, pause_at: dict | None = None) -> pa.Table:
     """A fine-grained series: per server, n windows of 50 ms with some load and throughput."""
     rng = np.random.default_rng(1)
-    cols: dict[str, list] = {"tier": [], "server": [], "window_start_ns": [], "load": [], "throughput": [],
-                             "saturated": [], "pause_ratio": []}
+    cols: dict[str, list] = {
+        "tier": [],
+        "server": [],
+        "window_start_ns": [],
+        "load": [],
+        "throughput": [],
+        "saturated": [],
+        "pause_ratio": [],
+    }
     for tier, server in servers:
         ratio = np.zeros(n)
         for k in (pause_at or {}).get(server, []):
@@ -51,12 +58,19 @@ def _fine(series: pa.Table) -> types.SimpleNamespace:
 def _curve(errors: list[int] | None = None) -> pa.Table:
     users = [10.0, 50.0, 100.0, 150.0, 200.0]
     ok = [100, 500, 900, 1000, 1000]
-    return pa.table({
-        "users": users, "requests": pa.array(ok, pa.int64()),
-        "errors": pa.array(errors or [0] * len(users), pa.int64()),
-        "seconds": [10.0] * 5, "throughput": [10.0, 50.0, 90.0, 100.0, 100.0],
-        "rt_mean": [0.05, 0.05, 0.1, 0.5, 1.0], "rt_p50": [0.04, 0.04, 0.08, 0.4, 0.9],
-        "rt_p90": [0.06, 0.07, 0.15, 0.7, 1.3], "rt_p99": [0.09, 0.1, 0.3, 1.2, 2.0]})
+    return pa.table(
+        {
+            "users": users,
+            "requests": pa.array(ok, pa.int64()),
+            "errors": pa.array(errors or [0] * len(users), pa.int64()),
+            "seconds": [10.0] * 5,
+            "throughput": [10.0, 50.0, 90.0, 100.0, 100.0],
+            "rt_mean": [0.05, 0.05, 0.1, 0.5, 1.0],
+            "rt_p50": [0.04, 0.04, 0.08, 0.4, 0.9],
+            "rt_p90": [0.06, 0.07, 0.15, 0.7, 1.3],
+            "rt_p99": [0.09, 0.1, 0.3, 1.2, 2.0],
+        }
+    )
 
 
 def _blackbox(curve: pa.Table) -> BlackBox:
@@ -65,10 +79,15 @@ def _blackbox(curve: pa.Table) -> BlackBox:
 
 def _requests(n: int = 50) -> pa.Table:
     a = T0 + np.arange(n, dtype=np.int64) * 10 * MS
-    return pa.table({"tier": ["web"] * n + ["db"] * n, "server": ["web1"] * n + ["db1"] * n,
-                     "request_id": [f"r{i}" for i in range(2 * n)],
-                     "arrival_ns": np.concatenate([a, a + MS]),
-                     "departure_ns": np.concatenate([a + 5 * MS, a + 4 * MS])})
+    return pa.table(
+        {
+            "tier": ["web"] * n + ["db"] * n,
+            "server": ["web1"] * n + ["db1"] * n,
+            "request_id": [f"r{i}" for i in range(2 * n)],
+            "arrival_ns": np.concatenate([a, a + MS]),
+            "departure_ns": np.concatenate([a + 5 * MS, a + 4 * MS]),
+        }
+    )
 
 
 def _resources(interval_ns: int, seconds: int = 20) -> pa.Table:
@@ -77,7 +96,7 @@ def _resources(interval_ns: int, seconds: int = 20) -> pa.Table:
     per_s = S // interval_ns
     db = np.zeros(n)
     for sec in range(seconds):
-        db[sec * per_s: sec * per_s + max(1, per_s // 10)] = 100.0
+        db[sec * per_s : sec * per_s + max(1, per_s // 10)] = 100.0
     rows: dict[str, list] = {"ts_ns": [], "host": [], "metric": [], "value": [], "unit": []}
     for host, values in (("app1", np.full(n, 70.0)), ("db1", db)):
         rows["ts_ns"] += [T0 + (i + 1) * interval_ns for i in range(n)]
@@ -163,8 +182,17 @@ def test_load_curve_error_rate_on_a_secondary_axis_when_requests_failed():
 def _stalls(n: int, server: str = "app1") -> pa.Table:
     start = T0 + np.arange(n, dtype=np.int64) * 20 * MS
     dur = (np.arange(n) % 7 + 1) * MS
-    return pa.table({"tier": ["app"] * n, "server": [server] * n, "start_ns": start, "end_ns": start + dur,
-                     "duration_ns": dur, "requests": [3] * n, "labels": ["q"] * n})
+    return pa.table(
+        {
+            "tier": ["app"] * n,
+            "server": [server] * n,
+            "start_ns": start,
+            "end_ns": start + dur,
+            "duration_ns": dur,
+            "requests": [3] * n,
+            "labels": ["q"] * n,
+        }
+    )
 
 
 def test_timeline_draws_one_band_per_stall_with_hover_text():
@@ -220,8 +248,10 @@ def test_two_grains_from_the_analysed_point_of_a_report(tmp_path):
     other, chosen = LazyTables(), LazyTables()
     other["resources"] = _resources(S)
     chosen["resources"] = _resources(100 * MS)
-    points = [Point(tmp_path / "u10", "u10", users=10.0, config="c1", tables=other),
-              Point(tmp_path / "u50", "u50", users=50.0, config="c1", tables=chosen)]
+    points = [
+        Point(tmp_path / "u10", "u10", users=10.0, config="c1", tables=other),
+        Point(tmp_path / "u50", "u50", users=50.0, config="c1", tables=chosen),
+    ]
     data = Analysis(title="t", points=points, fine_point="c1 u50 (50 users)")
     fig = figures.two_grains_figure(data)
     assert fig.layout.title.text == "db1 CPU at 100 ms and at 1 s" and len(fig.data[0].x) == 200
@@ -233,14 +263,21 @@ def test_two_grains_from_the_analysed_point_of_a_report(tmp_path):
 
 
 def test_configuration_table_for_a_run_and_for_imported_requests():
-    data = Analysis(title="run", window_ns=20 * MS, blackbox={"1/1/0/1": _blackbox(_curve()),
-                                                               "1/1/0/2": _blackbox(_curve())},
-                      fine_point="1/1/0/1 u0100 (100 users)")
+    data = Analysis(
+        title="run",
+        window_ns=20 * MS,
+        blackbox={"1/1/0/1": _blackbox(_curve()), "1/1/0/2": _blackbox(_curve())},
+        fine_point="1/1/0/1 u0100 (100 users)",
+    )
     page = render_html(data, SUMMARY)
     table = re.search(r'<section id="configuration">(.*?)</section>', page).group(1)
-    for text in ("What was analysed", "<td>analysed point</td><td>1/1/0/1 u0100 (100 users)</td>",
-                 "<td>window</td><td>20 ms</td>", "<td>configurations</td><td>1/1/0/1, 1/1/0/2</td>",
-                 "<td>workload levels</td><td>10, 50, 100, 150, 200 users</td>"):
+    for text in (
+        "What was analysed",
+        "<td>analysed point</td><td>1/1/0/1 u0100 (100 users)</td>",
+        "<td>window</td><td>20 ms</td>",
+        "<td>configurations</td><td>1/1/0/1, 1/1/0/2</td>",
+        "<td>workload levels</td><td>10, 50, 100, 150, 200 users</td>",
+    ):
         assert text in table
     assert page.index('id="summary"') < page.index('id="configuration"') < page.index('id="load-curve"')
     # only requests (an imported trace): the table still renders, with what is known
@@ -256,9 +293,14 @@ def _full(tmp_path) -> Analysis:
     servers = [("app", "app1"), ("db", "db1"), ("web", "web1")]
     chosen = LazyTables()
     chosen["resources"] = _resources(50 * MS)
-    return Analysis(title="full", fine=_fine(_series(servers, n=3000)), stalls=_stalls(20),
-                      blackbox={"c1": _blackbox(_curve([0, 0, 0, 5, 50]))}, fine_point="c1 u50 (50 users)",
-                      points=[Point(tmp_path / "u50", "u50", users=50.0, config="c1", tables=chosen)])
+    return Analysis(
+        title="full",
+        fine=_fine(_series(servers, n=3000)),
+        stalls=_stalls(20),
+        blackbox={"c1": _blackbox(_curve([0, 0, 0, 5, 50]))},
+        fine_point="c1 u50 (50 users)",
+        points=[Point(tmp_path / "u50", "u50", users=50.0, config="c1", tables=chosen)],
+    )
 
 
 # measured 2026-11-25 (plotly 7.1, plotly.js 4.1.1): the page of `_full` without plotly.js is 305 kB

@@ -24,11 +24,17 @@ CONFIGS = {"A-1db-core": (1, 250.0, "db1"), "B-4db-cores": (4, 500.0, "app1")}
 
 
 def _spec(users: int, db_cores: int) -> dict:
-    return {"seed": users, "duration_s": 12, "warmup_s": 2,
-            "workload": {"users": users, "think_time_s": Z},
-            "tier": [{"name": "web", "threads": 400, "cores": 2, "service_ms": 0.3},
-                     {"name": "app", "threads": 400, "cores": 1, "service_ms": 2.0},
-                     {"name": "db", "threads": 400, "cores": db_cores, "service_ms": 4.0}]}
+    return {
+        "seed": users,
+        "duration_s": 12,
+        "warmup_s": 2,
+        "workload": {"users": users, "think_time_s": Z},
+        "tier": [
+            {"name": "web", "threads": 400, "cores": 2, "service_ms": 0.3},
+            {"name": "app", "threads": 400, "cores": 1, "service_ms": 2.0},
+            {"name": "db", "threads": 400, "cores": db_cores, "service_ms": 4.0},
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +88,23 @@ def test_report_of_simulated_sweep(sweep):
 def _alternating_spec() -> dict:
     """Seed 001 in miniature: 250 ms stop-the-world pauses every second at the app tier push the
     queue down to the database when the app resumes, so the two take turns being saturated."""
-    return {"seed": 11, "duration_s": 12, "warmup_s": 1,
-            "workload": {"users": 600, "think_time_s": 1.0},
-            "tier": [{"name": "web", "cores": 2, "threads": 2000, "service_ms": 0.2},
-                     {"name": "app", "cores": 2, "threads": 2000, "service_ms": 1.0,
-                      "freeze": {"period_s": 1.0, "duration_s": 0.25}},
-                     {"name": "db", "cores": 2, "threads": 2000, "service_ms": 2.0}]}
+    return {
+        "seed": 11,
+        "duration_s": 12,
+        "warmup_s": 1,
+        "workload": {"users": 600, "think_time_s": 1.0},
+        "tier": [
+            {"name": "web", "cores": 2, "threads": 2000, "service_ms": 0.2},
+            {
+                "name": "app",
+                "cores": 2,
+                "threads": 2000,
+                "service_ms": 1.0,
+                "freeze": {"period_s": 1.0, "duration_s": 0.25},
+            },
+            {"name": "db", "cores": 2, "threads": 2000, "service_ms": 2.0},
+        ],
+    }
 
 
 def test_alternating_point_report_renders_fine_grained_sections(tmp_path):

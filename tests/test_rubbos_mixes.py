@@ -13,17 +13,43 @@ from tierscope.apps.rubbos import mixes
 
 # The digest's derived stationary page mixes (percent), §2.5 and §2.9.
 DIGEST_BROWSE_ONLY = {
-    "ViewComment": 28.0, "ViewStory": 26.7, "StoriesOfTheDay": 22.1, "SearchInStories": 3.8,
-    "Search": 3.7, "Browse": 3.7, "BrowseStoriesInCategory": 3.6, "OlderStories": 3.3,
-    "SearchInComments": 2.8, "BrowseCategories": 1.7, "SearchInUsers": 0.7,
+    "ViewComment": 28.0,
+    "ViewStory": 26.7,
+    "StoriesOfTheDay": 22.1,
+    "SearchInStories": 3.8,
+    "Search": 3.7,
+    "Browse": 3.7,
+    "BrowseStoriesInCategory": 3.6,
+    "OlderStories": 3.3,
+    "SearchInComments": 2.8,
+    "BrowseCategories": 1.7,
+    "SearchInUsers": 0.7,
 }
 DIGEST_READ_WRITE = {
-    "StoriesOfTheDay": 17.1, "ViewStory": 17.4, "ViewComment": 12.9, "PostComment": 7.3,
-    "StoreComment": 7.2, "Browse": 5.6, "BrowseStoriesInCategory": 4.2, "Search": 4.1,
-    "OlderStories": 3.9, "SearchInStories": 3.3, "SubmitStory": 3.1, "StoreStory": 2.7,
-    "BrowseCategories": 2.5, "SearchInComments": 2.1, "Register": 1.3, "RegisterUser": 1.3,
-    "ReviewStories": 0.75, "SearchInUsers": 0.6, "AuthorLogin": 0.55, "AuthorTasks": 0.55,
-    "ModerateComment": 0.55, "StoreModerateLog": 0.53, "AcceptStory": 0.37, "RejectStory": 0.22,
+    "StoriesOfTheDay": 17.1,
+    "ViewStory": 17.4,
+    "ViewComment": 12.9,
+    "PostComment": 7.3,
+    "StoreComment": 7.2,
+    "Browse": 5.6,
+    "BrowseStoriesInCategory": 4.2,
+    "Search": 4.1,
+    "OlderStories": 3.9,
+    "SearchInStories": 3.3,
+    "SubmitStory": 3.1,
+    "StoreStory": 2.7,
+    "BrowseCategories": 2.5,
+    "SearchInComments": 2.1,
+    "Register": 1.3,
+    "RegisterUser": 1.3,
+    "ReviewStories": 0.75,
+    "SearchInUsers": 0.6,
+    "AuthorLogin": 0.55,
+    "AuthorTasks": 0.55,
+    "ModerateComment": 0.55,
+    "StoreModerateLog": 0.53,
+    "AcceptStory": 0.37,
+    "RejectStory": 0.22,
 }
 
 
@@ -35,10 +61,7 @@ def batch_mix(path, requests: int, batches: int = 20, seed: int = 7) -> tuple[di
         fracs.append(m)
     pages = set().union(*fracs)
     mean = {p: sum(f.get(p, 0.0) for f in fracs) / batches for p in pages}
-    se = {
-        p: math.sqrt(sum((f.get(p, 0.0) - mean[p]) ** 2 for f in fracs) / (batches - 1) / batches)
-        for p in pages
-    }
+    se = {p: math.sqrt(sum((f.get(p, 0.0) - mean[p]) ** 2 for f in fracs) / (batches - 1) / batches) for p in pages}
     return mean, se
 
 
@@ -150,8 +173,9 @@ def test_the_generators_own_walk_gives_the_digests_mix(mix, digest):
     if "--dry-run" not in help_text:
         pytest.skip("this tierscope-engine has no `load --dry-run` yet (rebuild with make setup)")
     path = mixes.WORKLOAD_DIR / f"{mix}.toml"
-    out = subprocess.run([exe, "load", str(path), "--dry-run", "300000", "--seed", "3"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [exe, "load", str(path), "--dry-run", "300000", "--seed", "3"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])["dry_run"]
     n = result["requests"]

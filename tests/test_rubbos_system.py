@@ -33,7 +33,9 @@ from conftest import needs_root
 
 pytestmark = [
     needs_root("database servers run as their own OS users"),
-    pytest.mark.skipif(not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"), reason="nginx not installed"),
+    pytest.mark.skipif(
+        not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"), reason="nginx not installed"
+    ),
 ]
 
 TABLES = datagen.TABLES
@@ -87,9 +89,11 @@ class Rig:
         return {t: int(self.one(f"SELECT COUNT(*) FROM {t}")) for t in TABLES}
 
     def childs_mismatches(self, table: str) -> int:
-        return int(self.one(
-            f"SELECT COUNT(*) FROM {table} c WHERE c.childs <> (SELECT COUNT(*) FROM {table} d WHERE d.parent = c.id)"
-        ))
+        return int(
+            self.one(
+                f"SELECT COUNT(*) FROM {table} c WHERE c.childs <> (SELECT COUNT(*) FROM {table} d WHERE d.parent = c.id)"
+            )
+        )
 
 
 @pytest.fixture
@@ -116,12 +120,25 @@ def rig(request):
         started.append(db)
         report = datagen.load(cfg, "tiny", seed=7)
         assert report.rows["users"] == 1051 and report.rows["categories"] == 85
-        app = AppServer(Host.loopback("app1"), free_port(), work / "app", db=cfg, workers=1, threads=4,
-                        allow_pause=True, name="app1")
+        app = AppServer(
+            Host.loopback("app1"),
+            free_port(),
+            work / "app",
+            db=cfg,
+            workers=1,
+            threads=4,
+            allow_pause=True,
+            name="app1",
+        )
         app.start()
         started.append(app)
-        web = Nginx(Host.loopback("web"), free_port(), work / "nginx", root=pages.write_static(work / "www"),
-                    upstreams=[app.address])
+        web = Nginx(
+            Host.loopback("web"),
+            free_port(),
+            work / "nginx",
+            root=pages.write_static(work / "www"),
+            upstreams=[app.address],
+        )
         web.start()
         started.append(web)
         yield Rig(dbms, db, cfg, app, web)
@@ -148,15 +165,19 @@ def test_home_page_lists_the_ten_newest_stories_with_their_writers(rig):
     assert len(rows) == 10
     assert_ok(status, body, pages.LOGO)
     for sid, title, nick in rows:
-        assert f"/rubbos/ViewStory?storyId={sid}\">{html.escape(title)}</a> by {nick}" in body
+        assert f'/rubbos/ViewStory?storyId={sid}">{html.escape(title)}</a> by {nick}' in body
     assert body.count("ViewStory?storyId=") == 10
     assert "Sorry" not in body
     assert re.fullmatch(r"[0-9a-f]{32}", headers["X-Request-Id"])
 
 
 def test_static_pages_and_logo_are_served_by_nginx(rig):
-    for name, marker in (("register.html", "RegisterUser"), ("browse.html", "BrowseCategories"),
-                         ("author.html", "/rubbos/Author"), ("search.html", "/rubbos/Search")):
+    for name, marker in (
+        ("register.html", "RegisterUser"),
+        ("browse.html", "BrowseCategories"),
+        ("author.html", "/rubbos/Author"),
+        ("search.html", "/rubbos/Search"),
+    ):
         assert_ok(*rig.get(f"/rubbos/{name}")[:2], marker)
     with OPENER.open(rig.base + pages.LOGO) as r:
         assert r.read()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -180,16 +201,16 @@ def test_browse_pages(rig):
     week = 0
     for days in range(1, 8):
         day = (datetime_now() - _days(days)).date()
-        n = int(rig.one(
-            "SELECT COUNT(*) FROM stories WHERE date >= %s AND date < %s", (day, day + _days(1))
-        ))
+        n = int(rig.one("SELECT COUNT(*) FROM stories WHERE date >= %s AND date < %s", (day, day + _days(1))))
         week += n
         status, body, _ = rig.get(f"/rubbos/OlderStories?daysAgo={days}&nbOfStories=20")
         assert_ok(status, body, day.isoformat())
         assert body.count("ViewStory?storyId=") == min(n, 20)
     assert week >= 7
     y = datetime_now() - _days(3)
-    assert_ok(*rig.get(f"/rubbos/OlderStories?day={y.day}&month={y.month}&year={y.year}&nbOfStories=20")[:2], "ViewStory")
+    assert_ok(
+        *rig.get(f"/rubbos/OlderStories?day={y.day}&month={y.month}&year={y.year}&nbOfStories=20")[:2], "ViewStory"
+    )
 
 
 def datetime_now():
@@ -207,7 +228,9 @@ def _days(n):
 def thread_ids(rig, table: str, story: int, top_filter: str = "rating >= 0", child_filter: str = "") -> list[int]:
     """Ground truth: the comments ViewStory/ViewComment must print (depth first)."""
     out = []
-    top = [r[0] for r in rig.sql(f"SELECT id FROM {table} WHERE story_id = %s AND parent = 0 AND {top_filter}", (story,))]
+    top = [
+        r[0] for r in rig.sql(f"SELECT id FROM {table} WHERE story_id = %s AND parent = 0 AND {top_filter}", (story,))
+    ]
     stack = list(reversed(top))
     while stack:
         cid = stack.pop()
@@ -257,17 +280,24 @@ def test_view_comment_with_filter_and_display(rig):
         assert printed == expected
     # display=0: top comments only
     top = rig.sql("SELECT id FROM comments WHERE story_id = %s AND parent = 0 AND rating >= 0", (story,))
-    status, body, _ = rig.get(f"/rubbos/ViewComment?comment_table=comments&storyId={story}&commentId=0&filter=0&display=0")
+    status, body, _ = rig.get(
+        f"/rubbos/ViewComment?comment_table=comments&storyId={story}&commentId=0&filter=0&display=0"
+    )
     assert_ok(status, body)
     assert body.count("Reply to this") == len(top)
 
 
 def test_forms_and_author_pages(rig):
-    assert_ok(*rig.get("/rubbos/PostComment?comment_table=comments&storyId=3&parent=0")[:2],
-              'name="storyId" value="3"', 'name="parent" value="0"')
+    assert_ok(
+        *rig.get("/rubbos/PostComment?comment_table=comments&storyId=3&parent=0")[:2],
+        'name="storyId" value="3"',
+        'name="parent" value="0"',
+    )
     cid = rig.one("SELECT MIN(id) FROM comments")
-    assert_ok(*rig.get(f"/rubbos/ModerateComment?comment_table=comments&commentId={cid}")[:2],
-              f'name="commentId" value="{cid}"')
+    assert_ok(
+        *rig.get(f"/rubbos/ModerateComment?comment_table=comments&commentId={cid}")[:2],
+        f'name="commentId" value="{cid}"',
+    )
     status, body, _ = rig.get("/rubbos/SubmitStory")
     assert_ok(status, body)
     assert len(re.findall(r'<option value="(\d+)">', body)) == 85
@@ -296,9 +326,11 @@ def test_searches_find_what_the_database_has(rig):
     assert_ok(status, body)
     assert body.count("ViewComment?comment_table=comments") == min(n, 20) > 0
     writer = rig.one("SELECT u.nickname FROM stories s JOIN users u ON u.id = s.writer ORDER BY s.id LIMIT 1")
-    n = int(rig.one(
-        "SELECT COUNT(*) FROM stories s JOIN users u ON u.id = s.writer WHERE u.nickname LIKE %s", (writer + "%",)
-    ))
+    n = int(
+        rig.one(
+            "SELECT COUNT(*) FROM stories s JOIN users u ON u.id = s.writer WHERE u.nickname LIKE %s", (writer + "%",)
+        )
+    )
     status, body, _ = rig.get(f"/rubbos/Search?type=2&search={writer}&page=0&nbOfStories=20")
     assert_ok(status, body)
     assert body.count("ViewStory?storyId=") == min(n, 20) > 0
@@ -311,8 +343,13 @@ def test_searches_find_what_the_database_has(rig):
 
 def test_register_user_inserts_once(rig):
     before = rig.counts()
-    form = {"firstname": "Great9000001", "lastname": "User9000001", "nickname": "user9000001",
-            "password": "password9000001", "email": "Great9000001.User9000001@rubbos.com"}
+    form = {
+        "firstname": "Great9000001",
+        "lastname": "User9000001",
+        "nickname": "user9000001",
+        "password": "password9000001",
+        "email": "Great9000001.User9000001@rubbos.com",
+    }
     status, body, _ = rig.get("/rubbos/RegisterUser", form)
     assert_ok(status, body, "user9000001")
     row = rig.sql("SELECT firstname, password, access FROM users WHERE nickname = 'user9000001'")
@@ -327,32 +364,63 @@ def test_store_comment_keeps_childs_consistent(rig):
     parent, story, childs = rig.sql("SELECT id, story_id, childs FROM comments ORDER BY id LIMIT 1")[0]
     before = rig.counts()
     uid = rig.one("SELECT id FROM users WHERE nickname = 'user5'")
-    status, body, _ = rig.get("/rubbos/StoreComment", {
-        "comment_table": "comments", "storyId": story, "parent": parent, "nickname": "user5",
-        "password": "password5", "subject": "a reply", "body": "the body of the reply"})
+    status, body, _ = rig.get(
+        "/rubbos/StoreComment",
+        {
+            "comment_table": "comments",
+            "storyId": story,
+            "parent": parent,
+            "nickname": "user5",
+            "password": "password5",
+            "subject": "a reply",
+            "body": "the body of the reply",
+        },
+    )
     assert_ok(status, body, "successfully stored")
-    new = rig.sql("SELECT writer, story_id, parent, childs, rating, subject FROM comments WHERE id = "
-                  "(SELECT MAX(id) FROM comments)")[0]
+    new = rig.sql(
+        "SELECT writer, story_id, parent, childs, rating, subject FROM comments WHERE id = "
+        "(SELECT MAX(id) FROM comments)"
+    )[0]
     assert tuple(new) == (uid, story, parent, 0, 0, "a reply")
     assert rig.one("SELECT childs FROM comments WHERE id = %s", (parent,)) == childs + 1
     # a top-level comment by an unknown user: the Anonymous Coward, no childs change anywhere
-    status, body, _ = rig.get("/rubbos/StoreComment", {
-        "comment_table": "comments", "storyId": story, "parent": 0, "nickname": "nobody",
-        "password": "x", "subject": "anonymous", "body": "b"})
+    status, body, _ = rig.get(
+        "/rubbos/StoreComment",
+        {
+            "comment_table": "comments",
+            "storyId": story,
+            "parent": 0,
+            "nickname": "nobody",
+            "password": "x",
+            "subject": "anonymous",
+            "body": "b",
+        },
+    )
     assert_ok(status, body)
     assert rig.one("SELECT writer FROM comments WHERE subject = 'anonymous'") == 0
     # a parent from another story is refused (it would break the tree)
     other = rig.one("SELECT id FROM comments WHERE story_id <> %s ORDER BY id LIMIT 1", (story,))
-    status, body, _ = rig.get("/rubbos/StoreComment", {
-        "comment_table": "comments", "storyId": story, "parent": other, "nickname": "user5",
-        "password": "password5", "subject": "wrong", "body": "b"})
+    status, body, _ = rig.get(
+        "/rubbos/StoreComment",
+        {
+            "comment_table": "comments",
+            "storyId": story,
+            "parent": other,
+            "nickname": "user5",
+            "password": "password5",
+            "subject": "wrong",
+            "body": "b",
+        },
+    )
     assert status == 200 and "Sorry" in body
     assert rig.counts() == {**before, "comments": before["comments"] + 2}
     assert rig.childs_mismatches("comments") == 0 and rig.childs_mismatches("old_comments") == 0
 
 
 def test_moderation_needs_an_author_and_changes_both_ratings(rig):
-    cid, writer, rating = rig.sql("SELECT id, writer, rating FROM comments WHERE rating >= 1 AND writer > 0 ORDER BY id LIMIT 1")[0]
+    cid, writer, rating = rig.sql(
+        "SELECT id, writer, rating FROM comments WHERE rating >= 1 AND writer > 0 ORDER BY id LIMIT 1"
+    )[0]
     user_rating = rig.one("SELECT rating FROM users WHERE id = %s", (writer,))
     before = rig.counts()
     form = {"comment_table": "comments", "commentId": cid, "rating": -1, "nickname": "user3", "password": "password3"}
@@ -365,17 +433,23 @@ def test_moderation_needs_an_author_and_changes_both_ratings(rig):
     assert rig.one("SELECT rating FROM comments WHERE id = %s", (cid,)) == rating - 1
     assert rig.one("SELECT rating FROM users WHERE id = %s", (writer,)) == user_rating - 1
     author = rig.one("SELECT id FROM users WHERE nickname = 'author2'")
-    assert rig.sql("SELECT moderator_id, rating FROM moderator_log WHERE comment_id = %s ORDER BY id DESC LIMIT 1", (cid,)) == [(author, -1)]
+    assert rig.sql(
+        "SELECT moderator_id, rating FROM moderator_log WHERE comment_id = %s ORDER BY id DESC LIMIT 1", (cid,)
+    ) == [(author, -1)]
     assert rig.counts() == {**before, "moderator_log": before["moderator_log"] + 1}
 
 
 def test_submit_accept_and_reject_stories(rig):
     before = rig.counts()
-    status, body, _ = rig.get("/rubbos/StoreStory", {"nickname": "user4", "password": "password4",
-                                                     "title": "a submitted story", "body": "text", "category": 5})
+    status, body, _ = rig.get(
+        "/rubbos/StoreStory",
+        {"nickname": "user4", "password": "password4", "title": "a submitted story", "body": "text", "category": 5},
+    )
     assert_ok(status, body, "submissions")
-    status, body, _ = rig.get("/rubbos/StoreStory", {"nickname": "author4", "password": "password4",
-                                                     "title": "an author story", "body": "text", "category": 6})
+    status, body, _ = rig.get(
+        "/rubbos/StoreStory",
+        {"nickname": "author4", "password": "password4", "title": "an author story", "body": "text", "category": 6},
+    )
     assert_ok(status, body, "stories")
     mid = rig.counts()
     assert mid == {**before, "submissions": before["submissions"] + 1, "stories": before["stories"] + 1}
@@ -439,17 +513,28 @@ def test_malformed_parameters_give_400_never_500(rig):
         assert status == 400, (path, status, body[-300:])
         assert "Bad request" in body and "Traceback" not in body and "ERROR" not in body
     for path, form in (
-        ("/rubbos/StoreComment", {"comment_table": "comments", "storyId": 1, "parent": 0, "subject": "s" * 101, "body": "b"}),
+        (
+            "/rubbos/StoreComment",
+            {"comment_table": "comments", "storyId": 1, "parent": 0, "subject": "s" * 101, "body": "b"},
+        ),
         ("/rubbos/StoreComment", {"comment_table": "comments", "storyId": 1, "parent": 0, "body": "b"}),
         ("/rubbos/StoreModeratorLog", {"comment_table": "comments", "commentId": 1, "rating": 3}),
         ("/rubbos/StoreStory", {"title": "t", "body": "b", "category": "x"}),
-        ("/rubbos/RegisterUser", {"firstname": "f", "lastname": "l", "nickname": "n" * 21, "password": "p", "email": "e"}),
+        (
+            "/rubbos/RegisterUser",
+            {"firstname": "f", "lastname": "l", "nickname": "n" * 21, "password": "p", "email": "e"},
+        ),
     ):
         status, body, _ = rig.get(path, form)
         assert status == 400, (path, form, body[-300:])
 
 
-INJECTIONS = ["x'; DELETE FROM users; --", "' OR '1'='1", "1); DROP TABLE stories; --", "\\'; UPDATE comments SET rating=5; #"]
+INJECTIONS = [
+    "x'; DELETE FROM users; --",
+    "' OR '1'='1",
+    "1); DROP TABLE stories; --",
+    "\\'; UPDATE comments SET rating=5; #",
+]
 
 
 def test_sql_injection_in_every_text_parameter_changes_nothing(rig):
@@ -469,26 +554,51 @@ def test_sql_injection_in_every_text_parameter_changes_nothing(rig):
         # logins with injected credentials are anonymous: no author rights
         status, body, _ = rig.get("/rubbos/Author", {"nickname": inj, "password": inj})
         assert status == 200 and "Sorry" in body
-        status, body, _ = rig.get("/rubbos/StoreModeratorLog", {"comment_table": "comments", "commentId": 1,
-                                                                "rating": -1, "nickname": inj, "password": inj})
+        status, body, _ = rig.get(
+            "/rubbos/StoreModeratorLog",
+            {"comment_table": "comments", "commentId": 1, "rating": -1, "nickname": inj, "password": inj},
+        )
         assert status == 200 and "Sorry" in body
-        status, body, _ = rig.get("/rubbos/RegisterUser", {"firstname": inj[:20], "lastname": inj[:20],
-                                                           "nickname": inj[:20], "password": inj[:20], "email": inj})
+        status, body, _ = rig.get(
+            "/rubbos/RegisterUser",
+            {"firstname": inj[:20], "lastname": inj[:20], "nickname": inj[:20], "password": inj[:20], "email": inj},
+        )
         assert status == 200
     assert rig.one("SELECT rating FROM users WHERE nickname = %s", (INJECTIONS[0][:20],)) == 0
     # stored text is stored verbatim
-    status, body, _ = rig.get("/rubbos/StoreStory", {"nickname": INJECTIONS[1], "password": INJECTIONS[1],
-                                                     "title": INJECTIONS[0], "body": INJECTIONS[2], "category": 1})
+    status, body, _ = rig.get(
+        "/rubbos/StoreStory",
+        {
+            "nickname": INJECTIONS[1],
+            "password": INJECTIONS[1],
+            "title": INJECTIONS[0],
+            "body": INJECTIONS[2],
+            "category": 1,
+        },
+    )
     assert_ok(status, body, "submissions")  # not an author: a submission
     assert rig.one("SELECT body FROM submissions WHERE title = %s", (INJECTIONS[0],)) == INJECTIONS[2]
-    status, body, _ = rig.get("/rubbos/StoreComment", {"comment_table": "comments", "storyId": 1, "parent": 0,
-                                                       "nickname": INJECTIONS[3], "password": INJECTIONS[1],
-                                                       "subject": INJECTIONS[3], "body": INJECTIONS[1]})
+    status, body, _ = rig.get(
+        "/rubbos/StoreComment",
+        {
+            "comment_table": "comments",
+            "storyId": 1,
+            "parent": 0,
+            "nickname": INJECTIONS[3],
+            "password": INJECTIONS[1],
+            "subject": INJECTIONS[3],
+            "body": INJECTIONS[1],
+        },
+    )
     assert_ok(status, body)
     assert rig.one("SELECT comment FROM comments WHERE subject = %s", (INJECTIONS[3],)) == INJECTIONS[1]
     after = rig.counts()
-    expected = {**before, "users": before["users"] + len(INJECTIONS), "submissions": before["submissions"] + 1,
-                "comments": before["comments"] + 1}
+    expected = {
+        **before,
+        "users": before["users"] + len(INJECTIONS),
+        "submissions": before["submissions"] + 1,
+        "comments": before["comments"] + 1,
+    }
     assert after == expected
     assert rig.one("SELECT SUM(rating) FROM comments") == ratings
 
@@ -522,8 +632,13 @@ def test_request_id_reaches_the_sql_as_a_sqlcommenter_comment(rig):
                     break
                 time.sleep(0.1)
         else:
-            statements = [r[0] for r in rig.sql("SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log "
-                                                "WHERE argument LIKE %s", (f"%{rid}%",))]
+            statements = [
+                r[0]
+                for r in rig.sql(
+                    "SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log WHERE argument LIKE %s",
+                    (f"%{rid}%",),
+                )
+            ]
             statements = [s for s in statements if "general_log" not in s]  # not this query itself
         # 1 story query + one nickname query per story: the N+1 shape
         assert len(statements) == 11, statements
@@ -589,6 +704,7 @@ def engine_load_available() -> str | None:
     """None when `tierscope-engine load` runs; else why not."""
     try:
         from tierscope.engine import engine_path
+
         exe = str(engine_path())
     except Exception as err:  # noqa: BLE001
         return f"tierscope-engine not found: {err}"
@@ -607,12 +723,25 @@ def run_generator(rig, mix: str, tmp_path: Path, run_s: int = 6) -> dict:
     from tierscope.engine import engine_path
 
     wl = tmp_path / f"{mix}.toml"
-    wl.write_text(mixes.workload_toml(mix, users=6, ramp_up_s=1, run_s=run_s, ramp_down_s=1, think_mean_s=0.05,
-                                      n_users_db=datagen.PRESETS["tiny"].users))
+    wl.write_text(
+        mixes.workload_toml(
+            mix,
+            users=6,
+            ramp_up_s=1,
+            run_s=run_s,
+            ramp_down_s=1,
+            think_mean_s=0.05,
+            n_users_db=datagen.PRESETS["tiny"].users,
+        )
+    )
     shutil.copy(mixes.WORKLOAD_DIR / "dictionary.txt", tmp_path / "dictionary.txt")
     log = tmp_path / f"{mix}.parquet"
-    out = subprocess.run([str(engine_path()), "load", str(wl), "--target", rig.base, "--log", str(log)],
-                         capture_output=True, text=True, timeout=run_s + 60)
+    out = subprocess.run(
+        [str(engine_path()), "load", str(wl), "--target", rig.base, "--log", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=run_s + 60,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
     summary = [ln for ln in lines if "summary" in ln]
@@ -650,9 +779,28 @@ def test_cli_up_loads_and_snapshots_then_restores_and_down_stops_everything(serv
     tmp_path = server_dir
     exe = str(Path(os.sys.executable).parent / "tierscope")
     ports = [free_port() for _ in range(4)]
-    args = ["--dbms", "postgresql", "--scale", "tiny", "--app-servers", "2", "--workers", "1", "--threads", "2",
-            "--port", str(ports[0]), "--app-port", str(ports[1]), "--db-port", str(ports[3]),
-            "--run-dir", str(tmp_path / "run"), "--snapshots", str(tmp_path / "snaps")]
+    args = [
+        "--dbms",
+        "postgresql",
+        "--scale",
+        "tiny",
+        "--app-servers",
+        "2",
+        "--workers",
+        "1",
+        "--threads",
+        "2",
+        "--port",
+        str(ports[0]),
+        "--app-port",
+        str(ports[1]),
+        "--db-port",
+        str(ports[3]),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--snapshots",
+        str(tmp_path / "snaps"),
+    ]
     if ports[1] + 1 in ports or tcp_busy(ports[1] + 1):
         pytest.skip("second app port busy")
     pids_seen: list[int] = []
@@ -676,8 +824,9 @@ def test_cli_up_loads_and_snapshots_then_restores_and_down_stops_everything(serv
             for p in state["processes"][1:3]:  # both app servers answer on their own ports
                 with OPENER.open(f"http://{p['address']}/rubbos/health", timeout=10) as r:
                     assert r.read() == b"ok\n"
-            down = subprocess.run([exe, "rubbos", "down", "--run-dir", str(tmp_path / "run")],
-                                  capture_output=True, text=True, timeout=120)
+            down = subprocess.run(
+                [exe, "rubbos", "down", "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120
+            )
             assert down.returncode == 0 and down.stdout.count("stopped") == 4, down.stdout
             from tierscope.apps.rubbos.system import (
                 _alive,  # running (not gone, not a zombie)
@@ -703,12 +852,20 @@ def test_search_queries_can_use_the_prefix_indexes(rig):
 
         with psycopg.connect(rig.db.dsn("rubbos"), autocommit=True) as conn:
             conn.execute("SET enable_seqscan = off")
-            plan = "\n".join(r[0] for r in conn.execute(
-                "EXPLAIN SELECT id, title, date, writer FROM stories WHERE title LIKE 'bai%' "
-                "AND left(title, 10) LIKE 'bai%' ORDER BY date DESC LIMIT 20"))
+            plan = "\n".join(
+                r[0]
+                for r in conn.execute(
+                    "EXPLAIN SELECT id, title, date, writer FROM stories WHERE title LIKE 'bai%' "
+                    "AND left(title, 10) LIKE 'bai%' ORDER BY date DESC LIMIT 20"
+                )
+            )
             assert "stories_search" in plan, plan
-            plan = "\n".join(r[0] for r in conn.execute(
-                "EXPLAIN SELECT id FROM old_comments WHERE subject LIKE 'bai%' AND left(subject, 10) LIKE 'bai%'"))
+            plan = "\n".join(
+                r[0]
+                for r in conn.execute(
+                    "EXPLAIN SELECT id FROM old_comments WHERE subject LIKE 'bai%' AND left(subject, 10) LIKE 'bai%'"
+                )
+            )
             assert "old_comments_search" in plan, plan
     else:
         for table, col in (("stories", "title"), ("old_comments", "subject")):
@@ -722,8 +879,17 @@ def test_the_connection_pool_is_bounded_per_worker(rig, server_dir):
     one waits for the pool, then gets the 500 ERROR page after the pool timeout."""
     import threading
 
-    app = AppServer(Host.loopback("app2"), free_port(), server_dir / "app2", db=rig.cfg, workers=1, threads=4,
-                    pool_size=1, pool_timeout_s=0.7, name="app2")
+    app = AppServer(
+        Host.loopback("app2"),
+        free_port(),
+        server_dir / "app2",
+        db=rig.cfg,
+        workers=1,
+        threads=4,
+        pool_size=1,
+        pool_timeout_s=0.7,
+        name="app2",
+    )
     app.start()
     try:
         if rig.dbms == "postgresql":
@@ -739,8 +905,9 @@ def test_the_connection_pool_is_bounded_per_worker(rig, server_dir):
             locker.cursor().execute("LOCK TABLES categories WRITE")
             release = lambda: locker.cursor().execute("UNLOCK TABLES")  # noqa: E731
         first: list = []
-        blocked = threading.Thread(target=lambda: first.append(
-            OPENER.open(app.url + "/rubbos/BrowseCategories", timeout=30).status))
+        blocked = threading.Thread(
+            target=lambda: first.append(OPENER.open(app.url + "/rubbos/BrowseCategories", timeout=30).status)
+        )
         blocked.start()
         time.sleep(0.4)  # the first request now holds the pool's only connection
         t0 = time.monotonic()

@@ -125,8 +125,16 @@ def test_run_json_gives_the_points_and_the_verdict(tiny_run, tmp_path):
     spec, result = tiny_run
     shutil.copytree(result.dir, tmp_path / "tiny")
     out = tmp_path / "verdict.json"
-    cmd = [str(Path(sys.executable).parent / "tierscope"), "run", str(TINY), "-o", str(tmp_path), "--resume",
-           "--json", str(out)]
+    cmd = [
+        str(Path(sys.executable).parent / "tierscope"),
+        "run",
+        str(TINY),
+        "-o",
+        str(tmp_path),
+        "--resume",
+        "--json",
+        str(out),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     doc = json.loads(out.read_text())
@@ -134,8 +142,12 @@ def test_run_json_gives_the_points_and_the_verdict(tiny_run, tmp_path):
     assert doc["run"]["report"] == str(tmp_path / "tiny" / "report.html")
     assert sorted(r["users"] for cfg in doc["levels"].values() for r in cfg) == [5, 10]
     assert doc["headline"] and doc["confidence"]
-    bad = subprocess.run(cmd[:-1] + [str(out / "v.json")], capture_output=True,  # under a file
-                         text=True, timeout=60)
+    bad = subprocess.run(
+        cmd[:-1] + [str(out / "v.json")],
+        capture_output=True,  # under a file
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--json" in bad.stderr
 
 
@@ -181,8 +193,13 @@ def test_ctrl_c_stops_cleanly_keeps_finished_points_and_leaves_nothing(tmp_path)
     import sys
 
     cmd = [str(Path(sys.executable).parent / "tierscope"), "run", str(TINY), "-o", str(tmp_path), "--no-report"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     run_dir = tmp_path / "tiny"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not list(run_dir.glob("*/manifest.json")):

@@ -63,8 +63,9 @@ def test_a_second_replica_moves_the_bottleneck_off_the_database(tmp_path):
     raw["workload"].update(users=[120], ramp_up="5s", run="20s", ramp_down="2s")
     raw["sweep"]["matrix"]["topology"] = list(SCALEOUT)
     result = run(raw, tmp_path, "scaleout")
-    dirs = {t: next(result.dir / p for p in result.done if p.startswith("topology" + t.replace("/", "_")))
-            for t in SCALEOUT}
+    dirs = {
+        t: next(result.dir / p for p in result.done if p.startswith("topology" + t.replace("/", "_"))) for t in SCALEOUT
+    }
 
     data = analyze_run(result.dir, window_ns=50_000_000)
     assert data.bmap is not None and data.bmap.num_rows == 2, data.notes
@@ -136,5 +137,7 @@ def test_aware_against_lprf_with_heavy_reads_on_low_memory_replicas(tmp_path):
     lprf, aware = generator_total(dirs["lprf"]), generator_total(dirs["aware"])
     for total in (lprf, aware):
         assert total["errors"] == 0 and total["completed"] > 1000, (lprf, aware)
-    print(f"\n1/2/1/2 at 120 users: lprf {lprf['throughput_rps']:.1f} pages/s p90 {lprf['p90_ms']:.0f} ms, "
-          f"aware {aware['throughput_rps']:.1f} pages/s p90 {aware['p90_ms']:.0f} ms")
+    print(
+        f"\n1/2/1/2 at 120 users: lprf {lprf['throughput_rps']:.1f} pages/s p90 {lprf['p90_ms']:.0f} ms, "
+        f"aware {aware['throughput_rps']:.1f} pages/s p90 {aware['p90_ms']:.0f} ms"
+    )

@@ -18,7 +18,6 @@ from tierscope.simulate.arrivals import mmpp2_for, open_arrivals
 from conftest import ROOT
 
 
-
 def spec(**over):
     base = {
         "seed": 4,
@@ -72,10 +71,12 @@ def test_tables_conform_and_links_nest():
 
 
 def test_freezes_stop_the_frozen_tier_and_are_written_as_events():
-    s = spec(tier=[
-        {"name": "app", "cores": 2, "service_ms": 1.0, "freeze": {"period_s": 0.5, "duration_s": 0.1}},
-        {"name": "db", "cores": 1, "service_ms": 0.5},
-    ])
+    s = spec(
+        tier=[
+            {"name": "app", "cores": 2, "service_ms": 1.0, "freeze": {"period_s": 0.5, "duration_s": 0.1}},
+            {"name": "db", "cores": 1, "service_ms": 0.5},
+        ]
+    )
     sim = simulate(s)
     ev = sim.events.to_pandas()
     ev = ev[ev.kind == "injected_pause"]
@@ -95,16 +96,17 @@ def test_freezes_stop_the_frozen_tier_and_are_written_as_events():
 def test_cpu_saturation_truth_is_the_time_with_a_queue():
     # one tier, one core, threads plenty: saturated (a request waits for the core) exactly when
     # more than one request is in the server, which the requests table shows independently
-    s = spec(tier=[{"name": "db", "cores": 1, "threads": 10_000, "service_ms": 2.0}],
-             workload={"users": 400, "think_time_s": 1.0})
+    s = spec(
+        tier=[{"name": "db", "cores": 1, "threads": 10_000, "service_ms": 2.0}],
+        workload={"users": 400, "think_time_s": 1.0},
+    )
     sim = simulate(s)
     r = sim.requests
     base = s.start_ns
     a = np.asarray(r["arrival_ns"]) - base
     d = np.asarray(r["departure_ns"]) - base
     n_windows = int(s.duration_s * 20) + 1
-    above = share_above([Intervals(np.zeros(a.size, np.int32), a, d, +1)], np.array([1.0]), 1, n_windows,
-                        50_000_000)
+    above = share_above([Intervals(np.zeros(a.size, np.int32), a, d, +1)], np.array([1.0]), 1, n_windows, 50_000_000)
     t = sim.saturation_truth.to_pandas()
     truth_s = ((t.end_ns - t.start_ns) / 1e9).sum()
     assert set(t.cause) == {"cpu"}
@@ -136,15 +138,24 @@ def test_spec_errors_name_the_file_and_field(tmp_path):
     with pytest.raises(SpecError, match="not valid TOML"):
         load_spec(bad)
     with pytest.raises(SpecError, match="no service_ms for label 'b'"):
-        parse_spec({"duration_s": 1, "workload": {"users": 1, "think_time_s": 1, "mix": {"a": 1, "b": 1}},
-                    "tier": [{"name": "t", "service_ms": {"a": 1.0}}]})
+        parse_spec(
+            {
+                "duration_s": 1,
+                "workload": {"users": 1, "think_time_s": 1, "mix": {"a": 1, "b": 1}},
+                "tier": [{"name": "t", "service_ms": {"a": 1.0}}],
+            }
+        )
 
 
 def test_cli_writes_every_table(tmp_path):
     out = tmp_path / "sim"
     bin_dir = Path(sys.executable).parent
-    done = subprocess.run([str(bin_dir / "tierscope"), "simulate", str(ROOT / "examples/simulate/single.toml"),
-                           "-o", str(out)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(bin_dir / "tierscope"), "simulate", str(ROOT / "examples/simulate/single.toml"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     for name in ("requests", "client_requests", "events", "resources", "saturation_truth"):
         assert pq.read_table(out / f"{name}.parquet").num_rows > 0 or name == "events"
@@ -158,9 +169,13 @@ def test_cli_writes_every_table(tmp_path):
 def test_an_exhausted_thread_pool_is_recorded_as_threads_saturation():
     # app has 4 threads; each holds its thread while its db call (1 core, 4 ms) is served, so
     # at 400 req/s offered the db queue fills the app's pool and requests wait for a thread
-    s = spec(tier=[{"name": "app", "cores": 4, "threads": 4, "service_ms": 0.2},
-                   {"name": "db", "cores": 1, "threads": 100, "service_ms": 4.0}],
-             workload={"users": 400, "think_time_s": 1.0})
+    s = spec(
+        tier=[
+            {"name": "app", "cores": 4, "threads": 4, "service_ms": 0.2},
+            {"name": "db", "cores": 1, "threads": 100, "service_ms": 4.0},
+        ],
+        workload={"users": 400, "think_time_s": 1.0},
+    )
     truth = simulate(s).saturation_truth.to_pandas()
     app = truth[truth.server == "app1"]
     assert app.cause.str.contains("threads").any()
@@ -172,6 +187,6 @@ def test_a_simulator_spec_that_is_not_utf8_names_the_line_and_column(tmp_path):
     from tierscope.simulate.spec import SpecError, load_spec
 
     bad = tmp_path / "bad.toml"
-    bad.write_bytes(b"seed = 1\nname = \"caf\xe9\"\n")
+    bad.write_bytes(b'seed = 1\nname = "caf\xe9"\n')
     with pytest.raises(SpecError, match=r"bad.toml:2:12: not UTF-8 \(byte 0xe9\)"):
         load_spec(bad)

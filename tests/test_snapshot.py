@@ -15,8 +15,12 @@ needs_fincore = pytest.mark.skipif(not shutil.which("fincore"), reason="util-lin
 
 
 def cached_pages(path) -> int:
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "PAGES", str(path)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "PAGES", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(out.stdout.split()[0])
 
 

@@ -1,6 +1,5 @@
 """The experiment spec: the #W/#A/#C/#D notation, validation errors that name the key, expansion."""
 
-
 import pytest
 
 from tierscope.spec import (
@@ -14,7 +13,7 @@ from tierscope.spec import (
 )
 from conftest import EXAMPLES, PRESETS
 
-MIN = '[workload]\nusers = [10]\n'
+MIN = "[workload]\nusers = [10]\n"
 
 
 def points(text: str):
@@ -114,65 +113,110 @@ users = 5
     "text, expected",
     [
         ('topology = "1/2/0"\n' + MIN, "t.toml: topology: expected four fields"),
-        ('topology = "1/1/0/1Q"\n' + MIN,
-         "t.toml: topology.db: node type 'Q' is not defined (defined: L, S; add a [node_types.Q] table)"),
-        ("[workload]\nusers = [10]\nthink_tme = 3\n",
-         "t.toml: workload.think_tme: unknown key (expected one of: users, think_time, dispersion, "
-         "ramp_up, run, ramp_down)"),
+        (
+            'topology = "1/1/0/1Q"\n' + MIN,
+            "t.toml: topology.db: node type 'Q' is not defined (defined: L, S; add a [node_types.Q] table)",
+        ),
+        (
+            "[workload]\nusers = [10]\nthink_tme = 3\n",
+            "t.toml: workload.think_tme: unknown key (expected one of: users, think_time, dispersion, "
+            "ramp_up, run, ramp_down)",
+        ),
         ("[workload]\nusers = [0]\n", "t.toml: workload.users[0]: Input should be greater than or equal to 1"),
         ('[workload]\nusers = "5..1"\n', "t.toml: workload.users: expected from <= to and step > 0"),
-        ('[workload]\nusers = [1]\nrun = "fast"\n',
-         't.toml: workload.run: expected a duration such as 30, "50ms", "1.5s" or "2m", got \'fast\''),
-        (MIN + '[monitor]\ninterval = "10ms"\n',
-         "t.toml: monitor.interval: expected a resource interval between 50ms and 60s, got 0.01s"),
+        (
+            '[workload]\nusers = [1]\nrun = "fast"\n',
+            't.toml: workload.run: expected a duration such as 30, "50ms", "1.5s" or "2m", got \'fast\'',
+        ),
+        (
+            MIN + '[monitor]\ninterval = "10ms"\n',
+            "t.toml: monitor.interval: expected a resource interval between 50ms and 60s, got 0.01s",
+        ),
         (MIN + "[node_types.X]\ncpu = -1\n", "t.toml: node_types.X.cpu: Input should be greater than 0"),
-        (MIN + '[node_types.L]\nmemory = "lots"\n',
-         "t.toml: node_types.L.memory: expected a size such as"),
-        (MIN + '[node_types.P]\ncpu = 1\n', "node type 'P': expected one upper-case letter other than M and P"),
+        (MIN + '[node_types.L]\nmemory = "lots"\n', "t.toml: node_types.L.memory: expected a size such as"),
+        (MIN + "[node_types.P]\ncpu = 1\n", "node type 'P': expected one upper-case letter other than M and P"),
         (MIN + '[node_types.X]\ncpus = "one"\n', "t.toml: node_types.X.cpus: expected a CPU list"),
         ('[monitor]\ninterval = "1s"\n', "t.toml: workload: missing required key"),
-        (MIN + '[[interference.pause]]\ntier = "app"\nperiod = "1s"\nduration = "2s"\n',
-         "t.toml: interference.pause[0]: expected 0 < duration < period, got duration 2s and period 1s"),
-        (MIN + '[[interference.pause]]\nserver = "app7"\nperiod = "1s"\nduration = "200ms"\n',
-         "t.toml: interference.pause[0].server: no server 'app7' in this topology (servers: app1, db1, web1)"),
-        (MIN + '[[interference.pause]]\nperiod = "1s"\nduration = "200ms"\n',
-         "t.toml: interference.pause[0]: expected exactly one of tier"),
-        (MIN + '[[interference.noisy_neighbour]]\ntier = "db"\nutilization = 0.5\nburstiness = 0.5\n',
-         "t.toml: interference.noisy_neighbour[0].burstiness: Input should be greater than or equal to 1"),
+        (
+            MIN + '[[interference.pause]]\ntier = "app"\nperiod = "1s"\nduration = "2s"\n',
+            "t.toml: interference.pause[0]: expected 0 < duration < period, got duration 2s and period 1s",
+        ),
+        (
+            MIN + '[[interference.pause]]\nserver = "app7"\nperiod = "1s"\nduration = "200ms"\n',
+            "t.toml: interference.pause[0].server: no server 'app7' in this topology (servers: app1, db1, web1)",
+        ),
+        (
+            MIN + '[[interference.pause]]\nperiod = "1s"\nduration = "200ms"\n',
+            "t.toml: interference.pause[0]: expected exactly one of tier",
+        ),
+        (
+            MIN + '[[interference.noisy_neighbour]]\ntier = "db"\nutilization = 0.5\nburstiness = 0.5\n',
+            "t.toml: interference.noisy_neighbour[0].burstiness: Input should be greater than or equal to 1",
+        ),
         ('mix = "shopping"\n' + MIN, "t.toml: mix: expected one of browse_only, read_write, got 'shopping'"),
         ('topology = "0/1/0/1"\n' + MIN, "t.toml: topology.web: RUBBoS needs at least one web server"),
-        (MIN + '[soft.app]\nthreads = 0\n', "t.toml: soft.app.threads: Input should be greater than or equal to 1"),
+        (MIN + "[soft.app]\nthreads = 0\n", "t.toml: soft.app.threads: Input should be greater than or equal to 1"),
         (MIN + "[soft.db]\ncache = true\n", "t.toml: soft.db.cache: expected a size"),
         ("[workload\nusers = [1]\n", "t.toml: not valid TOML: "),
-        (MIN + '[sweep.matrix]\n"workload.think_time" = ["fast"]\n',
-         "t.toml: workload.think_time: expected a duration such as 30, \"50ms\", \"1.5s\" or \"2m\", "
-         "got 'fast' [sweep point workload.think_time='fast']"),
-        (MIN + '[sweep.matrix]\ntopology = "1/1/0/1"\n',
-         "t.toml: sweep.matrix.topology: expected a list of values to sweep, got '1/1/0/1'"),
-        (MIN + '[sweep]\nfilters = ["__import__(1)"]\n', "t.toml: sweep.filters[0]: '__import__(1)': Call is not allowed"),
+        (
+            MIN + '[sweep.matrix]\n"workload.think_time" = ["fast"]\n',
+            't.toml: workload.think_time: expected a duration such as 30, "50ms", "1.5s" or "2m", '
+            "got 'fast' [sweep point workload.think_time='fast']",
+        ),
+        (
+            MIN + '[sweep.matrix]\ntopology = "1/1/0/1"\n',
+            "t.toml: sweep.matrix.topology: expected a list of values to sweep, got '1/1/0/1'",
+        ),
+        (
+            MIN + '[sweep]\nfilters = ["__import__(1)"]\n',
+            "t.toml: sweep.filters[0]: '__import__(1)': Call is not allowed",
+        ),
         (MIN + '[sweep]\nfilters = ["foo > 1"]\n', "t.toml: sweep.filters[0]: 'foo > 1': unknown name 'foo'"),
         (MIN + '[sweep]\nfilters = ["users > 100"]\n', "t.toml: sweep.filters: no point is left after the filters"),
         (MIN + "[sweep]\nrepeats = 0\n", "t.toml: sweep.repeats: Input should be greater than or equal to 1"),
-        (MIN + "[sweep]\nrepeat = 2\n", "t.toml: sweep.repeat: unknown key (expected one of: matrix, filters, repeats)"),
-        (MIN + "[node_types.X]\ncpuu = 1\n",
-         "t.toml: node_types.X.cpuu: unknown key (expected one of: description, cpu, cpus, cpu_period, memory,"),
-        (MIN + '[[interference.pause]]\ntier = "app"\nperiod = "1s"\nduration = "1ms"\nlength = 2\n',
-         "t.toml: interference.pause[0].length: unknown key (expected one of: tier, server, period, duration,"),
-        ("scale = -1\n" + MIN, "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of paper, small, tiny, got -1"),
-        ('scale = "huge"\n' + MIN, "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of tiny, small, paper, got 'huge'"),
+        (
+            MIN + "[sweep]\nrepeat = 2\n",
+            "t.toml: sweep.repeat: unknown key (expected one of: matrix, filters, repeats)",
+        ),
+        (
+            MIN + "[node_types.X]\ncpuu = 1\n",
+            "t.toml: node_types.X.cpuu: unknown key (expected one of: description, cpu, cpus, cpu_period, memory,",
+        ),
+        (
+            MIN + '[[interference.pause]]\ntier = "app"\nperiod = "1s"\nduration = "1ms"\nlength = 2\n',
+            "t.toml: interference.pause[0].length: unknown key (expected one of: tier, server, period, duration,",
+        ),
+        (
+            "scale = -1\n" + MIN,
+            "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of paper, small, tiny, got -1",
+        ),
+        (
+            'scale = "huge"\n' + MIN,
+            "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of tiny, small, paper, got 'huge'",
+        ),
         ("scale = true\n" + MIN, "t.toml: scale: expected a fraction"),
         ("colour = 1\n" + MIN, "t.toml: colour: unknown key"),
-        ('topology = "1/1/1/1M"\n' + MIN,
-         "t.toml: topology: the topology has 1 clustering middleware server(s) with mariadb: the middleware "
-         "speaks the PostgreSQL protocol only"),
-        ('topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "wrr"\nweights = [1, 2, 3]\n',
-         "t.toml: soft.middleware.weights: expected one weight per database server (2), one of them > 0"),
-        ('topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nweights = [1, 2]\n',
-         "soft.middleware.weights: only with policy = \"wrr\" (policy is 'lprf')"),
-        ('topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "random"\n',
-         "t.toml: soft.middleware.policy: Input should be 'lprf', 'rr', 'wrr', 'lrt' or 'aware'"),
-        ('topology = "1/1/0/2"\n' + MIN,
-         "t.toml: topology: the topology has 2 database servers and no clustering middleware"),
+        (
+            'topology = "1/1/1/1M"\n' + MIN,
+            "t.toml: topology: the topology has 1 clustering middleware server(s) with mariadb: the middleware "
+            "speaks the PostgreSQL protocol only",
+        ),
+        (
+            'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "wrr"\nweights = [1, 2, 3]\n',
+            "t.toml: soft.middleware.weights: expected one weight per database server (2), one of them > 0",
+        ),
+        (
+            'topology = "1/1/1/2"\n' + MIN + "[soft.middleware]\nweights = [1, 2]\n",
+            "soft.middleware.weights: only with policy = \"wrr\" (policy is 'lprf')",
+        ),
+        (
+            'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "random"\n',
+            "t.toml: soft.middleware.policy: Input should be 'lprf', 'rr', 'wrr', 'lrt' or 'aware'",
+        ),
+        (
+            'topology = "1/1/0/2"\n' + MIN,
+            "t.toml: topology: the topology has 2 database servers and no clustering middleware",
+        ),
     ],
 )
 def test_bad_specs_name_the_key_and_what_was_expected(text, expected):
@@ -217,7 +261,7 @@ def test_durations_and_sizes():
 
 
 def test_users_range_gives_one_point_per_level_like_the_papers():
-    pts = points('[workload]\nusers = { from = 1000, to = 13000, step = 1000 }\n')
+    pts = points("[workload]\nusers = { from = 1000, to = 13000, step = 1000 }\n")
     assert [p.config.workload.users for p in pts] == [[u] for u in range(1000, 13001, 1000)]
     assert [p.params["workload.users"] for p in pts] == list(range(1000, 13001, 1000))
     assert len(points('[workload]\nusers = "1000..13000 step 1000"\n')) == 13
@@ -309,8 +353,6 @@ burstiness = 400
     assert [s.name for s in c.tier_servers("app")] == ["app1", "app2"]
 
 
-
-
 @pytest.mark.parametrize("name", ["tiny.toml", "demo.toml", "demo-alternating.toml", "tpcw-memory.toml"])
 def test_example_specs_load(name):
     pts = expand(load_spec((EXAMPLES if name == "tiny.toml" else PRESETS) / name))
@@ -339,7 +381,11 @@ def test_demo_memory_is_the_memory_study_cut_to_two_sizes_and_two_levels_within_
 
     pts = expand(changed_spec(PRESETS / "tpcw-memory.toml", MEMORY_DEMO))
     assert [(p.params["node_types.D.memory"], p.params["workload.users"]) for p in pts] == [
-        ("150MiB", 50), ("150MiB", 400), ("1GiB", 50), ("1GiB", 400)]
+        ("150MiB", 50),
+        ("150MiB", 400),
+        ("1GiB", 50),
+        ("1GiB", 400),
+    ]
     w = pts[0].config.workload
     # about 21 s of warm-up read and 10 s of starting and stopping per point, the load once
     assert 4 * (w.ramp_up + w.run + w.ramp_down + 31) + 25 < 300

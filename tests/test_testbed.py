@@ -104,8 +104,10 @@ def test_cpu_quota_is_enforced_and_the_monitor_sees_it(lab, tmp_path):
     dt = np.diff(np.concatenate([[cpu.index[0] - 50_000_000], cpu.index.values])).astype(float)
     cpu_mean = float((cpu.values * dt).sum() / dt.sum())
     util_mean = float((util.values * dt).sum() / dt.sum())
-    print(f"monitor: db1 cpu {cpu_mean:.1f} % of a core over {len(cpu)} samples of 50 ms "
-          f"(max {cpu.max():.0f} %: the 20 ms quota of each 100 ms period is spent in one burst)")
+    print(
+        f"monitor: db1 cpu {cpu_mean:.1f} % of a core over {len(cpu)} samples of 50 ms "
+        f"(max {cpu.max():.0f} %: the 20 ms quota of each 100 ms period is spent in one burst)"
+    )
     assert len(cpu) >= 50  # 3 s at 50 ms = 60 samples
     assert cpu_mean == pytest.approx(20.0, abs=3.0)
     assert util_mean == pytest.approx(100.0, abs=15.0)  # 20 % of a core = the whole allowance
@@ -119,8 +121,10 @@ def test_cpu_quota_is_enforced_and_the_monitor_sees_it(lab, tmp_path):
     idle = during[(during.host == "app1") & (during.metric == "cpu_user")].value
     assert idle.mean() < 2.0  # nothing runs in app1
     cost = mon.summary["cost_percent_core"]
-    print(f"monitor cost at 50 ms, {len(lab.hosts)} hosts: {cost:.2f} % of one core "
-          f"({mon.summary['samples']} samples, {mon.summary['late']} late)")
+    print(
+        f"monitor cost at 50 ms, {len(lab.hosts)} hosts: {cost:.2f} % of one core "
+        f"({mon.summary['samples']} samples, {mon.summary['late']} late)"
+    )
     assert (df.metric == "monitor_cpu").sum() == 1
     assert cost < 2.0
     assert mon.summary["late"] <= 3
@@ -207,8 +211,10 @@ def test_bridge_connects_hosts_and_the_monitor_counts_the_bytes(lab, tmp_path):
     sent = total_bytes("web1", "net_tx_bytes")
     received = total_bytes("client1", "net_rx_bytes")
     n = len(payload)
-    print(f"\n4 MiB over the bridge: web1 tx {sent:.0f} B, client1 rx {received:.0f} B "
-          f"({100 * (sent / n - 1):.1f} % overhead)")
+    print(
+        f"\n4 MiB over the bridge: web1 tx {sent:.0f} B, client1 rx {received:.0f} B "
+        f"({100 * (sent / n - 1):.1f} % overhead)"
+    )
     for value in (sent, received):
         assert n <= value <= n * 1.10  # payload + headers of ~3,000 segments and the HTTP exchange
     assert total_bytes("app1", "net_tx_bytes") < 20_000  # app1 was not involved
@@ -254,8 +260,10 @@ def test_the_monitor_sees_memory_in_use_and_established_connections(lab, tmp_pat
             if p is not None:
                 _stop(p)
     med = df.groupby(["host", "metric"]).value.median()
-    print(f"\ndb1 working set {med['db1', 'mem_working_set'] / 2**20:.1f} MiB, mem_util {med['db1', 'mem_util']:.1f} %; "
-          f"established: web1 {med['web1', 'sockets_established']:.0f}, client1 {med['client1', 'sockets_established']:.0f}")
+    print(
+        f"\ndb1 working set {med['db1', 'mem_working_set'] / 2**20:.1f} MiB, mem_util {med['db1', 'mem_util']:.1f} %; "
+        f"established: web1 {med['web1', 'sockets_established']:.0f}, client1 {med['client1', 'sockets_established']:.0f}"
+    )
     assert 24 * 2**20 <= med["db1", "mem_working_set"] <= 64 * 2**20
     db = df[df.host == "db1"].pivot_table(index="ts_ns", columns="metric", values="value")
     np.testing.assert_allclose(db.mem_util, db.mem_working_set * 100 / (64 * 2**20), rtol=1e-9)
@@ -404,7 +412,7 @@ def test_host_wrap_joins_cgroups_before_entering_the_namespace():
     h = Host(name="db1", address="10.77.0.4", netns="tierscope0-db1", cgroup="tierscope/0/db1")
     argv = h.wrap(["postgres", "-D", "x"])
     assert argv[0] == "sh"
-    assert argv[argv.index("tierscope-host") + 1:] == ["ip", "netns", "exec", "tierscope0-db1", "postgres", "-D", "x"]
+    assert argv[argv.index("tierscope-host") + 1 :] == ["ip", "netns", "exec", "tierscope0-db1", "postgres", "-D", "x"]
     assert "/sys/fs/cgroup/cpuacct/tierscope/0/db1/cgroup.procs" in argv[2]
     assert Host.loopback().wrap(["true"]) == ["true"]
 

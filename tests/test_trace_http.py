@@ -21,7 +21,9 @@ from tierscope.trace import LiveCapture, trace_capture
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="tcpdump on lo needs root"),
     pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump not installed (make setup)"),
-    pytest.mark.skipif(shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="nginx not installed"),
+    pytest.mark.skipif(
+        shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="nginx not installed"
+    ),
 ]
 
 PORT = free_port()  # a port nothing listens on: parallel runs do not collide
@@ -77,7 +79,9 @@ def run_wrk(tmp_path, connections: int, limit: int) -> int:
     script.write_text(WRK_SCRIPT.format(limit=limit))
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", "-d2s", "-s", str(script), f"http://127.0.0.1:{PORT}/"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert out.returncode == 0, out.stderr
     for line in out.stdout.splitlines():

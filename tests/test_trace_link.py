@@ -36,24 +36,41 @@ def table(rows: list[dict]) -> pa.Table:
 
 
 def row(tier, server_addr, client_addr, arr, dep, rid=None, conn=0):
-    return dict(tier=tier, server=f"{tier}@{server_addr}", server_addr=server_addr, client_addr=client_addr,
-                arrival_ns=arr, departure_ns=dep, request_id=rid, conn=conn)
+    return dict(
+        tier=tier,
+        server=f"{tier}@{server_addr}",
+        server_addr=server_addr,
+        client_addr=client_addr,
+        arrival_ns=arr,
+        departure_ns=dep,
+        request_id=rid,
+        conn=conn,
+    )
 
 
 def test_time_containment_picks_the_enclosing_request_and_flags_ambiguity():
-    t = table([
-        row("web", "10.0.0.2", "10.0.0.1", 0, 100, conn=1),      # 0
-        row("web", "10.0.0.2", "10.0.0.1", 10, 50, conn=2),      # 1
-        row("app", "10.0.0.3", "10.0.0.2", 20, 40),              # 2: inside 0 and 1
-        row("app", "10.0.0.3", "10.0.0.2", 60, 90),              # 3: inside 0 only
-        row("db", "10.0.0.4", "10.0.0.3", 25, 30),               # 4: inside 2
-        row("db", "10.0.0.4", "10.0.0.9", 25, 30),               # 5: from a host with no upstream
-        row("app", "10.0.0.3", "10.0.0.2", 95, 120),             # 6: outlives every web request
-    ])
+    t = table(
+        [
+            row("web", "10.0.0.2", "10.0.0.1", 0, 100, conn=1),  # 0
+            row("web", "10.0.0.2", "10.0.0.1", 10, 50, conn=2),  # 1
+            row("app", "10.0.0.3", "10.0.0.2", 20, 40),  # 2: inside 0 and 1
+            row("app", "10.0.0.3", "10.0.0.2", 60, 90),  # 3: inside 0 only
+            row("db", "10.0.0.4", "10.0.0.3", 25, 30),  # 4: inside 2
+            row("db", "10.0.0.4", "10.0.0.9", 25, 30),  # 5: from a host with no upstream
+            row("app", "10.0.0.3", "10.0.0.2", 95, 120),  # 6: outlives every web request
+        ]
+    )
     out = link_transactions(t).to_pylist()
     key = lambda i: f"{t['server'][i]}#{t['conn'][i]}@{t['arrival_ns'][i]}"  # noqa: E731
-    assert [r["link"] for r in out] == [None, None, "time_containment_ambiguous", "time_containment",
-                                        "time_containment", None, None]
+    assert [r["link"] for r in out] == [
+        None,
+        None,
+        "time_containment_ambiguous",
+        "time_containment",
+        "time_containment",
+        None,
+        None,
+    ]
     assert out[2]["parent_id"] == key(1)  # the latest-arriving enclosing request
     assert out[3]["parent_id"] == key(0)
     assert out[4]["parent_id"] == key(2)
@@ -64,13 +81,15 @@ def test_time_containment_picks_the_enclosing_request_and_flags_ambiguity():
 
 
 def test_request_id_wins_over_time_and_links_to_the_nearest_tier():
-    t = table([
-        row("web", "10.0.0.2", "10.0.0.1", 0, 100, rid="r1"),
-        row("app", "10.0.0.3", "10.0.0.2", 10, 90, rid="r1"),
-        row("db", "10.0.0.4", "10.0.0.3", 20, 30, rid="r1"),
-        row("db", "10.0.0.4", "10.0.0.3", 40, 50, rid="r1"),
-        row("web", "10.0.0.2", "10.0.0.1", 5, 95, rid="r2"),
-    ])
+    t = table(
+        [
+            row("web", "10.0.0.2", "10.0.0.1", 0, 100, rid="r1"),
+            row("app", "10.0.0.3", "10.0.0.2", 10, 90, rid="r1"),
+            row("db", "10.0.0.4", "10.0.0.3", 20, 30, rid="r1"),
+            row("db", "10.0.0.4", "10.0.0.3", 40, 50, rid="r1"),
+            row("web", "10.0.0.2", "10.0.0.1", 5, 95, rid="r2"),
+        ]
+    )
     out = link_transactions(t).to_pylist()
     assert [r["link"] for r in out] == [None, "request_id", "request_id", "request_id", None]
     app = "r1/app@10.0.0.3#0@10"
@@ -82,11 +101,13 @@ def test_request_id_wins_over_time_and_links_to_the_nearest_tier():
 def test_a_page_id_on_two_top_rows_stays_on_neither():
     # two web rows with one X-Request-Id (a client reusing it): neither keeps the bare id, so ids
     # stay unique and a child names one parent row
-    t = table([
-        row("web", "10.0.0.2", "10.0.0.1", 0, 100, rid="r1", conn=1),
-        row("web", "10.0.0.2", "10.0.0.1", 200, 300, rid="r1", conn=2),
-        row("app", "10.0.0.3", "10.0.0.2", 210, 290, rid="r1"),
-    ])
+    t = table(
+        [
+            row("web", "10.0.0.2", "10.0.0.1", 0, 100, rid="r1", conn=1),
+            row("web", "10.0.0.2", "10.0.0.1", 200, 300, rid="r1", conn=2),
+            row("app", "10.0.0.3", "10.0.0.2", 210, 290, rid="r1"),
+        ]
+    )
     out = link_transactions(t).to_pylist()
     ids = [r["request_id"] for r in out]
     assert ids == ["r1/web@10.0.0.2#1@0", "r1/web@10.0.0.2#2@200", "r1/app@10.0.0.3#0@210"]
@@ -107,9 +128,17 @@ def test_two_tier_capture_links_by_id_and_by_time_alike(tmp_path):
     root.mkdir()
     for i in range(3):
         (root / f"p{i}.html").write_text(f"page {i}\n" * 50)
-    with Nginx(Host.loopback(), APP, tmp_path / "app", root=root, name="app1"), \
-         Nginx(Host.loopback(), WEB, tmp_path / "web", upstreams=[f"127.0.0.1:{APP}"],
-               locations="        proxy_hide_header X-Request-Id;\n", name="web1"):
+    with (
+        Nginx(Host.loopback(), APP, tmp_path / "app", root=root, name="app1"),
+        Nginx(
+            Host.loopback(),
+            WEB,
+            tmp_path / "web",
+            upstreams=[f"127.0.0.1:{APP}"],
+            locations="        proxy_hide_header X-Request-Id;\n",
+            name="web1",
+        ),
+    ):
         pcap = tmp_path / "two.pcap"
         with LiveCapture("lo", pcap, filter=f"tcp port {WEB} or tcp port {APP}"):
             conn = http.client.HTTPConnection("127.0.0.1", WEB, timeout=5)
@@ -119,8 +148,10 @@ def test_two_tier_capture_links_by_id_and_by_time_alike(tmp_path):
                 r.read()
                 assert r.status == 200
             conn.close()
-    smap = write_server_map([ServerEntry("127.0.0.1", WEB, "web", "web1"), ServerEntry("127.0.0.1", APP, "app", "app1", "http")],
-                            tmp_path / "servers.txt")
+    smap = write_server_map(
+        [ServerEntry("127.0.0.1", WEB, "web", "web1"), ServerEntry("127.0.0.1", APP, "app", "app1", "http")],
+        tmp_path / "servers.txt",
+    )
     res = trace_capture(pcap, tmp_path / "requests.parquet", server_map=smap)
     t = tables.read(res.output, "requests")
     rows = t.to_pylist()
@@ -153,6 +184,7 @@ def test_cli_live_capture_and_file_mode(tmp_path):
     stop = threading.Event()
     done: list[int] = []
     with Nginx(Host.loopback(), WEB, tmp_path / "web", root=root):
+
         def client():
             conn = http.client.HTTPConnection("127.0.0.1", WEB, timeout=5)
             while not stop.is_set():
@@ -167,8 +199,22 @@ def test_cli_live_capture_and_file_mode(tmp_path):
         try:
             out = tmp_path / "live.parquet"
             keep = tmp_path / "live.pcap"
-            res = CliRunner().invoke(cli, ["trace", "--live", "lo", "--filter", f"tcp port {WEB}", "--duration", "1.5",
-                                           "-o", str(out), "--keep-capture", str(keep)])
+            res = CliRunner().invoke(
+                cli,
+                [
+                    "trace",
+                    "--live",
+                    "lo",
+                    "--filter",
+                    f"tcp port {WEB}",
+                    "--duration",
+                    "1.5",
+                    "-o",
+                    str(out),
+                    "--keep-capture",
+                    str(keep),
+                ],
+            )
         finally:
             stop.set()
             th.join()

@@ -120,8 +120,11 @@ def test_not_a_capture_is_a_clear_error(tmp_path):
         with pytest.raises(TraceError) as err:
             trace_capture(f, tmp_path / "out.parquet")
         assert "notes.txt" in str(err.value) and "not a capture file" in str(err.value), str(err.value)
-    out = subprocess.run([str(engine_path()), "trace", str(tmp_path / "missing.pcap"), "-o", str(tmp_path / "o.parquet")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [str(engine_path()), "trace", str(tmp_path / "missing.pcap"), "-o", str(tmp_path / "o.parquet")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "cannot open capture" in out.stderr and "missing.pcap" in out.stderr
 
 

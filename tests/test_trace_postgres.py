@@ -59,9 +59,28 @@ def pgbench(tmp_path: Path, mode: str, script: str, clients: int, tx: int) -> su
     f = tmp_path / f"script-{mode}.sql"
     f.write_text(script)
     return subprocess.run(
-        [str(PGBENCH), "-n", "-h", "127.0.0.1", "-p", str(PORT), "-U", "postgres", "-M", mode,
-         "-c", str(clients), "-t", str(tx), "-f", str(f), DB],
-        capture_output=True, text=True, timeout=60,
+        [
+            str(PGBENCH),
+            "-n",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(PORT),
+            "-U",
+            "postgres",
+            "-M",
+            mode,
+            "-c",
+            str(clients),
+            "-t",
+            str(tx),
+            "-f",
+            str(f),
+            DB,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -98,7 +117,12 @@ def test_statement_and_transaction_counts_equal_pgbench(postgres, tmp_path, mode
         per_conn[r["conn"]].append(r["label"])
     assert sum(seq.count("BEGIN") for seq in per_conn.values()) == tx
     for seq in per_conn.values():
-        assert seq == ["BEGIN", "SELECT abalance FROM tiny WHERE aid = ?", "UPDATE tiny SET abalance = abalance + ? WHERE aid = ?", "END"] * (len(seq) // 4)
+        assert seq == [
+            "BEGIN",
+            "SELECT abalance FROM tiny WHERE aid = ?",
+            "UPDATE tiny SET abalance = abalance + ? WHERE aid = ?",
+            "END",
+        ] * (len(seq) // 4)
     for r in rows:
         assert r["departure_ns"] > r["arrival_ns"]
         assert r["bytes_in"] > 0 and r["bytes_out"] > 0

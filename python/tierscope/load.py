@@ -149,7 +149,11 @@ def run_load(
     """
     # the engine runs in its own session so a terminal's Ctrl-C reaches it exactly once: from us
     proc = subprocess.Popen(
-        list(argv), stdout=subprocess.PIPE, stderr=stderr_to, text=True, bufsize=1,
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=stderr_to,
+        text=True,
+        bufsize=1,
         start_new_session=True,
     )
     try:
@@ -238,35 +242,65 @@ class LiveView:
 
     def __rich__(self) -> Group:
         t = Table(title=self.title, show_edge=False, expand=False)
-        for col in ("t (s)", "phase", "active users", "in flight", "req/s", "p50 ms", "p90 ms",
-                    "p99 ms", "errors/s", "requests", "errors"):
+        for col in (
+            "t (s)",
+            "phase",
+            "active users",
+            "in flight",
+            "req/s",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "errors/s",
+            "requests",
+            "errors",
+        ):
             t.add_column(col, justify="right")
         p = self.last
         if p is None:
             t.add_row(*(["-"] * 11))
         else:
             t.add_row(
-                f"{p['t']:.0f}", p["phase"], f"{p['active_users']:,}", f"{p.get('in_flight', 0):,}",
-                f"{p['rps']:,.1f}", _ms(p.get("p50_ms")), _ms(p.get("p90_ms")), _ms(p.get("p99_ms")),
-                f"{p['errors']:,}", f"{p.get('requests_total', 0):,}", f"{p.get('errors_total', 0):,}",
+                f"{p['t']:.0f}",
+                p["phase"],
+                f"{p['active_users']:,}",
+                f"{p.get('in_flight', 0):,}",
+                f"{p['rps']:,.1f}",
+                _ms(p.get("p50_ms")),
+                _ms(p.get("p90_ms")),
+                _ms(p.get("p99_ms")),
+                f"{p['errors']:,}",
+                f"{p.get('requests_total', 0):,}",
+                f"{p.get('errors_total', 0):,}",
             )
         return Group(t, Text(f"req/s (last {len(self.history)} s): {self.spark()}", style="cyan"))
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
     """Per page and total over the run phase: count, errors, mean, p50, p90, p99, p99.9, max, X."""
-    t = Table(title=f"run phase: {summary.get('run_s', 0):.1f} s, "
-                    f"throughput {summary.get('throughput_rps') or 0:,.1f} req/s (completed)")
-    for col in ("page", "count", "errors", "mean ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms",
-                "max ms", "req/s"):
+    t = Table(
+        title=f"run phase: {summary.get('run_s', 0):.1f} s, "
+        f"throughput {summary.get('throughput_rps') or 0:,.1f} req/s (completed)"
+    )
+    for col in ("page", "count", "errors", "mean ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "req/s"):
         t.add_column(col, justify="left" if col == "page" else "right")
 
     def row(name: str, s: dict[str, Any], style: str | None = None) -> None:
         kinds = ", ".join(f"{k} {v}" for k, v in s.get("errors_by_kind", {}).items())
         errors = f"{s['errors']:,}" + (f" ({kinds})" if kinds else "")
-        t.add_row(name, f"{s['count']:,}", errors, _ms(s.get("mean_ms")), _ms(s.get("p50_ms")),
-                  _ms(s.get("p90_ms")), _ms(s.get("p99_ms")), _ms(s.get("p999_ms")),
-                  _ms(s.get("max_ms")), _ms(s.get("throughput_rps")), style=style)
+        t.add_row(
+            name,
+            f"{s['count']:,}",
+            errors,
+            _ms(s.get("mean_ms")),
+            _ms(s.get("p50_ms")),
+            _ms(s.get("p90_ms")),
+            _ms(s.get("p99_ms")),
+            _ms(s.get("p999_ms")),
+            _ms(s.get("max_ms")),
+            _ms(s.get("throughput_rps")),
+            style=style,
+        )
 
     for name, s in sorted(summary.get("pages", {}).items(), key=lambda kv: -kv[1]["count"]):
         row(name, s)
@@ -279,9 +313,11 @@ def describe_all_phases(summary: dict[str, Any]) -> str:
     """One line on every phase: requests, errors by kind, the log file."""
     a = summary.get("all_phases", {})
     errs = {k: v for k, v in a.get("errors_by_kind", {}).items() if v}
-    parts = [f"all phases: {a.get('requests', 0):,} requests (ramp-up {a.get('ramp_up', 0):,}, "
-             f"run {a.get('run', 0):,}, ramp-down {a.get('ramp_down', 0):,})",
-             "errors: " + (", ".join(f"{k} {v:,}" for k, v in errs.items()) if errs else "none")]
+    parts = [
+        f"all phases: {a.get('requests', 0):,} requests (ramp-up {a.get('ramp_up', 0):,}, "
+        f"run {a.get('run', 0):,}, ramp-down {a.get('ramp_down', 0):,})",
+        "errors: " + (", ".join(f"{k} {v:,}" for k, v in errs.items()) if errs else "none"),
+    ]
     if "log" in summary:
         parts.append(f"log: {summary['log']['path']} ({summary['log']['rows']:,} rows)")
     if summary.get("interrupted"):

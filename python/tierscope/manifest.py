@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="allow")
 

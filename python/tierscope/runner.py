@@ -131,10 +131,16 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     db_addresses = []
     for db_server in dbs:
         progress.phase = f"starting database {db_server.name}" if len(dbs) > 1 else "starting database"
-        db, db_cfg = app.database_server(dbms, hosts[db_server.name], port, ctx.dir / db_server.name,
-                                         cache=f"{max(16, c.soft.db.cache // 2**20)}M",
-                                         max_connections=c.soft.db.max_connections, name=db_server.name,
-                                         fsync=c.soft.db.fsync)
+        db, db_cfg = app.database_server(
+            dbms,
+            hosts[db_server.name],
+            port,
+            ctx.dir / db_server.name,
+            cache=f"{max(16, c.soft.db.cache // 2**20)}M",
+            max_connections=c.soft.db.max_connections,
+            name=db_server.name,
+            fsync=c.soft.db.fsync,
+        )
         app.restore(data_dir, db)
         ctx.services.append(db)
         db.start()
@@ -142,8 +148,10 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
             progress.phase = f"warming {db_server.name}'s page cache"
             t0 = time.monotonic()
             size = read_through(hosts[db_server.name], db.table_files())
-            ctx.notes.append(f"{db_server.name}: read its {size / 2**20:.0f} MiB of table files before the load "
-                             f"(soft.db.warm) in {time.monotonic() - t0:.1f} s")
+            ctx.notes.append(
+                f"{db_server.name}: read its {size / 2**20:.0f} MiB of table files before the load "
+                f"(soft.db.warm) in {time.monotonic() - t0:.1f} s"
+            )
         ctx.server_map.append((db.address, "db", db_server.name, databases.PROTOCOL[dbms]))
         db_addresses.append(db.address)
         cfg = cfg or db_cfg
@@ -155,8 +163,15 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     progress.phase = "starting app servers"
     apps = []
     for i, s in enumerate(c.tier_servers("app")):
-        server = app.app_server(hosts[s.name], APP_PORT, ctx.dir / s.name, db=app_cfgs[i % len(app_cfgs)],
-                                soft=c.soft.app, events_dir=ctx.dir / "app-events" / s.name, name=s.name)
+        server = app.app_server(
+            hosts[s.name],
+            APP_PORT,
+            ctx.dir / s.name,
+            db=app_cfgs[i % len(app_cfgs)],
+            soft=c.soft.app,
+            events_dir=ctx.dir / "app-events" / s.name,
+            name=s.name,
+        )
         ctx.services.append(server)
         server.start()
         apps.append(server)
@@ -167,8 +182,16 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     root = app.static_root(ctx.dir / "www", c)
     web = None
     for s in webs:
-        web = Nginx(hosts[s.name], WEB_PORT, ctx.dir / s.name, root=root, upstreams=[a.address for a in apps],
-                    workers=c.soft.web.workers, worker_connections=c.soft.web.connections, name=s.name)
+        web = Nginx(
+            hosts[s.name],
+            WEB_PORT,
+            ctx.dir / s.name,
+            root=root,
+            upstreams=[a.address for a in apps],
+            workers=c.soft.web.workers,
+            worker_connections=c.soft.web.connections,
+            name=s.name,
+        )
         ctx.services.append(web)
         web.start()
         ctx.server_map.append((web.address, "web", s.name, "http"))
@@ -208,9 +231,19 @@ def start_middleware(ctx: PointContext, mws: list, db_addresses: list[str], db_c
     for s in mws:
         progress.phase = f"starting middleware {s.name}"
         soft = c.soft.middleware
-        mw = Middleware(ctx.hosts[s.name], MIDDLEWARE_PORT, ctx.dir / s.name, backends=db_addresses,
-                        database=db_cfg.database, user=db_cfg.user, pool=soft.pool, policy=soft.policy,
-                        wait=soft.wait, weights=soft.weights, name=s.name)
+        mw = Middleware(
+            ctx.hosts[s.name],
+            MIDDLEWARE_PORT,
+            ctx.dir / s.name,
+            backends=db_addresses,
+            database=db_cfg.database,
+            user=db_cfg.user,
+            pool=soft.pool,
+            policy=soft.policy,
+            wait=soft.wait,
+            weights=soft.weights,
+            name=s.name,
+        )
         ctx.services.append(mw)
         mw.start()
         ctx.server_map.append((mw.address, "middleware", s.name, "postgres"))
@@ -232,8 +265,12 @@ def start_capture(ctx: PointContext) -> None:
     from tierscope.trace.capture import LiveCapture
 
     c = ctx.point.config
-    ctx.capture = LiveCapture(ctx.testbed.capture_interface, ctx.dir / "capture.pcap",  # type: ignore[union-attr]
-                              filter=CAPTURE_FILTER, snaplen=c.monitor.snaplen).start()
+    ctx.capture = LiveCapture(
+        ctx.testbed.capture_interface,
+        ctx.dir / "capture.pcap",  # type: ignore[union-attr]
+        filter=CAPTURE_FILTER,
+        snaplen=c.monitor.snaplen,
+    ).start()
 
 
 def workload_file(config) -> Path:
@@ -252,8 +289,16 @@ def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
     c = ctx.point.config
     k = c.client.hosts
     if k == 1:
-        return _drive_one(ctx, url, progress, _users_of(ctx.point), ctx.point.seed,
-                          ctx.dir / "client_requests.parquet", ctx.dir / "generator.stderr.log", show=True)
+        return _drive_one(
+            ctx,
+            url,
+            progress,
+            _users_of(ctx.point),
+            ctx.point.seed,
+            ctx.dir / "client_requests.parquet",
+            ctx.dir / "generator.stderr.log",
+            show=True,
+        )
     import threading
 
     from tierscope.load import merge_client_logs, split_users
@@ -265,9 +310,16 @@ def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
     def one(i: int) -> None:
         first, n = shares[i]
         try:
-            results[i] = _drive_one(ctx, url, progress, n, ctx.point.seed + first,
-                                    ctx.dir / f"client_requests.gen{i + 1}.parquet",
-                                    ctx.dir / f"generator.gen{i + 1}.stderr.log", show=i == 0)
+            results[i] = _drive_one(
+                ctx,
+                url,
+                progress,
+                n,
+                ctx.point.seed + first,
+                ctx.dir / f"client_requests.gen{i + 1}.parquet",
+                ctx.dir / f"generator.gen{i + 1}.stderr.log",
+                show=i == 0,
+            )
         except BaseException as err:  # noqa: BLE001 - re-raised below, in the runner's thread
             errors[i] = err
 
@@ -284,22 +336,34 @@ def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
     for err in errors:
         if err is not None:
             raise err
-    return {"generators": [{"generator": f"gen{i + 1}", "users": shares[i][1], "first_user": shares[i][0], **(r or {})}
-                           for i, r in enumerate(results)],
-            "throughput_rps": sum(float((r or {}).get("throughput_rps") or 0) for r in results)}
+    return {
+        "generators": [
+            {"generator": f"gen{i + 1}", "users": shares[i][1], "first_user": shares[i][0], **(r or {})}
+            for i, r in enumerate(results)
+        ],
+        "throughput_rps": sum(float((r or {}).get("throughput_rps") or 0) for r in results),
+    }
 
 
-def _drive_one(ctx: PointContext, url: str, progress: Progress, users: int, seed: int, log: Path, stderr_log: Path,
-               show: bool) -> dict:
+def _drive_one(
+    ctx: PointContext, url: str, progress: Progress, users: int, seed: int, log: Path, stderr_log: Path, show: bool
+) -> dict:
     """One generator from the client host; `show`: it feeds the live display and the phase times."""
     from tierscope.load import LoadError, engine_args, run_load
 
     c = ctx.point.config
     w = c.workload
     argv = engine_args(
-        workload_file(c), target=url, log=log, users=users,
-        ramp_up=f"{w.ramp_up}s", duration=f"{w.run}s", ramp_down=f"{w.ramp_down}s", think=w.think_time,
-        think_dispersion=w.dispersion if w.dispersion > 1 else None, seed=seed,
+        workload_file(c),
+        target=url,
+        log=log,
+        users=users,
+        ramp_up=f"{w.ramp_up}s",
+        duration=f"{w.run}s",
+        ramp_down=f"{w.ramp_down}s",
+        think=w.think_time,
+        think_dispersion=w.dispersion if w.dispersion > 1 else None,
+        seed=seed,
     )
     client = ctx.hosts.get("client1")
 
@@ -320,8 +384,9 @@ def _drive_one(ctx: PointContext, url: str, progress: Progress, users: int, seed
         ctx.phases["load_start_ns"] = t0
     with open(stderr_log, "w") as stderr:
         try:
-            result = run_load(client.wrap(argv) if client is not None else argv, on_progress=on_progress,
-                              stderr_to=stderr)
+            result = run_load(
+                client.wrap(argv) if client is not None else argv, on_progress=on_progress, stderr_to=stderr
+            )
         except LoadError as err:
             raise PointFailed(f"the workload generator failed: {err}") from None
     if show:
@@ -375,7 +440,9 @@ def collect(ctx: PointContext) -> dict:
         app = provider(ctx.point.config.benchmark)
         for d in sorted(ev_dir.iterdir()):
             ctx.events.append(app.events(d))
-    events = pa.concat_tables([tables.conform(t, "events") for t in ctx.events]) if ctx.events else tables.empty("events")
+    events = (
+        pa.concat_tables([tables.conform(t, "events") for t in ctx.events]) if ctx.events else tables.empty("events")
+    )
     tables.write(events, ctx.dir / "events.parquet", "events")
     counts["events"] = events.num_rows
     pcap = ctx.dir / "capture.pcap"
@@ -502,16 +569,30 @@ def versions() -> dict:
     }
 
 
-def write_manifest(ctx: PointContext, status: str, reason: str | None, spec: Spec, counts: dict,
-                   summary: dict, vers: dict, seconds: float) -> None:
+def write_manifest(
+    ctx: PointContext,
+    status: str,
+    reason: str | None,
+    spec: Spec,
+    counts: dict,
+    summary: dict,
+    vers: dict,
+    seconds: float,
+) -> None:
     c = ctx.point.config
     m = manifest.Manifest(
         kind="run",
         status=status,
         reason=reason,
-        point=manifest.PointInfo(id=ctx.point.id, index=ctx.point.index, repeat=ctx.point.repeat,
-                                 params=ctx.point.params, seed=ctx.point.seed, users=_users_of(ctx.point),
-                                 think_time_s=c.workload.think_time),
+        point=manifest.PointInfo(
+            id=ctx.point.id,
+            index=ctx.point.index,
+            repeat=ctx.point.repeat,
+            params=ctx.point.params,
+            seed=ctx.point.seed,
+            users=_users_of(ctx.point),
+            think_time_s=c.workload.think_time,
+        ),
         topology=c.notation(),
         tiers={t: len(c.tier_servers(t)) for t in TIERS},
         phases=ctx.phases,
@@ -556,8 +637,9 @@ class RunResult:
     data: object | None = None  # tierscope.report.Analysis the summary was built from
 
 
-def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: str, progress: Progress,
-              vers: dict) -> tuple[str, str | None]:
+def run_point(
+    point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: str, progress: Progress, vers: dict
+) -> tuple[str, str | None]:
     """Run one point start to finish; always tears down; returns (status, reason)."""
     from tierscope.testbed.lab import Testbed, free_lab
 
@@ -578,8 +660,11 @@ def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: st
         c = point.config
         if c.monitor.capture:
             start_capture(ctx)
-        ctx.monitor = ctx.testbed.start_monitor(c.monitor.interval, pdir / "resources.parquet",  # type: ignore[attr-defined]
-                                                socket_limits=socket_limits(c))
+        ctx.monitor = ctx.testbed.start_monitor(
+            c.monitor.interval,
+            pdir / "resources.parquet",  # type: ignore[attr-defined]
+            socket_limits=socket_limits(c),
+        )
         if c.interference.pause or c.interference.noisy_neighbour:
             pids = {s.name: s.pids for s in ctx.services}
             ctx.interference = ctx.testbed.start_interference(point, seed=point.seed, pids=pids)  # type: ignore[attr-defined]
@@ -616,8 +701,16 @@ def run_point(point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: st
     return status, reason
 
 
-def run_experiment(spec: Spec, out: Path, *, resume: bool = False, mode: str = "auto", run_name: str | None = None,
-                   progress: Progress | None = None, report: bool = True) -> RunResult:
+def run_experiment(
+    spec: Spec,
+    out: Path,
+    *,
+    resume: bool = False,
+    mode: str = "auto",
+    run_name: str | None = None,
+    progress: Progress | None = None,
+    report: bool = True,
+) -> RunResult:
     """Run every point of `spec` into `out/<run>/`; then analyse and write report.html."""
     progress = progress or Progress()
     points = expand(spec)

@@ -19,5 +19,6 @@ def read_utf8(path: str | Path, what: str = "a text file") -> str:
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise ValueError(f"{path}:{line}:{column}: not UTF-8 (byte 0x{data[err.start]:02x}); {what} is UTF-8 "
-                         f"text") from None
+        raise ValueError(
+            f"{path}:{line}:{column}: not UTF-8 (byte 0x{data[err.start]:02x}); {what} is UTF-8 text"
+        ) from None

@@ -27,8 +27,9 @@ TAIL_SHARE = 0.5
 MIN_LOAD = 1.0
 
 
-def lead_and_tail(arrival_ns: np.ndarray, departure_ns: np.ndarray,
-                  parent_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def lead_and_tail(
+    arrival_ns: np.ndarray, departure_ns: np.ndarray, parent_row: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per request, ns from its arrival to its first child call's start (lead) and from its last
     child call's end to its departure (tail), both clipped at 0; -1 for requests with no call."""
     n = arrival_ns.size
@@ -43,8 +44,9 @@ def lead_and_tail(arrival_ns: np.ndarray, departure_ns: np.ndarray,
     return lead, tail
 
 
-def time_in_windows(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int, window_ns: int,
-                    n_windows: int) -> np.ndarray:
+def time_in_windows(
+    start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int, window_ns: int, n_windows: int
+) -> np.ndarray:
     """Per window, the total ns the intervals [start, end) spend inside it (exact: the integral
     F(t) = sum of clip(t - start, 0, end - start), evaluated at the window edges)."""
     edges = float(window_ns) * np.arange(n_windows + 1)  # relative to base_ns: no overflow, ns exact
@@ -56,8 +58,15 @@ def time_in_windows(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int, wind
     return np.diff(f)
 
 
-def own_windows(arrival_ns: np.ndarray, departure_ns: np.ndarray, lead_ns: np.ndarray, tail_ns: np.ndarray,
-                base_ns: int, window_ns: int, n_windows: int) -> np.ndarray:
+def own_windows(
+    arrival_ns: np.ndarray,
+    departure_ns: np.ndarray,
+    lead_ns: np.ndarray,
+    tail_ns: np.ndarray,
+    base_ns: int,
+    window_ns: int,
+    n_windows: int,
+) -> np.ndarray:
     """One server: bool per window, its requests waited after their calls too (module docstring).
     The arrays are its requests' (`lead_and_tail`)."""
     called = tail_ns >= 0

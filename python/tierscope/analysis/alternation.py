@@ -83,8 +83,18 @@ def pair_table(
     saturated: dict[str, np.ndarray],
 ) -> pa.Table:
     """For every pair of tiers: load correlations and the shares of windows one is saturated alone."""
-    rows: dict[str, list] = {k: [] for k in ("tier_a", "tier_b", "corr_inclusive", "corr_exclusive",
-                                            "a_without_b_share", "b_without_a_share", "both_share")}
+    rows: dict[str, list] = {
+        k: []
+        for k in (
+            "tier_a",
+            "tier_b",
+            "corr_inclusive",
+            "corr_exclusive",
+            "a_without_b_share",
+            "b_without_a_share",
+            "both_share",
+        )
+    }
     for a, b in combinations(tiers, 2):
         sa, sb = saturated[a], saturated[b]
         n = max(sa.size, 1)
@@ -140,9 +150,11 @@ def verdict(tiers: list[str], saturated: dict[str, np.ndarray], switches: float,
     if (whole.kind, sorted(whole.tiers)) == (found.kind, sorted(found.tiers)):
         # no surer than without the attribution (its margins, e.g. the together ratio, were thinner)
         return dataclasses.replace(found, confidence=min(found.confidence, whole.confidence))
-    return dataclasses.replace(found, confidence=min(found.confidence, PARTIAL_CAP),
-                               evidence=found.evidence + f"; counting those windows for both tiers would say: "
-                                                         f"{whole.text}")
+    return dataclasses.replace(
+        found,
+        confidence=min(found.confidence, PARTIAL_CAP),
+        evidence=found.evidence + f"; counting those windows for both tiers would say: {whole.text}",
+    )
 
 
 def _verdict(
@@ -196,59 +208,76 @@ def _verdict(
                     # partly inherited: the windows in which the callee was saturated are
                     # the callee's; the caller keeps the rest as its own (a freeze, its own cores)
                     saturated = {**saturated, a: saturated[a] & ~held}
-                    inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls "
-                                     f"(those windows are {b}'s)")
+                    inherited.append(
+                        f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls "
+                        f"(those windows are {b}'s)"
+                    )
                     shares[a] = float(saturated[a].mean())
     part = [t for t in part if shares[t] >= min_share and shares[t] >= RELATIVE_SHARE * lead]
     part.sort(key=lambda t: -shares[t])
     ranked = sorted(tiers, key=lambda t: -shares[t])
     ms = window_ns / 1e6
     share_text = ", ".join(
-        f"{t} {shares[t]:.1%}" + (f" ({n_star_text[t]})" if n_star_text and t in n_star_text else "")
-        for t in ranked
+        f"{t} {shares[t]:.1%}" + (f" ({n_star_text[t]})" if n_star_text and t in n_star_text else "") for t in ranked
     )
     evidence = f"saturated share of {n_windows} windows of {ms:g} ms: {share_text}"
     if inherited:
         evidence += "; not counted (queue amplification from downstream): " + "; ".join(inherited)
     if n_windows < MIN_WINDOWS:
-        return Verdict("insufficient", [], f"not enough data: {n_windows} windows of {ms:g} ms "
-                       f"(at least {MIN_WINDOWS} needed)", 0.0, evidence)
+        return Verdict(
+            "insufficient",
+            [],
+            f"not enough data: {n_windows} windows of {ms:g} ms (at least {MIN_WINDOWS} needed)",
+            0.0,
+            evidence,
+        )
     if not part:
         conf = 1.0 - (lead / min_share if min_share > 0 else 0.0) * 0.5
         if unexplained:
             conf = min(conf, UNEXPLAINED_NONE)
-            evidence += ("; held a queue with no saturation point estimated (saturation cannot be ruled out): "
-                         + ", ".join(unexplained))
+            evidence += (
+                "; held a queue with no saturation point estimated (saturation cannot be ruled out): "
+                + ", ".join(unexplained)
+            )
         elif uncertain:
             conf = min(conf, UNCERTAIN_NONE)
-            evidence += ("; no saturation point estimated for servers that held more than one request often "
-                         "(with N* = 1 they would be saturated): " + ", ".join(uncertain))
+            evidence += (
+                "; no saturation point estimated for servers that held more than one request often "
+                "(with N* = 1 they would be saturated): " + ", ".join(uncertain)
+            )
         return Verdict("none", [], "no saturated tier", _clip(conf) * _data_weight(n_windows), evidence)
     weight = min((n_star_weight or {}).get(t, 1.0) for t in part)
     cap = 1.0
     if unexplained:
         cap = UNEXPLAINED_ANY
-        evidence += ("; held a queue with no saturation point estimated (its saturation cannot be judged): "
-                     + ", ".join(unexplained))
+        evidence += "; held a queue with no saturation point estimated (its saturation cannot be judged): " + ", ".join(
+            unexplained
+        )
     if dropped:
         cap = min(cap, INHERITED_CAP)
     if uncertain and not unexplained:
         cap = min(cap, UNCERTAIN_ANY)
-        evidence += ("; no saturation point estimated for servers that held more than one request often (their "
-                     "saturated share is a lower bound): " + ", ".join(uncertain))
+        evidence += (
+            "; no saturation point estimated for servers that held more than one request often (their "
+            "saturated share is a lower bound): " + ", ".join(uncertain)
+        )
     bar = max(min_share, RELATIVE_SHARE * lead)
     near = [t for t in ranked if t not in part and t not in dropped and shares[t] >= NEAR * bar]
     if near:
         cap = min(cap, NEAR_CAP)
-        evidence += (f"; near the {bar:.1%} needed to take part: "
-                     + ", ".join(f"{t} {shares[t]:.1%}" for t in near))
+        evidence += f"; near the {bar:.1%} needed to take part: " + ", ".join(f"{t} {shares[t]:.1%}" for t in near)
     if len(part) == 1:
         t = part[0]
         # the runner-up among the tiers whose saturation is their own (not a callee's, rule 2)
         runner = max((shares[r] for r in ranked if r != t and r not in dropped), default=0.0)
         conf = min(1.0, shares[t] / (min_share * 5)) * (1.0 - runner / max(shares[t], 1e-12))
-        return Verdict("single", [t], f"single bottleneck at {t}",
-                       min(cap, _clip(conf) * weight) * _data_weight(n_windows), evidence)
+        return Verdict(
+            "single",
+            [t],
+            f"single bottleneck at {t}",
+            min(cap, _clip(conf) * weight) * _data_weight(n_windows),
+            evidence,
+        )
     a = part[0]
     alternating = [a]
     together_ratios = []
@@ -259,21 +288,28 @@ def _verdict(
         together_ratios.append((b, ratio))
         if ratio < together_max:
             alternating.append(b)
-    together_text = "; ".join(f"{a} and {b} saturated together in {r:.0%} of the smaller one's windows"
-                              for b, r in together_ratios)
+    together_text = "; ".join(
+        f"{a} and {b} saturated together in {r:.0%} of the smaller one's windows" for b, r in together_ratios
+    )
     evidence += f"; {together_text}; the saturated tier switches {switches:.1f} times per second"
     if len(alternating) >= 2:
         worst = max(r for b, r in together_ratios if b in alternating)
         conf = (1.0 - worst / together_max) * min(1.0, switches / 0.5)
         names = sorted(alternating, key=tiers.index)
         text = "bottleneck alternating between " + _join(names)
-        return Verdict("alternating", names, text,
-                       min(cap, _clip(0.5 + 0.5 * conf) * weight) * _data_weight(n_windows), evidence)
+        return Verdict(
+            "alternating", names, text, min(cap, _clip(0.5 + 0.5 * conf) * weight) * _data_weight(n_windows), evidence
+        )
     names = sorted(part, key=tiers.index)
     best = min(r for _, r in together_ratios)
     conf = min(1.0, (best - together_max) / (1 - together_max) + 0.5)
-    return Verdict("several", names, "several tiers saturated at once: " + _join(names),
-                   min(cap, _clip(conf) * weight) * _data_weight(n_windows), evidence)
+    return Verdict(
+        "several",
+        names,
+        "several tiers saturated at once: " + _join(names),
+        min(cap, _clip(conf) * weight) * _data_weight(n_windows),
+        evidence,
+    )
 
 
 def _join(names: list[str]) -> str:

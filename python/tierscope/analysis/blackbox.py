@@ -72,8 +72,11 @@ def _times(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         status = pc.cast(table.column("status"), pa.string())
         bad = pc.or_(pc.or_(pc.equal(status, "0"), pc.equal(status, "ERROR")), pc.starts_with(status, "5"))
         error |= np.asarray(pc.fill_null(bad, False).to_numpy(zero_copy_only=False), bool)
-    return (np.asarray(start.to_numpy(zero_copy_only=False), np.int64),
-            np.asarray(end.to_numpy(zero_copy_only=False), np.int64), error)
+    return (
+        np.asarray(start.to_numpy(zero_copy_only=False), np.int64),
+        np.asarray(end.to_numpy(zero_copy_only=False), np.int64),
+        error,
+    )
 
 
 def point_summary(users: float, requests: pa.Table, seconds: float | None = None) -> dict:
@@ -109,8 +112,10 @@ def load_curve(points: Sequence[tuple[float, pa.Table]] | Sequence[tuple[float, 
     """
     rows = [point_summary(*p) for p in points]
     rows.sort(key=lambda r: r["users"])
-    return pa.Table.from_pylist(rows, schema=pa.schema([(c, pa.float64() if c not in ("requests", "errors")
-                                                          else pa.int64()) for c in CURVE_COLUMNS]))
+    return pa.Table.from_pylist(
+        rows,
+        schema=pa.schema([(c, pa.float64() if c not in ("requests", "errors") else pa.int64()) for c in CURVE_COLUMNS]),
+    )
 
 
 def knee_kneedle(users: Sequence[float], response_time: Sequence[float]) -> Knee | None:
@@ -132,16 +137,24 @@ def knee_kneedle(users: Sequence[float], response_time: Sequence[float]) -> Knee
     i = int(np.argmax(diff))
     if diff[i] <= 0:
         return None
-    return Knee(users=float(x[i]), method="kneedle", index=int(order[i]),
-                detail=f"Kneedle on response time vs users: largest gap {diff[i]:.2f} below the chord at {x[i]:g} users")
+    return Knee(
+        users=float(x[i]),
+        method="kneedle",
+        index=int(order[i]),
+        detail=f"Kneedle on response time vs users: largest gap {diff[i]:.2f} below the chord at {x[i]:g} users",
+    )
 
 
 def knee_bounds(light_load_rt_s: float, max_throughput: float, think_time_s: float) -> Knee:
     """N* = (R₀ + Z) · X_max, where the asymptotic bounds of a closed network cross (see module docstring)."""
     n_star = (light_load_rt_s + think_time_s) * max_throughput
-    return Knee(users=float(n_star), method="bounds", index=None,
-                detail=f"asymptotic bounds: N* = (R0 {light_load_rt_s * 1e3:.1f} ms + Z {think_time_s:g} s) "
-                       f"x X_max {max_throughput:.1f}/s = {n_star:.0f} users")
+    return Knee(
+        users=float(n_star),
+        method="bounds",
+        index=None,
+        detail=f"asymptotic bounds: N* = (R0 {light_load_rt_s * 1e3:.1f} ms + Z {think_time_s:g} s) "
+        f"x X_max {max_throughput:.1f}/s = {n_star:.0f} users",
+    )
 
 
 def blackbox(curve: pa.Table, think_time_s: float | None = None, response_time: str = "rt_p90") -> BlackBox:

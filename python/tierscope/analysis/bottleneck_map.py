@@ -31,6 +31,7 @@ import pyarrow as pa
 from tierscope.analysis.whitebox import resource_of
 from tierscope.tiers import tier_of_host
 
+
 @dataclass(frozen=True)
 class ConfigurationResult:
     """One configuration of the grid: its topology, maximum throughput, and the share of time above
@@ -90,16 +91,25 @@ def saturated_per_tier(shares: Mapping[tuple[str, str], float], min_share: float
     return out
 
 
-MAP_SCHEMA = pa.schema([
-    ("config", pa.string()), ("web", pa.int64()), ("app", pa.int64()), ("middleware", pa.int64()),
-    ("db", pa.int64()), ("max_throughput", pa.float64()), ("bottleneck", pa.string()),
-    ("bottleneck_share", pa.float64()), ("group", pa.int64()), ("tier", pa.string()), ("resource", pa.string()),
-    ("saturated", pa.string()),
-])
+MAP_SCHEMA = pa.schema(
+    [
+        ("config", pa.string()),
+        ("web", pa.int64()),
+        ("app", pa.int64()),
+        ("middleware", pa.int64()),
+        ("db", pa.int64()),
+        ("max_throughput", pa.float64()),
+        ("bottleneck", pa.string()),
+        ("bottleneck_share", pa.float64()),
+        ("group", pa.int64()),
+        ("tier", pa.string()),
+        ("resource", pa.string()),
+        ("saturated", pa.string()),
+    ]
+)
 
 
-def bottleneck_map(results: Sequence[ConfigurationResult], tolerance: float = 0.10,
-                   min_share: float = 0.5) -> pa.Table:
+def bottleneck_map(results: Sequence[ConfigurationResult], tolerance: float = 0.10, min_share: float = 0.5) -> pa.Table:
     """One row per configuration: server counts, maximum throughput, primary bottleneck ("<tier>
     <metric>", and its tier and resource apart), every tier's saturated resources, group."""
     groups = throughput_groups({r.config: r.max_throughput for r in results}, tolerance)
@@ -111,8 +121,17 @@ def bottleneck_map(results: Sequence[ConfigurationResult], tolerance: float = 0.
             (host, metric), _ = max(r.shares.items(), key=lambda kv: (kv[1], kv[0]))
             tier, resource = tier_of_host(host), resource_of(metric)
         per_tier = saturated_per_tier(r.shares, min_share)
-        rows.append({"config": r.config, **_counts(r), "max_throughput": float(r.max_throughput),
-                     "bottleneck": name, "bottleneck_share": share, "group": groups[r.config],
-                     "tier": tier, "resource": resource,
-                     "saturated": "; ".join(f"{t}: {', '.join(n)}" for t, n in per_tier.items()) or None})
+        rows.append(
+            {
+                "config": r.config,
+                **_counts(r),
+                "max_throughput": float(r.max_throughput),
+                "bottleneck": name,
+                "bottleneck_share": share,
+                "group": groups[r.config],
+                "tier": tier,
+                "resource": resource,
+                "saturated": "; ".join(f"{t}: {', '.join(n)}" for t, n in per_tier.items()) or None,
+            }
+        )
     return pa.Table.from_pylist(rows, schema=MAP_SCHEMA)

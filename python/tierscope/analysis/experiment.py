@@ -30,7 +30,6 @@ from tierscope.ingest import ImportResult, load
 from tierscope.analysis.points import Point, find_points
 
 
-
 @dataclass
 class Analysis:
     """What the analyses of a run or of trace files found (see the module docstring); None means "no
@@ -56,8 +55,9 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
 
 
-def run_fine(requests: pa.Table, events: pa.Table | None, window_ns: int,
-             service_hints: dict[str, float] | None = None) -> tuple[Any | None, str | None]:
+def run_fine(
+    requests: pa.Table, events: pa.Table | None, window_ns: int, service_hints: dict[str, float] | None = None
+) -> tuple[Any | None, str | None]:
     """The fine-grained analysis of the server tiers (the client tier is left out), or why not."""
     try:
         from tierscope.analysis.fine import analyze_fine
@@ -83,15 +83,26 @@ def _heavy(data: Analysis, requests: pa.Table) -> None:
     data.heavy_summary = heavy_summary(requests, h) if h.num_rows else None
 
 
-def analyze_files(paths: Sequence[str | Path], format: str | None = None, window_ns: int = DEFAULT_WINDOW_NS,
-                  events: pa.Table | None = None, resources: pa.Table | None = None,
-                  imported: ImportResult | None = None, **options) -> Analysis:
+def analyze_files(
+    paths: Sequence[str | Path],
+    format: str | None = None,
+    window_ns: int = DEFAULT_WINDOW_NS,
+    events: pa.Table | None = None,
+    resources: pa.Table | None = None,
+    imported: ImportResult | None = None,
+    **options,
+) -> Analysis:
     """Import trace files and analyse them (fine grain and heavy requests). `events` (the events
     table: GC, injected pauses) feed the pause detection, `resources` (the resources table) the
     white box at this one workload level. `imported`: the files already imported."""
     result = imported if imported is not None else load(paths, format, **options)
-    data = Analysis(title=", ".join(Path(p).name for p in paths), window_ns=window_ns, imported=result,
-                      requests=result.requests, resources=resources)
+    data = Analysis(
+        title=", ".join(Path(p).name for p in paths),
+        window_ns=window_ns,
+        imported=result,
+        requests=result.requests,
+        resources=resources,
+    )
     if resources is not None and resources.num_rows:
         data.whitebox["(this system)"] = whitebox([(0.0, resources)])
         data.focus_config = "(this system)"
@@ -102,8 +113,10 @@ def analyze_files(paths: Sequence[str | Path], format: str | None = None, window
     if why:
         data.notes.append(why)
     _heavy(data, result.requests)
-    data.notes.append("workload-level analyses (load curve, knee, utilisation densities, bottleneck map) need a "
-                      "run directory with several points; plain trace files have one")
+    data.notes.append(
+        "workload-level analyses (load curve, knee, utilisation densities, bottleneck map) need a "
+        "run directory with several points; plain trace files have one"
+    )
     return data
 
 
@@ -111,14 +124,17 @@ def _point_requests(point: Point) -> pa.Table | None:
     return point.tables["requests"] if point.tables.rows("requests") else None
 
 
-def analyze_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str | None = None,
-                think_time_s: float | None = None) -> Analysis:
+def analyze_run(
+    root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str | None = None, think_time_s: float | None = None
+) -> Analysis:
     """Read every point under `root` and run all analyses (see the module docstring)."""
     root = Path(root)
     points = find_points(root)
     if not points:
-        raise FileNotFoundError(f"{root}: no experiment points found (expected <point>/manifest.json or "
-                                f"<point>/requests.parquet up to three levels below)")
+        raise FileNotFoundError(
+            f"{root}: no experiment points found (expected <point>/manifest.json or "
+            f"<point>/requests.parquet up to three levels below)"
+        )
     failed = [p for p in points if p.manifest.status == "failed"]
     points = [p for p in points if p.manifest.status != "failed"]
     if not points:
@@ -141,15 +157,20 @@ def analyze_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
             if reqs is not None and reqs.num_rows:
                 curve_pts.append((p.users, reqs, p.seconds))
         if len(curve_pts) >= 1:
-            think = think_time_s if think_time_s is not None else next(
-                (p.think_time_s for p in levels if p.think_time_s is not None), None)
+            think = (
+                think_time_s
+                if think_time_s is not None
+                else next((p.think_time_s for p in levels if p.think_time_s is not None), None)
+            )
             data.blackbox[config] = blackbox(load_curve(curve_pts), think_time_s=think)
         res_pts = [(p.users, p.tables["resources"]) for p in levels if "resources" in p.tables]
         if res_pts:
             data.whitebox[config] = whitebox(res_pts)
     if not data.blackbox:
-        data.notes.append("no load curve: the points have no workload level (users) in manifest.json or no "
-                          "client_requests/web requests")
+        data.notes.append(
+            "no load curve: the points have no workload level (users) in manifest.json or no "
+            "client_requests/web requests"
+        )
     if not data.whitebox:
         data.notes.append("no utilisation densities: no resources.parquet with percent metrics at any point")
 
@@ -180,8 +201,11 @@ def analyze_run(root: str | Path, window_ns: int = DEFAULT_WINDOW_NS, point: str
         config = next(iter(data.blackbox), None)
         knee = data.blackbox[config].knee if config else None
         if knee is not None:
-            above = [p for p in with_requests if (p.config or "(this system)") == config and p.users is not None
-                     and p.users >= knee.users]
+            above = [
+                p
+                for p in with_requests
+                if (p.config or "(this system)") == config and p.users is not None and p.users >= knee.users
+            ]
             chosen = min(above, key=lambda p: p.users) if above else None
         if chosen is None and with_requests:
             chosen = max(with_requests, key=lambda p: (p.users or 0, p.name))
@@ -208,8 +232,17 @@ def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[st
 
     if chosen.users is None:
         return {}
-    lower = sorted((p for p in points if p.config == chosen.config and p.users is not None
-                    and p.users < chosen.users and p.tables.rows("requests")), key=lambda p: -p.users)
+    lower = sorted(
+        (
+            p
+            for p in points
+            if p.config == chosen.config
+            and p.users is not None
+            and p.users < chosen.users
+            and p.tables.rows("requests")
+        ),
+        key=lambda p: -p.users,
+    )
     hints: dict[str, float] = {}
     for p in lower[:limit]:
         reqs = _point_requests(p)
@@ -226,13 +259,15 @@ def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[st
     return hints
 
 
-def _analyse_point(data: Analysis, chosen: Point, reqs: pa.Table, window_ns: int,
-                   points: list[Point] | None = None) -> None:
+def _analyse_point(
+    data: Analysis, chosen: Point, reqs: pa.Table, window_ns: int, points: list[Point] | None = None
+) -> None:
     data.requests = reqs
     data.resources = chosen.tables.get("resources")
     data.fine_users = chosen.users
     data.fine_point = f"{chosen.config + ' ' if chosen.config else ''}{chosen.name}" + (
-        f" ({chosen.users:g} users)" if chosen.users is not None else "")
+        f" ({chosen.users:g} users)" if chosen.users is not None else ""
+    )
     truth = chosen.path / "saturation_truth.parquet"
     data.truth = None
     if truth.is_file():
@@ -240,8 +275,11 @@ def _analyse_point(data: Analysis, chosen: Point, reqs: pa.Table, window_ns: int
 
         data.truth = pq.read_table(truth)
     data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns)
-    if data.fine is not None and points and any("found the server idle" not in ns.method
-                                                 for ns in data.fine.n_star.values()):
+    if (
+        data.fine is not None
+        and points
+        and any("found the server idle" not in ns.method for ns in data.fine.n_star.values())
+    ):
         hints = service_hints(chosen, points)
         if hints:
             data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns, service_hints=hints)
@@ -256,17 +294,28 @@ def _past_a_quiet_knee(data: Analysis, chosen: Point, points: list[Point], windo
     verdict = getattr(data.fine, "verdict", None)
     if verdict is None or verdict.kind != "none" or chosen.users is None:
         return
-    higher = sorted((p for p in points if p.config == chosen.config and p.users is not None
-                     and p.users > chosen.users and p.tables.rows("requests")), key=lambda p: p.users)
+    higher = sorted(
+        (
+            p
+            for p in points
+            if p.config == chosen.config
+            and p.users is not None
+            and p.users > chosen.users
+            and p.tables.rows("requests")
+        ),
+        key=lambda p: p.users,
+    )
     for p in higher:
         reqs = _point_requests(p)
         if reqs is None:
             continue
         _analyse_point(data, p, reqs, window_ns, points)
         if data.fine is not None and data.fine.verdict.kind != "none":
-            data.notes.append(f"the point at the knee ({chosen.name}, {chosen.users:g} users) showed no saturated "
-                              f"tier: the fine-grained analysis is of the next level with one, {p.name} "
-                              f"({p.users:g} users)")
+            data.notes.append(
+                f"the point at the knee ({chosen.name}, {chosen.users:g} users) showed no saturated "
+                f"tier: the fine-grained analysis is of the next level with one, {p.name} "
+                f"({p.users:g} users)"
+            )
             return
     if higher:
         data.notes.append(f"no saturated tier at the knee ({chosen.users:g} users) nor at any higher level")

@@ -84,8 +84,9 @@ UNEXPLAINED_LOAD = 2.0
 STALL_EXCLUDE = 0.2
 
 
-def _merge_spans(a: dict[int, tuple[np.ndarray, np.ndarray]],
-                 b: dict[int, tuple[np.ndarray, np.ndarray]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def _merge_spans(
+    a: dict[int, tuple[np.ndarray, np.ndarray]], b: dict[int, tuple[np.ndarray, np.ndarray]]
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per server code: the union of two sets of (start, end) spans, merged and sorted."""
     out = {}
     for key in set(a) | set(b):
@@ -100,8 +101,9 @@ def _merge_spans(a: dict[int, tuple[np.ndarray, np.ndarray]],
     return out
 
 
-def _signature(parts: list, server: int, level: np.ndarray, own_ns: np.ndarray,
-               keep: np.ndarray) -> saturation.QueueSignature:
+def _signature(
+    parts: list, server: int, level: np.ndarray, own_ns: np.ndarray, keep: np.ndarray
+) -> saturation.QueueSignature:
     """The queue signature of one server, from its requests away from the trace's edges (requests
     in progress when the trace starts or ends are missing from it, so those near the edges found
     fewer others than there were) and not overlapping a known pause."""
@@ -131,8 +133,9 @@ def _ceiling(peak: np.ndarray) -> int | None:
     return top if top >= 2 and (peak[active] == top).mean() >= CEILING_SHARE else None
 
 
-def _residence_floor(parts: list, server: int, own_ns: np.ndarray, labels: np.ndarray,
-                     sig: saturation.QueueSignature) -> NStar | None:
+def _residence_floor(
+    parts: list, server: int, own_ns: np.ndarray, labels: np.ndarray, sig: saturation.QueueSignature
+) -> NStar | None:
     req = parts[0]
     mine = req.server == server
     span = float(req.end[mine].max() - req.start[mine].min())
@@ -150,8 +153,15 @@ def _tier_saturated(series: pa.Table, tiers: list[str], n_windows: int) -> dict[
     return out
 
 
-def _tier_own_after_calls(requests: pa.Table, parent_row: np.ndarray, series: pa.Table, tiers: list[str],
-                          base_ns: int, window_ns: int, n_windows: int) -> dict[str, np.ndarray]:
+def _tier_own_after_calls(
+    requests: pa.Table,
+    parent_row: np.ndarray,
+    series: pa.Table,
+    tiers: list[str],
+    base_ns: int,
+    window_ns: int,
+    n_windows: int,
+) -> dict[str, np.ndarray]:
     """Per calling tier: bool per window, at least half of its servers waited after their last
     calls too (`after_calls.own_windows`): saturated on their own, not only queueing for a callee."""
     arrival = np.asarray(requests.column("arrival_ns"), np.int64)
@@ -166,8 +176,11 @@ def _tier_own_after_calls(requests: pa.Table, parent_row: np.ndarray, series: pa
         for s in server_of[tier_of == t]:
             mine = (row_server == s) & (tail >= 0)
             if mine.any():
-                own.append(after_calls.own_windows(arrival[mine], departure[mine], lead[mine], tail[mine], base_ns,
-                                                   window_ns, n_windows))
+                own.append(
+                    after_calls.own_windows(
+                        arrival[mine], departure[mine], lead[mine], tail[mine], base_ns, window_ns, n_windows
+                    )
+                )
         if own:
             out[t] = np.sum(own, axis=0) >= math.ceil(int((tier_of == t).sum()) / 2)
     return out
@@ -221,13 +234,13 @@ def analyze_fine(
     base_ns = floor_base(pc.min(arrival).as_py(), window_ns)
     end_ns = int(pc.max(requests.column("departure_ns")).as_py()) + 1
     has_labels = "label" in requests.column_names
-    series = window_series(requests, window_ns, base_ns, exclusive=False, end_ns=end_ns,
-                           normalised=has_labels)
+    series = window_series(requests, window_ns, base_ns, exclusive=False, end_ns=end_ns, normalised=has_labels)
     parent_row = parent_rows(requests)
     exclusive = bool((parent_row >= 0).any())
     if exclusive:
-        excl = window_series(requests, window_ns, base_ns, exclusive=True, with_max=False, end_ns=end_ns,
-                             parent_row=parent_row)
+        excl = window_series(
+            requests, window_ns, base_ns, exclusive=True, with_max=False, end_ns=end_ns, parent_row=parent_row
+        )
         series = series.append_column("load_exclusive", excl.column("load"))
     else:
         notes.append("no parent/child links: saturation decided on inclusive load")
@@ -277,8 +290,11 @@ def analyze_fine(
     halted = _merge_spans(pause_spans, first_stalls)
     stalled_first = stalls.stalled_share(first_stalls, n_servers, n_windows, window_ns)
     level, own = arrival_levels(parts, n_servers)
-    labels = (requests.column("label").fill_null("").to_numpy(zero_copy_only=False)
-              if "label" in requests.column_names else None)
+    labels = (
+        requests.column("label").fill_null("").to_numpy(zero_copy_only=False)
+        if "label" in requests.column_names
+        else None
+    )
     unpaused = ~overlaps_pause(parts, halted)
     for i, (tier, server) in enumerate(keys):
         sl = slice(i * n_windows, (i + 1) * n_windows)
@@ -291,10 +307,14 @@ def analyze_fine(
         exclude = (pause_col[sl] > 0) | (stalled_first[i] >= STALL_EXCLUDE)
         ns = saturation.saturation_point(used[sl], thr[sl], exclude=exclude, service_s=service_s)
         if hinted and service_s is not None:
-            ns = dataclasses.replace(ns, method=ns.method.replace(
-                "requests that found the server idle",
-                f"requests that found the server idle at a lower workload level ({service_s * 1e3:.2f} ms; "
-                f"{count} here)"))
+            ns = dataclasses.replace(
+                ns,
+                method=ns.method.replace(
+                    "requests that found the server idle",
+                    f"requests that found the server idle at a lower workload level ({service_s * 1e3:.2f} ms; "
+                    f"{count} here)",
+                ),
+            )
         if not math.isfinite(ns.n_star) and service_s:
             mine = (parts[0].server == i) & unpaused
             k, why = saturation.residence_knee(level[mine], own[mine] / 1e9, service_s)
@@ -307,8 +327,13 @@ def analyze_fine(
             elif sig.level_low >= saturation.SIGNATURE_MIN_LEVEL and labels is not None:
                 floor = _residence_floor(parts, i, own, labels, sig)
                 if floor is not None:
-                    ns = dataclasses.replace(floor, windows_used=ns.windows_used, bin_load=ns.bin_load,
-                                             bin_throughput=ns.bin_throughput, bin_count=ns.bin_count)
+                    ns = dataclasses.replace(
+                        floor,
+                        windows_used=ns.windows_used,
+                        bin_load=ns.bin_load,
+                        bin_throughput=ns.bin_throughput,
+                        bin_count=ns.bin_count,
+                    )
         n_star[server] = ns
     # a callee pinned at a ceiling no N* explains: its callers' pool (connections, threads) is full
     called = {b for _, b in _tier_calls(requests, parent_row)} if exclusive else set()
@@ -318,20 +343,30 @@ def analyze_fine(
             ns = n_star[server]
             if math.isfinite(ns.n_star) or tier not in called:
                 continue
-            pinned = _ceiling(peak[i * n_windows:(i + 1) * n_windows])
+            pinned = _ceiling(peak[i * n_windows : (i + 1) * n_windows])
             if pinned is not None:
                 n_star[server] = dataclasses.replace(
-                    ns, n_star=float(pinned), plateau_found=True, basis="ceiling", confidence="low",
+                    ns,
+                    n_star=float(pinned),
+                    plateau_found=True,
+                    basis="ceiling",
+                    confidence="low",
                     method=f"ceiling: held {pinned} requests, never more, in {CEILING_SHARE:.0%} or more of the windows "
-                           "with flat throughput: its callers cannot send more (their pool of connections or threads "
-                           "to it is full) and queue for it; saturated when full (low confidence: the capacity behind "
-                           f"the pool is not in the trace); the main sequence alone: {ns.method}")
+                    "with flat throughput: its callers cannot send more (their pool of connections or threads "
+                    "to it is full) and queue for it; saturated when full (low confidence: the capacity behind "
+                    f"the pool is not in the trace); the main sequence alone: {ns.method}",
+                )
     # a window is saturated when the server held more than N* requests for at least half of it
     # the level is an integer: more than round(N*) requests present means some wait (at a
     # ceiling: being full is the saturation)
-    thresholds = np.asarray([(n_star[s].n_star - 1 if n_star[s].basis == "ceiling" else
-                              max(1.0, float(np.round(n_star[s].n_star)))) if math.isfinite(n_star[s].n_star)
-                             else math.inf for _, s in keys])
+    thresholds = np.asarray(
+        [
+            (n_star[s].n_star - 1 if n_star[s].basis == "ceiling" else max(1.0, float(np.round(n_star[s].n_star))))
+            if math.isfinite(n_star[s].n_star)
+            else math.inf
+            for _, s in keys
+        ]
+    )
     above = share_above(parts, thresholds, n_servers, n_windows, window_ns)
     series = series.append_column("share_above_n_star", pa.array(above.ravel()))
     # the second pass: a stall holds more requests than the server can work on (N* + 1, at least 2)
@@ -342,8 +377,7 @@ def analyze_fine(
     halted = _merge_spans(pause_spans, found_stalls)
     # a paused or stalled server holding a request has zero capacity: that time counts as
     # saturated too (union: halted and busy, plus above N*, minus halted and above N*)
-    busy_paused = pauses.paused_share_above(parts, halted, np.zeros(n_servers), n_servers, n_windows,
-                                            window_ns)
+    busy_paused = pauses.paused_share_above(parts, halted, np.zeros(n_servers), n_servers, n_windows, window_ns)
     if halted:
         both = pauses.paused_share_above(parts, halted, thresholds, n_servers, n_windows, window_ns)
         saturated_time = above + busy_paused - both
@@ -384,30 +418,50 @@ def analyze_fine(
     for t in tiers:
         values = [n_star[s] for (tt, s) in keys if tt == t]
         finite = [v.n_star for v in values if math.isfinite(v.n_star)]
-        n_star_text[t] = ("N*" + "/".join(("<=" if v.basis == "queue signature" else "=") + f"{v.n_star:.1f}"
-                                          for v in values if math.isfinite(v.n_star))) if finite else "no plateau"
+        n_star_text[t] = (
+            (
+                "N*"
+                + "/".join(
+                    ("<=" if v.basis == "queue signature" else "=") + f"{v.n_star:.1f}"
+                    for v in values
+                    if math.isfinite(v.n_star)
+                )
+            )
+            if finite
+            else "no plateau"
+        )
     weights: dict[str, float] = {}
     unexplained = []
     for i, (t, s) in enumerate(keys):
         ns = n_star[s]
         if math.isfinite(ns.n_star):
             weights[t] = min(weights.get(t, 1.0), alternation.N_STAR_WEIGHT.get(ns.confidence, 0.6))
-        elif float(np.median(used[i * n_windows:(i + 1) * n_windows])) >= UNEXPLAINED_LOAD:
-            unexplained.append(f"{s} (median load {float(np.median(used[i * n_windows:(i + 1) * n_windows])):.1f})")
+        elif float(np.median(used[i * n_windows : (i + 1) * n_windows])) >= UNEXPLAINED_LOAD:
+            unexplained.append(f"{s} (median load {float(np.median(used[i * n_windows : (i + 1) * n_windows])):.1f})")
     # servers without N* that, were their N* 1, would be saturated often enough to take part
     unknown = np.asarray([0.0 if math.isfinite(n_star[s].n_star) else 1.0 for _, s in keys])
     uncertain = []
     if (unknown > 0).any():
         crowded = share_above(parts, np.where(unknown > 0, 1.0, math.inf), n_servers, n_windows, window_ns)
-        uncertain = [f"{s} ({float((crowded[i] >= SATURATED_SHARE).mean()):.0%} of the windows)"
-                     for i, (_, s) in enumerate(keys)
-                     if unknown[i] and float((crowded[i] >= SATURATED_SHARE).mean()) >= alternation.MIN_SHARE]
-    verdict = alternation.verdict(tiers, tier_sat, switches, window_ns=window_ns, n_star_text=n_star_text,
-                                  calls=_tier_calls(requests, parent_row) if exclusive else None,
-                                  n_star_weight=weights, unexplained=unexplained,
-                                  uncertain=uncertain,
-                                  own=_tier_own_after_calls(requests, parent_row, series, tiers, base_ns, window_ns,
-                                                            n_windows) if exclusive else None)
+        uncertain = [
+            f"{s} ({float((crowded[i] >= SATURATED_SHARE).mean()):.0%} of the windows)"
+            for i, (_, s) in enumerate(keys)
+            if unknown[i] and float((crowded[i] >= SATURATED_SHARE).mean()) >= alternation.MIN_SHARE
+        ]
+    verdict = alternation.verdict(
+        tiers,
+        tier_sat,
+        switches,
+        window_ns=window_ns,
+        n_star_text=n_star_text,
+        calls=_tier_calls(requests, parent_row) if exclusive else None,
+        n_star_weight=weights,
+        unexplained=unexplained,
+        uncertain=uncertain,
+        own=_tier_own_after_calls(requests, parent_row, series, tiers, base_ns, window_ns, n_windows)
+        if exclusive
+        else None,
+    )
     return FineGrained(
         series=series,
         n_star=n_star,

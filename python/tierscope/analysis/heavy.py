@@ -117,8 +117,9 @@ def _caught(req, found: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[np.nd
     return out, starts
 
 
-def heavy_requests(requests: pa.Table, factor: float = DEFAULT_FACTOR, min_count: int = 20,
-                   n_star: dict[str, float] | None = None) -> pa.Table:
+def heavy_requests(
+    requests: pa.Table, factor: float = DEFAULT_FACTOR, min_count: int = 20, n_star: dict[str, float] | None = None
+) -> pa.Table:
     """The heavy requests (module docstring): tier, server, label, arrival_ns, duration_ns (the
     residence), own_ns (its cost), median_ns (the label's median cost), ratio (own / median); sorted
     by arrival. `n_star`: server -> N* (e.g. from `analyze_fine`)."""
@@ -126,19 +127,24 @@ def heavy_requests(requests: pa.Table, factor: float = DEFAULT_FACTOR, min_count
     caught, starts = _caught(req, found)
     # held by a stop that had begun when it arrived, or behind others: a victim, never the cause
     victim = (caught >= 0) & (~had_room | (req.start >= (starts[np.maximum(caught, 0)] if starts.size else 0)))
-    label = requests.column("label") if "label" in requests.column_names else pa.nulls(requests.num_rows,
-                                                                                          pa.string())
-    table = pa.table({
-        "tier": requests.column("tier"), "server": requests.column("server"),
-        "label": pc.fill_null(label.cast(pa.string()), NO_LABEL),
-        "arrival_ns": requests.column("arrival_ns"),
-        "duration_ns": pc.subtract(requests.column("departure_ns"), requests.column("arrival_ns")),
-        "own_ns": pa.array(np.round(own).astype(np.int64)), "victim": pa.array(victim)})
+    label = requests.column("label") if "label" in requests.column_names else pa.nulls(requests.num_rows, pa.string())
+    table = pa.table(
+        {
+            "tier": requests.column("tier"),
+            "server": requests.column("server"),
+            "label": pc.fill_null(label.cast(pa.string()), NO_LABEL),
+            "arrival_ns": requests.column("arrival_ns"),
+            "duration_ns": pc.subtract(requests.column("departure_ns"), requests.column("arrival_ns")),
+            "own_ns": pa.array(np.round(own).astype(np.int64)),
+            "victim": pa.array(victim),
+        }
+    )
     con = duckdb.connect()
     try:
         con.register("r", table)
         slow = _arrow(
-            con, """
+            con,
+            """
             with m as (select tier, label, median(own_ns) as median_ns, count(*) as n
                        from r where not victim group by all)
             select r.tier, r.server, r.label, r.arrival_ns, r.duration_ns, r.own_ns,
@@ -163,8 +169,9 @@ def _concentrated(slow: pa.Table, others: pa.Table, factor: float) -> pa.Array:
     srv_all = np.asarray(others.column("server").to_pylist(), object)
     lab_all = np.asarray(others.column("label").to_pylist(), object)
     cost_all = np.asarray(others.column("own_ns"), np.int64)
-    keys = list(zip(slow.column("server").to_pylist(), slow.column("label").to_pylist(),
-                    slow.column("median_ns").to_pylist()))
+    keys = list(
+        zip(slow.column("server").to_pylist(), slow.column("label").to_pylist(), slow.column("median_ns").to_pylist())
+    )
     keep = {}
     for srv, lab, median in set(keys):
         threshold = factor * max(median, 1.0)
@@ -187,10 +194,16 @@ def stall_events(requests: pa.Table, n_star: dict[str, float] | None = None) -> 
     tier_of: dict[str, str] = {}
     for t, s in zip(requests.column("tier").to_pylist(), requests.column("server").to_pylist()):
         tier_of.setdefault(s, t)
-    labels = (requests.column("label").to_pylist() if "label" in requests.column_names
-              else [None] * requests.num_rows)
-    out: dict[str, list] = {"tier": [], "server": [], "start_ns": [], "end_ns": [], "duration_ns": [], "requests": [],
-                            "labels": []}
+    labels = requests.column("label").to_pylist() if "label" in requests.column_names else [None] * requests.num_rows
+    out: dict[str, list] = {
+        "tier": [],
+        "server": [],
+        "start_ns": [],
+        "end_ns": [],
+        "duration_ns": [],
+        "requests": [],
+        "labels": [],
+    }
     index = 0
     for srv, (a, b) in sorted(found.items()):
         for j in range(a.size):
@@ -206,10 +219,17 @@ def stall_events(requests: pa.Table, n_star: dict[str, float] | None = None) -> 
             out["requests"].append(int(held.size))
             out["labels"].append(" | ".join(sorted(counts, key=lambda k: (-counts[k], k))[:5]))
             index += 1
-    return pa.table({"tier": pa.array(out["tier"], pa.string()), "server": pa.array(out["server"], pa.string()),
-                     "start_ns": pa.array(out["start_ns"], pa.int64()), "end_ns": pa.array(out["end_ns"], pa.int64()),
-                     "duration_ns": pa.array(out["duration_ns"], pa.int64()),
-                     "requests": pa.array(out["requests"], pa.int64()), "labels": pa.array(out["labels"], pa.string())})
+    return pa.table(
+        {
+            "tier": pa.array(out["tier"], pa.string()),
+            "server": pa.array(out["server"], pa.string()),
+            "start_ns": pa.array(out["start_ns"], pa.int64()),
+            "end_ns": pa.array(out["end_ns"], pa.int64()),
+            "duration_ns": pa.array(out["duration_ns"], pa.int64()),
+            "requests": pa.array(out["requests"], pa.int64()),
+            "labels": pa.array(out["labels"], pa.string()),
+        }
+    )
 
 
 def heavy_summary(requests: pa.Table, heavy: pa.Table) -> pa.Table:
@@ -221,7 +241,8 @@ def heavy_summary(requests: pa.Table, heavy: pa.Table) -> pa.Table:
         con.register("r", requests.select(["tier", "label", "arrival_ns", "departure_ns"]))
         con.register("h", heavy)
         return _arrow(
-            con, """
+            con,
+            """
             with a as (select tier, coalesce(label, ?) as label, count(*) as requests,
                               sum(departure_ns - arrival_ns) as total_ns from r group by all)
             select h.tier, h.label, count(*) as heavy, any_value(a.requests) as requests,
@@ -244,7 +265,8 @@ def heavy_timeline(heavy: pa.Table, bin_ns: int = 1_000_000_000) -> pa.Table:
     try:
         con.register("h", heavy)
         return _arrow(
-            con, "select tier, label, (arrival_ns // ?) * ? as bin_start_ns, count(*) as heavy "
+            con,
+            "select tier, label, (arrival_ns // ?) * ? as bin_start_ns, count(*) as heavy "
             "from h group by all order by bin_start_ns, tier, label",
             [int(bin_ns), int(bin_ns)],
         )

@@ -83,8 +83,14 @@ def pause_table(
     window_ns: int,
 ) -> pa.Table:
     """One row per paused server: pause count proxy, paused share of time, corr(load, pause ratio)."""
-    rows: dict[str, list] = {"tier": [], "server": [], "host": [], "paused_share": [], "paused_windows": [],
-            "corr_load_vs_pause_ratio": []}
+    rows: dict[str, list] = {
+        "tier": [],
+        "server": [],
+        "host": [],
+        "paused_share": [],
+        "paused_windows": [],
+        "corr_load_vs_pause_ratio": [],
+    }
     for (tier, server), ratio in sorted(ratios.items()):
         series = load.get((tier, server))
         corr = pearson(series, ratio) if series is not None else math.nan
@@ -160,7 +166,8 @@ def paused_share_above(
             seg_b.append(cb[k])
     if not seg_srv:
         return out
-    part = Intervals(np.concatenate(seg_srv), np.concatenate(seg_a).astype(np.int64),
-                     np.concatenate(seg_b).astype(np.int64), +1)
+    part = Intervals(
+        np.concatenate(seg_srv), np.concatenate(seg_a).astype(np.int64), np.concatenate(seg_b).astype(np.int64), +1
+    )
     integral, _ = accumulate_intervals([part], n_servers, n_windows + 1, window_ns)
     return integral.reshape(n_servers, n_windows + 1)[:, :n_windows] / window_ns

@@ -90,7 +90,8 @@ class Point:
 
 def is_point_dir(path: Path) -> bool:
     return path.is_dir() and (
-        (path / "manifest.json").is_file() or any((path / f"{n}.parquet").is_file() for n in TABLE_NAMES))
+        (path / "manifest.json").is_file() or any((path / f"{n}.parquet").is_file() for n in TABLE_NAMES)
+    )
 
 
 def read_point(path: Path) -> Point:

@@ -102,8 +102,12 @@ def saturation_point(
     x, y = load[keep], throughput[keep]
     method = METHOD
     if x.size < min_windows:
-        return NStar(math.inf, f"{method}: too few windows with load ({x.size} < {min_windows})",
-                     float(np.max(y)) if y.size else 0.0, windows_used=int(x.size))
+        return NStar(
+            math.inf,
+            f"{method}: too few windows with load ({x.size} < {min_windows})",
+            float(np.max(y)) if y.size else 0.0,
+            windows_used=int(x.size),
+        )
     bx, by, bn = _binned(x, y, bins)
     common: dict[str, Any] = dict(windows_used=int(x.size), bin_load=bx, bin_throughput=by, bin_count=bn)
     # select the low-load windows by their neighbours' load, not their own: a window's own load
@@ -146,14 +150,29 @@ def saturation_point(
     if reasons == reasons[:1] and no_rise and slope_measured and load_high >= THROUGHOUT * n_star:
         # saturated during the whole trace: no window shows the rise, but the requests that found
         # the server idle give it, and the queue stayed where only a saturated server keeps one
-        return NStar(n_star, f"{method}; saturated throughout: no window shows the rise, and the highest loads "
-                             f"(median {load_high:.1f}) are {load_high / n_star:.0f} x N*", tp_max, slope, True,
-                     basis="saturated throughout", confidence="medium", **common)
+        return NStar(
+            n_star,
+            f"{method}; saturated throughout: no window shows the rise, and the highest loads "
+            f"(median {load_high:.1f}) are {load_high / n_star:.0f} x N*",
+            tp_max,
+            slope,
+            True,
+            basis="saturated throughout",
+            confidence="medium",
+            **common,
+        )
     if reasons:
-        return NStar(math.inf, f"{method}: no plateau: " + "; ".join(reasons), tp_max, slope, False,
-                     **common)
-    return NStar(n_star, method, tp_max, slope, True, basis="knee",
-                 confidence="high" if x.size >= 4 * min_windows else "medium", **common)
+        return NStar(math.inf, f"{method}: no plateau: " + "; ".join(reasons), tp_max, slope, False, **common)
+    return NStar(
+        n_star,
+        method,
+        tp_max,
+        slope,
+        True,
+        basis="knee",
+        confidence="high" if x.size >= 4 * min_windows else "medium",
+        **common,
+    )
 
 
 #: Queue signature: at least this many requests after trimming the trace's edges.
@@ -215,21 +234,26 @@ def queue_signature(level: np.ndarray, own_s: np.ndarray, throughput: float, bin
     bx_a, by_a, bw_a = np.asarray(bx), np.asarray(by), np.asarray(bw)
     slope = float(np.polyfit(bx_a, by_a, 1, w=np.sqrt(bw_a))[0])
     half = bx_a <= np.median(bx_a)
-    low_slope = (float(np.polyfit(bx_a[half], by_a[half], 1)[0]) if half.sum() >= 2 and np.ptp(bx_a[half]) > 0
-                 else slope)
+    low_slope = float(np.polyfit(bx_a[half], by_a[half], 1)[0]) if half.sum() >= 2 and np.ptp(bx_a[half]) > 0 else slope
     ratio, low_ratio = slope * throughput, low_slope * throughput
     # one of the two at the full rate, the other not flat: a burst that ends in a pause (a freeze
     # every second) flattens the top or the bottom of the curve, spare capacity flattens both
-    saturated = (low >= SIGNATURE_MIN_LEVEL and max(ratio, low_ratio) >= SIGNATURE_MIN_RATE
-                 and min(ratio, low_ratio) >= SIGNATURE_FLAT_RATE)
-    text = (f"residence grows by {slope * 1e3:.2f} ms per request found in the server ({ratio:.2f} x 1/X at "
-            f"{throughput:.0f}/s; {low_ratio:.2f} over the lower half) with {floor:.0f} to {float(np.max(level)):.0f} "
-            f"found (1st percentile to max)")
+    saturated = (
+        low >= SIGNATURE_MIN_LEVEL
+        and max(ratio, low_ratio) >= SIGNATURE_MIN_RATE
+        and min(ratio, low_ratio) >= SIGNATURE_FLAT_RATE
+    )
+    text = (
+        f"residence grows by {slope * 1e3:.2f} ms per request found in the server ({ratio:.2f} x 1/X at "
+        f"{throughput:.0f}/s; {low_ratio:.2f} over the lower half) with {floor:.0f} to {float(np.max(level)):.0f} "
+        f"found (1st percentile to max)"
+    )
     return QueueSignature(saturated, ratio, low_ratio, low, floor, med, n, text)
 
 
-def residence_knee(level: np.ndarray, own_s: np.ndarray, service_s: float, min_per_bin: int = 10,
-                   bins: int = 16) -> tuple[float, str]:
+def residence_knee(
+    level: np.ndarray, own_s: np.ndarray, service_s: float, min_per_bin: int = 10, bins: int = 16
+) -> tuple[float, str]:
     """N* from the requests' own main sequence: residence against the number found at arrival.
 
     A server that can work on k requests at once serves a request that finds n < k others in its
@@ -267,17 +291,27 @@ def residence_knee(level: np.ndarray, own_s: np.ndarray, service_s: float, min_p
     k = candidates[int(np.argmin(errors))]
     past = x >= 2 * k
     if past.sum() < 2 or not (y[past] >= 1.5 * service_s).all():
-        return math.inf, (f"residence against the queue found at arrival shows no knee below half the largest "
-                          f"queues seen (best fit {k}, {int(past.sum())} bins beyond 2x it)")
-    return float(k), (f"knee of residence against the queue found at arrival: {k} (S = {service_s * 1e3:.2f} ms; "
-                      f"{int(past.sum())} of {x.size} bins beyond 2x it, residence there "
-                      f"{y[past].min() / service_s:.1f}-{y[past].max() / service_s:.1f} x S)")
+        return math.inf, (
+            f"residence against the queue found at arrival shows no knee below half the largest "
+            f"queues seen (best fit {k}, {int(past.sum())} bins beyond 2x it)"
+        )
+    return float(k), (
+        f"knee of residence against the queue found at arrival: {k} (S = {service_s * 1e3:.2f} ms; "
+        f"{int(past.sum())} of {x.size} bins beyond 2x it, residence there "
+        f"{y[past].min() / service_s:.1f}-{y[past].max() / service_s:.1f} x S)"
+    )
 
 
 def from_residence_knee(ns: NStar, k: float, text: str) -> NStar:
     """N* from `residence_knee` for a server whose windows showed no plateau."""
-    return dataclasses.replace(ns, n_star=max(1.0, k), plateau_found=True, basis="residence knee",
-                               confidence="medium", method=f"{text}; the main sequence alone: {ns.method}")
+    return dataclasses.replace(
+        ns,
+        n_star=max(1.0, k),
+        plateau_found=True,
+        basis="residence knee",
+        confidence="medium",
+        method=f"{text}; the main sequence alone: {ns.method}",
+    )
 
 
 #: Quantile of a label's residence taken as its service time when no request found the server idle.
@@ -301,12 +335,18 @@ def residence_floor(own_s: np.ndarray, labels: np.ndarray, throughput: float, le
     n_star = max(1.0, throughput * service)
     if level_median < 2 * n_star:
         return None
-    return NStar(n_star, f"shortest residences: N* about {n_star:.1f} = {throughput:.0f}/s x {service * 1e3:.2f} ms "
-                         f"(the {FLOOR_QUANTILE:.0%} residence of each of {values.size} labels); never idle, "
-                         f"{level_median:.0f} found in the server at the median: saturated throughout "
-                         "(low confidence: waiting on something unseen looks the same)",
-                 throughput, 1.0 / service if service > 0 else math.nan, True, basis="shortest residences",
-                 confidence="low")
+    return NStar(
+        n_star,
+        f"shortest residences: N* about {n_star:.1f} = {throughput:.0f}/s x {service * 1e3:.2f} ms "
+        f"(the {FLOOR_QUANTILE:.0%} residence of each of {values.size} labels); never idle, "
+        f"{level_median:.0f} found in the server at the median: saturated throughout "
+        "(low confidence: waiting on something unseen looks the same)",
+        throughput,
+        1.0 / service if service > 0 else math.nan,
+        True,
+        basis="shortest residences",
+        confidence="low",
+    )
 
 
 def from_signature(ns: NStar, sig: QueueSignature) -> NStar:
@@ -315,9 +355,14 @@ def from_signature(ns: NStar, sig: QueueSignature) -> NStar:
     from the lowest queues seen on)."""
     bound = max(1.0, sig.level_floor)
     return dataclasses.replace(
-        ns, n_star=bound, plateau_found=True, basis="queue signature", confidence="medium",
+        ns,
+        n_star=bound,
+        plateau_found=True,
+        basis="queue signature",
+        confidence="medium",
         method=f"queue signature: N* at most {bound:.0f} (saturated throughout: {sig.text}); "
-               f"the main sequence alone: {ns.method}")
+        f"the main sequence alone: {ns.method}",
+    )
 
 
 def _binned(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[tuple, tuple, tuple]:

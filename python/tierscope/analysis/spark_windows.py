@@ -90,8 +90,12 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
     from pyspark.sql import SparkSession
 
     master = resolve_master(master)
-    builder = (SparkSession.builder.master(master).appName(app_name).config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false"))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
     if master.startswith("local"):
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     for key, value in (conf or {}).items():
@@ -111,8 +115,9 @@ def _to_arrow(frame) -> pa.Table | None:
     return pa.Table.from_batches(batches) if batches else None
 
 
-def _series(session, sources: list[str], window_ns: int, base_ns: int | None, exclusive: bool,
-            shared_ids: str) -> pa.Table:
+def _series(
+    session, sources: list[str], window_ns: int, base_ns: int | None, exclusive: bool, shared_ids: str
+) -> pa.Table:
     frame = session.read.parquet(*sources)
     frame.createOrReplaceTempView(VIEW)
     columns = set(frame.columns)

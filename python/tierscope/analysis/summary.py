@@ -55,15 +55,21 @@ def _fine_lines(fine: Any, window_ms: float) -> tuple[list[str], list[tuple[str,
     for tier, share in sorted(shares.items(), key=lambda kv: -kv[1]):
         if share > 0:
             why = "load above N* or paused holding requests" if tier in paused else "load above N*"
-            look.append(f"{tier}: saturated ({why}) in {_pct(share)} of the {window_ms:g} ms windows "
-                        f"(strip chart and timeline)")
+            look.append(
+                f"{tier}: saturated ({why}) in {_pct(share)} of the {window_ms:g} ms windows (strip chart and timeline)"
+            )
     for key, ns in sorted((getattr(fine, "n_star", {}) or {}).items()):
         value = getattr(ns, "n_star", None)
         if not isinstance(value, (int, float)):
             continue
         if math.isfinite(value):
-            facts.append((f"N* {key}", f"{value:.1f} requests in the server ({getattr(ns, 'method', '?')}); "
-                                       f"max throughput {getattr(ns, 'max_throughput', float('nan')):.0f}/s"))
+            facts.append(
+                (
+                    f"N* {key}",
+                    f"{value:.1f} requests in the server ({getattr(ns, 'method', '?')}); "
+                    f"max throughput {getattr(ns, 'max_throughput', float('nan')):.0f}/s",
+                )
+            )
         else:
             facts.append((f"N* {key}", f"none ({getattr(ns, 'method', 'no plateau')})"))
     switches = getattr(fine, "switches_per_s", None)
@@ -72,19 +78,29 @@ def _fine_lines(fine: Any, window_ms: float) -> tuple[list[str], list[tuple[str,
     episodes = getattr(fine, "episodes", None)
     if isinstance(episodes, pa.Table) and episodes.num_rows and {"tier", "duration_ns"} <= set(episodes.column_names):
         for tier in sorted(set(episodes.column("tier").to_pylist())):
-            d = np.asarray(episodes.filter(pc.equal(episodes.column("tier"), tier)).column("duration_ns")
-                           .to_numpy(zero_copy_only=False), float) / 1e6
-            facts.append((f"saturation episodes {tier}", f"{len(d)}, median {np.median(d):.0f} ms, "
-                                                         f"longest {d.max():.0f} ms"))
+            d = (
+                np.asarray(
+                    episodes.filter(pc.equal(episodes.column("tier"), tier))
+                    .column("duration_ns")
+                    .to_numpy(zero_copy_only=False),
+                    float,
+                )
+                / 1e6
+            )
+            facts.append(
+                (f"saturation episodes {tier}", f"{len(d)}, median {np.median(d):.0f} ms, longest {d.max():.0f} ms")
+            )
     pauses = getattr(fine, "pauses", None)
     if isinstance(pauses, pa.Table) and pauses.num_rows and "paused_share" in pauses.column_names:
         for r in pauses.to_pylist():
             if r.get("paused_share", 0) > 0:
                 corr = r.get("corr_load_vs_pause_ratio")
-                corr_text = f"; correlation of its load with the pause ratio {corr:.2f}" if isinstance(
-                    corr, float) and math.isfinite(corr) else ""
-                look.append(f"{r['server']} was paused (GC, freezes) {_pct(r['paused_share'])} of the time"
-                            f"{corr_text}")
+                corr_text = (
+                    f"; correlation of its load with the pause ratio {corr:.2f}"
+                    if isinstance(corr, float) and math.isfinite(corr)
+                    else ""
+                )
+                look.append(f"{r['server']} was paused (GC, freezes) {_pct(r['paused_share'])} of the time{corr_text}")
     return look, facts
 
 
@@ -137,15 +153,22 @@ def whitebox_saturated_tiers(data: Analysis) -> tuple[dict[str, list[str]], str,
         tier = tiers.get(host)
         if tier is None:
             continue
-        share = max((r["share_above"] for r in wb.shares.to_pylist()
-                     if r["host"] == host and r["metric"] == metric and r["users"] == users), default=float("nan"))
+        share = max(
+            (
+                r["share_above"]
+                for r in wb.shares.to_pylist()
+                if r["host"] == host and r["metric"] == metric and r["users"] == users
+            ),
+            default=float("nan"),
+        )
         out.setdefault(tier, []).append(f"{host} {resource_name(metric)} above 95 % in {_pct(share)} of the samples")
     where = " (maximum throughput)" if users == bb.max_throughput_users else ""
     return out, f"at {users:g} users{where}", users == data.fine_users
 
 
-def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str,
-                same_point: bool = True) -> tuple[str | None, str]:
+def corroborate(
+    verdict: Any, saturated_tiers: dict[str, list[str]], level: str, same_point: bool = True
+) -> tuple[str | None, str]:
     """Combine the fine-grained verdict with the white-box saturated resources (docs/analysis.md,
     "The headline"). `same_point`: the white box was read at the analysed point's level. Returns
     (a replacement headline or None, a sentence to append)."""
@@ -165,8 +188,10 @@ def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str,
         if same_point and len(saturated_tiers) == 1:
             (y,) = saturated_tiers
             if tier_rank(x, None) < tier_rank(y, None):
-                head = (f"Single bottleneck at {y}: {names} {level}; the {x} tier, saturated in the fine-grained "
-                        f"analysis, has no saturated resource of its own: its queue waits on {y}.")
+                head = (
+                    f"Single bottleneck at {y}: {names} {level}; the {x} tier, saturated in the fine-grained "
+                    f"analysis, has no saturated resource of its own: its queue waits on {y}."
+                )
                 return head, ""
         return None, f" The white box points elsewhere too: {names} {level}."
     # several tiers saturated at once, but only one of them has a saturated resource and all the
@@ -175,10 +200,12 @@ def corroborate(verdict: Any, saturated_tiers: dict[str, list[str]], level: str,
         (only,) = saturated_tiers
         others = [t for t in tiers if t != only]
         if only in tiers and all(tier_rank(t, None) < tier_rank(only, None) for t in others):
-            head = (f"Single bottleneck at {only}: {names} {level}; {_join_names(others)} "
-                    f"{'was' if len(others) == 1 else 'were'} saturated at the same time only as "
-                    f"{'its caller' if len(others) == 1 else 'its callers'} waiting on it, with no saturated "
-                    f"resource of {'its' if len(others) == 1 else 'their'} own.")
+            head = (
+                f"Single bottleneck at {only}: {names} {level}; {_join_names(others)} "
+                f"{'was' if len(others) == 1 else 'were'} saturated at the same time only as "
+                f"{'its caller' if len(others) == 1 else 'its callers'} waiting on it, with no saturated "
+                f"resource of {'its' if len(others) == 1 else 'their'} own."
+            )
             return head, ""
     return None, f" The white box: {names} {level}."
 
@@ -221,7 +248,9 @@ def build_summary(data: Analysis) -> Summary:
     # coarse grain: saturated resources at the maximum throughput of each configuration
     for config, bb in data.blackbox.items():
         tag = "" if len(data.blackbox) == 1 else f" ({config})"
-        facts.append((f"maximum throughput{tag}", f"{bb.max_throughput:.1f} requests/s at {bb.max_throughput_users:g} users"))
+        facts.append(
+            (f"maximum throughput{tag}", f"{bb.max_throughput:.1f} requests/s at {bb.max_throughput_users:g} users")
+        )
         if bb.knee is not None:
             facts.append((f"knee{tag}", f"{bb.knee.users:g} users ({bb.knee.detail})"))
         if bb.knee_bounds is not None:
@@ -233,33 +262,47 @@ def build_summary(data: Analysis) -> Summary:
             level = bb.max_throughput_users
             sat = wb.saturated.get(level) or []
             if not sat:
-                level = next((u for u in sorted(wb.saturated) if u > bb.max_throughput_users and wb.saturated[u]),
-                             level)
+                level = next(
+                    (u for u in sorted(wb.saturated) if u > bb.max_throughput_users and wb.saturated[u]), level
+                )
                 sat = wb.saturated.get(level) or []
-            where = "at maximum throughput" if level == bb.max_throughput_users else \
-                f"at {level:g} users (past the maximum throughput, at {bb.max_throughput_users:g} users)"
+            where = (
+                "at maximum throughput"
+                if level == bb.max_throughput_users
+                else f"at {level:g} users (past the maximum throughput, at {bb.max_throughput_users:g} users)"
+            )
             if sat:
                 names = ", ".join(f"{h} {resource_name(m)}" for h, m in sat)
-                look.append(f"at {level:g} users{tag}, {names} spent most of the time above 95 % "
-                            f"(utilisation densities)")
+                look.append(
+                    f"at {level:g} users{tag}, {names} spent most of the time above 95 % (utilisation densities)"
+                )
                 if headline is None or fine_says_none:
                     # a utilisation rather than the time its CPU quota bites
                     host, metric = sorted(sat, key=lambda hm: hm[1] == "cpu_quota")[0]
-                    share = max(r["share_above"] for r in wb.shares.to_pylist()
-                                if r["host"] == host and r["metric"] == metric and r["users"] == level)
+                    share = max(
+                        r["share_above"]
+                        for r in wb.shares.to_pylist()
+                        if r["host"] == host and r["metric"] == metric and r["users"] == level
+                    )
                     tier = server_tiers(data).get(host)
                     tier_text = f" in the {tier} tier" if tier else ""
-                    headline = f"Bottleneck at {host} ({resource_name(metric)}){tier_text}: above 95 % utilisation in {_pct(share)} of the " \
-                               f"samples {where}{tag}."
+                    headline = (
+                        f"Bottleneck at {host} ({resource_name(metric)}){tier_text}: above 95 % utilisation in {_pct(share)} of the "
+                        f"samples {where}{tag}."
+                    )
                     if fine_says_none:  # the coarse grain found what the analysed point did not show
-                        headline += f" (The fine-grained analysis of {data.fine_point or 'the traced point'} " \
-                                    f"found no saturated tier.)"
+                        headline += (
+                            f" (The fine-grained analysis of {data.fine_point or 'the traced point'} "
+                            f"found no saturated tier.)"
+                        )
                         fine_says_none = False
                     confidence = confidence_words(share)
             elif headline is None:
-                headline = (f"No resource is saturated at maximum throughput{tag}: the limit is elsewhere (software "
-                            f"resources, or short bottlenecks that one-second averages hide: look at the "
-                            f"fine-grained sections).")
+                headline = (
+                    f"No resource is saturated at maximum throughput{tag}: the limit is elsewhere (software "
+                    f"resources, or short bottlenecks that one-second averages hide: look at the "
+                    f"fine-grained sections)."
+                )
                 confidence = "low"
     if data.bmap is not None and data.bmap.num_rows:
         groups: dict[int, list[dict]] = {}
@@ -267,23 +310,27 @@ def build_summary(data: Analysis) -> Summary:
             groups.setdefault(r["group"], []).append(r)
         for g, rows in sorted(groups.items()):
             bottlenecks = sorted({r["bottleneck"] or "no saturated resource" for r in rows})
-            look.append(f"configuration group {g} ({', '.join(r['config'] for r in rows)}): max throughput "
-                        f"{min(r['max_throughput'] for r in rows):.0f}-{max(r['max_throughput'] for r in rows):.0f}/s, "
-                        f"bottleneck {', '.join(bottlenecks)} (bottleneck map)")
+            look.append(
+                f"configuration group {g} ({', '.join(r['config'] for r in rows)}): max throughput "
+                f"{min(r['max_throughput'] for r in rows):.0f}-{max(r['max_throughput'] for r in rows):.0f}/s, "
+                f"bottleneck {', '.join(bottlenecks)} (bottleneck map)"
+            )
     if data.heavy_summary is not None and data.heavy_summary.num_rows:
         top = data.heavy_summary.to_pylist()[0]
-        look.append(f"{top['heavy']} heavy request(s) '{top['label']}' at {top['tier']}: up to {top['max_ms']:.0f} ms "
-                    f"of their own against a median of {top['median_ms']:.1f} ms (heavy requests)")
+        look.append(
+            f"{top['heavy']} heavy request(s) '{top['label']}' at {top['tier']}: up to {top['max_ms']:.0f} ms "
+            f"of their own against a median of {top['median_ms']:.1f} ms (heavy requests)"
+        )
     if data.stalls is not None and data.stalls.num_rows:
         st = data.stalls.to_pylist()
         longest = max(st, key=lambda r: r["duration_ns"])
-        look.append(f"{len(st)} stall(s): a server held requests and completed none, longest {longest['duration_ns'] / 1e6:.0f} ms "
-                    f"at {longest['server']} holding {longest['requests']} request(s) ({longest['labels']}); their "
-                    f"requests are victims, not heavy requests")
+        look.append(
+            f"{len(st)} stall(s): a server held requests and completed none, longest {longest['duration_ns'] / 1e6:.0f} ms "
+            f"at {longest['server']} holding {longest['requests']} request(s) ({longest['labels']}); their "
+            f"requests are victims, not heavy requests"
+        )
     if data.imported is not None:
         facts.append(("imported", data.imported.summary()))
     if headline is None:
         headline = "Not enough data to locate a bottleneck." if data.fine is None else "No verdict."
     return Summary(headline=headline, confidence=confidence, look_at=look, facts=facts)
-
-

@@ -92,8 +92,9 @@ def _ceiling(limits: Mapping[tuple[str, str], float], host: str, metric: str) ->
     return float(c)
 
 
-def utilisation_samples(resources: pa.Table,
-                        limits: Mapping[tuple[str, str], float] | None = None) -> dict[tuple[str, str], np.ndarray]:
+def utilisation_samples(
+    resources: pa.Table, limits: Mapping[tuple[str, str], float] | None = None
+) -> dict[tuple[str, str], np.ndarray]:
     """(host, metric) -> utilisation samples in percent, in time order: the ``percent`` rows, the
     derived `cpu` = user + system, and metrics normalised by `limits` (see the module doc)."""
     t = resources.sort_by([("ts_ns", "ascending")]) if resources.num_rows else resources
@@ -118,9 +119,12 @@ def utilisation_samples(resources: pa.Table,
     if limits:
         other = t.filter(pc.not_equal(t.column("unit"), "percent"))
         derived: dict[tuple[str, str], dict[int, float]] = {}
-        for h, m, v, s in zip(other.column("host").to_pylist(), other.column("metric").to_pylist(),
-                              other.column("value").to_numpy(zero_copy_only=False),
-                              other.column("ts_ns").to_numpy(zero_copy_only=False)):
+        for h, m, v, s in zip(
+            other.column("host").to_pylist(),
+            other.column("metric").to_pylist(),
+            other.column("value").to_numpy(zero_copy_only=False),
+            other.column("ts_ns").to_numpy(zero_copy_only=False),
+        ):
             util = UTILISATION_OF.get(m)
             if util is None or (h, util) in out:
                 continue
@@ -160,9 +164,13 @@ DENSITY_SCHEMA = pa.schema([("users", pa.float64()), ("host", pa.string()), ("me
                             ("util", pa.float64()), ("density", pa.float64())])  # fmt: skip
 
 
-def whitebox(points: Sequence[tuple[float, pa.Table]], threshold: float = SATURATION_THRESHOLD,
-             min_share: float = MIN_SHARE, grid: np.ndarray = GRID,
-             limits: Mapping[tuple[str, str], float] | None = None) -> WhiteBox:
+def whitebox(
+    points: Sequence[tuple[float, pa.Table]],
+    threshold: float = SATURATION_THRESHOLD,
+    min_share: float = MIN_SHARE,
+    grid: np.ndarray = GRID,
+    limits: Mapping[tuple[str, str], float] | None = None,
+) -> WhiteBox:
     """Densities, shares above `threshold` and saturated resources for each ``(users, resources)``
     point; `limits` bring non-percent metrics in (see the module doc)."""
     dens_rows: dict[str, list] = {"users": [], "host": [], "metric": [], "util": [], "density": []}
@@ -180,9 +188,17 @@ def whitebox(points: Sequence[tuple[float, pa.Table]], threshold: float = SATURA
             dens_rows["util"] += grid.tolist()
             dens_rows["density"] += d.tolist()
             share = float(np.mean(x >= threshold)) if len(x) else 0.0
-            share_rows.append({"users": users, "host": host, "metric": metric, "samples": len(x),
-                               "mean": float(np.mean(x)) if len(x) else float("nan"),
-                               "p50": float(np.median(x)) if len(x) else float("nan"), "share_above": share})
+            share_rows.append(
+                {
+                    "users": users,
+                    "host": host,
+                    "metric": metric,
+                    "samples": len(x),
+                    "mean": float(np.mean(x)) if len(x) else float("nan"),
+                    "p50": float(np.median(x)) if len(x) else float("nan"),
+                    "share_above": share,
+                }
+            )
             if share >= min_share:
                 saturated[users].append((host, metric))
     return WhiteBox(
@@ -219,9 +235,13 @@ class SaturatedResource:
     share_above: float
 
 
-def saturated_in_tiers(shares: pa.Table, tiers: Iterable[str], users: float,
-                       host_tiers: Mapping[str, str] | None = None,
-                       min_share: float = MIN_SHARE) -> dict[str, list[SaturatedResource]]:
+def saturated_in_tiers(
+    shares: pa.Table,
+    tiers: Iterable[str],
+    users: float,
+    host_tiers: Mapping[str, str] | None = None,
+    min_share: float = MIN_SHARE,
+) -> dict[str, list[SaturatedResource]]:
     """For each of `tiers` (e.g. the tiers of a fine-grained verdict), the white-box resources of its
     hosts saturated at workload level `users`: share above 95 % ≥ `min_share` in `shares` (the
     `WhiteBox.shares` table). A host's tier comes from `host_tiers`, else from its name
@@ -242,7 +262,7 @@ def saturated_in_tiers(shares: pa.Table, tiers: Iterable[str], users: float,
 
 
 def bound_words(tier: str, saturated: Sequence[SaturatedResource]) -> str:
-    """"db, disk-bound" (resources in order of first appearance, "db, disk- and CPU-bound" for two or
+    """ "db, disk-bound" (resources in order of first appearance, "db, disk- and CPU-bound" for two or
     more); the tier alone when nothing of it was saturated."""
     names = list(dict.fromkeys(s.resource for s in saturated))
     if not names:
@@ -273,8 +293,13 @@ class TwoGrains:
     coarse_share_above: float
 
 
-def two_grains(resources: pa.Table, host: str, metric: str = "cpu_util", coarse_ns: int = 1_000_000_000,
-               threshold: float = SATURATION_THRESHOLD) -> TwoGrains:
+def two_grains(
+    resources: pa.Table,
+    host: str,
+    metric: str = "cpu_util",
+    coarse_ns: int = 1_000_000_000,
+    threshold: float = SATURATION_THRESHOLD,
+) -> TwoGrains:
     """`host`'s `metric` (a percent metric, or the derived ``cpu``) at its own sampling interval and
     re-aggregated to `coarse_ns` from the same samples.
 
@@ -294,13 +319,16 @@ def two_grains(resources: pa.Table, host: str, metric: str = "cpu_util", coarse_
         ts = sel.column("ts_ns").to_numpy(zero_copy_only=False).astype(np.int64)
         values = sel.column("value").to_numpy(zero_copy_only=False).astype(float)
     if len(ts) < 2 or len(ts) != len(values):
-        raise ValueError(f"two grains: {host} {metric}: expected at least two samples in the resources table, "
-                         f"got {len(values)}")
+        raise ValueError(
+            f"two grains: {host} {metric}: expected at least two samples in the resources table, got {len(values)}"
+        )
     ts = np.asarray(ts, np.int64)
     fine_interval = int(np.median(np.diff(ts)))
     if coarse_ns < 2 * fine_interval:
-        raise ValueError(f"two grains: the coarse interval ({coarse_ns / 1e9:g} s) must be at least twice the "
-                         f"sampling interval of {host} {metric} ({fine_interval / 1e9:g} s)")
+        raise ValueError(
+            f"two grains: the coarse interval ({coarse_ns / 1e9:g} s) must be at least twice the "
+            f"sampling interval of {host} {metric} ({fine_interval / 1e9:g} s)"
+        )
     dt = np.diff(np.concatenate([[ts[0] - fine_interval], ts])).astype(float)
     start = ts[0] - fine_interval
     k = (ts - start - 1) // coarse_ns  # a sample ending exactly at a boundary belongs to the interval it ends
@@ -317,9 +345,16 @@ def two_grains(resources: pa.Table, host: str, metric: str = "cpu_util", coarse_
     coarse = pa.table({"ts_ns": pa.array(coarse_ts.astype(np.int64), pa.int64()),
                        "value": pa.array(coarse_values, pa.float64()),
                        "samples": pa.array(count[keep].astype(np.int64), pa.int64())})  # fmt: skip
-    return TwoGrains(host=host, metric=metric, fine_interval_ns=fine_interval, coarse_interval_ns=int(coarse_ns),
-                     fine=fine, coarse=coarse, fine_share_above=float(np.mean(values >= threshold)),
-                     coarse_share_above=float(np.mean(coarse_values >= threshold)) if len(coarse_values) else 0.0)
+    return TwoGrains(
+        host=host,
+        metric=metric,
+        fine_interval_ns=fine_interval,
+        coarse_interval_ns=int(coarse_ns),
+        fine=fine,
+        coarse=coarse,
+        fine_share_above=float(np.mean(values >= threshold)),
+        coarse_share_above=float(np.mean(coarse_values >= threshold)) if len(coarse_values) else 0.0,
+    )
 
 
 def _has(t: pa.Table, host: str, metric: str) -> bool:

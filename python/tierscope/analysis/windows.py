@@ -482,16 +482,12 @@ def window_series(
         peak = max_in_windows(parts, n_servers, n_cells, window_ns)
         columns["load_max"] = peak.reshape(n_servers, n_cells)[:, :n_windows].ravel()
     if with_overlap:
-        columns["overlap"] = _overlap_count(codes, rel_a, rel_d, n_servers, n_cells, window_ns)[
-            :, :n_windows
-        ].ravel()
+        columns["overlap"] = _overlap_count(codes, rel_a, rel_d, n_servers, n_cells, window_ns)[:, :n_windows].ravel()
     columns["throughput"] = (done[:, :n_windows] / seconds).ravel()
     if normalised:
         weights = _label_weights(requests, codes, rel_d - rel_a)
         wdone = np.bincount(done_idx, weights=weights, minlength=n_servers * n_cells)
-        columns["throughput_normalised"] = (
-            wdone.reshape(n_servers, n_cells)[:, :n_windows] / seconds
-        ).ravel()
+        columns["throughput_normalised"] = (wdone.reshape(n_servers, n_cells)[:, :n_windows] / seconds).ravel()
     starts = base + np.arange(n_windows, dtype=np.int64) * np.int64(window_ns)
     tier_col = pa.DictionaryArray.from_arrays(
         np.repeat(np.arange(n_servers, dtype=np.int32), n_windows), pa.array(tiers)
@@ -628,9 +624,7 @@ def window_series_file(
     counts = np.zeros((0, n_cells), np.int64)
     done = np.zeros((0, n_cells), np.int64)
     row = 0
-    for batch in pf.iter_batches(
-        batch_size=batch_rows, columns=["tier", "server", "arrival_ns", "departure_ns"]
-    ):
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=["tier", "server", "arrival_ns", "departure_ns"]):
         t_codes, t_names = _dict_codes(batch.column(0))
         s_codes, s_names = _dict_codes(batch.column(1))
         pair = t_codes * len(s_names) + s_codes
@@ -779,8 +773,12 @@ def preflight_query(src: str, columns: set[str], links: bool) -> str:
         raise ValueError(f"requests: required columns missing: {sorted(missing)}")
     # a grouping, not count(DISTINCT): Spark then keeps the other aggregates out of the distinct
     # plan (2-3x faster on 1 M rows) and the number counted is the ids, as the error says
-    dup = (f"(SELECT count(*) FROM (SELECT request_id FROM {src} WHERE request_id IS NOT NULL "
-           f"GROUP BY request_id HAVING count(*) > 1) AS shared)" if links else "0")
+    dup = (
+        f"(SELECT count(*) FROM (SELECT request_id FROM {src} WHERE request_id IS NOT NULL "
+        f"GROUP BY request_id HAVING count(*) > 1) AS shared)"
+        if links
+        else "0"
+    )
     return f"""
 SELECT min(arrival_ns) AS first_arrival_ns,
        count(*) - count(tier) + count(*) - count(server)

@@ -26,15 +26,26 @@ class AppProvider(Protocol):
     def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
         """Load the data for `config` once (or reuse a snapshot); the loaded data directory."""
 
-    def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
-                        max_connections: int, name: str, fsync: bool = False) -> tuple[Any, Any]:
+    def database_server(
+        self,
+        dbms: str,
+        host: Any,
+        port: int,
+        workdir: Path,
+        *,
+        cache: str,
+        max_connections: int,
+        name: str,
+        fsync: bool = False,
+    ) -> tuple[Any, Any]:
         """The database server (not started) holding the app's database, and its `DbConfig`."""
 
     def restore(self, data_dir: Path, server: Any) -> None:
         """Put the loaded data into a (stopped) database server's data directory."""
 
-    def app_server(self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path,
-                   name: str) -> Any:
+    def app_server(
+        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str
+    ) -> Any:
         """The app server (not started) running the application against `db`."""
 
     def static_root(self, directory: Path, config: Any = None) -> Path:

@@ -10,8 +10,7 @@ from pathlib import Path
 LOCAL_INFILE, MULTI_ROW_INSERT = "LOAD DATA LOCAL INFILE", "multi-row INSERT"
 
 
-def load_tsv_mariadb(cur, table: str, cols: Sequence[str], path: Path, method: str,
-                     say: Callable[[str], None]) -> str:
+def load_tsv_mariadb(cur, table: str, cols: Sequence[str], path: Path, method: str, say: Callable[[str], None]) -> str:
     """Load `path` into `table` by `method`; returns the method the next table should use."""
     import pymysql
 

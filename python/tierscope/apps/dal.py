@@ -188,8 +188,12 @@ class _PostgresPool:
 
         self.psycopg = psycopg
         conninfo = psycopg.conninfo.make_conninfo(
-            host=config.host, port=config.port, user=config.user, dbname=config.database,
-            password=config.password or None, connect_timeout=5,
+            host=config.host,
+            port=config.port,
+            user=config.user,
+            dbname=config.database,
+            password=config.password or None,
+            connect_timeout=5,
         )
         self.timeout = config.pool_timeout_s
         self.pool = ConnectionPool(
@@ -247,8 +251,14 @@ class _MariaPool:
         c = self.config
         host, port = self.nodes[node]
         conn = self.pymysql.connect(
-            host=host, port=port, user=c.user, password=c.password, database=c.database,
-            autocommit=True, charset="utf8mb4", connect_timeout=5,
+            host=host,
+            port=port,
+            user=c.user,
+            password=c.password,
+            database=c.database,
+            autocommit=True,
+            charset="utf8mb4",
+            connect_timeout=5,
             cursorclass=self.pymysql.cursors.DictCursor,
         )
         conn.tierscope_node = node

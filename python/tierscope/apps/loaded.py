@@ -46,26 +46,56 @@ class LoadedDatabaseApp:
             return snap.data
         say(f"loading {self.snapshots} data: {dbms}, scale {scale} (once; later runs reuse the snapshot)")
         workdir = work / f"prepare-{self.snapshots}"
-        db, cfg = self.database_server(dbms, Host.loopback("db"), free_port(), workdir / scale, cache="256M",
-                                       max_connections=50, name="load")
+        db, cfg = self.database_server(
+            dbms, Host.loopback("db"), free_port(), workdir / scale, cache="256M", max_connections=50, name="load"
+        )
         db.start()
         try:
             report = datagen.load(cfg, scale, config.seed, progress=say)
             say(f"loaded {report.total_rows:,} rows in {report.seconds:.1f} s")
-            snapshot.take(db, snap, {"dbms": dbms, "scale": scale, "seed": config.seed, "loaded_at": time.time(),
-                                     "generator": datagen.GENERATOR_VERSION, "rows": report.rows,
-                                     "db_size_bytes": report.db_size_bytes})
+            snapshot.take(
+                db,
+                snap,
+                {
+                    "dbms": dbms,
+                    "scale": scale,
+                    "seed": config.seed,
+                    "loaded_at": time.time(),
+                    "generator": datagen.GENERATOR_VERSION,
+                    "rows": report.rows,
+                    "db_size_bytes": report.db_size_bytes,
+                },
+            )
         finally:
             db.stop()
             shutil.rmtree(workdir, ignore_errors=True)
         return snap.data
 
-    def database_server(self, dbms: str, host: Any, port: int, workdir: Path, *, cache: str,
-                        max_connections: int, name: str, fsync: bool = False) -> tuple[Any, Any]:
+    def database_server(
+        self,
+        dbms: str,
+        host: Any,
+        port: int,
+        workdir: Path,
+        *,
+        cache: str,
+        max_connections: int,
+        name: str,
+        fsync: bool = False,
+    ) -> tuple[Any, Any]:
         from tierscope.services.databases import database_server
 
-        return database_server(dbms, host, port, workdir, database=self.database, fsync=fsync, cache=cache,
-                               max_connections=max_connections, name=name)
+        return database_server(
+            dbms,
+            host,
+            port,
+            workdir,
+            database=self.database,
+            fsync=fsync,
+            cache=cache,
+            max_connections=max_connections,
+            name=name,
+        )
 
     def restore(self, data_dir: Path, server: Any) -> None:
         from tierscope.apps import snapshot

@@ -52,12 +52,16 @@ class Snapshot:
 
     def fresh(self, max_age_s: float = 86400.0) -> bool:
         """Exists, is younger than `max_age_s` and was made by the `generator` version."""
-        return (self.exists() and self.age_s() < max_age_s
-                and (self.generator is None or self.meta.get("generator") == self.generator))
+        return (
+            self.exists()
+            and self.age_s() < max_age_s
+            and (self.generator is None or self.meta.get("generator") == self.generator)
+        )
 
 
-def snapshot_for(app: str, dbms: str, scale: str, seed: int, generator: str | None = None,
-                 root: Path | None = None) -> Snapshot:
+def snapshot_for(
+    app: str, dbms: str, scale: str, seed: int, generator: str | None = None, root: Path | None = None
+) -> Snapshot:
     return Snapshot(Path(root or default_root(app)) / f"{dbms}-{scale}-seed{seed}", generator)
 
 

@@ -67,8 +67,15 @@ class FormRequest:
             raise BadRequest(f"parameter {name}: longer than {max_len} characters")
         return value
 
-    def int(self, name: str, default: int | None = None, lo: int = -(2**31), hi: int = 2**31 - 1,
-            required: bool = True, value: str | None = None) -> int | None:
+    def int(
+        self,
+        name: str,
+        default: int | None = None,
+        lo: int = -(2**31),
+        hi: int = 2**31 - 1,
+        required: bool = True,
+        value: str | None = None,
+    ) -> int | None:
         """An integer parameter in [lo, hi] (or `value` checked as one); absent or empty: `default`
         when given or not `required`, else 400."""
         if value is None:

@@ -73,7 +73,7 @@ class LiveDisplay:
         p = self.progress
         seen_messages, seen_points = self._printed
         new = min(p.messages_said - seen_messages, len(p.messages))
-        for message in p.messages[len(p.messages) - new:]:
+        for message in p.messages[len(p.messages) - new :]:
             print(message, flush=True)
         for pid, status, note in p.finished[seen_points:]:
             print(f"point {pid}: {status}{' (' + note + ')' if note else ''}", flush=True)

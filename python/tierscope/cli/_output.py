@@ -41,8 +41,9 @@ def _probe(directory: Path, what: str) -> None:
         raise OutputError(f"{what} {directory}: cannot write there ({e.strerror or e})") from None
     free = shutil.disk_usage(directory).free
     if free < MIN_FREE_BYTES:
-        raise OutputError(f"{what} {directory}: only {free // 2**20} MiB free (need at least "
-                          f"{MIN_FREE_BYTES // 2**20} MiB)")
+        raise OutputError(
+            f"{what} {directory}: only {free // 2**20} MiB free (need at least {MIN_FREE_BYTES // 2**20} MiB)"
+        )
 
 
 def check_output_dir(path: Path, what: str = "output directory") -> Path:
@@ -104,24 +105,43 @@ def _num(x: Any) -> Any:
 
 def verdict_document(data: Any, summary: Any) -> dict:
     """The JSON document of `--json`: headline, verdict, shares, N*, levels, heavy requests, notes."""
-    doc: dict[str, Any] = {"headline": summary.headline, "confidence": summary.confidence,
-                           "status": verdict_status(data, summary), "point": getattr(data, "fine_point", None)}
+    doc: dict[str, Any] = {
+        "headline": summary.headline,
+        "confidence": summary.confidence,
+        "status": verdict_status(data, summary),
+        "point": getattr(data, "fine_point", None),
+    }
     fine = getattr(data, "fine", None)
     if fine is not None:
         v = fine.verdict
-        doc["verdict"] = {"kind": v.kind, "tiers": list(v.tiers), "text": v.text, "confidence": round(v.confidence, 3),
-                          "band": band(v.confidence), "evidence": v.evidence}
+        doc["verdict"] = {
+            "kind": v.kind,
+            "tiers": list(v.tiers),
+            "text": v.text,
+            "confidence": round(v.confidence, 3),
+            "band": band(v.confidence),
+            "evidence": v.evidence,
+        }
         doc["saturated_share"] = {t: round(x, 4) for t, x in fine.saturated_share.items()}
-        doc["n_star"] = {s: {"value": _num(ns.n_star), "basis": ns.basis, "confidence": ns.confidence,
-                             "method": ns.method} for s, ns in fine.n_star.items()}
+        doc["n_star"] = {
+            s: {"value": _num(ns.n_star), "basis": ns.basis, "confidence": ns.confidence, "method": ns.method}
+            for s, ns in fine.n_star.items()
+        }
         doc["window_ms"] = fine.window_ns / 1e6
         doc["switches_per_s"] = round(fine.switches_per_s, 3)
     else:
         doc["verdict"] = None
-    doc["levels"] = {cfg: [{k: _num(r[k]) for k in ("users", "throughput", "rt_p50", "rt_p90", "rt_p99", "errors",
-                                                    "requests") if k in r}
-                           for r in bb.curve.to_pylist()]
-                     for cfg, bb in getattr(data, "blackbox", {}).items()}
+    doc["levels"] = {
+        cfg: [
+            {
+                k: _num(r[k])
+                for k in ("users", "throughput", "rt_p50", "rt_p90", "rt_p99", "errors", "requests")
+                if k in r
+            }
+            for r in bb.curve.to_pylist()
+        ]
+        for cfg, bb in getattr(data, "blackbox", {}).items()
+    }
     heavy = getattr(data, "heavy_summary", None)
     doc["heavy"] = heavy.to_pylist() if heavy is not None else []
     stalls = getattr(data, "stalls", None)

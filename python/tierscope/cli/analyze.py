@@ -16,9 +16,11 @@ CELL_BYTES = 200
 #: pcap and pcapng magic numbers
 PCAP_MAGIC = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1", b"\x0a\x0d\x0d\x0a")
 
-EPILOG = ("Exit status: 0 a verdict with medium or high confidence (with --engine duckdb or spark: the "
-          "window series was written); 3 a verdict with low confidence; 4 not enough data for a verdict; "
-          "2 bad input (a file, an option, an output path, or the engine is not installed); 1 a failure.")
+EPILOG = (
+    "Exit status: 0 a verdict with medium or high confidence (with --engine duckdb or spark: the "
+    "window series was written); 3 a verdict with low confidence; 4 not enough data for a verdict; "
+    "2 bad input (a file, an option, an output path, or the engine is not installed); 1 a failure."
+)
 
 #: Where the window analysis runs (--engine); the first is the default.
 ENGINES = ("numpy", "duckdb", "spark")
@@ -49,8 +51,10 @@ def _refuse_pcap(path: Path) -> None:
         with open(path, "rb") as f:
             head = f.read(4)
         if head in PCAP_MAGIC:
-            raise ValueError(f"{path}: a packet capture (pcap); trace it first: tierscope trace {path} -o DIR, "
-                             f"then: tierscope analyze DIR/requests.parquet")
+            raise ValueError(
+                f"{path}: a packet capture (pcap); trace it first: tierscope trace {path} -o DIR, "
+                f"then: tierscope analyze DIR/requests.parquet"
+            )
 
 
 def _memory_needed(requests, window_ns: int) -> int:
@@ -102,9 +106,11 @@ def _engine_sources(files: list[str], engine: str) -> list[str]:
         except Exception:
             columns = set()
         if "arrival_ns" not in columns:
-            raise ValueError(f"{path}: not a tierscope requests table (Parquet with arrival_ns); --engine {engine} "
-                             f"reads only those: import other formats first with `tierscope analyze {path} -o DIR`, "
-                             f"then `tierscope analyze DIR/requests.parquet --engine {engine}`")
+            raise ValueError(
+                f"{path}: not a tierscope requests table (Parquet with arrival_ns); --engine {engine} "
+                f"reads only those: import other formats first with `tierscope analyze {path} -o DIR`, "
+                f"then `tierscope analyze DIR/requests.parquet --engine {engine}`"
+            )
         out.append(str(path))
     return out
 
@@ -130,15 +136,23 @@ def _series_summary(series, window_ns: int) -> list[dict]:
     out = []
     for (t, s), idx in rows.items():
         done = float(thr[idx].sum()) * window_ns / 1e9
-        out.append({"tier": t, "server": s, "requests": round(done), "load_mean": float(load[idx].sum()) / n_windows,
-                    "load_peak": float(load[idx].max()),
-                    "load_exclusive_mean": None if excl is None else float(excl[idx].sum()) / n_windows,
-                    "throughput": done / seconds})
+        out.append(
+            {
+                "tier": t,
+                "server": s,
+                "requests": round(done),
+                "load_mean": float(load[idx].sum()) / n_windows,
+                "load_peak": float(load[idx].max()),
+                "load_exclusive_mean": None if excl is None else float(excl[idx].sum()) / n_windows,
+                "throughput": done / seconds,
+            }
+        )
     return out
 
 
-def _analyze_windows(files: list[str], engine: str, master: str | None, window_ns: int, output: Path,
-                     console: Console, fail) -> None:
+def _analyze_windows(
+    files: list[str], engine: str, master: str | None, window_ns: int, output: Path, console: Console, fail
+) -> None:
     """--engine duckdb|spark: the per-window series of requests tables too big for memory."""
     import pyarrow.parquet as pq
     from rich.table import Table
@@ -187,57 +201,96 @@ def _analyze_windows(files: list[str], engine: str, master: str | None, window_n
     if not summary:
         console.print("no requests in the input")
         raise typer.Exit(_output.NOT_ENOUGH_DATA)
-    table = Table(title=f"per server, {window_ns / 1e6:g} ms windows", caption="load, excl. load: mean over the "
-                  "trace; peak: the largest window's load; excl.: without the time waiting on downstream calls")
+    table = Table(
+        title=f"per server, {window_ns / 1e6:g} ms windows",
+        caption="load, excl. load: mean over the "
+        "trace; peak: the largest window's load; excl.: without the time waiting on downstream calls",
+    )
     for name in ("tier", "server", "requests", "load", "peak", "excl. load", "req/s"):
         table.add_column(name, justify="left" if name in ("tier", "server") else "right")
     for r in summary:
         excl = "—" if r["load_exclusive_mean"] is None else f"{r['load_exclusive_mean']:.2f}"
-        table.add_row(r["tier"], r["server"], f"{r['requests']:,}", f"{r['load_mean']:.2f}", f"{r['load_peak']:.2f}",
-                      excl, f"{r['throughput']:,.1f}")
+        table.add_row(
+            r["tier"],
+            r["server"],
+            f"{r['requests']:,}",
+            f"{r['load_mean']:.2f}",
+            f"{r['load_peak']:.2f}",
+            excl,
+            f"{r['throughput']:,.1f}",
+        )
     console.print(table)
     try:
         path = output / "windows.parquet"
         pq.write_table(series, path)
     except OSError as e:
         fail(f"writing the results: {e.strerror or e}" + (" (disk full)" if _output.no_space(e) else ""))
-    console.print(f"wrote {path} ({series.num_rows:,} rows: tier, server, window_start_ns, load, "
-                  f"{'load_exclusive, ' if 'load_exclusive' in series.column_names else ''}throughput)")
+    console.print(
+        f"wrote {path} ({series.num_rows:,} rows: tier, server, window_start_ns, load, "
+        f"{'load_exclusive, ' if 'load_exclusive' in series.column_names else ''}throughput)"
+    )
     raise typer.Exit(_output.OK)
 
 
 def analyze(
-    files: list[str] = typer.Argument(..., help="Trace or log files: OTLP JSON, Jaeger, Zipkin, nginx/Apache "
-                                                "access logs, tierscope Parquet tables (requests, and events or "
-                                                "resources next to them), or one run/point directory. With "
-                                                "--engine duckdb/spark: requests Parquet files or directories "
-                                                "(spark also reads hdfs://, s3a://... URLs)."),
-    format: str | None = typer.Option(None, "--format", "-f", help="Read every trace file as this format instead "
-                                      "of detecting it: otlp, jaeger, zipkin, nginx, apache, parquet."),
-    window_ms: float = typer.Option(50.0, "--window-ms", help=f"Window of the fine-grained analysis, in ms "
-                                    f"(at least {MIN_WINDOW_MS:g})."),
-    output: Path = typer.Option(Path("tierscope-analysis"), "-o", "--output",
-                                help="Directory for requests.parquet (and report.html with --report)."),
+    files: list[str] = typer.Argument(
+        ...,
+        help="Trace or log files: OTLP JSON, Jaeger, Zipkin, nginx/Apache "
+        "access logs, tierscope Parquet tables (requests, and events or "
+        "resources next to them), or one run/point directory. With "
+        "--engine duckdb/spark: requests Parquet files or directories "
+        "(spark also reads hdfs://, s3a://... URLs).",
+    ),
+    format: str | None = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="Read every trace file as this format instead "
+        "of detecting it: otlp, jaeger, zipkin, nginx, apache, parquet.",
+    ),
+    window_ms: float = typer.Option(
+        50.0, "--window-ms", help=f"Window of the fine-grained analysis, in ms (at least {MIN_WINDOW_MS:g})."
+    ),
+    output: Path = typer.Option(
+        Path("tierscope-analysis"),
+        "-o",
+        "--output",
+        help="Directory for requests.parquet (and report.html with --report).",
+    ),
     report: bool = typer.Option(False, "--report", help="Also write DIR/report.html."),
-    json_out: str | None = typer.Option(None, "--json", help="Write the verdict, saturated shares, N* and the "
-                                        "per-level table as JSON to this file ('-' for stdout)."),
-    log_format: str | None = typer.Option(None, "--log-format", help="The nginx log_format or Apache LogFormat "
-                                          "string of the access logs, when it is not the documented one."),
+    json_out: str | None = typer.Option(
+        None,
+        "--json",
+        help="Write the verdict, saturated shares, N* and the per-level table as JSON to this file ('-' for stdout).",
+    ),
+    log_format: str | None = typer.Option(
+        None,
+        "--log-format",
+        help="The nginx log_format or Apache LogFormat string of the access logs, when it is not the documented one.",
+    ),
     tier: str | None = typer.Option(None, "--tier", help="Tier name for access-log rows (default: web)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print how the verdict was reached."),
-    engine: str = typer.Option("numpy", "--engine", metavar="|".join(ENGINES),
-                               help="Where the window analysis runs. numpy (default): the whole analysis in "
-                                    "memory: per-window load, N*, saturated windows, the verdict, the report. "
-                                    "duckdb or spark: only the per-server window series (load, exclusive load, "
-                                    "throughput) of requests tables too big for memory, from one SQL query both "
-                                    "engines run; written to DIR/windows.parquet with a per-server summary. "
-                                    "spark runs on --spark-master and needs pyspark (pip install "
-                                    "'tierscope\\[spark]') and Java 17+."),
-    spark_master: str | None = typer.Option(None, "--spark-master", metavar="URL",
-                                            help="Spark master for --engine spark: local[N] (Spark inside this "
-                                                 "process on N cores), spark://host:7077, yarn, k8s://...; default "
-                                                 "$TIERSCOPE_SPARK_MASTER, else local[2]. A cluster's executors "
-                                                 "must be able to read the input paths."),
+    engine: str = typer.Option(
+        "numpy",
+        "--engine",
+        metavar="|".join(ENGINES),
+        help="Where the window analysis runs. numpy (default): the whole analysis in "
+        "memory: per-window load, N*, saturated windows, the verdict, the report. "
+        "duckdb or spark: only the per-server window series (load, exclusive load, "
+        "throughput) of requests tables too big for memory, from one SQL query both "
+        "engines run; written to DIR/windows.parquet with a per-server summary. "
+        "spark runs on --spark-master and needs pyspark (pip install "
+        "'tierscope\\[spark]') and Java 17+.",
+    ),
+    spark_master: str | None = typer.Option(
+        None,
+        "--spark-master",
+        metavar="URL",
+        help="Spark master for --engine spark: local[N] (Spark inside this "
+        "process on N cores), spark://host:7077, yarn, k8s://...; default "
+        "$TIERSCOPE_SPARK_MASTER, else local[2]. A cluster's executors "
+        "must be able to read the input paths.",
+    ),
 ) -> None:
     """Import traces or access logs of any system and find its bottleneck.
 
@@ -265,19 +318,26 @@ def analyze(
         raise typer.Exit(_output.BAD_INPUT)
 
     if window_ms < MIN_WINDOW_MS:
-        fail(f"--window-ms {window_ms:g}: at least {MIN_WINDOW_MS:g} ms (a shorter window holds a fraction of one "
-             f"request's service)")
+        fail(
+            f"--window-ms {window_ms:g}: at least {MIN_WINDOW_MS:g} ms (a shorter window holds a fraction of one "
+            f"request's service)"
+        )
     window_ns = int(round(window_ms * 1e6))
     if engine not in ENGINES:
         fail(f"--engine {engine}: one of {', '.join(ENGINES)}")
     if spark_master is not None and engine != "spark":
         fail(f"--spark-master is for --engine spark (this is --engine {engine})")
     if engine != "numpy":
-        given = [name for name, value in zip(WHOLE_ANALYSIS_ONLY, (report, json_out, format, log_format, tier))
-                 if value not in (None, False) and not (name == "--format" and value == "parquet")]
+        given = [
+            name
+            for name, value in zip(WHOLE_ANALYSIS_ONLY, (report, json_out, format, log_format, tier))
+            if value not in (None, False) and not (name == "--format" and value == "parquet")
+        ]
         if given:
-            fail(f"{', '.join(given)}: only with the whole analysis (--engine numpy); --engine {engine} writes "
-                 f"the window series only")
+            fail(
+                f"{', '.join(given)}: only with the whole analysis (--engine numpy); --engine {engine} writes "
+                f"the window series only"
+            )
         _analyze_windows(files, engine, spark_master, window_ns, output, console, fail)
     files = [Path(f) for f in files]
     try:
@@ -304,8 +364,10 @@ def analyze(
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            extra = {k: pa.concat_tables([tables.conform(pq.read_table(p), k) for p in ps]) if ps else None
-                     for k, ps in side.items()}
+            extra = {
+                k: pa.concat_tables([tables.conform(pq.read_table(p), k) for p in ps]) if ps else None
+                for k, ps in side.items()
+            }
             options = {k: v for k, v in (("log_format", log_format), ("tier", tier)) if v is not None}
             from tierscope.ingest import load
 
@@ -313,10 +375,19 @@ def analyze(
             if imported.requests.num_rows:
                 need, have = _memory_needed(imported.requests, window_ns), _available_memory()
                 if have is not None and need > have // 2:
-                    raise ValueError(f"--window-ms {window_ms:g} over this trace needs about {need / 2**30:.1f} GiB, "
-                                     f"{have / 2**30:.1f} GiB available: use a larger window")
-            data = analyze_files(traces, format=format, window_ns=window_ns, events=extra["events"],
-                                 resources=extra["resources"], imported=imported, **options)
+                    raise ValueError(
+                        f"--window-ms {window_ms:g} over this trace needs about {need / 2**30:.1f} GiB, "
+                        f"{have / 2**30:.1f} GiB available: use a larger window"
+                    )
+            data = analyze_files(
+                traces,
+                format=format,
+                window_ns=window_ns,
+                events=extra["events"],
+                resources=extra["resources"],
+                imported=imported,
+                **options,
+            )
             requests = data.imported.requests
             console.print(f"imported {data.imported.summary()}")
     except (FormatError, ValueError, OSError) as e:

@@ -21,21 +21,37 @@ def preset(name: str) -> Path:
 
 #: `demo --memory`: the memory study cut to the two memory sizes whose bottlenecks differ (disk at
 #: ~30 %, CPU at 100 %) and two workload levels, below and above both knees, with shorter runs
-MEMORY_DEMO = {"name": "tpcw-memory-demo", "node_types.D.memory": "150MiB",
-               "sweep.matrix": {"node_types.D.memory": ["150MiB", "1GiB"]},
-               "workload.users": [50, 400], "workload.run": "20s"}
+MEMORY_DEMO = {
+    "name": "tpcw-memory-demo",
+    "node_types.D.memory": "150MiB",
+    "sweep.matrix": {"node_types.D.memory": ["150MiB", "1GiB"]},
+    "workload.users": [50, 400],
+    "workload.run": "20s",
+}
 
 
 def demo(
-    alternating: bool = typer.Option(False, "--alternating", help="Inject stop-the-world pauses into the app "
-                                     "tier (like JVM garbage collections), so the bottleneck alternates."),
+    alternating: bool = typer.Option(
+        False,
+        "--alternating",
+        help="Inject stop-the-world pauses into the app "
+        "tier (like JVM garbage collections), so the bottleneck alternates.",
+    ),
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory."),
     loopback: bool = typer.Option(False, "--loopback", help="Run on loopback without namespaces or limits."),
-    ingest: bool = typer.Option(False, "--ingest", help="Instead: seed 003's log service, direct inserts vs queue "
-                                "and batch collectors, loss counted (about a minute)."),
-    memory: bool = typer.Option(False, "--memory", help="Instead: seed 004's memory study, reduced: the bookstore "
-                                "with its database host at 30 % and 100 % of the database size in memory, two "
-                                "workload levels each (about 5 minutes; the full study: tierscope run tpcw-memory)."),
+    ingest: bool = typer.Option(
+        False,
+        "--ingest",
+        help="Instead: seed 003's log service, direct inserts vs queue "
+        "and batch collectors, loss counted (about a minute).",
+    ),
+    memory: bool = typer.Option(
+        False,
+        "--memory",
+        help="Instead: seed 004's memory study, reduced: the bookstore "
+        "with its database host at 30 % and 100 % of the database size in memory, two "
+        "workload levels each (about 5 minutes; the full study: tierscope run tpcw-memory).",
+    ),
 ) -> None:
     """Run the demo experiment: a 3-tier RUBBoS system, four workload levels, a report.
 
@@ -53,8 +69,9 @@ def demo(
     from tierscope.cli.run import execute
 
     if memory:
-        raise typer.Exit(execute(preset("tpcw-memory"), out, mode="loopback" if loopback else "auto",
-                                 changes=MEMORY_DEMO))
+        raise typer.Exit(
+            execute(preset("tpcw-memory"), out, mode="loopback" if loopback else "auto", changes=MEMORY_DEMO)
+        )
     spec = preset("demo-alternating" if alternating else "demo")
     raise typer.Exit(execute(spec, out, mode="loopback" if loopback else "auto"))
 

@@ -38,10 +38,13 @@ def results_table(results: list) -> Table:
 
 
 def ingest(
-    preset_path: Path = typer.Argument(None, metavar="[PRESET]", help="An ingest preset (TOML); default: the "
-                                       "shipped presets/ingest.toml."),
+    preset_path: Path = typer.Argument(
+        None, metavar="[PRESET]", help="An ingest preset (TOML); default: the shipped presets/ingest.toml."
+    ),
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/ingest-<time>/<mode>/."),
-    modes: list[str] = typer.Option(None, "--mode", help="Only this mode (repeat for several): direct, queue, durable."),
+    modes: list[str] = typer.Option(
+        None, "--mode", help="Only this mode (repeat for several): direct, queue, durable."
+    ),
     clients: int = typer.Option(None, "--clients", min=1, help="Override load.clients."),
     records: int = typer.Option(None, "--records", min=1, help="Override load.records (per client)."),
     loopback: bool = typer.Option(False, "--loopback", help="Run on loopback without namespaces or limits."),
@@ -77,15 +80,24 @@ def ingest(
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     run_dir = out / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}"
-    console.print(f"{description or path}: {load.clients} clients x {load.records} records, timeout "
-                  f"{load.timeout_s:g} s; modes {', '.join(chosen)}")
+    console.print(
+        f"{description or path}: {load.clients} clients x {load.records} records, timeout "
+        f"{load.timeout_s:g} s; modes {', '.join(chosen)}"
+    )
     results, failed = [], []
     with console.status("") as status:
         for mode in chosen:
             try:
-                results.append(run_mode(mode, service, replace(load, run=mode), run_dir / mode,
-                                        testbed_mode="loopback" if loopback else "auto",
-                                        phase=lambda s: status.update(s)))
+                results.append(
+                    run_mode(
+                        mode,
+                        service,
+                        replace(load, run=mode),
+                        run_dir / mode,
+                        testbed_mode="loopback" if loopback else "auto",
+                        phase=lambda s: status.update(s),
+                    )
+                )
             except KeyboardInterrupt:
                 err.print("[yellow]interrupted[/yellow]: servers and hosts are stopped")
                 raise typer.Exit(130) from None
@@ -99,8 +111,9 @@ def ingest(
     for mode, reason in failed:
         err.print(f"[red]failed[/red] {mode}: {reason}", highlight=False, soft_wrap=True)
     (run_dir).mkdir(parents=True, exist_ok=True)
-    (run_dir / "summary.json").write_text(json.dumps({"results": [r.as_dict() for r in results],
-                                                      "failed": failed}, indent=2) + "\n")
+    (run_dir / "summary.json").write_text(
+        json.dumps({"results": [r.as_dict() for r in results], "failed": failed}, indent=2) + "\n"
+    )
     console.print(f"tables: {run_dir}")
     raise typer.Exit(1 if failed or any(r.lost_acknowledged for r in results) else 0)
 

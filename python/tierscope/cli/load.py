@@ -12,9 +12,15 @@ from rich.live import Live
 
 
 def load(
-    workload: Path = typer.Argument(..., help="Workload file (TOML, see docs/workload.md).", exists=True, dir_okay=False),
-    target: Optional[str] = typer.Option(None, "--target", help="URL to send requests to: http://HOST:PORT, optionally with a path prefix."),
-    log: Optional[Path] = typer.Option(None, "--log", help="Write one row per request (client_requests) to this Parquet file."),
+    workload: Path = typer.Argument(
+        ..., help="Workload file (TOML, see docs/workload.md).", exists=True, dir_okay=False
+    ),
+    target: Optional[str] = typer.Option(
+        None, "--target", help="URL to send requests to: http://HOST:PORT, optionally with a path prefix."
+    ),
+    log: Optional[Path] = typer.Option(
+        None, "--log", help="Write one row per request (client_requests) to this Parquet file."
+    ),
     users: Optional[int] = typer.Option(None, "--users", help="Override the number of emulated users (closed loop)."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Override the arrival rate per second (open loop)."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Override the run phase, e.g. 60, 30s, 5m."),
@@ -24,12 +30,16 @@ def load(
     policy: Optional[str] = typer.Option(None, "--policy", help="Connection policy: per-user, per-request or pool."),
     pool_size: Optional[int] = typer.Option(None, "--pool-size", help="Connections in the pool (policy pool)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
-    dry_run: Optional[int] = typer.Option(None, "--dry-run", help="Walk the chain for N requests without sending; print the page counts."),
+    dry_run: Optional[int] = typer.Option(
+        None, "--dry-run", help="Walk the chain for N requests without sending; print the page counts."
+    ),
     json_lines: bool = typer.Option(False, "--json", help="Print the engine's JSON lines instead of the live display."),
-    no_embedded: bool = typer.Option(False, "--no-embedded", help="Do not fetch the pages' images even when the "
-                                     "workload's embedded section says so."),
-    embedded_connections: Optional[int] = typer.Option(None, "--embedded-connections", min=1,
-                                                       help="Override the workload's embedded connections (per user)."),
+    no_embedded: bool = typer.Option(
+        False, "--no-embedded", help="Do not fetch the pages' images even when the workload's embedded section says so."
+    ),
+    embedded_connections: Optional[int] = typer.Option(
+        None, "--embedded-connections", min=1, help="Override the workload's embedded connections (per user)."
+    ),
 ) -> None:
     """Run a workload against a target: live progress, then a per-page summary of the run phase.
 
@@ -44,10 +54,23 @@ def load(
     if target is None and dry_run is None:
         console.print("[red]error:[/red] --target URL is required (or --dry-run N)")
         raise typer.Exit(2)
-    argv = engine_args(workload, target=target, log=log, users=users, rate=rate, duration=duration,
-                       ramp_up=ramp_up, ramp_down=ramp_down, think=think, policy=policy,
-                       pool_size=pool_size, seed=seed, dry_run=dry_run, no_embedded=no_embedded,
-                       embedded_connections=embedded_connections)
+    argv = engine_args(
+        workload,
+        target=target,
+        log=log,
+        users=users,
+        rate=rate,
+        duration=duration,
+        ramp_up=ramp_up,
+        ramp_down=ramp_down,
+        think=think,
+        policy=policy,
+        pool_size=pool_size,
+        seed=seed,
+        dry_run=dry_run,
+        no_embedded=no_embedded,
+        embedded_connections=embedded_connections,
+    )
     try:
         if json_lines or dry_run is not None:
             result = run_load(argv, on_progress=lambda p: print(json.dumps(p), flush=True))

@@ -56,8 +56,15 @@ def _ops_table(title: str, ops: dict, extra: tuple[str, ...] = ()) -> Table:
     for col in ("operation", "count", "errors", "p50 µs", "p90 µs", "p99 µs", "max µs", *extra):
         t.add_column(col, justify="left" if col == "operation" else "right")
     for name, o in ops.items():
-        row = [name, str(o["count"]), str(o["errors"]), str(o["p50_us"]), str(o["p90_us"]), str(o["p99_us"]),
-               str(o["max_us"])]
+        row = [
+            name,
+            str(o["count"]),
+            str(o["errors"]),
+            str(o["p50_us"]),
+            str(o["p90_us"]),
+            str(o["p99_us"]),
+            str(o["max_us"]),
+        ]
         if "p90 rule" in extra:
             row.append(f"{o.get('p90_rule', '')} (≤ {o.get('p90_limit_s', '')} s)")
         t.add_row(*row)
@@ -66,27 +73,39 @@ def _ops_table(title: str, ops: dict, extra: tuple[str, ...] = ()) -> Table:
 
 @oltp_app.command("ycsb")
 def ycsb(
-    workload: str = typer.Option("a", "--workload", "-w", help="YCSB core workload: a (50 % read / 50 % update), "
-                                 "b (95/5), c (100 % read), d (95 % read latest / 5 % insert), e (95 % short scans / "
-                                 "5 % insert), f (50 % read / 50 % read-modify-write). Keys: scrambled Zipf θ=0.99 "
-                                 "(d: latest)."),
+    workload: str = typer.Option(
+        "a",
+        "--workload",
+        "-w",
+        help="YCSB core workload: a (50 % read / 50 % update), "
+        "b (95/5), c (100 % read), d (95 % read latest / 5 % insert), e (95 % short scans / "
+        "5 % insert), f (50 % read / 50 % read-modify-write). Keys: scrambled Zipf θ=0.99 "
+        "(d: latest).",
+    ),
     dbms: str = typer.Option("postgresql", "--dbms", help=_DBMS_HELP),
     dsn: Optional[str] = typer.Option(None, "--dsn", help=_DSN_HELP),
     records: int = typer.Option(10_000, "--records", min=1, help="Rows to load (≈1 KB each with the default fields)."),
     field_length: int = typer.Option(100, "--field-length", min=1, help="Characters per field (10 fields)."),
     threads: int = typer.Option(4, "--threads", min=1, help="Client threads, one connection each."),
-    target: Optional[float] = typer.Option(None, "--target", help="Total ops/s to offer (default: as fast as "
-                                           "possible). Latency is then measured from each operation's intended "
-                                           "start, so a stalled server shows up as latency (coordinated omission "
-                                           "corrected)."),
+    target: Optional[float] = typer.Option(
+        None,
+        "--target",
+        help="Total ops/s to offer (default: as fast as "
+        "possible). Latency is then measured from each operation's intended "
+        "start, so a stalled server shows up as latency (coordinated omission "
+        "corrected).",
+    ),
     duration: float = typer.Option(30.0, "--duration", min=0.1, help="Seconds to run."),
     ops: Optional[int] = typer.Option(None, "--ops", min=1, help="Stop after this many operations (or the duration)."),
     warmup: Optional[float] = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
-    distribution: Optional[str] = typer.Option(None, "--distribution", help="Override the key distribution: "
-                                               "zipfian, latest or uniform."),
+    distribution: Optional[str] = typer.Option(
+        None, "--distribution", help="Override the key distribution: zipfian, latest or uniform."
+    ),
     no_load: bool = typer.Option(False, "--no-load", help="Do not (re)load the table (it must exist, with --dsn)."),
     log: Optional[Path] = typer.Option(None, "--log", help="Write one row per operation to this Parquet file."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Data directory of a started server (default: temporary)."),
+    workdir: Optional[Path] = typer.Option(
+        None, "--workdir", help="Data directory of a started server (default: temporary)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the engine's summaries as JSON lines."),
 ) -> None:
     """Load a YCSB usertable and run one core workload; print ops/s and per-operation latencies.
@@ -104,18 +123,35 @@ def ycsb(
                     print(json.dumps(loaded))
                 else:
                     console.print(f"loaded {loaded['records']} records in {loaded['seconds']} s")
-            s = ycsb_run(the_dsn, workload=workload, threads=threads, duration=duration, ops=ops, target=target,
-                         warmup=warmup, distribution=distribution, field_length=field_length, log=log)
+            s = ycsb_run(
+                the_dsn,
+                workload=workload,
+                threads=threads,
+                duration=duration,
+                ops=ops,
+                target=target,
+                warmup=warmup,
+                distribution=distribution,
+                field_length=field_length,
+                log=log,
+            )
     except OltpError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(err.code or 1)
     if json_out:
         print(json.dumps(s))
         return
-    console.print(_ops_table(f"YCSB {s['workload'].upper()} on {s['dbms']} ({s['distribution']} keys, "
-                             f"{s['threads']} threads, latency from {'intended' if s['latency_from'] == 'intended' else 'actual'} start)", s["operations"]))
-    console.print(f"{s['ops']} ops in {s['seconds']} s = [bold]{s['ops_per_s']} ops/s[/bold], {s['errors']} errors; "
-                  f"driver CPU {s['cpu_s']} s ({s['ops_per_cpu_s']} ops per CPU-second)")
+    console.print(
+        _ops_table(
+            f"YCSB {s['workload'].upper()} on {s['dbms']} ({s['distribution']} keys, "
+            f"{s['threads']} threads, latency from {'intended' if s['latency_from'] == 'intended' else 'actual'} start)",
+            s["operations"],
+        )
+    )
+    console.print(
+        f"{s['ops']} ops in {s['seconds']} s = [bold]{s['ops_per_s']} ops/s[/bold], {s['errors']} errors; "
+        f"driver CPU {s['cpu_s']} s ({s['ops_per_cpu_s']} ops per CPU-second)"
+    )
 
 
 @oltp_app.command("tpcc")
@@ -123,16 +159,23 @@ def tpcc(
     dbms: str = typer.Option("postgresql", "--dbms", help=_DBMS_HELP),
     dsn: Optional[str] = typer.Option(None, "--dsn", help=_DSN_HELP),
     warehouses: int = typer.Option(1, "--warehouses", "-W", min=1, help="Warehouses to load (≈100 MB each)."),
-    terminals: Optional[int] = typer.Option(None, "--terminals", min=1, help="Terminals (default 10 per warehouse, "
-                                            "each bound to a warehouse and district)."),
-    no_waits: bool = typer.Option(False, "--no-waits", help="Drop keying and think times (BenchBase's default): "
-                                  "measures the database at saturation; the run is then 'TPC-C-like'. With the spec's "
-                                  "waits one warehouse gives at most 12.86 tpmC."),
+    terminals: Optional[int] = typer.Option(
+        None, "--terminals", min=1, help="Terminals (default 10 per warehouse, each bound to a warehouse and district)."
+    ),
+    no_waits: bool = typer.Option(
+        False,
+        "--no-waits",
+        help="Drop keying and think times (BenchBase's default): "
+        "measures the database at saturation; the run is then 'TPC-C-like'. With the spec's "
+        "waits one warehouse gives at most 12.86 tpmC.",
+    ),
     duration: float = typer.Option(60.0, "--duration", min=0.1, help="Seconds to run."),
     warmup: Optional[float] = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
     no_load: bool = typer.Option(False, "--no-load", help="Do not (re)load the tables (they must exist, with --dsn)."),
     log: Optional[Path] = typer.Option(None, "--log", help="Write one row per transaction to this Parquet file."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Data directory of a started server (default: temporary)."),
+    workdir: Optional[Path] = typer.Option(
+        None, "--workdir", help="Data directory of a started server (default: temporary)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the engine's summaries as JSON lines."),
 ) -> None:
     """Load TPC-C and run the 45/43/4/4/4 mix; print tpmC and the 90th-percentile rules per transaction.
@@ -149,7 +192,9 @@ def tpcc(
                 if json_out:
                     print(json.dumps(loaded))
                 else:
-                    console.print(f"loaded {warehouses} warehouse(s), {loaded['total_rows']} rows in {loaded['seconds']} s")
+                    console.print(
+                        f"loaded {warehouses} warehouse(s), {loaded['total_rows']} rows in {loaded['seconds']} s"
+                    )
             s = tpcc_run(the_dsn, duration=duration, terminals=terminals, no_waits=no_waits, warmup=warmup, log=log)
     except OltpError as err:
         console.print(f"[red]error:[/red] {err}")
@@ -157,12 +202,20 @@ def tpcc(
     if json_out:
         print(json.dumps(s))
         return
-    console.print(_ops_table(f"TPC-C on {s['dbms']}: {s['warehouses']} warehouse(s), {s['terminals']} terminals, "
-                             f"waits {'on' if s['waits'] else 'off'}", s["transactions"], ("p90 rule",)))
+    console.print(
+        _ops_table(
+            f"TPC-C on {s['dbms']}: {s['warehouses']} warehouse(s), {s['terminals']} terminals, "
+            f"waits {'on' if s['waits'] else 'off'}",
+            s["transactions"],
+            ("p90 rule",),
+        )
+    )
     like = " (TPC-C-like: waits shortened or off)" if s["tpcc_like"] else ""
-    console.print(f"[bold]tpmC {s['tpmC']}[/bold]{like}; {s['tpm_total']} transactions/min; "
-                  f"New-Orders {s['new_orders']['committed']} committed + {s['new_orders']['rolled_back']} rolled back; "
-                  f"{s['errors']} errors; p90 rules {'passed' if s['p90_rules_passed'] else 'FAILED'}")
+    console.print(
+        f"[bold]tpmC {s['tpmC']}[/bold]{like}; {s['tpm_total']} transactions/min; "
+        f"New-Orders {s['new_orders']['committed']} committed + {s['new_orders']['rolled_back']} rolled back; "
+        f"{s['errors']} errors; p90 rules {'passed' if s['p90_rules_passed'] else 'FAILED'}"
+    )
 
 
 _SCALE_HELP = (
@@ -188,20 +241,36 @@ _SCALE_HELP = (
 
 @oltp_app.command("scale", help=_SCALE_HELP)
 def scale(
-    preset: Optional[Path] = typer.Argument(None, help="A scaling preset (TOML); default: the shipped "
-                                            "presets/oltp-scaling.toml (Galera and the middleware, 1/2/3 nodes, "
-                                            "YCSB B and A, TPC-C)."),
-    out: Path = typer.Option(Path("oltp-scaling-out"), "--out", "-o", help="Directory for results.json, "
-                             "results.parquet (one row per target x nodes x workload) and nodes.parquet (one row "
-                             "per node: its own counters)."),
-    target: Optional[list[str]] = typer.Option(None, "--target", help="Only these targets of the preset "
-                                               "(galera, middleware); repeatable."),
+    preset: Optional[Path] = typer.Argument(
+        None,
+        help="A scaling preset (TOML); default: the shipped "
+        "presets/oltp-scaling.toml (Galera and the middleware, 1/2/3 nodes, "
+        "YCSB B and A, TPC-C).",
+    ),
+    out: Path = typer.Option(
+        Path("oltp-scaling-out"),
+        "--out",
+        "-o",
+        help="Directory for results.json, "
+        "results.parquet (one row per target x nodes x workload) and nodes.parquet (one row "
+        "per node: its own counters).",
+    ),
+    target: Optional[list[str]] = typer.Option(
+        None, "--target", help="Only these targets of the preset (galera, middleware); repeatable."
+    ),
     nodes: Optional[str] = typer.Option(None, "--nodes", help="Override the node counts, e.g. 1,3."),
-    workload: Optional[list[str]] = typer.Option(None, "--workload", "-w", help="Only these workloads of the "
-                                                 "preset (ycsb-a, ycsb-b, ycsb-c, ycsb-f, tpcc); repeatable."),
+    workload: Optional[list[str]] = typer.Option(
+        None,
+        "--workload",
+        "-w",
+        help="Only these workloads of the preset (ycsb-a, ycsb-b, ycsb-c, ycsb-f, tpcc); repeatable.",
+    ),
     duration: Optional[float] = typer.Option(None, "--duration", help="Override the seconds per workload."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Where the temporary data directories go "
-                                           "(default: the system's temporary directory); removed at the end."),
+    workdir: Optional[Path] = typer.Option(
+        None,
+        "--workdir",
+        help="Where the temporary data directories go (default: the system's temporary directory); removed at the end.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON lines instead of the table."),
 ) -> None:
     from rich.table import Table as RichTable
@@ -240,10 +309,20 @@ def scale(
         for r in rows:
             print(json.dumps({k: v for k, v in r.items() if k != "summaries"}, default=str))
         return
-    t = RichTable(title=f"{p.name}: {p.duration:g} s per workload ({p.warmup:g} s warm-up), "
-                        f"{p.threads_per_node} YCSB threads / {p.terminals_per_node} TPC-C terminals per node")
-    for col in ("target", "nodes", "workload", "throughput", "per node", "p90 ms", "errors",
-                "per node measured: served / rows written"):
+    t = RichTable(
+        title=f"{p.name}: {p.duration:g} s per workload ({p.warmup:g} s warm-up), "
+        f"{p.threads_per_node} YCSB threads / {p.terminals_per_node} TPC-C terminals per node"
+    )
+    for col in (
+        "target",
+        "nodes",
+        "workload",
+        "throughput",
+        "per node",
+        "p90 ms",
+        "errors",
+        "per node measured: served / rows written",
+    ):
         t.add_column(col, justify="left" if col in ("target", "workload") or col.startswith("per node m") else "right")
     for cells in table_rows(rows):
         t.add_row(*cells)

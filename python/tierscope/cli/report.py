@@ -11,18 +11,32 @@ from tierscope.analysis import DEFAULT_WINDOW_NS
 
 
 def report(
-    inputs: list[Path] = typer.Argument(..., help="A run directory (DIR/<run>/<point>/ with Parquet tables and "
-                                                  "manifest.json), a point directory, or trace/log files."),
+    inputs: list[Path] = typer.Argument(
+        ...,
+        help="A run directory (DIR/<run>/<point>/ with Parquet tables and "
+        "manifest.json), a point directory, or trace/log files.",
+    ),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML file to write."),
-    window_ms: float = typer.Option(DEFAULT_WINDOW_NS / 1e6, "--window-ms",
-                                    help="Window of the fine-grained analysis, in ms."),
-    point: str | None = typer.Option(None, "--point", help="Point (directory name) for the fine-grained "
-                                     "analysis; default: the first point at or past the knee."),
-    think_time: float | None = typer.Option(None, "--think-time", help="Users' mean think time in seconds, "
-                                            "for the knee from asymptotic bounds (default: from the manifest)."),
+    window_ms: float = typer.Option(
+        DEFAULT_WINDOW_NS / 1e6, "--window-ms", help="Window of the fine-grained analysis, in ms."
+    ),
+    point: str | None = typer.Option(
+        None,
+        "--point",
+        help="Point (directory name) for the fine-grained analysis; default: the first point at or past the knee.",
+    ),
+    think_time: float | None = typer.Option(
+        None,
+        "--think-time",
+        help="Users' mean think time in seconds, for the knee from asymptotic bounds (default: from the manifest).",
+    ),
     format: str | None = typer.Option(None, "--format", "-f", help="Format of trace files (default: detected)."),
-    json_out: str | None = typer.Option(None, "--json", help="Also write the verdict, saturated shares, N* and the "
-                                        "per-level table as JSON to this file ('-' for stdout)."),
+    json_out: str | None = typer.Option(
+        None,
+        "--json",
+        help="Also write the verdict, saturated shares, N* and the "
+        "per-level table as JSON to this file ('-' for stdout).",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print how the verdict was reached."),
 ) -> None:
     """Write one self-contained HTML report (works offline) and print its summary.

@@ -47,9 +47,19 @@ def up(
     if scale not in PRESETS:
         raise typer.BadParameter(f"expected one of {', '.join(PRESETS)}, got {scale!r}", param_hint="--scale")
     o = system.Options(
-        dbms=dbms, scale=scale, seed=seed, app_servers=app_servers, workers=workers, threads=threads,
-        pool_size=pool_size or None, balance=balance, port=port, app_port=app_port, db_port=db_port or None,
-        run_dir=run_dir or system.DEFAULT_RUN_DIR, fresh=fresh,
+        dbms=dbms,
+        scale=scale,
+        seed=seed,
+        app_servers=app_servers,
+        workers=workers,
+        threads=threads,
+        pool_size=pool_size or None,
+        balance=balance,
+        port=port,
+        app_port=app_port,
+        db_port=db_port or None,
+        run_dir=run_dir or system.DEFAULT_RUN_DIR,
+        fresh=fresh,
     )
     if snapshots:
         o.snapshots = snapshots
@@ -94,8 +104,14 @@ def load(
 
     if scale not in PRESETS:
         raise typer.BadParameter(f"expected one of {', '.join(PRESETS)}, got {scale!r}", param_hint="--scale")
-    o = system.Options(dbms=dbms, scale=scale, seed=seed, db_port=db_port or None, fresh=True,
-                       run_dir=run_dir or system.DEFAULT_RUN_DIR.with_name("tierscope-rubbos-load"))
+    o = system.Options(
+        dbms=dbms,
+        scale=scale,
+        seed=seed,
+        db_port=db_port or None,
+        fresh=True,
+        run_dir=run_dir or system.DEFAULT_RUN_DIR.with_name("tierscope-rubbos-load"),
+    )
     if snapshots:
         o.snapshots = snapshots
     import shutil

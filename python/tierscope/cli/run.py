@@ -10,22 +10,37 @@ from rich.console import Console
 
 
 def run(
-    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Experiment spec (TOML; see docs/spec.md), or the "
-                                     "name of a shipped preset: demo, demo-alternating, tpcw-memory."),
+    spec_path: Path = typer.Argument(
+        ...,
+        metavar="SPEC",
+        help="Experiment spec (TOML; see docs/spec.md), or the "
+        "name of a shipped preset: demo, demo-alternating, tpcw-memory.",
+    ),
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/<run>/<point>/."),
     resume: bool = typer.Option(False, "--resume", help="Skip points that finished in an earlier run."),
     run_name: str | None = typer.Option(None, "--name", help="Run name (default: the spec's name)."),
-    loopback: bool = typer.Option(False, "--loopback", help="Run every server on loopback without limits "
-                                  "(what is lost is printed), instead of namespaced hosts."),
-    hosts: Path | None = typer.Option(None, "--hosts", metavar="INVENTORY",
-                                      help="Run on real hosts over SSH, deployed with Ansible: an Ansible YAML "
-                                      "inventory whose groups web/app/middleware/db/client say which host runs "
-                                      "which tier (docs/remote.md). The playbooks are written into the run "
-                                      "directory; clocks are checked first."),
+    loopback: bool = typer.Option(
+        False,
+        "--loopback",
+        help="Run every server on loopback without limits (what is lost is printed), instead of namespaced hosts.",
+    ),
+    hosts: Path | None = typer.Option(
+        None,
+        "--hosts",
+        metavar="INVENTORY",
+        help="Run on real hosts over SSH, deployed with Ansible: an Ansible YAML "
+        "inventory whose groups web/app/middleware/db/client say which host runs "
+        "which tier (docs/remote.md). The playbooks are written into the run "
+        "directory; clocks are checked first.",
+    ),
     no_report: bool = typer.Option(False, "--no-report", help="Do not analyse nor write report.html."),
-    json_out: str | None = typer.Option(None, "--json", metavar="FILE",
-                                        help="Also write the verdict and the points' outcome as JSON to FILE "
-                                        "('-' for stdout; the terminal output then goes to stderr)."),
+    json_out: str | None = typer.Option(
+        None,
+        "--json",
+        metavar="FILE",
+        help="Also write the verdict and the points' outcome as JSON to FILE "
+        "('-' for stdout; the terminal output then goes to stderr).",
+    ),
 ) -> None:
     """Run an experiment spec: every sweep point, then the report naming the bottleneck.
 
@@ -46,8 +61,16 @@ def run(
             spec_path = preset(str(spec_path))
         except FileNotFoundError:
             pass  # execute() reports the missing file
-    code = execute(spec_path, out, resume=resume, run_name=run_name, mode="loopback" if loopback else "auto",
-                   report=not no_report, json_out=json_out, hosts=hosts)
+    code = execute(
+        spec_path,
+        out,
+        resume=resume,
+        run_name=run_name,
+        mode="loopback" if loopback else "auto",
+        report=not no_report,
+        json_out=json_out,
+        hosts=hosts,
+    )
     raise typer.Exit(code)
 
 
@@ -70,9 +93,18 @@ def changed_spec(spec_path: Path, changes: dict):
     return spec_from_dict(raw, where=str(spec_path), name=raw.get("name", spec_path.stem))
 
 
-def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str | None = None, mode: str = "auto",
-            report: bool = True, json_out: str | None = None, changes: dict | None = None,
-            hosts: Path | None = None) -> int:
+def execute(
+    spec_path: Path,
+    out: Path,
+    *,
+    resume: bool = False,
+    run_name: str | None = None,
+    mode: str = "auto",
+    report: bool = True,
+    json_out: str | None = None,
+    changes: dict | None = None,
+    hosts: Path | None = None,
+) -> int:
     """Load the spec, run it with the live display, print the outcome; returns the exit status.
     `changes` (dotted key -> value) replace keys of the spec file before it is validated; `hosts`
     (an inventory) runs it on real hosts (tierscope.remote)."""
@@ -98,14 +130,16 @@ def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str |
             from tierscope.remote.run import run_remote
 
             try:
-                result = run_remote(spec, out, hosts, resume=resume, run_name=run_name, progress=progress,
-                                    report=report)
+                result = run_remote(
+                    spec, out, hosts, resume=resume, run_name=run_name, progress=progress, report=report
+                )
             except RemoteError as err:
                 Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
                 return _output.BAD_INPUT
         else:
-            result = run_experiment(spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress,
-                                    report=report)
+            result = run_experiment(
+                spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress, report=report
+            )
     console.print(f"run directory: {result.dir}")
     console.print(f"points: {len(result.done)} done, {len(result.failed)} failed, {len(result.skipped)} skipped")
     for pid, reason in result.failed:
@@ -125,9 +159,13 @@ def execute(spec_path: Path, out: Path, *, resume: bool = False, run_name: str |
         console.print(f"report: {result.report}")
     if json_out is not None:
         doc = _output.verdict_document(result.data, result.summary) if result.summary is not None else {}
-        doc["run"] = {"dir": str(result.dir), "done": result.done, "skipped": result.skipped,
-                      "failed": [{"point": p, "reason": r} for p, r in result.failed],
-                      "report": str(result.report) if result.report else None}
+        doc["run"] = {
+            "dir": str(result.dir),
+            "done": result.done,
+            "skipped": result.skipped,
+            "failed": [{"point": p, "reason": r} for p, r in result.failed],
+            "report": str(result.report) if result.report else None,
+        }
         where = _output.write_document(doc, json_out)
         if where != "stdout":
             console.print(f"wrote {where}")

@@ -15,7 +15,9 @@ def trace(
     capture: Optional[Path] = typer.Argument(None, help="Capture file (pcap/pcapng) written by tcpdump."),
     output: Path = typer.Option(Path("requests.parquet"), "-o", "--output", help="Requests table to write (Parquet)."),
     server_map: Optional[Path] = typer.Option(
-        None, "--server-map", help="Server map file: lines `address:port tier server protocol` (protocol optional: http, postgres, mysql; `*` = any address)."
+        None,
+        "--server-map",
+        help="Server map file: lines `address:port tier server protocol` (protocol optional: http, postgres, mysql; `*` = any address).",
     ),
     live: Optional[str] = typer.Option(None, "--live", help="Capture live from this interface (e.g. lo) with tcpdump."),
     filter: str = typer.Option("tcp", "--filter", help="BPF filter for --live, e.g. 'tcp port 80 or tcp port 5432'."),

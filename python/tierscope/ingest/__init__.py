@@ -18,8 +18,17 @@ from tierscope.ingest.detect import detect
 from tierscope.ingest.registry import Format, formats, register_format
 from tierscope.ingest.result import FormatError, ImportResult, RequestSink
 
-__all__ = ["Format", "FormatError", "ImportResult", "RequestSink", "detect", "formats", "load", "load_file",
-           "register_format"]
+__all__ = [
+    "Format",
+    "FormatError",
+    "ImportResult",
+    "RequestSink",
+    "detect",
+    "formats",
+    "load",
+    "load_file",
+    "register_format",
+]
 
 
 def load_file(path: str | Path, format: str | None = None, **options) -> ImportResult:

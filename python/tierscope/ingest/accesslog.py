@@ -33,33 +33,56 @@ from tierscope.ingest.registry import Format, register_format
 from tierscope.ingest.result import FormatError, RequestSink
 
 #: The format `tierscope.services.nginx` configures (kept equal to it; tested).
-NGINX_FORMAT = ('$remote_addr $msec $request_time $upstream_response_time $request_id $status '
-                '$body_bytes_sent $request_length $connection $connection_requests "$request"')
+NGINX_FORMAT = (
+    "$remote_addr $msec $request_time $upstream_response_time $request_id $status "
+    '$body_bytes_sent $request_length $connection $connection_requests "$request"'
+)
 APACHE_FORMAT = '%{begin:usec}t %D %>s %I %O %a:%{remote}p %{c}L "%r"'
 
 _NGINX_VAR = re.compile(r"\$([A-Za-z0-9_]+)")
 _APACHE_DIRECTIVE = re.compile(r"%(?:\{([^}]*)\})?[<>]?([a-zA-Z])")
 _NGINX_FIELDS = {
-    "msec": r"\d+\.\d+", "request_time": r"\d+(?:\.\d+)?", "status": r"\d{3}",
-    "request_length": r"\d+|-", "bytes_sent": r"\d+|-", "body_bytes_sent": r"\d+|-", "connection": r"\d+|-",
-    "remote_port": r"\d+|-", "connection_requests": r"\d+|-",
+    "msec": r"\d+\.\d+",
+    "request_time": r"\d+(?:\.\d+)?",
+    "status": r"\d{3}",
+    "request_length": r"\d+|-",
+    "bytes_sent": r"\d+|-",
+    "body_bytes_sent": r"\d+|-",
+    "connection": r"\d+|-",
+    "remote_port": r"\d+|-",
+    "connection_requests": r"\d+|-",
     "upstream_response_time": r"(?:[\d.]+|-)(?:(?:, | : )(?:[\d.]+|-))*",
 }
 #: Apache directive -> our field name.
 _APACHE_NAMES = {
-    ("begin:usec", "t"): "usec", ("usec", "t"): "usec", (None, "D"): "duration_us", (None, "s"): "status",
-    (None, "I"): "request_length", (None, "O"): "bytes_sent", (None, "b"): "bytes_sent", (None, "a"): "remote_addr",
-    ("remote", "p"): "remote_port", ("c", "L"): "connection", (None, "r"): "request", ("UNIQUE_ID", "e"): "request_id",
+    ("begin:usec", "t"): "usec",
+    ("usec", "t"): "usec",
+    (None, "D"): "duration_us",
+    (None, "s"): "status",
+    (None, "I"): "request_length",
+    (None, "O"): "bytes_sent",
+    (None, "b"): "bytes_sent",
+    (None, "a"): "remote_addr",
+    ("remote", "p"): "remote_port",
+    ("c", "L"): "connection",
+    (None, "r"): "request",
+    ("UNIQUE_ID", "e"): "request_id",
 }
-_APACHE_FIELDS = {"usec": r"\d+", "duration_us": r"\d+", "status": r"\d{3}", "request_length": r"\d+|-",
-                  "bytes_sent": r"\d+|-", "remote_port": r"\d+|-"}
+_APACHE_FIELDS = {
+    "usec": r"\d+",
+    "duration_us": r"\d+",
+    "status": r"\d{3}",
+    "request_length": r"\d+|-",
+    "bytes_sent": r"\d+|-",
+    "remote_port": r"\d+|-",
+}
 
 
 def _compile(fmt: str, token: re.Pattern, name_of, patterns: dict[str, str]) -> tuple[re.Pattern, list[str]]:
     """A log format string as an anchored regex; returns it and the field name of each group."""
     parts, names, pos = [], [], 0
     for m in token.finditer(fmt):
-        literal = fmt[pos:m.start()]
+        literal = fmt[pos : m.start()]
         parts.append(re.escape(literal))
         name = name_of(m)
         quoted = literal.endswith('"')
@@ -81,6 +104,7 @@ def compile_nginx(fmt: str = NGINX_FORMAT) -> tuple[re.Pattern, list[str]]:
 
 def compile_apache(fmt: str = APACHE_FORMAT) -> tuple[re.Pattern, list[str]]:
     """An Apache ``LogFormat`` string compiled to a regex; it must contain %{begin:usec}t and %D."""
+
     def name_of(m: re.Match) -> str:
         return _APACHE_NAMES.get((m.group(1), m.group(2))) or f"{m.group(1) or ''}{m.group(2)}"
 
@@ -109,8 +133,16 @@ def _label(request: str | None) -> str | None:
     return request
 
 
-def _read(path: Path, sink: RequestSink, regex: re.Pattern, names: list[str], kind: str,
-          tier: str | None, server: str | None, probe_lines: int = 20) -> None:
+def _read(
+    path: Path,
+    sink: RequestSink,
+    regex: re.Pattern,
+    names: list[str],
+    kind: str,
+    tier: str | None,
+    server: str | None,
+    probe_lines: int = 20,
+) -> None:
     tier = tier or "web"
     server = server or path.name.split(".", 1)[0]
     matched = 0
@@ -123,9 +155,11 @@ def _read(path: Path, sink: RequestSink, regex: re.Pattern, names: list[str], ki
             m = regex.match(line.rstrip("\n"))
             if m is None:
                 if matched == 0 and seen >= probe_lines:
-                    raise FormatError(f"{path}: not an {kind} access log in the expected format: none of the first "
-                                      f"{probe_lines} lines match (line 1 should look like the log format in "
-                                      f"docs/importers.md; pass --log-format for another layout)")
+                    raise FormatError(
+                        f"{path}: not an {kind} access log in the expected format: none of the first "
+                        f"{probe_lines} lines match (line 1 should look like the log format in "
+                        f"docs/importers.md; pass --log-format for another layout)"
+                    )
                 sink.skip(f"{path}:{lineno}", "line does not match the log format")
                 continue
             g = {names[i]: v for i, v in enumerate(m.groups())}
@@ -143,25 +177,46 @@ def _read(path: Path, sink: RequestSink, regex: re.Pattern, names: list[str], ki
             addr, port = g.get("remote_addr"), g.get("remote_port")
             rid = g.get("request_id")
             sink.add(
-                tier=tier, server=server, arrival_ns=arrival, departure_ns=departure,
-                request_id=rid if rid not in (None, "", "-") else None, label=_label(g.get("request")),
-                status=g.get("status"), bytes_in=_int(g.get("request_length")), bytes_out=_int(g.get("bytes_sent") or g.get("body_bytes_sent")),
-                client=f"{addr}:{port}" if addr and port and port != "-" else addr, conn=_int(g.get("connection")),
+                tier=tier,
+                server=server,
+                arrival_ns=arrival,
+                departure_ns=departure,
+                request_id=rid if rid not in (None, "", "-") else None,
+                label=_label(g.get("request")),
+                status=g.get("status"),
+                bytes_in=_int(g.get("request_length")),
+                bytes_out=_int(g.get("bytes_sent") or g.get("body_bytes_sent")),
+                client=f"{addr}:{port}" if addr and port and port != "-" else addr,
+                conn=_int(g.get("connection")),
             )
     if matched == 0 and seen > 0:
-        raise FormatError(f"{path}: not an {kind} access log in the expected format: no line matches "
-                          f"(see docs/importers.md; pass --log-format for another layout)")
+        raise FormatError(
+            f"{path}: not an {kind} access log in the expected format: no line matches "
+            f"(see docs/importers.md; pass --log-format for another layout)"
+        )
 
 
-def read_nginx(path: Path, sink: RequestSink, log_format: str | None = None, tier: str | None = None,
-               server: str | None = None, **_options) -> None:
+def read_nginx(
+    path: Path,
+    sink: RequestSink,
+    log_format: str | None = None,
+    tier: str | None = None,
+    server: str | None = None,
+    **_options,
+) -> None:
     """Stream an nginx access log (format `NGINX_FORMAT` unless `log_format` is given) into `sink`."""
     regex, names = compile_nginx(log_format or NGINX_FORMAT)
     _read(Path(path), sink, regex, names, "nginx", tier, server)
 
 
-def read_apache(path: Path, sink: RequestSink, log_format: str | None = None, tier: str | None = None,
-                server: str | None = None, **_options) -> None:
+def read_apache(
+    path: Path,
+    sink: RequestSink,
+    log_format: str | None = None,
+    tier: str | None = None,
+    server: str | None = None,
+    **_options,
+) -> None:
     """Stream an Apache access log (format `APACHE_FORMAT` unless `log_format` is given) into `sink`."""
     regex, names = compile_apache(log_format or APACHE_FORMAT)
     _read(Path(path), sink, regex, names, "apache", tier, server)

@@ -16,8 +16,9 @@ def detect(path: str | Path) -> str:
     """The name of the format of `path`; FormatError naming the known formats when none fits."""
     path = Path(path)
     if path.is_dir():
-        raise FormatError(f"{path}: is a directory; give trace or log files (a run directory goes to "
-                          f"`tierscope report {path}`)")
+        raise FormatError(
+            f"{path}: is a directory; give trace or log files (a run directory goes to `tierscope report {path}`)"
+        )
     if not path.is_file():
         raise FormatError(f"{path}: no such file")
     head = _json.head(path)
@@ -31,5 +32,7 @@ def detect(path: str | Path) -> str:
             continue
     first = head.decode("utf-8", "replace").lstrip().splitlines()[:1]
     shown = (first[0][:80] + "…") if first and len(first[0]) > 80 else (first[0] if first else "(empty file)")
-    raise FormatError(f"{path}: format not recognised (starts with {shown!r}); known formats: "
-                      f"{', '.join(names)}; pass --format to choose one")
+    raise FormatError(
+        f"{path}: format not recognised (starts with {shown!r}); known formats: "
+        f"{', '.join(names)}; pass --format to choose one"
+    )

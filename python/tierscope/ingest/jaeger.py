@@ -90,8 +90,13 @@ def _span(span: dict, processes: dict, service_of: dict, sink: RequestSink) -> N
         tier = service
         server = ptags.get("hostname") or ptags.get("ip") or service
     elif kind == "client":
-        tier = tags.get("peer.service") or tags.get("db.system") or tags.get("peer.hostname") \
-            or tags.get("server.address") or f"{service}-downstream"
+        tier = (
+            tags.get("peer.service")
+            or tags.get("db.system")
+            or tags.get("peer.hostname")
+            or tags.get("server.address")
+            or f"{service}-downstream"
+        )
         host = tags.get("peer.hostname") or tags.get("server.address") or tags.get("peer.ipv4")
         port = tags.get("peer.port") or tags.get("server.port")
         server = f"{host}:{port}" if host and port else (host or tier)
@@ -102,14 +107,24 @@ def _span(span: dict, processes: dict, service_of: dict, sink: RequestSink) -> N
     if status is None:
         status = "ERROR" if tags.get("error") in (True, "true") else "OK"
     sink.add(
-        tier=str(tier), server=str(server), arrival_ns=start_us * 1000, departure_ns=(start_us + dur_us) * 1000,
-        request_id=span_id, parent_id=parent, label=span.get("operationName"), status=str(status), kind=kind,
+        tier=str(tier),
+        server=str(server),
+        arrival_ns=start_us * 1000,
+        departure_ns=(start_us + dur_us) * 1000,
+        request_id=span_id,
+        parent_id=parent,
+        label=span.get("operationName"),
+        status=str(status),
+        kind=kind,
     )
 
 
 def sniff(head: bytes) -> bool:
-    return head.lstrip()[:1] in (b"{", b"[") and b'"traceID"' in head and (
-        b'"operationName"' in head or b'"processes"' in head)
+    return (
+        head.lstrip()[:1] in (b"{", b"[")
+        and b'"traceID"' in head
+        and (b'"operationName"' in head or b'"processes"' in head)
+    )
 
 
 def read(path: Path, sink: RequestSink, **_options) -> None:
@@ -131,8 +146,10 @@ def read(path: Path, sink: RequestSink, **_options) -> None:
         with open(path, "rb") as f:  # one trace object: small by nature
             read_trace(json.load(f), f"{path}:$", sink)
         return
-    raise FormatError(f"{path}: not Jaeger JSON: expected {{\"data\": [traces]}}, a list of traces, or one trace "
-                      f"object with traceID, spans and processes")
+    raise FormatError(
+        f'{path}: not Jaeger JSON: expected {{"data": [traces]}}, a list of traces, or one trace '
+        f"object with traceID, spans and processes"
+    )
 
 
 FORMAT = register_format(Format(NAME, "Jaeger JSON (UI download, query API)", sniff, read))

@@ -39,9 +39,18 @@ from tierscope.ingest.result import FormatError, RequestSink
 
 NAME = "otlp"
 _KINDS = {
-    1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer", 0: "unspecified",
-    "SPAN_KIND_INTERNAL": "internal", "SPAN_KIND_SERVER": "server", "SPAN_KIND_CLIENT": "client",
-    "SPAN_KIND_PRODUCER": "producer", "SPAN_KIND_CONSUMER": "consumer", "SPAN_KIND_UNSPECIFIED": "unspecified",
+    1: "internal",
+    2: "server",
+    3: "client",
+    4: "producer",
+    5: "consumer",
+    0: "unspecified",
+    "SPAN_KIND_INTERNAL": "internal",
+    "SPAN_KIND_SERVER": "server",
+    "SPAN_KIND_CLIENT": "client",
+    "SPAN_KIND_PRODUCER": "producer",
+    "SPAN_KIND_CONSUMER": "consumer",
+    "SPAN_KIND_UNSPECIFIED": "unspecified",
 }
 _TOP_KEYS = ("resourceSpans", "resource_spans", "batches")
 _SCOPE_KEYS = ("scopeSpans", "scope_spans", "instrumentationLibrarySpans", "instrumentation_library_spans")
@@ -179,25 +188,44 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
     if kind == "server":
         if not service:
             raise ValueError(_NO_SERVICE)
-        server = instance or _addr(attrs, ("server.address", "net.host.name"), ("server.port", "net.host.port")) or service
+        server = (
+            instance or _addr(attrs, ("server.address", "net.host.name"), ("server.port", "net.host.port")) or service
+        )
         tier = service
     elif kind == "client":
-        tier = attrs.get("peer.service") or attrs.get("db.system.name") or attrs.get("db.system") \
-            or attrs.get("server.address") or attrs.get("net.peer.name")
+        tier = (
+            attrs.get("peer.service")
+            or attrs.get("db.system.name")
+            or attrs.get("db.system")
+            or attrs.get("server.address")
+            or attrs.get("net.peer.name")
+        )
         if not tier:
             tier = f"{service or 'unknown'}-downstream"
-        server = _addr(attrs, ("server.address", "net.peer.name", "net.sock.peer.addr"),
-                       ("server.port", "net.peer.port", "net.sock.peer.port")) or str(tier)
+        server = _addr(
+            attrs,
+            ("server.address", "net.peer.name", "net.sock.peer.addr"),
+            ("server.port", "net.peer.port", "net.sock.peer.port"),
+        ) or str(tier)
     else:
         sink.note_seen()
         return
     sink.add(
-        tier=str(tier), server=str(server), arrival_ns=start, departure_ns=end, request_id=span_id,
-        parent_id=parent, label=span.get("name"), status=_status(attrs, span),
+        tier=str(tier),
+        server=str(server),
+        arrival_ns=start,
+        departure_ns=end,
+        request_id=span_id,
+        parent_id=parent,
+        label=span.get("name"),
+        status=_status(attrs, span),
         bytes_in=_int_or_none(attrs.get("http.request.body.size")),
         bytes_out=_int_or_none(attrs.get("http.response.body.size")),
-        client=_addr(attrs, ("client.address", "net.sock.peer.addr", "net.peer.ip"), ("client.port", "net.sock.peer.port"))
-        if kind == "server" else None,
+        client=_addr(
+            attrs, ("client.address", "net.sock.peer.addr", "net.peer.ip"), ("client.port", "net.sock.peer.port")
+        )
+        if kind == "server"
+        else None,
         kind=kind,
     )
 
@@ -205,8 +233,11 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
 def sniff(head: bytes) -> bool:
     if head.lstrip()[:1] not in (b"{", b"["):
         return False
-    return (b'"resourceSpans"' in head or b'"resource_spans"' in head
-            or (b'"batches"' in head and (b'"scopeSpans"' in head or b'"instrumentationLibrarySpans"' in head)))
+    return (
+        b'"resourceSpans"' in head
+        or b'"resource_spans"' in head
+        or (b'"batches"' in head and (b'"scopeSpans"' in head or b'"instrumentationLibrarySpans"' in head))
+    )
 
 
 def read(path: Path, sink: RequestSink, **_options) -> None:
@@ -219,8 +250,10 @@ def read(path: Path, sink: RequestSink, **_options) -> None:
             items = _find_resource_spans(doc)
             if items is None:
                 if not any_ok and sink.records == 0:
-                    raise FormatError(f"{where}: not OTLP JSON: expected an object with a resourceSpans list, "
-                                      f"got keys {sorted(doc)[:5] if isinstance(doc, dict) else type(doc).__name__}")
+                    raise FormatError(
+                        f"{where}: not OTLP JSON: expected an object with a resourceSpans list, "
+                        f"got keys {sorted(doc)[:5] if isinstance(doc, dict) else type(doc).__name__}"
+                    )
                 sink.skip(where, "no resourceSpans list")
                 continue
             any_ok = True
@@ -230,8 +263,10 @@ def read(path: Path, sink: RequestSink, **_options) -> None:
         return
     prefix = _json.find_array(path, _TOP_KEYS)
     if prefix is None:
-        raise FormatError(f"{path}: not OTLP JSON: no resourceSpans (or batches) list found in the first "
-                          f"10,000 JSON tokens; expected {{\"resourceSpans\": [...]}} as the file exporter writes")
+        raise FormatError(
+            f"{path}: not OTLP JSON: no resourceSpans (or batches) list found in the first "
+            f'10,000 JSON tokens; expected {{"resourceSpans": [...]}} as the file exporter writes'
+        )
     _read_document(path, prefix, sink)
 
 
@@ -411,8 +446,9 @@ def _read_document(path: Path, prefix: str, sink: RequestSink) -> None:
                         elements += 1
         except ijson.JSONError as err:
             if not spans_read and not elements:
-                raise FormatError(f"{path}: not OTLP JSON: JSON syntax error before the first complete span "
-                                  f"({err})") from None
+                raise FormatError(
+                    f"{path}: not OTLP JSON: JSON syntax error before the first complete span ({err})"
+                ) from None
             # The cut first (only the first few skip locations are kept), then the spans of an element
             # whose resource was to come after them: CLIENT spans and the parent links still count.
             sink.skip(where(), f"JSON syntax error, rest of file unread ({err})")

@@ -22,17 +22,19 @@ def client_to_requests(batch: pa.Table) -> pa.Table:
     n = batch.num_rows
     status = batch.column("status").cast(pa.string()) if "status" in batch.column_names else pa.nulls(n, pa.string())
     user = batch.column("user").cast(pa.string())
-    table = pa.table({
-        "tier": pa.array(["client"] * n, pa.string()),
-        "server": pa.array(["generator"] * n, pa.string()),
-        "label": batch.column("state"),
-        "arrival_ns": batch.column("start_ns"),
-        "departure_ns": batch.column("end_ns"),
-        "status": status,
-        "bytes_out": batch.column("bytes") if "bytes" in batch.column_names else pa.nulls(n, pa.int64()),
-        "client": pc.binary_join_element_wise("user", user, ""),
-        "source": pa.array(["client_requests"] * n, pa.string()),
-    })
+    table = pa.table(
+        {
+            "tier": pa.array(["client"] * n, pa.string()),
+            "server": pa.array(["generator"] * n, pa.string()),
+            "label": batch.column("state"),
+            "arrival_ns": batch.column("start_ns"),
+            "departure_ns": batch.column("end_ns"),
+            "status": status,
+            "bytes_out": batch.column("bytes") if "bytes" in batch.column_names else pa.nulls(n, pa.int64()),
+            "client": pc.binary_join_element_wise("user", user, ""),
+            "source": pa.array(["client_requests"] * n, pa.string()),
+        }
+    )
     return conform(table, "requests")
 
 
@@ -51,8 +53,10 @@ def read(path: Path, sink: RequestSink, **_options) -> None:
     elif required_cli <= cols:
         convert = client_to_requests
     else:
-        raise FormatError(f"{path}: Parquet, but neither a requests table (needs {sorted(required_req)}) nor "
-                          f"client_requests (needs {sorted(required_cli)}); it has {sorted(cols)[:12]}")
+        raise FormatError(
+            f"{path}: Parquet, but neither a requests table (needs {sorted(required_req)}) nor "
+            f"client_requests (needs {sorted(required_cli)}); it has {sorted(cols)[:12]}"
+        )
     for batch in pf.iter_batches(batch_size=262_144):
         sink.add_table(convert(pa.Table.from_batches([batch])))
 

@@ -63,10 +63,24 @@ class ImportResult:
 
 
 #: The columns importers fill (the rest of `REQUESTS`, e.g. the tracer's, are added as nulls at the end).
-_FILLED = ("tier", "server", "request_id", "parent_id", "label", "arrival_ns", "departure_ns", "status", "bytes_in",
-           "bytes_out", "client", "conn", "source")
-_WORK_SCHEMA = pa.schema([REQUESTS.field(n) for n in _FILLED]
-                         + [pa.field(_KIND, pa.string()), pa.field(_SPAN, pa.string())])
+_FILLED = (
+    "tier",
+    "server",
+    "request_id",
+    "parent_id",
+    "label",
+    "arrival_ns",
+    "departure_ns",
+    "status",
+    "bytes_in",
+    "bytes_out",
+    "client",
+    "conn",
+    "source",
+)
+_WORK_SCHEMA = pa.schema(
+    [REQUESTS.field(n) for n in _FILLED] + [pa.field(_KIND, pa.string()), pa.field(_SPAN, pa.string())]
+)
 
 
 class RequestSink:

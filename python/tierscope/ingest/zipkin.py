@@ -61,19 +61,28 @@ def read_span(span: Any, where: str, sink: RequestSink) -> None:
         else:
             sink.note_seen()
             return
-        status = tags.get("http.status_code") or tags.get("http.response.status_code") or (
-            "ERROR" if "error" in tags else "OK")
+        status = (
+            tags.get("http.status_code")
+            or tags.get("http.response.status_code")
+            or ("ERROR" if "error" in tags else "OK")
+        )
         sink.add(
-            tier=str(tier), server=str(server), arrival_ns=start_us * 1000, departure_ns=(start_us + dur_us) * 1000,
-            request_id=span_id, parent_id=parent, label=span.get("name"), status=str(status), kind=kind,
+            tier=str(tier),
+            server=str(server),
+            arrival_ns=start_us * 1000,
+            departure_ns=(start_us + dur_us) * 1000,
+            request_id=span_id,
+            parent_id=parent,
+            label=span.get("name"),
+            status=str(status),
+            kind=kind,
         )
     except (ValueError, TypeError, KeyError) as err:
         sink.skip(where, str(err))
 
 
 def sniff(head: bytes) -> bool:
-    return head.lstrip()[:1] == b"[" and b'"traceId"' in head and (
-        b'"localEndpoint"' in head or b'"timestamp"' in head)
+    return head.lstrip()[:1] == b"[" and b'"traceId"' in head and (b'"localEndpoint"' in head or b'"timestamp"' in head)
 
 
 def read(path: Path, sink: RequestSink, **_options) -> None:

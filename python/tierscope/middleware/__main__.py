@@ -31,38 +31,74 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m tierscope.middleware",
         description="A C-JDBC-like RAIDb-1 clustering middleware speaking the PostgreSQL protocol.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--listen", required=True, metavar="ADDR:PORT", help="address and port clients connect to")
-    ap.add_argument("--backend", action="append", required=True, metavar="HOST:PORT",
-                    help="a PostgreSQL server (repeat; the order is the LPRF order)")
+    ap.add_argument(
+        "--backend",
+        action="append",
+        required=True,
+        metavar="HOST:PORT",
+        help="a PostgreSQL server (repeat; the order is the LPRF order)",
+    )
     ap.add_argument("--db", default="rubbos", metavar="NAME", help="the database served (default: rubbos)")
-    ap.add_argument("--user", default="postgres", help="the user the middleware connects to the backends as "
-                    "(trust authentication; default: postgres)")
+    ap.add_argument(
+        "--user",
+        default="postgres",
+        help="the user the middleware connects to the backends as (trust authentication; default: postgres)",
+    )
     ap.add_argument("--pool", type=int, default=16, help="connections to each backend at most (default: 16)")
-    ap.add_argument("--policy", choices=balance.POLICIES, default=balance.LPRF,
-                    help="read balancing: lprf = Least-Pending-Requests-First (default), rr = round robin, "
-                    "wrr = weighted round robin (--weights), lrt = least (pending + 1) x recent read latency, "
-                    "aware = least expected wait (the expected remaining service of the reads in flight, by "
-                    "their statements' moving-average service times: away from replicas busy with heavy queries)")
-    ap.add_argument("--weights", metavar="W,W,...", help="with wrr: one weight per --backend, in order "
-                    "(default: all 1)")
-    ap.add_argument("--labels", action="store_true",
-                    help="keep per-statement service times and heavy reads per backend under any policy "
-                    "(aware always does); they go to --stats")
-    ap.add_argument("--heavy-factor", type=float, default=10.0, metavar="K",
-                    help="a statement is heavy when its average service time is more than K times the typical "
-                    "read's (the median over the reads; default: 10)")
-    ap.add_argument("--series-interval", type=float, default=0.05, metavar="S",
-                    help="sample pending requests, heavy reads in flight and reads done per backend every S "
-                    "seconds into the stats' series (the last hour at 50 ms; 0: off; default: 0.05)")
-    ap.add_argument("--wait", choices=WAITS, default="first",
-                    help="answer a write after the first backend succeeded (default) or after all finished")
-    ap.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
-                    help="the event loop: uvloop (libuv, faster) or asyncio's own; auto = uvloop when it is "
-                    "installed (default)")
+    ap.add_argument(
+        "--policy",
+        choices=balance.POLICIES,
+        default=balance.LPRF,
+        help="read balancing: lprf = Least-Pending-Requests-First (default), rr = round robin, "
+        "wrr = weighted round robin (--weights), lrt = least (pending + 1) x recent read latency, "
+        "aware = least expected wait (the expected remaining service of the reads in flight, by "
+        "their statements' moving-average service times: away from replicas busy with heavy queries)",
+    )
+    ap.add_argument(
+        "--weights", metavar="W,W,...", help="with wrr: one weight per --backend, in order (default: all 1)"
+    )
+    ap.add_argument(
+        "--labels",
+        action="store_true",
+        help="keep per-statement service times and heavy reads per backend under any policy "
+        "(aware always does); they go to --stats",
+    )
+    ap.add_argument(
+        "--heavy-factor",
+        type=float,
+        default=10.0,
+        metavar="K",
+        help="a statement is heavy when its average service time is more than K times the typical "
+        "read's (the median over the reads; default: 10)",
+    )
+    ap.add_argument(
+        "--series-interval",
+        type=float,
+        default=0.05,
+        metavar="S",
+        help="sample pending requests, heavy reads in flight and reads done per backend every S "
+        "seconds into the stats' series (the last hour at 50 ms; 0: off; default: 0.05)",
+    )
+    ap.add_argument(
+        "--wait",
+        choices=WAITS,
+        default="first",
+        help="answer a write after the first backend succeeded (default) or after all finished",
+    )
+    ap.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="the event loop: uvloop (libuv, faster) or asyncio's own; auto = uvloop when it is installed (default)",
+    )
     ap.add_argument("--stats", metavar="PATH", help="write the counts as JSON here on exit")
-    ap.add_argument("--connect-timeout", type=float, default=10.0,
-                    help="seconds to wait for the backends at start (default: 10)")
+    ap.add_argument(
+        "--connect-timeout", type=float, default=10.0, help="seconds to wait for the backends at start (default: 10)"
+    )
     args = ap.parse_args(argv)
     host, sep, port = args.listen.rpartition(":")
     if not sep or not port.isdigit() or not host:
@@ -80,8 +116,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.weight_list = [float(w) for w in args.weights.split(",")]
         except ValueError:
             ap.error(f"--weights {args.weights!r}: expected numbers separated by commas")
-        if len(args.weight_list) != len(args.backend) or any(w < 0 for w in args.weight_list) \
-                or not any(w > 0 for w in args.weight_list):
+        if (
+            len(args.weight_list) != len(args.backend)
+            or any(w < 0 for w in args.weight_list)
+            or not any(w > 0 for w in args.weight_list)
+        ):
             ap.error(f"--weights {args.weights!r}: expected {len(args.backend)} weights >= 0, one > 0")
     return args
 
@@ -94,8 +133,15 @@ async def main_async(args: argparse.Namespace) -> int:
         return 2
     for b, w in zip(backends, args.weight_list):
         b.weight = w
-    manager = RequestManager(backends, args.policy, args.wait, database=args.db, user=args.user,
-                             track_labels=args.labels, heavy_factor=args.heavy_factor)
+    manager = RequestManager(
+        backends,
+        args.policy,
+        args.wait,
+        database=args.db,
+        user=args.user,
+        track_labels=args.labels,
+        heavy_factor=args.heavy_factor,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -110,8 +156,10 @@ async def main_async(args: argparse.Namespace) -> int:
     except OSError as err:
         log(f"cannot listen on {args.listen}: {err}")
         return 1
-    log(f"listening on {args.listen}; backends {', '.join(args.backend)}; policy {args.policy}; "
-        f"wait {args.wait}; pool {args.pool}; loop {type(loop).__module__.split('.')[0]}")
+    log(
+        f"listening on {args.listen}; backends {', '.join(args.backend)}; policy {args.policy}; "
+        f"wait {args.wait}; pool {args.pool}; loop {type(loop).__module__.split('.')[0]}"
+    )
     manager.start_series(args.series_interval)
     try:
         await stop.wait()
@@ -123,9 +171,11 @@ async def main_async(args: argparse.Namespace) -> int:
         if args.stats:
             manager.write_stats(args.stats)
         s = manager.stats()
-        log(f"stopped: {s['units']} units, {s['reads']} reads "
+        log(
+            f"stopped: {s['units']} units, {s['reads']} reads "
             f"({', '.join(str(b['reads']) for b in s['backends'])} per backend), {s['writes']} writes, "
-            f"disabled: {s['disabled'] or 'none'}")
+            f"disabled: {s['disabled'] or 'none'}"
+        )
     return 0
 
 

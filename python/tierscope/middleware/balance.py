@@ -57,8 +57,9 @@ def choose_rr(next_index: int, enabled: Sequence[bool]) -> tuple[int | None, int
     return None, next_index % n if n else 0
 
 
-def choose_wrr(current: Sequence[float], weights: Sequence[float],
-               enabled: Sequence[bool]) -> tuple[int | None, list[float]]:
+def choose_wrr(
+    current: Sequence[float], weights: Sequence[float], enabled: Sequence[bool]
+) -> tuple[int | None, list[float]]:
     """Smooth weighted round robin: every enabled backend's `current` grows by its weight, the
     largest is chosen (ties: the earliest) and loses the total; returns (chosen or None, the new
     `current`). Disabled backends keep their value and take no part."""
@@ -76,8 +77,7 @@ def choose_wrr(current: Sequence[float], weights: Sequence[float],
     return best, cur
 
 
-def choose_lrt(pending: Sequence[int], latency_s: Sequence[float | None],
-               enabled: Sequence[bool]) -> int | None:
+def choose_lrt(pending: Sequence[int], latency_s: Sequence[float | None], enabled: Sequence[bool]) -> int | None:
     """Least (pending + 1) x recent read latency among the enabled backends; a backend with no
     latency yet scores 0, so each is tried once before the averages decide; ties: the earliest."""
     best, best_score = None, None
@@ -109,8 +109,13 @@ def expected_wait(inflight: Iterable[tuple], now: float, others: int = 0, typica
     return sum(expected_remaining(x[0], now - x[1]) for x in inflight) + others * typical_s
 
 
-def choose_aware(wait_s: Sequence[float], pending: Sequence[int], enabled: Sequence[bool],
-                 heavy: Sequence[int] | None = None, own_s: float | None = None) -> int | None:
+def choose_aware(
+    wait_s: Sequence[float],
+    pending: Sequence[int],
+    enabled: Sequence[bool],
+    heavy: Sequence[int] | None = None,
+    own_s: float | None = None,
+) -> int | None:
     """The enabled backend with the smallest expected wait; ties: fewer pending, then the earliest.
 
     For a heavy read (`own_s`, its expected service, and `heavy`, the heavy reads in flight per
@@ -149,8 +154,9 @@ def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float 
     return pairs[-1][0]
 
 
-def heavy_labels(service_s: Mapping[str, float], counts: Mapping[str, float], factor: float = 10.0,
-                 floor_s: float = 0.005) -> tuple[set[str], float | None]:
+def heavy_labels(
+    service_s: Mapping[str, float], counts: Mapping[str, float], factor: float = 10.0, floor_s: float = 0.005
+) -> tuple[set[str], float | None]:
     """The heavy labels and the typical service time: the typical time is the median over the
     executions (labels weighted by their counts), and a label is heavy when its average is more
     than `factor` times the typical time and above `floor_s` (nothing is heavy at sub-ms scale)."""

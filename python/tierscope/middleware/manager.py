@@ -78,9 +78,16 @@ SERIES_MAX = 72000
 
 
 class RequestManager:
-    def __init__(self, backends: list[Backend], policy: str = balance.LPRF, wait: str = WAIT_FIRST,
-                 database: str = "rubbos", user: str = "postgres", track_labels: bool = False,
-                 heavy_factor: float = 10.0):
+    def __init__(
+        self,
+        backends: list[Backend],
+        policy: str = balance.LPRF,
+        wait: str = WAIT_FIRST,
+        database: str = "rubbos",
+        user: str = "postgres",
+        track_labels: bool = False,
+        heavy_factor: float = 10.0,
+    ):
         if policy not in balance.POLICIES:
             raise ValueError(f"policy: expected one of {balance.POLICIES}, got {policy!r}")
         if wait not in WAITS:
@@ -113,8 +120,19 @@ class RequestManager:
         self.inflight: set[asyncio.Task] = set()  # writes still running on slower backends
         self.parameters: dict[str, str] = {}
         self.started = time.time()
-        self.counts = {"sessions": 0, "units": 0, "reads": 0, "writes": 0, "transaction_units": 0,
-                       "read_retries": 0, "named_statements": 0, "flushed_units": 0, "errors_to_clients": 0, "macros_rewritten": 0, "write_lock_wait_s": 0.0}
+        self.counts = {
+            "sessions": 0,
+            "units": 0,
+            "reads": 0,
+            "writes": 0,
+            "transaction_units": 0,
+            "read_retries": 0,
+            "named_statements": 0,
+            "flushed_units": 0,
+            "errors_to_clients": 0,
+            "macros_rewritten": 0,
+            "write_lock_wait_s": 0.0,
+        }
 
     def classify(self, text: str) -> str:
         """READ, WRITE or COPY for a statement text (cached by the text without its trailing
@@ -151,16 +169,18 @@ class RequestManager:
             i = balance.choose_lprf([b.pending for b in self.backends], flags)
         elif self.policy == balance.AWARE:
             now, typical = time.monotonic(), self.typical_s or 0.0
-            waits = [balance.expected_wait(b.inflight.values(), now, b.pending - len(b.inflight), typical)
-                     for b in self.backends]
+            waits = [
+                balance.expected_wait(b.inflight.values(), now, b.pending - len(b.inflight), typical)
+                for b in self.backends
+            ]
             own = self.service_s.get(label) if label in self.heavy_set else None
-            i = balance.choose_aware(waits, [b.pending for b in self.backends], flags,
-                                     [b.heavy for b in self.backends], own)
+            i = balance.choose_aware(
+                waits, [b.pending for b in self.backends], flags, [b.heavy for b in self.backends], own
+            )
         elif self.policy == balance.WRR:
             i, self._wrr_current = balance.choose_wrr(self._wrr_current, [b.weight for b in self.backends], flags)
         elif self.policy == balance.LRT:
-            i = balance.choose_lrt([b.pending for b in self.backends], [b.read_latency_s for b in self.backends],
-                                   flags)
+            i = balance.choose_lrt([b.pending for b in self.backends], [b.read_latency_s for b in self.backends], flags)
         else:
             i, self._rr_next = balance.choose_rr(self._rr_next, flags)
         if i is None:
@@ -207,8 +227,7 @@ class RequestManager:
         """Which labels are heavy now and the typical service time (every 100 reads, and when a
         label is new)."""
         self._heavy_checked = self._tokens
-        self.heavy_set, self.typical_s = balance.heavy_labels(self.service_s, self.label_counts,
-                                                              self.heavy_factor)
+        self.heavy_set, self.typical_s = balance.heavy_labels(self.service_s, self.label_counts, self.heavy_factor)
 
     # --- the series --------------------------------------------------------------------------
     def start_series(self, interval: float) -> None:
@@ -221,8 +240,14 @@ class RequestManager:
         t0 = loop.time()
 
         def tick(k: int) -> None:
-            self.series.append((round(time.time() - self.started, 3), tuple(b.pending for b in self.backends),
-                                tuple(b.heavy for b in self.backends), tuple(b.reads for b in self.backends)))
+            self.series.append(
+                (
+                    round(time.time() - self.started, 3),
+                    tuple(b.pending for b in self.backends),
+                    tuple(b.heavy for b in self.backends),
+                    tuple(b.reads for b in self.backends),
+                )
+            )
             # on the grid t0 + k x interval (no drift); a late tick skips the slots it missed
             k = max(k + 1, int((loop.time() - t0) / interval) + 1)
             self._series_handle = loop.call_at(t0 + k * interval, tick, k)
@@ -273,8 +298,9 @@ class RequestManager:
                 b.pool.release(conn)
                 break
         if not self.enabled():
-            raise NoBackend("no database backend answered: " +
-                            "; ".join(f"{b.name}: {b.disabled_reason}" for b in self.backends))
+            raise NoBackend(
+                "no database backend answered: " + "; ".join(f"{b.name}: {b.disabled_reason}" for b in self.backends)
+            )
 
     async def acquire(self, backend: Backend) -> BackendConnection:
         return await backend.pool.acquire()
@@ -288,19 +314,34 @@ class RequestManager:
             **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.counts.items()},
             "disabled": [b.name for b in self.backends if not b.enabled],
             "backends": [
-                {"name": b.name, "enabled": b.enabled, "disabled_reason": b.disabled_reason, "reads": b.reads,
-                 "weight": b.weight, "read_latency_ms": None if b.read_latency_s is None else round(1e3 * b.read_latency_s, 3),
-                 "writes": b.writes, "failed_writes": b.failed_writes, "connections_opened": b.pool.opened,
-                 "pool": b.pool.size, "heavy_reads": b.heavy_reads}
+                {
+                    "name": b.name,
+                    "enabled": b.enabled,
+                    "disabled_reason": b.disabled_reason,
+                    "reads": b.reads,
+                    "weight": b.weight,
+                    "read_latency_ms": None if b.read_latency_s is None else round(1e3 * b.read_latency_s, 3),
+                    "writes": b.writes,
+                    "failed_writes": b.failed_writes,
+                    "connections_opened": b.pool.opened,
+                    "pool": b.pool.size,
+                    "heavy_reads": b.heavy_reads,
+                }
                 for b in self.backends
             ],
-            "labels": {"tracked": self.track, "heavy_factor": self.heavy_factor,
-                       "typical_ms": None if self.typical_s is None else round(1e3 * self.typical_s, 3),
-                       "heavy": sorted(self.heavy_set),
-                       "service_ms": {k: round(1e3 * v, 3) for k, v in
-                                      sorted(self.service_s.items(), key=lambda kv: -kv[1])[:50]},
-                       "counts": {k: self.label_counts.get(k, 0) for k in
-                                  sorted(self.service_s, key=lambda k: -self.service_s[k])[:50]}},
+            "labels": {
+                "tracked": self.track,
+                "heavy_factor": self.heavy_factor,
+                "typical_ms": None if self.typical_s is None else round(1e3 * self.typical_s, 3),
+                "heavy": sorted(self.heavy_set),
+                "service_ms": {
+                    k: round(1e3 * v, 3) for k, v in sorted(self.service_s.items(), key=lambda kv: -kv[1])[:50]
+                },
+                "counts": {
+                    k: self.label_counts.get(k, 0)
+                    for k in sorted(self.service_s, key=lambda k: -self.service_s[k])[:50]
+                },
+            },
             "series": self.series_stats(),
         }
 

@@ -52,8 +52,10 @@ class BackendConnection:
             if kind == wire.AUTH:
                 code = wire.auth_request(body)
                 if code != 0:
-                    raise BackendError(f"the backend asks for authentication method {code}; the middleware "
-                                       "connects with trust authentication only")
+                    raise BackendError(
+                        f"the backend asks for authentication method {code}; the middleware "
+                        "connects with trust authentication only"
+                    )
             elif kind == wire.PARAMETER_STATUS:
                 name, value = wire.parse_parameter_status(body)
                 self.parameters[name] = value

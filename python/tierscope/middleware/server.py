@@ -93,7 +93,7 @@ class Session:
                 end = pos + 5 + wire.header_length(buf, pos)
                 if end > len(buf):  # the rest of a long message, at once
                     buf, end, pos = buf[pos:] + await self.reader.readexactly(end - len(buf)), end - pos, 0
-                msg = wire.Message(buf[pos:pos + 1], buf[pos + 5:end])
+                msg = wire.Message(buf[pos : pos + 1], buf[pos + 5 : end])
                 pos = end
                 if msg.kind == wire.TERMINATE:
                     return
@@ -126,8 +126,10 @@ class Session:
                         await self.open_step(unit, last=False)
                         unit = []
                 else:
-                    self.writer.write(wire.error(f"message type {msg.kind!r} is not supported by the middleware",
-                                                 "0A000") + wire.ready(self.status()))
+                    self.writer.write(
+                        wire.error(f"message type {msg.kind!r} is not supported by the middleware", "0A000")
+                        + wire.ready(self.status())
+                    )
                 await self.writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, wire.ProtocolError) as err:
             if isinstance(err, wire.ProtocolError):
@@ -151,13 +153,16 @@ class Session:
             if code == wire.CANCEL_REQUEST:  # not forwarded: the request runs to its end
                 return False
             if code != wire.PROTOCOL_V3:
-                self.writer.write(wire.error(f"unsupported protocol {code >> 16}.{code & 0xffff}", "0A000", "FATAL"))
+                self.writer.write(wire.error(f"unsupported protocol {code >> 16}.{code & 0xFFFF}", "0A000", "FATAL"))
                 return False
             break
         db = params.get("database") or params.get("user")
         if db != self.m.database:
-            self.writer.write(wire.error(f'database "{db}" does not exist (this middleware serves '
-                                         f'"{self.m.database}")', "3D000", "FATAL"))
+            self.writer.write(
+                wire.error(
+                    f'database "{db}" does not exist (this middleware serves "{self.m.database}")', "3D000", "FATAL"
+                )
+            )
             return False
         out = [wire.auth_ok()]
         for k, v in self.m.parameters.items():
@@ -203,8 +208,12 @@ class Session:
         kinds = [self.m.classify(t) for t in texts]
         if sqlmod.COPY in kinds:
             self.m.counts["errors_to_clients"] += 1
-            self.writer.write(wire.error("COPY is not supported by the middleware (run it on every database "
-                                         "server directly)", "0A000") + wire.ready(self.status()))
+            self.writer.write(
+                wire.error(
+                    "COPY is not supported by the middleware (run it on every database server directly)", "0A000"
+                )
+                + wire.ready(self.status())
+            )
             return
         kind = sqlmod.WRITE if sqlmod.WRITE in kinds else sqlmod.READ
         try:
@@ -256,8 +265,9 @@ class Session:
             tag = "DEALLOCATE ALL"
         else:
             if self.statements.pop(name, None) is None:
-                self.writer.write(wire.error(f'prepared statement "{name}" does not exist', "26000")
-                                  + wire.ready(self.status()))
+                self.writer.write(
+                    wire.error(f'prepared statement "{name}" does not exist', "26000") + wire.ready(self.status())
+                )
                 return True
             tag = "DEALLOCATE"
         self.writer.write(wire.command_complete(tag) + wire.ready(self.status()))
@@ -357,8 +367,9 @@ class Session:
                     plan.append(("sent", k, PASS, ""))
         return Outgoing(b"".join(parts), plan, slot)
 
-    async def execute(self, backend: Backend, conn: BackendConnection, out: Outgoing, sink=None,
-                      plan: ReplyPlan | None = None) -> Result:
+    async def execute(
+        self, backend: Backend, conn: BackendConnection, out: Outgoing, sink=None, plan: ReplyPlan | None = None
+    ) -> Result:
         """Send a unit (or the part of it up to a Flush, continuing `plan`) on one connection and
         read the answers due; with `sink`, the answers the client must see are passed to it as
         they come, else they are kept in the Result."""
@@ -383,16 +394,16 @@ class Session:
                 end = pos + 5 + wire.header_length(buf, pos) if len(buf) - pos >= 5 else 0
                 if end:
                     if end <= len(buf):
-                        kind = buf[pos:pos + 1]
+                        kind = buf[pos : pos + 1]
                         passed, after = reply(kind)
                         if kind in _NOTED:
                             if kind == wire.ERROR:
                                 res.ok = False
-                                res.error = res.error or wire.error_text(buf[pos + 5:end])
+                                res.error = res.error or wire.error_text(buf[pos + 5 : end])
                             elif kind == wire.COMMAND_COMPLETE:
-                                res.tags.append(wire.command_tag(buf[pos + 5:end]))
+                                res.tags.append(wire.command_tag(buf[pos + 5 : end]))
                             else:
-                                res.status = buf[pos + 5:pos + 6]
+                                res.status = buf[pos + 5 : pos + 6]
                                 conn.status = res.status
                         if passed:
                             if run < 0:
@@ -545,8 +556,9 @@ class Session:
             self.writes_end(b)
             b.write_finished()
 
-    async def broadcast(self, lease: list[tuple[Backend, BackendConnection]], out: Outgoing,
-                        answer: asyncio.Future) -> None:
+    async def broadcast(
+        self, lease: list[tuple[Backend, BackendConnection]], out: Outgoing, answer: asyncio.Future
+    ) -> None:
         """Run a write unit on every leased backend; answer the client by the wait policy (the first
         backend to succeed, or all), then settle the unit."""
         finished_here: set[str] = set()
@@ -608,8 +620,9 @@ class Session:
                     r.backend.failed_writes += 1
                     self.m.disable(r.backend, f"write failed where {chosen.backend.name} succeeded: {r.error}")
                 elif r.tags != chosen.tags:
-                    self.m.disable(r.backend, f"write result {r.tags} differs from {chosen.backend.name}'s "
-                                              f"{chosen.tags}")
+                    self.m.disable(
+                        r.backend, f"write result {r.tags} differs from {chosen.backend.name}'s {chosen.tags}"
+                    )
         elif all(r.broken for r in results):
             for r in results:
                 self.m.disable(r.backend, f"write failed: {r.error}")
@@ -645,9 +658,13 @@ class Session:
         self.writes_begin(lease)
         self.m.counts["writes"] += 1
         self.m.counts["flushed_units"] += 1
-        self.open = OpenUnit(lease, pinned, datetime.now(UTC),
-                             {b.name: ReplyPlan() for b, _ in lease},
-                             {b.name: Result(b, c) for b, c in lease})
+        self.open = OpenUnit(
+            lease,
+            pinned,
+            datetime.now(UTC),
+            {b.name: ReplyPlan() for b, _ in lease},
+            {b.name: Result(b, c) for b, c in lease},
+        )
 
     async def open_step(self, msgs: list[wire.Message], last: bool) -> None:
         ou = self.open

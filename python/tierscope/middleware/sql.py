@@ -20,8 +20,18 @@ COPY = "copy"  # not supported by the middleware
 READ_STARTS = frozenset(("SELECT", "SHOW", "VALUES", "TABLE"))
 #: words that make a SELECT a write: row locks, SELECT INTO, sequence and lock functions
 LOCKING = ("FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE")
-WRITE_FUNCTIONS = frozenset(("NEXTVAL", "SETVAL", "PG_ADVISORY_LOCK", "PG_ADVISORY_XACT_LOCK", "LO_CREATE",
-                             "LO_UNLINK", "PG_TERMINATE_BACKEND", "PG_CANCEL_BACKEND"))
+WRITE_FUNCTIONS = frozenset(
+    (
+        "NEXTVAL",
+        "SETVAL",
+        "PG_ADVISORY_LOCK",
+        "PG_ADVISORY_XACT_LOCK",
+        "LO_CREATE",
+        "LO_UNLINK",
+        "PG_TERMINATE_BACKEND",
+        "PG_CANCEL_BACKEND",
+    )
+)
 DATA_CHANGING = frozenset(("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "CREATE", "DROP", "ALTER"))
 
 
@@ -70,14 +80,14 @@ def tokens(sql: str) -> Iterator[Token]:
                         continue
                     break
                 j += 1
-            yield Token("string", sql[i:j + 1], i, min(j + 1, n))
+            yield Token("string", sql[i : j + 1], i, min(j + 1, n))
             i = j + 1
         elif c == '"':
             j = sql.find('"', i + 1)
             while j >= 0 and sql.startswith('""', j):
                 j = sql.find('"', j + 2)
             j = n - 1 if j < 0 else j
-            yield Token("word", sql[i:j + 1], i, j + 1)  # a quoted identifier never matches a keyword
+            yield Token("word", sql[i : j + 1], i, j + 1)  # a quoted identifier never matches a keyword
             i = j + 1
         elif c == "$":
             m = _DOLLAR_TAG.match(sql, i)
@@ -135,8 +145,10 @@ def _locks(words: list[str]) -> bool:
 
 
 def _calls_writer(toks: list[Token]) -> bool:
-    return any(t.kind == "word" and t.text in WRITE_FUNCTIONS and i + 1 < len(toks) and toks[i + 1].text == "("
-               for i, t in enumerate(toks))
+    return any(
+        t.kind == "word" and t.text in WRITE_FUNCTIONS and i + 1 < len(toks) and toks[i + 1].text == "("
+        for i, t in enumerate(toks)
+    )
 
 
 def _select_into(toks: list[Token]) -> bool:
@@ -233,12 +245,13 @@ def rewrite_macros(sql: str, at: datetime) -> tuple[str, int]:
         if first is None and not (t.kind == "punct" and t.text == "("):
             first = t.text
         spec = MACROS.get(t.text) if t.kind == "word" else None
-        if (spec is None or first not in REWRITE_IN
-                or (prev is not None and prev.text == ".")):  # a column like t.now is no macro
+        if (
+            spec is None or first not in REWRITE_IN or (prev is not None and prev.text == ".")
+        ):  # a column like t.now is no macro
             i += 1
             continue
         call, typ = spec
-        nxt = toks[i + 1:i + 4]
+        nxt = toks[i + 1 : i + 4]
         if call:
             if len(nxt) >= 2 and nxt[0].text == "(" and nxt[1].text == ")":
                 edits.append((t.start, nxt[1].end, macro_literal(typ, at)))

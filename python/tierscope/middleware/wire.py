@@ -17,14 +17,38 @@ MAX_MESSAGE = 1 << 30
 
 # frontend message types
 QUERY, PARSE, BIND, DESCRIBE, EXECUTE, CLOSE, SYNC, FLUSH, TERMINATE = (
-    b"Q", b"P", b"B", b"D", b"E", b"C", b"S", b"H", b"X")
+    b"Q",
+    b"P",
+    b"B",
+    b"D",
+    b"E",
+    b"C",
+    b"S",
+    b"H",
+    b"X",
+)
 EXTENDED = frozenset((PARSE, BIND, DESCRIBE, EXECUTE, CLOSE, SYNC, FLUSH))
 
 # backend message types
-(AUTH, PARAMETER_STATUS, BACKEND_KEY, READY, ERROR, NOTICE, NOTIFICATION, PARSE_COMPLETE,
- BIND_COMPLETE, CLOSE_COMPLETE, COMMAND_COMPLETE, DATA_ROW, ROW_DESCRIPTION, NO_DATA,
- PARAMETER_DESCRIPTION, EMPTY_QUERY, PORTAL_SUSPENDED) = (
-    b"R", b"S", b"K", b"Z", b"E", b"N", b"A", b"1", b"2", b"3", b"C", b"D", b"T", b"n", b"t", b"I", b"s")
+(
+    AUTH,
+    PARAMETER_STATUS,
+    BACKEND_KEY,
+    READY,
+    ERROR,
+    NOTICE,
+    NOTIFICATION,
+    PARSE_COMPLETE,
+    BIND_COMPLETE,
+    CLOSE_COMPLETE,
+    COMMAND_COMPLETE,
+    DATA_ROW,
+    ROW_DESCRIPTION,
+    NO_DATA,
+    PARAMETER_DESCRIPTION,
+    EMPTY_QUERY,
+    PORTAL_SUSPENDED,
+) = (b"R", b"S", b"K", b"Z", b"E", b"N", b"A", b"1", b"2", b"3", b"C", b"D", b"T", b"n", b"t", b"I", b"s")
 ASYNC = frozenset((NOTICE, PARAMETER_STATUS, NOTIFICATION))
 
 
@@ -51,7 +75,7 @@ def header_length(header: bytes, pos: int = 0) -> int:
     """The body length announced by the 5-byte message header at `pos`."""
     n = _LENGTH.unpack_from(header, pos + 1)[0]
     if n < 4 or n > MAX_MESSAGE:
-        raise ProtocolError(f"bad message length {n} for type {header[pos:pos + 1]!r}")
+        raise ProtocolError(f"bad message length {n} for type {header[pos : pos + 1]!r}")
     return n - 4
 
 
@@ -62,7 +86,7 @@ def split(buf: bytes) -> tuple[list[Message], bytes]:
         n = header_length(buf, pos)
         if len(buf) - pos - 5 < n:
             break
-        out.append(Message(buf[pos:pos + 1], bytes(buf[pos + 5:pos + 5 + n])))
+        out.append(Message(buf[pos : pos + 1], bytes(buf[pos + 5 : pos + 5 + n])))
         pos += 5 + n
     return out, bytes(buf[pos:])
 
@@ -90,7 +114,7 @@ def parse_startup(body: bytes) -> tuple[int, dict[str, str]]:
     params: dict[str, str] = {}
     if code == PROTOCOL_V3:
         pos = 4
-        while pos < len(body) and body[pos:pos + 1] != b"\0":
+        while pos < len(body) and body[pos : pos + 1] != b"\0":
             key, pos = cstring(body, pos)
             value, pos = cstring(body, pos)
             params[key] = value
@@ -203,8 +227,8 @@ def error(message: str, code: str = "XX000", severity: str = "ERROR") -> bytes:
 def error_fields(body: bytes) -> dict[str, str]:
     """The fields of an ErrorResponse/NoticeResponse body by their code letter."""
     out, pos = {}, 0
-    while pos < len(body) and body[pos:pos + 1] != b"\0":
-        code = body[pos:pos + 1].decode()
+    while pos < len(body) and body[pos : pos + 1] != b"\0":
+        code = body[pos : pos + 1].decode()
         value, pos = cstring(body, pos + 1)
         out[code] = value
     return out

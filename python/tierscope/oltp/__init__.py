@@ -65,21 +65,68 @@ def _opt(argv: list[str], flag: str, value) -> None:
         argv.extend([flag] if value is True else [flag, str(value)])
 
 
-def ycsb_load(dsn: str, *, records: int = 10_000, field_count: int = 10, field_length: int = 100,
-              threads: int = 2, timeout: float = 3600.0) -> dict:
+def ycsb_load(
+    dsn: str,
+    *,
+    records: int = 10_000,
+    field_count: int = 10,
+    field_length: int = 100,
+    threads: int = 2,
+    timeout: float = 3600.0,
+) -> dict:
     """(Re)create `usertable` and insert `records` rows; the engine's load summary."""
-    argv = ["ycsb", "load", "--dsn", dsn, "--records", str(records), "--field-count", str(field_count),
-            "--field-length", str(field_length), "--threads", str(threads), "--max-seconds", str(timeout)]
+    argv = [
+        "ycsb",
+        "load",
+        "--dsn",
+        dsn,
+        "--records",
+        str(records),
+        "--field-count",
+        str(field_count),
+        "--field-length",
+        str(field_length),
+        "--threads",
+        str(threads),
+        "--max-seconds",
+        str(timeout),
+    ]
     return run_engine(argv, timeout + 30)
 
 
-def ycsb_run(dsn: str, *, workload: str = "a", threads: int = 4, duration: float = 30.0,
-             ops: int | None = None, target: float | None = None, warmup: float | None = None,
-             distribution: str | None = None, records: int | None = None, field_count: int = 10,
-             field_length: int = 100, log: Path | None = None, seed: int | None = None) -> dict:
+def ycsb_run(
+    dsn: str,
+    *,
+    workload: str = "a",
+    threads: int = 4,
+    duration: float = 30.0,
+    ops: int | None = None,
+    target: float | None = None,
+    warmup: float | None = None,
+    distribution: str | None = None,
+    records: int | None = None,
+    field_count: int = 10,
+    field_length: int = 100,
+    log: Path | None = None,
+    seed: int | None = None,
+) -> dict:
     """Run one YCSB workload (a-f); the engine's run summary (ops, ops/s, per-op latencies µs)."""
-    argv = ["ycsb", "run", "--dsn", dsn, "--workload", workload.lower(), "--threads", str(threads),
-            "--duration", str(duration), "--field-count", str(field_count), "--field-length", str(field_length)]
+    argv = [
+        "ycsb",
+        "run",
+        "--dsn",
+        dsn,
+        "--workload",
+        workload.lower(),
+        "--threads",
+        str(threads),
+        "--duration",
+        str(duration),
+        "--field-count",
+        str(field_count),
+        "--field-length",
+        str(field_length),
+    ]
     _opt(argv, "--ops", ops)
     _opt(argv, "--target", target)
     _opt(argv, "--warmup", warmup)
@@ -92,14 +139,33 @@ def ycsb_run(dsn: str, *, workload: str = "a", threads: int = 4, duration: float
 
 def tpcc_load(dsn: str, *, warehouses: int = 1, threads: int = 2, timeout: float = 3600.0) -> dict:
     """Drop and create the nine TPC-C tables and load `warehouses` warehouses."""
-    argv = ["tpcc", "load", "--dsn", dsn, "--warehouses", str(warehouses), "--threads", str(threads),
-            "--max-seconds", str(timeout)]
+    argv = [
+        "tpcc",
+        "load",
+        "--dsn",
+        dsn,
+        "--warehouses",
+        str(warehouses),
+        "--threads",
+        str(threads),
+        "--max-seconds",
+        str(timeout),
+    ]
     return run_engine(argv, timeout + 30)
 
 
-def tpcc_run(dsn: str, *, duration: float = 60.0, terminals: int | None = None, no_waits: bool = False,
-             wait_scale: float | None = None, warmup: float | None = None, txns: int | None = None,
-             log: Path | None = None, seed: int | None = None) -> dict:
+def tpcc_run(
+    dsn: str,
+    *,
+    duration: float = 60.0,
+    terminals: int | None = None,
+    no_waits: bool = False,
+    wait_scale: float | None = None,
+    warmup: float | None = None,
+    txns: int | None = None,
+    log: Path | None = None,
+    seed: int | None = None,
+) -> dict:
     """Run the TPC-C mix; the engine's summary (tpmC, per-type latencies and p90 rules)."""
     argv = ["tpcc", "run", "--dsn", dsn, "--duration", str(duration)]
     _opt(argv, "--terminals", terminals)
@@ -113,8 +179,9 @@ def tpcc_run(dsn: str, *, duration: float = 60.0, terminals: int | None = None, 
 
 
 @contextlib.contextmanager
-def started_database(dbms: str, workdir: Path | None = None, *, database: str = "bench", cache: str = "256M",
-                     fsync: bool = False) -> Iterator[tuple[object, str]]:
+def started_database(
+    dbms: str, workdir: Path | None = None, *, database: str = "bench", cache: str = "256M", fsync: bool = False
+) -> Iterator[tuple[object, str]]:
     """Start a PostgreSQL or MariaDB server of its own on loopback (a free port, data under
     `workdir` or a temporary directory), create `database`, yield (server, DSN); stop the server
     and remove a temporary data directory on the way out, also on errors."""
@@ -127,8 +194,9 @@ def started_database(dbms: str, workdir: Path | None = None, *, database: str = 
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"tierscope-oltp-{dbms}-")))
-        svc, cfg = database_server(dbms, Host.loopback(), free_port(), Path(workdir) / dbms, database=database,
-                                   cache=cache, fsync=fsync)
+        svc, cfg = database_server(
+            dbms, Host.loopback(), free_port(), Path(workdir) / dbms, database=database, cache=cache, fsync=fsync
+        )
         svc.start()
         stack.callback(svc.stop)
         svc.create_database(database)  # type: ignore[attr-defined]

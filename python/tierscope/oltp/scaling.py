@@ -101,8 +101,12 @@ def load_preset(path: str | Path | None = None) -> ScalePreset:
     raw = tomllib.loads(path.read_text())
     known = {"name", "targets", "nodes", "workloads", "duration", "warmup", "ycsb", "tpcc", "server", "middleware"}
     problems = [f"unknown key {k!r}" for k in raw if k not in known]
-    sections = {"ycsb": {"records", "threads_per_node"}, "tpcc": {"warehouses", "terminals_per_node", "waits"},
-                "server": {"cache"}, "middleware": {"policy", "pool"}}
+    sections = {
+        "ycsb": {"records", "threads_per_node"},
+        "tpcc": {"warehouses", "terminals_per_node", "waits"},
+        "server": {"cache"},
+        "middleware": {"policy", "pool"},
+    }
     flat: dict = {k: raw[k] for k in ("name", "targets", "nodes", "workloads", "duration", "warmup") if k in raw}
     for sec, keys in sections.items():
         for k, v in raw.get(sec, {}).items():
@@ -120,9 +124,21 @@ def load_preset(path: str | Path | None = None) -> ScalePreset:
 
 # ---- counters ----------------------------------------------------------------------------------
 
-MARIADB_COUNTERS = ("Com_stmt_execute", "Com_select", "Com_insert", "Com_update", "Com_delete", "Com_commit", "Handler_write",
-                    "Handler_update", "Handler_delete", "wsrep_replicated", "wsrep_received",
-                    "wsrep_local_cert_failures", "wsrep_local_bf_aborts")
+MARIADB_COUNTERS = (
+    "Com_stmt_execute",
+    "Com_select",
+    "Com_insert",
+    "Com_update",
+    "Com_delete",
+    "Com_commit",
+    "Handler_write",
+    "Handler_update",
+    "Handler_delete",
+    "wsrep_replicated",
+    "wsrep_received",
+    "wsrep_local_cert_failures",
+    "wsrep_local_bf_aborts",
+)
 
 
 def mariadb_counters(node) -> dict[str, int]:
@@ -133,10 +149,17 @@ def mariadb_counters(node) -> dict[str, int]:
 
 def postgres_counters(server, database: str = DATABASE) -> dict[str, int]:
     """pg_stat_database's counters of `database` on one replica."""
-    row = server.sql("SELECT xact_commit, xact_rollback, tup_inserted, tup_updated, tup_deleted, tup_fetched "
-                     "FROM pg_stat_database WHERE datname = %s", params=(database,))[0]
-    return dict(zip(("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "tup_fetched"),
-                    (int(x) for x in row)))
+    row = server.sql(
+        "SELECT xact_commit, xact_rollback, tup_inserted, tup_updated, tup_deleted, tup_fetched "
+        "FROM pg_stat_database WHERE datname = %s",
+        params=(database,),
+    )[0]
+    return dict(
+        zip(
+            ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "tup_fetched"),
+            (int(x) for x in row),
+        )
+    )
 
 
 def sessions_gone(server, database: str = DATABASE, timeout: float = 10.0) -> None:
@@ -174,13 +197,22 @@ def node_work(kind: str, d: dict[str, int], seconds: float, reads: int | None = 
         # statements (Com_update also counts the row events a Galera node applies for the others)
         served = d.get("Com_stmt_execute", 0)
         rows = d.get("Handler_write", 0) + d.get("Handler_update", 0) + d.get("Handler_delete", 0)
-        out = {"served": served, "rows_written": rows, "write_sets_local": d.get("wsrep_replicated", 0),
-               "write_sets_received": d.get("wsrep_received", 0),
-               "cert_failures": d.get("wsrep_local_cert_failures", 0), "bf_aborts": d.get("wsrep_local_bf_aborts", 0)}
+        out = {
+            "served": served,
+            "rows_written": rows,
+            "write_sets_local": d.get("wsrep_replicated", 0),
+            "write_sets_received": d.get("wsrep_received", 0),
+            "cert_failures": d.get("wsrep_local_cert_failures", 0),
+            "bf_aborts": d.get("wsrep_local_bf_aborts", 0),
+        }
     else:
         rows = d.get("tup_inserted", 0) + d.get("tup_updated", 0) + d.get("tup_deleted", 0)
-        out = {"served": d.get("xact_commit", 0), "rows_written": rows, "reads_routed": reads,
-               "rollbacks": d.get("xact_rollback", 0)}
+        out = {
+            "served": d.get("xact_commit", 0),
+            "rows_written": rows,
+            "reads_routed": reads,
+            "rollbacks": d.get("xact_rollback", 0),
+        }
     out["served_per_s"] = round(out["served"] / seconds, 1) if seconds > 0 else None
     out["counters"] = d
     return out
@@ -208,8 +240,9 @@ def p90_ms(logs: list[Path], op: str | None = None) -> float | None:
     return round(pc.quantile(lat, q=0.9, interpolation="higher")[0].as_py() / 1000.0, 3)
 
 
-def combine(target: str, nodes: int, workload: str, summaries: list[dict], logs: list[Path],
-            per_node: dict[str, dict]) -> dict:
+def combine(
+    target: str, nodes: int, workload: str, summaries: list[dict], logs: list[Path], per_node: dict[str, dict]
+) -> dict:
     """One row of the table from the engine summaries of the processes that ran at once."""
     tpcc = workload == "tpcc"
     rate = sum(s["tpmC"] if tpcc else s["ops_per_s"] for s in summaries)
@@ -251,8 +284,17 @@ def write_results(rows: list[dict], out: Path, meta: dict) -> dict[str, Path]:
     if flat:
         keys = sorted({k for r in flat for k in r})
         pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in flat]), paths["parquet"])
-    per = [{"target": r["target"], "nodes": r["nodes"], "workload": r["workload"], "node": name,
-            **{k: v for k, v in w.items() if k != "counters"}} for r in rows for name, w in r["per_node"].items()]
+    per = [
+        {
+            "target": r["target"],
+            "nodes": r["nodes"],
+            "workload": r["workload"],
+            "node": name,
+            **{k: v for k, v in w.items() if k != "counters"},
+        }
+        for r in rows
+        for name, w in r["per_node"].items()
+    ]
     if per:
         keys = sorted({k for r in per for k in r})
         pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in per]), paths["nodes"])
@@ -266,10 +308,25 @@ def _run_workload(workload: str, dsn: str, preset: ScalePreset, clients: int, lo
     from tierscope.oltp import tpcc_run, ycsb_run
 
     if workload == "tpcc":
-        return tpcc_run(dsn, duration=preset.duration, warmup=preset.warmup or None, terminals=clients,
-                        no_waits=not preset.waits, log=log, seed=seed)
-    return ycsb_run(dsn, workload=workload.split("-")[1], threads=clients, duration=preset.duration,
-                    warmup=preset.warmup or None, records=preset.records, log=log, seed=seed)
+        return tpcc_run(
+            dsn,
+            duration=preset.duration,
+            warmup=preset.warmup or None,
+            terminals=clients,
+            no_waits=not preset.waits,
+            log=log,
+            seed=seed,
+        )
+    return ycsb_run(
+        dsn,
+        workload=workload.split("-")[1],
+        threads=clients,
+        duration=preset.duration,
+        warmup=preset.warmup or None,
+        records=preset.records,
+        log=log,
+        seed=seed,
+    )
 
 
 def _load(dsn: str, preset: ScalePreset) -> dict:
@@ -294,8 +351,14 @@ def galera_seed(root: Path, preset: ScalePreset, say: Callable[[str], None]):
     from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
     from tierscope.testbed.host import Host
 
-    seed = MariaDB(Host.loopback(), free_port(), root / "seed-mariadb", durable=False, buffer_pool=preset.cache,
-                   name="seed-mariadb")
+    seed = MariaDB(
+        Host.loopback(),
+        free_port(),
+        root / "seed-mariadb",
+        durable=False,
+        buffer_pool=preset.cache,
+        name="seed-mariadb",
+    )
     with seed:
         seed.create_database(DATABASE)
         say("loading the MariaDB seed (copied into every Galera node) ...")
@@ -309,8 +372,14 @@ def postgres_seed(root: Path, preset: ScalePreset, say: Callable[[str], None]):
     from tierscope.services.postgres import Postgres
     from tierscope.testbed.host import Host
 
-    seed = Postgres(Host.loopback(), free_port(), root / "seed-postgres", fsync=False,
-                    shared_buffers=preset.cache.replace("M", "MB"), name="seed-postgres")
+    seed = Postgres(
+        Host.loopback(),
+        free_port(),
+        root / "seed-postgres",
+        fsync=False,
+        shared_buffers=preset.cache.replace("M", "MB"),
+        name="seed-postgres",
+    )
     with seed:
         seed.create_database(DATABASE)
         say("loading the PostgreSQL seed (copied into every replica) ...")
@@ -332,8 +401,18 @@ def run_galera(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str
     where = root / f"galera-{n}"
     rows = []
     cluster = GaleraCluster(f"tierscope-scale-{n}")
-    nodes = [cluster.node(host, free_port(), where / f"db{i}", durable=False, buffer_pool=preset.cache,
-                          max_connections=100, name=f"db{i}") for i in range(1, n + 1)]
+    nodes = [
+        cluster.node(
+            host,
+            free_port(),
+            where / f"db{i}",
+            durable=False,
+            buffer_pool=preset.cache,
+            max_connections=100,
+            name=f"db{i}",
+        )
+        for i in range(1, n + 1)
+    ]
     try:
         for node in nodes:
             copy_tree(seed.data_dir, node.data_dir)
@@ -347,12 +426,15 @@ def run_galera(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str
             logs = [where / f"{w}-db{i + 1}.parquet" for i in range(n)]
             before = [mariadb_counters(node) for node in nodes]
             with concurrent.futures.ThreadPoolExecutor(n) as pool:
-                futs = [pool.submit(_run_workload, w, dsns[i], preset, clients, logs[i], 1000 * n + i + 1)
-                        for i in range(n)]
+                futs = [
+                    pool.submit(_run_workload, w, dsns[i], preset, clients, logs[i], 1000 * n + i + 1) for i in range(n)
+                ]
                 summaries = [f.result() for f in futs]
             after = [mariadb_counters(node) for node in nodes]
             seconds = max(s["seconds"] for s in summaries) + (preset.warmup or 0)
-            per_node = {node.name: node_work("galera", delta(a, b), seconds) for node, a, b in zip(nodes, after, before)}
+            per_node = {
+                node.name: node_work("galera", delta(a, b), seconds) for node, a, b in zip(nodes, after, before)
+            }
             row = combine("galera", n, w, summaries, logs, per_node)
             row["counted_seconds"] = round(seconds, 3)
             rows.append(row)
@@ -379,8 +461,15 @@ def run_middleware(n: int, seed, root: Path, preset: ScalePreset, say: Callable[
         stack.callback(_wipe, where)
         reps = []
         for i in range(1, n + 1):
-            r = Postgres(host, free_port(), where / f"db{i}", fsync=False, shared_buffers=preset.cache.replace("M", "MB"),
-                         max_connections=100, name=f"db{i}")
+            r = Postgres(
+                host,
+                free_port(),
+                where / f"db{i}",
+                fsync=False,
+                shared_buffers=preset.cache.replace("M", "MB"),
+                max_connections=100,
+                name=f"db{i}",
+            )
             copy_tree(seed.data_dir, r.data_dir)
             stack.callback(r.stop)
             r.start()
@@ -388,14 +477,28 @@ def run_middleware(n: int, seed, root: Path, preset: ScalePreset, say: Callable[
         say(f"middleware: {n} PostgreSQL replica(s) up")
         for w in preset.workloads:
             clients = n * (preset.terminals_per_node if w == "tpcc" else preset.threads_per_node)
-            mw = Middleware(host, free_port(), where / f"mw-{w}", backends=[r.address for r in reps], database=DATABASE,
-                            pool=max(preset.pool, clients), policy=preset.policy, name="mw1")
+            mw = Middleware(
+                host,
+                free_port(),
+                where / f"mw-{w}",
+                backends=[r.address for r in reps],
+                database=DATABASE,
+                pool=max(preset.pool, clients),
+                policy=preset.policy,
+                name="mw1",
+            )
             log = where / f"{w}.parquet"
             before = [settled(lambda r=r: postgres_counters(r)) for r in reps]
             try:
                 mw.start()
-                summary = _run_workload(w, f"host=127.0.0.1 port={mw.port} user=postgres dbname={DATABASE}",
-                                        preset, clients, log, 1000 * n + 1)
+                summary = _run_workload(
+                    w,
+                    f"host=127.0.0.1 port={mw.port} user=postgres dbname={DATABASE}",
+                    preset,
+                    clients,
+                    log,
+                    1000 * n + 1,
+                )
             finally:
                 mw.stop()
             stats = mw.stats()
@@ -404,8 +507,10 @@ def run_middleware(n: int, seed, root: Path, preset: ScalePreset, say: Callable[
             after = [settled(lambda r=r: postgres_counters(r)) for r in reps]
             seconds = summary["seconds"] + (preset.warmup or 0)
             reads = {b["name"]: b["reads"] for b in stats["backends"]}
-            per_node = {r.name: node_work("middleware", delta(a, b), seconds, reads.get(r.address))
-                        for r, a, b in zip(reps, after, before)}
+            per_node = {
+                r.name: node_work("middleware", delta(a, b), seconds, reads.get(r.address))
+                for r, a, b in zip(reps, after, before)
+            }
             row = combine("middleware", n, w, [summary], [log], per_node)
             row["counted_seconds"] = round(seconds, 3)
             row["middleware"] = {k: stats.get(k) for k in ("reads", "writes", "transaction_units", "disabled")}
@@ -418,13 +523,16 @@ def run_middleware(n: int, seed, root: Path, preset: ScalePreset, say: Callable[
 
 def brief(row: dict) -> str:
     nodes = ", ".join(f"{k} {v['served']}/{v['rows_written']}" for k, v in row["per_node"].items())
-    return (f"{row['target']} x{row['nodes']} {row['workload']}: {row['throughput']} {row['metric']} "
-            f"({row['throughput_per_node']} per node), p90 {row['p90_ms']} ms, {row['errors']} errors; "
-            f"served/rows written per node: {nodes}")
+    return (
+        f"{row['target']} x{row['nodes']} {row['workload']}: {row['throughput']} {row['metric']} "
+        f"({row['throughput_per_node']} per node), p90 {row['p90_ms']} ms, {row['errors']} errors; "
+        f"served/rows written per node: {nodes}"
+    )
 
 
-def run_scaling(preset: ScalePreset, out: Path | None = None, say: Callable[[str], None] = print,
-                workdir: Path | None = None) -> list[dict]:
+def run_scaling(
+    preset: ScalePreset, out: Path | None = None, say: Callable[[str], None] = print, workdir: Path | None = None
+) -> list[dict]:
     """Run the whole preset; return the rows (and write them under `out` when given). Everything
     started is stopped and the work directory removed, also on errors."""
     rows: list[dict] = []
@@ -442,8 +550,13 @@ def run_scaling(preset: ScalePreset, out: Path | None = None, say: Callable[[str
         if out is not None and rows:
             import os
 
-            meta = {"preset": preset.__dict__, "started": started, "wall_s": round(time.time() - started, 1),
-                    "loadavg_end": os.getloadavg(), "cpus": os.cpu_count()}
+            meta = {
+                "preset": preset.__dict__,
+                "started": started,
+                "wall_s": round(time.time() - started, 1),
+                "loadavg_end": os.getloadavg(),
+                "cpus": os.cpu_count(),
+            }
             write_results(rows, out, meta)
     return rows
 
@@ -453,5 +566,13 @@ def table_rows(rows: list[dict]) -> Iterator[list[str]]:
     node's measured work (statements or transactions served / rows written)."""
     for r in rows:
         per = ", ".join(f"{k} {v['served']}/{v['rows_written']}" for k, v in r["per_node"].items())
-        yield [r["target"], str(r["nodes"]), r["workload"], f"{r['throughput']:g} {r['metric']}",
-               f"{r['throughput_per_node']:g}", "" if r["p90_ms"] is None else f"{r['p90_ms']:g}", str(r["errors"]), per]
+        yield [
+            r["target"],
+            str(r["nodes"]),
+            r["workload"],
+            f"{r['throughput']:g} {r['metric']}",
+            f"{r['throughput_per_node']:g}",
+            "" if r["p90_ms"] is None else f"{r['p90_ms']:g}",
+            str(r["errors"]),
+            per,
+        ]

@@ -31,8 +31,13 @@ from pathlib import Path
 
 CGROUP_TOP = "tierscope-remote"
 #: Debian packages of the programs a tier needs
-PACKAGES = {"nginx": "nginx-light", "tcpdump": "tcpdump", "postgresql": "postgresql-15",
-            "mariadb": "mariadb-server", "galera": "galera-4"}
+PACKAGES = {
+    "nginx": "nginx-light",
+    "tcpdump": "tcpdump",
+    "postgresql": "postgresql-15",
+    "mariadb": "mariadb-server",
+    "galera": "galera-4",
+}
 
 
 def _read_point(path: str):
@@ -106,9 +111,16 @@ def _db_config(app, point, raw: dict, scratch: Path):
     dbms = databases.dbms_name(c.dbms)
     db_name = c.tier_servers("db")[0].name
     host = Host(name=db_name, address=raw["servers"][db_name]["address"])
-    _, cfg = app.database_server(dbms, host, databases.PORT[dbms], scratch / db_name,
-                                 cache=f"{max(16, c.soft.db.cache // 2**20)}M",
-                                 max_connections=c.soft.db.max_connections, name=db_name, fsync=c.soft.db.fsync)
+    _, cfg = app.database_server(
+        dbms,
+        host,
+        databases.PORT[dbms],
+        scratch / db_name,
+        cache=f"{max(16, c.soft.db.cache // 2**20)}M",
+        max_connections=c.soft.db.max_connections,
+        name=db_name,
+        fsync=c.soft.db.fsync,
+    )
     return cfg
 
 
@@ -129,24 +141,43 @@ def start_server(point, raw: dict, name: str, workdir: Path, host, served: Serve
     port = databases.PORT[dbms]
     if tier == "db":
         data_dir = app.prepare_data(c, workdir.parent.parent / "data", lambda m: print(m, flush=True))
-        db, _ = app.database_server(dbms, host, port, workdir / name, cache=f"{max(16, c.soft.db.cache // 2**20)}M",
-                                    max_connections=c.soft.db.max_connections, name=name, fsync=c.soft.db.fsync)
+        db, _ = app.database_server(
+            dbms,
+            host,
+            port,
+            workdir / name,
+            cache=f"{max(16, c.soft.db.cache // 2**20)}M",
+            max_connections=c.soft.db.max_connections,
+            name=name,
+            fsync=c.soft.db.fsync,
+        )
         app.restore(data_dir, db)
         served.services.append(db)
         db.start()
         if c.soft.db.warm:
             size = read_through(host, db.table_files())
-            served.notes.append(f"{name}: read its {size / 2**20:.0f} MiB of table files before the load (soft.db.warm)")
+            served.notes.append(
+                f"{name}: read its {size / 2**20:.0f} MiB of table files before the load (soft.db.warm)"
+            )
         served.server_map.append([db.address, "db", name, databases.PROTOCOL[dbms]])
         return
     cfg = _db_config(app, point, raw, workdir / "peer-config")
     mws = c.tier_servers("middleware")
     if tier == "middleware":
         soft = c.soft.middleware
-        mw = Middleware(host, MIDDLEWARE_PORT, workdir / name,
-                        backends=[f"{addr(s.name)}:{port}" for s in c.tier_servers("db")],
-                        database=cfg.database, user=cfg.user, pool=soft.pool, policy=soft.policy,
-                        wait=soft.wait, weights=soft.weights, name=name)
+        mw = Middleware(
+            host,
+            MIDDLEWARE_PORT,
+            workdir / name,
+            backends=[f"{addr(s.name)}:{port}" for s in c.tier_servers("db")],
+            database=cfg.database,
+            user=cfg.user,
+            pool=soft.pool,
+            policy=soft.policy,
+            wait=soft.wait,
+            weights=soft.weights,
+            name=name,
+        )
         served.services.append(mw)
         mw.start()
         served.server_map.append([mw.address, "middleware", name, "postgres"])
@@ -158,17 +189,31 @@ def start_server(point, raw: dict, name: str, workdir: Path, host, served: Serve
         if mws:
             cfgs = [replace(cfg, dbms="postgresql", host=addr(m.name), port=MIDDLEWARE_PORT, password="") for m in mws]
         i = [s.name for s in c.tier_servers("app")].index(name)
-        server = app.app_server(host, APP_PORT, workdir / name, db=cfgs[i % len(cfgs)], soft=c.soft.app,
-                                events_dir=workdir / "app-events" / name, name=name)
+        server = app.app_server(
+            host,
+            APP_PORT,
+            workdir / name,
+            db=cfgs[i % len(cfgs)],
+            soft=c.soft.app,
+            events_dir=workdir / "app-events" / name,
+            name=name,
+        )
         served.services.append(server)
         server.start()
         served.server_map.append([server.address, "app", name, "http"])
         return
     if tier == "web":
         root = app.static_root(workdir / "www", c)
-        web = Nginx(host, WEB_PORT, workdir / name, root=root,
-                    upstreams=[f"{addr(s.name)}:{APP_PORT}" for s in c.tier_servers("app")],
-                    workers=c.soft.web.workers, worker_connections=c.soft.web.connections, name=name)
+        web = Nginx(
+            host,
+            WEB_PORT,
+            workdir / name,
+            root=root,
+            upstreams=[f"{addr(s.name)}:{APP_PORT}" for s in c.tier_servers("app")],
+            workers=c.soft.web.workers,
+            worker_connections=c.soft.web.connections,
+            name=name,
+        )
         served.services.append(web)
         web.start()
         served.server_map.append([web.address, "web", name, "http"])
@@ -212,20 +257,36 @@ def serve(point_file: str, name: str, workdir: Path) -> int:
         start_server(point, raw, name, workdir, host, served)
         if c.monitor.capture:
             port = served.server_map[-1][0].rsplit(":", 1)[1]
-            served.capture = LiveCapture(_ipv4_interface(address), workdir / "capture.pcap",
-                                         filter=f"tcp port {port} and ({CAPTURE_FILTER})",
-                                         snaplen=c.monitor.snaplen).start()
+            served.capture = LiveCapture(
+                _ipv4_interface(address),
+                workdir / "capture.pcap",
+                filter=f"tcp port {port} and ({CAPTURE_FILTER})",
+                snaplen=c.monitor.snaplen,
+            ).start()
         if served.cgroup:
             machine = len(cgroups.machine_cpus())
             cg = {k: str(cgroups.path(k, served.cgroup)) for k in ("cpu", "cpuacct", "memory", "blkio")}
-            target = Target(name=name, cgroups=cg, netns=None, cores=nt.cores(machine) if nt else float(machine),
-                            socket_limit=socket_limits(c).get(name))
+            target = Target(
+                name=name,
+                cgroups=cg,
+                netns=None,
+                cores=nt.cores(machine) if nt else float(machine),
+                socket_limit=socket_limits(c).get(name),
+            )
             served.monitor = Monitor([target], c.monitor.interval, workdir / "resources.parquet", machine=False).start()
-        state.write_text(json.dumps({"status": "ready", "pid": os.getpid(), "server_map": served.server_map,
-                                     "notes": served.notes}))
+        state.write_text(
+            json.dumps({"status": "ready", "pid": os.getpid(), "server_map": served.server_map, "notes": served.notes})
+        )
     except BaseException as err:  # noqa: BLE001 - say why, then stop what started
-        state.write_text(json.dumps({"status": "failed", "error": f"{type(err).__name__}: {err}",
-                                     "traceback": traceback.format_exc()[-3000:]}))
+        state.write_text(
+            json.dumps(
+                {
+                    "status": "failed",
+                    "error": f"{type(err).__name__}: {err}",
+                    "traceback": traceback.format_exc()[-3000:],
+                }
+            )
+        )
         _stop_served(served, workdir)
         return 1
     died = None
@@ -237,8 +298,9 @@ def serve(point_file: str, name: str, workdir: Path) -> int:
                 served.notes.append(died)
         time.sleep(0.2)
     _stop_served(served, workdir)
-    (workdir / "stopped.json").write_text(json.dumps({"died": died, "notes": served.notes,
-                                                      "server_map": served.server_map}))
+    (workdir / "stopped.json").write_text(
+        json.dumps({"died": died, "notes": served.notes, "server_map": served.server_map})
+    )
     return 0
 
 
@@ -356,16 +418,27 @@ def load(point_file: str, target: str, workdir: Path, users: int | None, first_u
     c = point.config
     w = c.workload
     workdir.mkdir(parents=True, exist_ok=True)
-    argv = engine_args(workload_file(c), target=target, log=workdir / "client_requests.parquet",
-                       users=users if users is not None else _users_of(point), ramp_up=f"{w.ramp_up}s",
-                       duration=f"{w.run}s", ramp_down=f"{w.ramp_down}s", think=w.think_time,
-                       think_dispersion=w.dispersion if w.dispersion > 1 else None, seed=point.seed + first_user,
-                       quiet=True)
+    argv = engine_args(
+        workload_file(c),
+        target=target,
+        log=workdir / "client_requests.parquet",
+        users=users if users is not None else _users_of(point),
+        ramp_up=f"{w.ramp_up}s",
+        duration=f"{w.run}s",
+        ramp_down=f"{w.ramp_down}s",
+        think=w.think_time,
+        think_dispersion=w.dispersion if w.dispersion > 1 else None,
+        seed=point.seed + first_user,
+        quiet=True,
+    )
     t0 = time.time_ns()
     with open(workdir / "generator.stderr.log", "w") as stderr:
         result = run_load(argv, stderr_to=stderr)
-    (workdir / "generator.json").write_text(json.dumps({"load_start_ns": t0, "returncode": result.returncode,
-                                                        "summary": result.summary, "first_user": first_user}))
+    (workdir / "generator.json").write_text(
+        json.dumps(
+            {"load_start_ns": t0, "returncode": result.returncode, "summary": result.summary, "first_user": first_user}
+        )
+    )
     return result.returncode
 
 
@@ -379,8 +452,11 @@ def pack(workdir: Path, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tierscope.remote.agent", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tierscope.remote.agent",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="verb", required=True)
     p = sub.add_parser("check")
     p.add_argument("--point", required=True)

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from tierscope.remote import RemoteError
 from tierscope.remote.inventory import HostEntry
 
-PROBE = ("import sys, time\n"
-         "shift = int(sys.argv[1])\n"
-         "print('ready', flush=True)\n"
-         "for line in sys.stdin:\n"
-         "    print(time.time_ns() + shift, flush=True)\n")
+PROBE = (
+    "import sys, time\n"
+    "shift = int(sys.argv[1])\n"
+    "print('ready', flush=True)\n"
+    "for line in sys.stdin:\n"
+    "    print(time.time_ns() + shift, flush=True)\n"
+)
 
 
 class ClockError(RemoteError):
@@ -63,8 +65,15 @@ def measure(host: HostEntry, samples: int = 20, timeout: float = 20.0, shift_ns:
     for tests of the refusal)."""
     python = str(host.vars.get("ansible_python_interpreter") or "python3")
     remote = f"{shlex.quote(python)} -c {shlex.quote(PROBE)} {int(shift_ns)}"
-    proc = subprocess.Popen([*ssh_argv(host), remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
+    proc = subprocess.Popen(
+        [*ssh_argv(host), remote],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout
 
     def readline() -> str:
@@ -74,8 +83,10 @@ def measure(host: HostEntry, samples: int = 20, timeout: float = 20.0, shift_ns:
         line = proc.stdout.readline()
         if not line:
             proc.wait(timeout=5)
-            raise ClockError(f"{host.name} ({host.address}): cannot read its clock over ssh: "
-                             f"{proc.stderr.read().strip()[-500:] or f'ssh exited with {proc.returncode}'}")
+            raise ClockError(
+                f"{host.name} ({host.address}): cannot read its clock over ssh: "
+                f"{proc.stderr.read().strip()[-500:] or f'ssh exited with {proc.returncode}'}"
+            )
         return line.strip()
 
     try:
@@ -119,4 +130,5 @@ def check(offsets: dict[str, Offset], bound_s: float, inventory: str = "the inve
             f"clock offset above the bound of {bound_s * 1e3:g} ms: {listed}. Timestamps from these hosts "
             "would put requests in the wrong 50 ms windows. Synchronise the clocks (chrony/NTP: `chronyc "
             "makestep`), or raise tierscope_clock_bound in the inventory's all.vars if you accept the error "
-            f"({inventory}).")
+            f"({inventory})."
+        )

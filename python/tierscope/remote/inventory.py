@@ -31,7 +31,7 @@ GROUPS = ("web", "app", "middleware", "db", "client")
 #: the variables tierscope reads (besides Ansible's own connection variables)
 TIERSCOPE_VARS = {
     "tierscope_python": "the Python interpreter with tierscope installed on the host (default: the "
-                        "controller's own, right when the hosts share its file system or its layout)",
+    "controller's own, right when the hosts share its file system or its layout)",
     "tierscope_workdir": "where the host keeps a run's files (default /tmp/tierscope-remote)",
     "tierscope_clock_bound": "largest clock offset accepted, a duration such as 10ms (default 10ms)",
 }
@@ -80,14 +80,17 @@ class Inventory:
             if len(servers) > len(hosts):
                 raise InventoryError(
                     f"{self.path}: the spec's topology {config.notation()} has {len(servers)} {tier} "
-                    f"server(s) but group '{tier}' has {len(hosts)} host(s); add hosts to 'children: {tier}: hosts:'")
+                    f"server(s) but group '{tier}' has {len(hosts)} host(s); add hosts to 'children: {tier}: hosts:'"
+                )
             for s, h in zip(servers, hosts):
                 out[s.name] = self.hosts[h]
         clients = self.groups.get("client", [])
         k = config.client.hosts
         if k > len(clients):
-            raise InventoryError(f"{self.path}: the spec's [client] hosts = {k} generators but group 'client' has "
-                                 f"{len(clients)} host(s); each generator runs on a host of its own")
+            raise InventoryError(
+                f"{self.path}: the spec's [client] hosts = {k} generators but group 'client' has "
+                f"{len(clients)} host(s); each generator runs on a host of its own"
+            )
         for i in range(k):
             out[f"client{i + 1}"] = self.hosts[clients[i]]
         return out
@@ -177,8 +180,12 @@ def load_inventory(path: str | Path) -> Inventory:
         elif key == "children":
             children, children_key = v, k
         elif key == "hosts":
-            raise _err(path, k, "all.hosts: put every host in a group under 'all: children:' "
-                       f"({', '.join(GROUPS)}), which says what runs on it")
+            raise _err(
+                path,
+                k,
+                "all.hosts: put every host in a group under 'all: children:' "
+                f"({', '.join(GROUPS)}), which says what runs on it",
+            )
         else:
             raise _err(path, k, f"all.{key}: unknown key (expected vars, children)")
     if children is None:
@@ -211,8 +218,12 @@ def load_inventory(path: str | Path) -> Inventory:
                     _check_address(path, hv if hv is not None else hk, f"{where}.ansible_host", str(address))
                     if name in hosts:
                         if str(address) != hosts[name].address:
-                            raise _err(path, hk, f"{where}.ansible_host: {address} but the host is "
-                                       f"{hosts[name].address} at line {host_nodes[name].start_mark.line + 1}")
+                            raise _err(
+                                path,
+                                hk,
+                                f"{where}.ansible_host: {address} but the host is "
+                                f"{hosts[name].address} at line {host_nodes[name].start_mark.line + 1}",
+                            )
                         hosts[name].groups.append(group)
                     else:
                         hosts[name] = HostEntry(name, str(address), {}, [group])
@@ -225,7 +236,11 @@ def load_inventory(path: str | Path) -> Inventory:
             layered.setdefault(name, {}).update(group_vars)
         groups[group] = members
     if not groups.get("client"):
-        raise _err(path, children_key, "all.children.client: missing or empty; the generator runs on the client group's first host")
+        raise _err(
+            path,
+            children_key,
+            "all.children.client: missing or empty; the generator runs on the client group's first host",
+        )
     for name, h in hosts.items():  # Ansible's precedence: all.vars < group vars < host vars
         h.vars = {**all_vars, **layered.get(name, {}), **own_vars.get(name, {})}
     bound = DEFAULT_CLOCK_BOUND_S

@@ -61,7 +61,8 @@ def write_config(run_dir: Path, inventory: Path) -> Path:
         "pipelining = True\n"
         "ssh_args = -o ControlMaster=auto -o ControlPersist=60s\n"
         f"control_path_dir = {cp}\n"
-        "control_path = %(directory)s/%%C\n")
+        "control_path = %(directory)s/%%C\n"
+    )
     return d / "ansible.cfg"
 
 
@@ -70,8 +71,17 @@ def control_dir(run_dir: Path) -> str:
     return f"/tmp/tsa-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:10]}"
 
 
-def point_playbooks(pdir: Path, run_id: str, point_id: str, servers: dict[str, dict], generators: dict[str, dict],
-                    point_file: Path, url: str, load_seconds: float, default_python: str) -> dict[str, Path]:
+def point_playbooks(
+    pdir: Path,
+    run_id: str,
+    point_id: str,
+    servers: dict[str, dict],
+    generators: dict[str, dict],
+    point_file: Path,
+    url: str,
+    load_seconds: float,
+    default_python: str,
+) -> dict[str, Path]:
     """Write up.yml, load.yml and down.yml for one point; `servers`: name -> {tier, host, address};
     `generators`: host -> {name, users, first} (one generator per host)."""
     out = pdir / "playbooks"
@@ -90,78 +100,166 @@ def point_playbooks(pdir: Path, run_id: str, point_id: str, servers: dict[str, d
         if not hosts:
             return None
         names = {h: [n for n in by_host[h] if servers[n]["tier"] == tier] for h in hosts}
-        return {"name": name, "hosts": ",".join(hosts), **common,
-                "vars": {**common["vars"], "tier_servers": names}, "tasks": tasks}
+        return {
+            "name": name,
+            "hosts": ",".join(hosts),
+            **common,
+            "vars": {**common["vars"], "tier_servers": names},
+            "tasks": tasks,
+        }
 
     loop = "{{ tier_servers[inventory_hostname] }}"
-    up = [{"name": f"prepare the hosts of point {point_id}", "hosts": ",".join(hosts_used), **common, "tasks": [
-        {"name": "the point's directory", "ansible.builtin.file": {"path": "{{ pd }}", "state": "directory"}},
-        {"name": "the point (configuration of every server)",
-         "ansible.builtin.copy": {"src": str(point_file.resolve()), "dest": "{{ pd }}/point.json"}},
-        {"name": "which programs are missing", "register": "check", "changed_when": False,
-         "ansible.builtin.command": f"{agent} check --point {{{{ pd }}}}/point.json "
-                                    "--servers={{ servers_by_host.get(inventory_hostname, []) | join(',') }}"},
-        {"name": "install them", "when": "(check.stdout | from_json).missing_packages | length > 0",
-         "ansible.builtin.apt": {"name": "{{ (check.stdout | from_json).missing_packages }}", "state": "present",
-                                 "update_cache": True}},
-    ]}]
+    up = [
+        {
+            "name": f"prepare the hosts of point {point_id}",
+            "hosts": ",".join(hosts_used),
+            **common,
+            "tasks": [
+                {"name": "the point's directory", "ansible.builtin.file": {"path": "{{ pd }}", "state": "directory"}},
+                {
+                    "name": "the point (configuration of every server)",
+                    "ansible.builtin.copy": {"src": str(point_file.resolve()), "dest": "{{ pd }}/point.json"},
+                },
+                {
+                    "name": "which programs are missing",
+                    "register": "check",
+                    "changed_when": False,
+                    "ansible.builtin.command": f"{agent} check --point {{{{ pd }}}}/point.json "
+                    "--servers={{ servers_by_host.get(inventory_hostname, []) | join(',') }}",
+                },
+                {
+                    "name": "install them",
+                    "when": "(check.stdout | from_json).missing_packages | length > 0",
+                    "ansible.builtin.apt": {
+                        "name": "{{ (check.stdout | from_json).missing_packages }}",
+                        "state": "present",
+                        "update_cache": True,
+                    },
+                },
+            ],
+        }
+    ]
     for tier in TIER_ORDER:
-        play = tier_play(tier, f"start the {tier} tier", [
-            {"name": "start the agent (server, capture, monitor) with its pid file", "loop": loop,
-             "ansible.builtin.shell": (
-                 f"mkdir -p {{{{ pd }}}}/{{{{ item }}}} && cd {{{{ pd }}}}/{{{{ item }}}} && "
-                 f"nohup setsid {agent} serve --point {{{{ pd }}}}/point.json --server {{{{ item }}}} "
-                 "--dir {{ pd }}/{{ item }} > agent.log 2>&1 < /dev/null &"),
-             "args": {"creates": "{{ pd }}/{{ item }}/agent.pid"}},
-            {"name": "wait until it is ready", "loop": loop, "changed_when": False,
-             "ansible.builtin.command": f"{agent} wait --dir {{{{ pd }}}}/{{{{ item }}}} --timeout 300"},
-        ])
+        play = tier_play(
+            tier,
+            f"start the {tier} tier",
+            [
+                {
+                    "name": "start the agent (server, capture, monitor) with its pid file",
+                    "loop": loop,
+                    "ansible.builtin.shell": (
+                        f"mkdir -p {{{{ pd }}}}/{{{{ item }}}} && cd {{{{ pd }}}}/{{{{ item }}}} && "
+                        f"nohup setsid {agent} serve --point {{{{ pd }}}}/point.json --server {{{{ item }}}} "
+                        "--dir {{ pd }}/{{ item }} > agent.log 2>&1 < /dev/null &"
+                    ),
+                    "args": {"creates": "{{ pd }}/{{ item }}/agent.pid"},
+                },
+                {
+                    "name": "wait until it is ready",
+                    "loop": loop,
+                    "changed_when": False,
+                    "ansible.builtin.command": f"{agent} wait --dir {{{{ pd }}}}/{{{{ item }}}} --timeout 300",
+                },
+            ],
+        )
         if play:
             up.append(play)
     cap = int(load_seconds + 120)
-    load = [{"name": "drive the workload", "hosts": ",".join(sorted(generators)), **common,
-             "vars": {**common["vars"], "generators": generators}, "tasks": [
-        {"name": f"the workload generator(s) against {url}, all at once (time cap {cap} s)", "async": cap,
-         "poll": 1, "ansible.builtin.command": (
-             f"{agent} load --point {{{{ pd }}}}/point.json --target {url} --dir {{{{ pd }}}}/{{{{ g.name }}}} "
-             "--users {{ g.users }} --first-user {{ g.first }}"),
-         "vars": {"g": "{{ generators[inventory_hostname] }}"}},
-    ]}]
+    load = [
+        {
+            "name": "drive the workload",
+            "hosts": ",".join(sorted(generators)),
+            **common,
+            "vars": {**common["vars"], "generators": generators},
+            "tasks": [
+                {
+                    "name": f"the workload generator(s) against {url}, all at once (time cap {cap} s)",
+                    "async": cap,
+                    "poll": 1,
+                    "ansible.builtin.command": (
+                        f"{agent} load --point {{{{ pd }}}}/point.json --target {url} --dir {{{{ pd }}}}/{{{{ g.name }}}} "
+                        "--users {{ g.users }} --first-user {{ g.first }}"
+                    ),
+                    "vars": {"g": "{{ generators[inventory_hostname] }}"},
+                },
+            ],
+        }
+    ]
     down = []
     for tier in reversed(TIER_ORDER):
-        play = tier_play(tier, f"stop the {tier} tier", [
-            {"name": "stop the agent by its pid file", "loop": loop, "ignore_errors": True,
-             "ansible.builtin.command": f"{agent} stop --dir {{{{ pd }}}}/{{{{ item }}}} --timeout 60"},
-        ])
+        play = tier_play(
+            tier,
+            f"stop the {tier} tier",
+            [
+                {
+                    "name": "stop the agent by its pid file",
+                    "loop": loop,
+                    "ignore_errors": True,
+                    "ansible.builtin.command": f"{agent} stop --dir {{{{ pd }}}}/{{{{ item }}}} --timeout 60",
+                },
+            ],
+        )
         if play:
             down.append(play)
-    down.append({"name": "fetch the point's files", "hosts": ",".join(hosts_used), **common, "tasks": [
-        {"name": "pack them", "changed_when": False,
-         "ansible.builtin.command": f"{agent} pack --dir {{{{ pd }}}} --out {{{{ pd }}}}.tar.gz"},
-        {"name": "fetch them", "ansible.builtin.fetch": {
-            "src": "{{ pd }}.tar.gz", "dest": f"{(pdir / 'remote').resolve()}/{{{{ inventory_hostname }}}}.tar.gz",
-            "flat": True}},
-        {"name": "remove them there", "loop": ["{{ pd }}", "{{ pd }}.tar.gz"],
-         "ansible.builtin.file": {"path": "{{ item }}", "state": "absent"}},
-    ]})
+    down.append(
+        {
+            "name": "fetch the point's files",
+            "hosts": ",".join(hosts_used),
+            **common,
+            "tasks": [
+                {
+                    "name": "pack them",
+                    "changed_when": False,
+                    "ansible.builtin.command": f"{agent} pack --dir {{{{ pd }}}} --out {{{{ pd }}}}.tar.gz",
+                },
+                {
+                    "name": "fetch them",
+                    "ansible.builtin.fetch": {
+                        "src": "{{ pd }}.tar.gz",
+                        "dest": f"{(pdir / 'remote').resolve()}/{{{{ inventory_hostname }}}}.tar.gz",
+                        "flat": True,
+                    },
+                },
+                {
+                    "name": "remove them there",
+                    "loop": ["{{ pd }}", "{{ pd }}.tar.gz"],
+                    "ansible.builtin.file": {"path": "{{ item }}", "state": "absent"},
+                },
+            ],
+        }
+    )
     for play in down:  # stopping and fetching go on for every host whatever failed on one
         play["any_errors_fatal"] = False
     paths = {}
     for name, plays in (("up", up), ("load", load), ("down", down)):
         paths[name] = out / f"{name}.yml"
-        paths[name].write_text(f"# generated by tierscope for point {point_id}; see docs/remote.md\n"
-                               + yaml.safe_dump(plays, sort_keys=False, width=120))
+        paths[name].write_text(
+            f"# generated by tierscope for point {point_id}; see docs/remote.md\n"
+            + yaml.safe_dump(plays, sort_keys=False, width=120)
+        )
     return paths
 
 
 def cleanup_playbook(run_dir: Path, run_id: str, hosts: list[str]) -> Path:
-    plays = [{"name": "remove the run's files (loaded data) from the hosts", "hosts": ",".join(sorted(hosts)),
-              "gather_facts": False, "tasks": [
-                  {"name": "the host's files of the run", "ansible.builtin.file": {"path": _root(run_id), "state": "absent"}},
-                  {"name": "the run's directory and the work directory, once empty", "changed_when": False,
-                   "ansible.builtin.shell": "rmdir %s 2>/dev/null; rmdir %s 2>/dev/null; true"
-                                            % (_root(run_id).rsplit("/", 1)[0], _root(run_id).rsplit("/", 2)[0])},
-              ]}]
+    plays = [
+        {
+            "name": "remove the run's files (loaded data) from the hosts",
+            "hosts": ",".join(sorted(hosts)),
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "the host's files of the run",
+                    "ansible.builtin.file": {"path": _root(run_id), "state": "absent"},
+                },
+                {
+                    "name": "the run's directory and the work directory, once empty",
+                    "changed_when": False,
+                    "ansible.builtin.shell": "rmdir %s 2>/dev/null; rmdir %s 2>/dev/null; true"
+                    % (_root(run_id).rsplit("/", 1)[0], _root(run_id).rsplit("/", 2)[0]),
+                },
+            ],
+        }
+    ]
     path = run_dir / "ansible" / "cleanup.yml"
     path.write_text(yaml.safe_dump(plays, sort_keys=False, width=120))
     return path
@@ -171,8 +269,10 @@ def ansible_playbook() -> str:
     here = Path(sys.executable).parent / "ansible-playbook"
     found = str(here) if here.exists() else shutil.which("ansible-playbook")
     if not found:
-        raise RemoteError("ansible-playbook not found: install ansible-core (pip install ansible-core), "
-                          "which `pip install tierscope` does")
+        raise RemoteError(
+            "ansible-playbook not found: install ansible-core (pip install ansible-core), "
+            "which `pip install tierscope` does"
+        )
     return found
 
 
@@ -185,18 +285,29 @@ def run_playbook(config: Path, playbook: Path, log: Path, timeout: float) -> flo
         f.write(f"\n### ansible-playbook {playbook}\n")
         f.flush()
         try:
-            proc = subprocess.run([ansible_playbook(), "-i", str(config.parent / "inventory.yml"), str(playbook)],
-                                  stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout,
-                                  cwd=config.parent)
+            proc = subprocess.run(
+                [ansible_playbook(), "-i", str(config.parent / "inventory.yml"), str(playbook)],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=timeout,
+                cwd=config.parent,
+            )
         except subprocess.TimeoutExpired:
             raise PlaybookFailed(f"{playbook.name} did not finish within {timeout:.0f} s (log: {log})") from None
     seconds = time.monotonic() - t0
     if proc.returncode != 0:
         text = log.read_text(errors="replace").split(f"### ansible-playbook {playbook}")[-1]
-        bad = [ln for ln in text.splitlines() if ln.startswith(("fatal:", "failed:")) or '"stderr"' in ln
-               or "ERROR!" in ln or "UNREACHABLE" in ln]
-        raise PlaybookFailed(f"{playbook.name} failed (exit {proc.returncode}): "
-                             + ("\n".join(bad)[-3000:] or text[-2000:]) + f"\n(log: {log})")
+        bad = [
+            ln
+            for ln in text.splitlines()
+            if ln.startswith(("fatal:", "failed:")) or '"stderr"' in ln or "ERROR!" in ln or "UNREACHABLE" in ln
+        ]
+        raise PlaybookFailed(
+            f"{playbook.name} failed (exit {proc.returncode}): "
+            + ("\n".join(bad)[-3000:] or text[-2000:])
+            + f"\n(log: {log})"
+        )
     return seconds
 
 

@@ -35,14 +35,25 @@ def check_spec(spec, inv: Inventory) -> list:
     for p in points:
         c = p.config
         if c.interference.pause or c.interference.noisy_neighbour:
-            raise RemoteError(f"point {p.id}: interference (pauses, noisy neighbours) runs only on the "
-                              "local testbed; remove [interference] for --hosts")
+            raise RemoteError(
+                f"point {p.id}: interference (pauses, noisy neighbours) runs only on the "
+                "local testbed; remove [interference] for --hosts"
+            )
         inv.assign(c)
     return points
 
 
-def run_remote(spec, out: Path, inventory: Path, *, resume: bool = False, run_name: str | None = None,
-               progress=None, report: bool = True, clock_shift_ns: dict[str, int] | None = None):
+def run_remote(
+    spec,
+    out: Path,
+    inventory: Path,
+    *,
+    resume: bool = False,
+    run_name: str | None = None,
+    progress=None,
+    report: bool = True,
+    clock_shift_ns: dict[str, int] | None = None,
+):
     """Run every point of `spec` on the hosts of `inventory` into `out/<run>/`; the runner's RunResult."""
     from tierscope.runner import DONE, Progress, RunResult, point_status, versions, write_run_report
 
@@ -55,11 +66,13 @@ def run_remote(spec, out: Path, inventory: Path, *, resume: bool = False, run_na
     used = sorted({h.name for p in points for h in inv.assign(p.config).values()})
     progress.phase = "measuring the hosts' clocks"
     offsets = clock.measure_all([inv.hosts[h] for h in used], shift_ns=clock_shift_ns)
-    (run_dir / "clocks.json").write_text(json.dumps(
-        {n: {"offset_ns": o.offset_ns, "rtt_ns": o.rtt_ns} for n, o in offsets.items()}, indent=1))
+    (run_dir / "clocks.json").write_text(
+        json.dumps({n: {"offset_ns": o.offset_ns, "rtt_ns": o.rtt_ns} for n, o in offsets.items()}, indent=1)
+    )
     clock.check(offsets, inv.clock_bound_s, str(inventory))
-    (run_dir / "run.json").write_text(json.dumps({"started_ns": time.time_ns(), "spec": spec.path,
-                                                  "hosts": str(inventory)}))
+    (run_dir / "run.json").write_text(
+        json.dumps({"started_ns": time.time_ns(), "spec": spec.path, "hosts": str(inventory)})
+    )
     (run_dir / "spec.json").write_text(json.dumps(spec.model_dump(mode="json"), indent=1, default=str))
     cfg = playbooks.write_config(run_dir, inventory)
     result = RunResult(run_dir, [], [], [])
@@ -82,8 +95,9 @@ def run_remote(spec, out: Path, inventory: Path, *, resume: bool = False, run_na
         result.interrupted = True
     finally:
         try:
-            playbooks.run_playbook(cfg, playbooks.cleanup_playbook(run_dir, run_id, used),
-                                   run_dir / "ansible" / "cleanup.log", timeout=300)
+            playbooks.run_playbook(
+                cfg, playbooks.cleanup_playbook(run_dir, run_id, used), run_dir / "ansible" / "cleanup.log", timeout=300
+            )
         except RemoteError as err:
             progress.say(f"cleanup on the hosts failed: {err}")
         playbooks.close_connections(run_dir)
@@ -95,8 +109,9 @@ def run_remote(spec, out: Path, inventory: Path, *, resume: bool = False, run_na
     return result
 
 
-def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cfg: Path, offsets: dict,
-                     progress, vers: dict) -> tuple[str, str | None]:
+def run_remote_point(
+    point, spec, run_dir: Path, run_id: str, inv: Inventory, cfg: Path, offsets: dict, progress, vers: dict
+) -> tuple[str, str | None]:
     """One point on the hosts; always runs down.yml; returns (status, reason)."""
     from tierscope.runner import DONE, FAILED, WEB_PORT, PointContext, collect, stop_services, write_manifest
     from tierscope.testbed.host import Host
@@ -110,23 +125,37 @@ def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cf
     started = time.monotonic()
     c = point.config
     assigned = inv.assign(c)
-    servers = {s.name: {"tier": s.tier, "host": assigned[s.name].name, "address": assigned[s.name].address}
-               for s in c.servers()}
+    servers = {
+        s.name: {"tier": s.tier, "host": assigned[s.name].name, "address": assigned[s.name].address}
+        for s in c.servers()
+    }
     ctx.hosts = {n: Host(name=n, address=h.address) for n, h in assigned.items()}
     from tierscope.load import split_users
 
     shares = split_users(int(c.workload.users[0]), c.client.hosts)
-    generators = {assigned[f"client{k + 1}"].name: {"name": f"client{k + 1}", "users": n, "first": first}
-                  for k, (first, n) in enumerate(shares)}
+    generators = {
+        assigned[f"client{k + 1}"].name: {"name": f"client{k + 1}", "users": n, "first": first}
+        for k, (first, n) in enumerate(shares)
+    }
     ctx.testbed = SimpleNamespace(mode="remote", lost=[])
     point_file = pdir / "remote" / "point.json"
-    point_file.write_text(json.dumps({"point": point.model_dump(mode="json"), "servers": servers,
-                                      "tag": f"{run_id}-{point.id}"}))
+    point_file.write_text(
+        json.dumps({"point": point.model_dump(mode="json"), "servers": servers, "tag": f"{run_id}-{point.id}"})
+    )
     web = c.tier_servers("web")[0].name
     url = f"http://{servers[web]['address']}:{WEB_PORT}"
     w = c.workload
-    books = playbooks.point_playbooks(pdir, run_id, point.id, servers, generators, point_file, url,
-                                      w.ramp_up + w.run + w.ramp_down, assigned["client1"].python)
+    books = playbooks.point_playbooks(
+        pdir,
+        run_id,
+        point.id,
+        servers,
+        generators,
+        point_file,
+        url,
+        w.ramp_up + w.run + w.ramp_down,
+        assigned["client1"].python,
+    )
     log = pdir / "ansible.log"
     status, reason, counts, summary = FAILED, None, {}, {}
     timings: dict[str, float] = {}
@@ -136,7 +165,9 @@ def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cf
         timings["up_s"] = playbooks.run_playbook(cfg, books["up"], log, timeout=900)
         progress.phase = "run"
         progress.users = int(w.users[0])
-        timings["load_s"] = playbooks.run_playbook(cfg, books["load"], log, timeout=w.ramp_up + w.run + w.ramp_down + 300)
+        timings["load_s"] = playbooks.run_playbook(
+            cfg, books["load"], log, timeout=w.ramp_up + w.run + w.ramp_down + 300
+        )
         status = DONE
     except KeyboardInterrupt:
         interrupted, reason = True, "interrupted"
@@ -164,10 +195,15 @@ def run_remote_point(point, spec, run_dir: Path, run_id: str, inv: Inventory, cf
         if not interrupted:
             write_manifest(ctx, status, reason, spec, counts, summary, vers, time.monotonic() - started)
             m = manifest.read(pdir / "manifest.json")
-            extra = {"clock_offsets_ns": {n: o.offset_ns for n, o in offsets.items()},
-                     "clock_rtt_ns": {n: o.rtt_ns for n, o in offsets.items()},
-                     "remote": {"inventory": str(inv.path), "hosts": {n: s["host"] for n, s in servers.items()}
-                                | {g["name"]: h for h, g in generators.items()}, "playbook_s": timings}}
+            extra = {
+                "clock_offsets_ns": {n: o.offset_ns for n, o in offsets.items()},
+                "clock_rtt_ns": {n: o.rtt_ns for n, o in offsets.items()},
+                "remote": {
+                    "inventory": str(inv.path),
+                    "hosts": {n: s["host"] for n, s in servers.items()} | {g["name"]: h for h, g in generators.items()},
+                    "playbook_s": timings,
+                },
+            }
             m = manifest.Manifest.model_validate({**m.model_dump(mode="json"), **extra})
             manifest.write(m, pdir / "manifest.json")
     if interrupted:
@@ -212,8 +248,12 @@ def gather(ctx, servers: dict, assigned: dict, offsets: dict, generators: dict) 
         if (d / "app-events").exists():
             shutil.copytree(d / "app-events", pdir / "app-events", dirs_exist_ok=True)
     if pcaps:
-        subprocess.run(["mergecap", "-F", "pcap", "-w", str(pdir / "capture.pcap"), *map(str, pcaps)], check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(
+            ["mergecap", "-F", "pcap", "-w", str(pdir / "capture.pcap"), *map(str, pcaps)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     if resources:
         t = pa.concat_tables([tables.conform(r, "resources") for r in resources])
         tables.write(t, pdir / "resources.parquet", "resources")
@@ -223,8 +263,16 @@ def gather(ctx, servers: dict, assigned: dict, offsets: dict, generators: dict) 
         d = remote / host / g["name"]
         if (d / "generator.json").exists():
             info = json.loads((d / "generator.json").read_text())
-            summaries.append({"generator": g["name"], "host": host, "users": g["users"], "first_user": g["first"],
-                              "load_start_ns": info["load_start_ns"] + shift[g["name"]], **(info.get("summary") or {})})
+            summaries.append(
+                {
+                    "generator": g["name"],
+                    "host": host,
+                    "users": g["users"],
+                    "first_user": g["first"],
+                    "load_start_ns": info["load_start_ns"] + shift[g["name"]],
+                    **(info.get("summary") or {}),
+                }
+            )
             if info.get("returncode"):
                 ctx.notes.append(f"the workload generator {g['name']} exited with status {info['returncode']}")
         parts.append((d / "client_requests.parquet", g["first"], shift[g["name"]]))
@@ -237,8 +285,10 @@ def gather(ctx, servers: dict, assigned: dict, offsets: dict, generators: dict) 
         ctx.phases.update(_phase_times_of(t0, ctx.point.config.workload))
         summary = {k: v for k, v in summaries[0].items() if k not in ("generator", "host", "first_user")}
         if len(summaries) > 1:
-            summary = {"generators": summaries,
-                       "throughput_rps": sum(float(x.get("throughput_rps") or 0) for x in summaries)}
+            summary = {
+                "generators": summaries,
+                "throughput_rps": sum(float(x.get("throughput_rps") or 0) for x in summaries),
+            }
     merge_client_logs(parts, pdir / "client_requests.parquet")
     return summary
 
@@ -274,6 +324,7 @@ def _shifted_pcap(path: Path, shift_ns: int) -> Path:
     if abs(shift_ns) < 1000:
         return path
     out = path.with_name("capture.shifted.pcap")
-    subprocess.run(["editcap", "-t", f"{shift_ns / 1e9:.9f}", str(path), str(out)], check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        ["editcap", "-t", f"{shift_ns / 1e9:.9f}", str(path), str(out)], check=True, capture_output=True, timeout=600
+    )
     return out

@@ -91,23 +91,54 @@ class SshHosts:
             hostkey = self.dir / f"host_{n}"
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey))
             conf = self.dir / f"sshd_{n}.conf"
-            conf.write_text("\n".join([
-                f"ListenAddress {self.addresses[n]}:22", f"HostKey {hostkey}", f"PidFile {self.dir}/sshd_{n}.pid",
-                f"AuthorizedKeysFile {self.dir}/authorized_keys", "PermitRootLogin prohibit-password",
-                "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-                "MaxSessions 50", "MaxStartups 50", "Subsystem sftp /usr/lib/openssh/sftp-server", ""]))
+            conf.write_text(
+                "\n".join(
+                    [
+                        f"ListenAddress {self.addresses[n]}:22",
+                        f"HostKey {hostkey}",
+                        f"PidFile {self.dir}/sshd_{n}.pid",
+                        f"AuthorizedKeysFile {self.dir}/authorized_keys",
+                        "PermitRootLogin prohibit-password",
+                        "PasswordAuthentication no",
+                        "KbdInteractiveAuthentication no",
+                        "UsePAM no",
+                        "StrictModes no",
+                        "MaxSessions 50",
+                        "MaxStartups 50",
+                        "Subsystem sftp /usr/lib/openssh/sftp-server",
+                        "",
+                    ]
+                )
+            )
             _run(SSHD, "-t", "-f", str(conf))
             # nsenter --net, not `ip netns exec`: that one also remounts /sys, which would hide the
             # cgroup hierarchy from the sessions (a real host sees its /sys/fs/cgroup)
-            proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", SSHD, "-D", "-f", str(conf), "-E",
-                                     str(self.dir / f"sshd_{n}.log")], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [
+                    "nsenter",
+                    f"--net=/run/netns/{ns}",
+                    SSHD,
+                    "-D",
+                    "-f",
+                    str(conf),
+                    "-E",
+                    str(self.dir / f"sshd_{n}.log"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             self.sshd_pids[n] = proc.pid  # nsenter execs: this is sshd's pid
         deadline = time.monotonic() + 15
         lines: list[str] = []
         while time.monotonic() < deadline:
-            scan = subprocess.run(["ssh-keyscan", "-T", "2", "-t", "ed25519", *self.addresses.values()],
-                                  capture_output=True, text=True, timeout=30)
+            scan = subprocess.run(
+                ["ssh-keyscan", "-T", "2", "-t", "ed25519", *self.addresses.values()],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             lines = [ln for ln in scan.stdout.splitlines() if ln and not ln.startswith("#")]
             if len(lines) == len(self.names):
                 break
@@ -117,13 +148,22 @@ class SshHosts:
         self.known_hosts.write_text("\n".join(lines) + "\n")
 
     def host_vars(self) -> dict:
-        return {"ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
-                "ansible_python_interpreter": "/usr/bin/python3",
-                "ansible_ssh_common_args": f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes"}
+        return {
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(self.key),
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_common_args": f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes",
+        }
 
     def inventory(self, groups: dict[str, list[str]], **extra_vars) -> dict:
-        return {"all": {"vars": {**self.host_vars(), **extra_vars}, "children": {
-            g: {"hosts": {h: {"ansible_host": self.addresses[h]} for h in hosts}} for g, hosts in groups.items()}}}
+        return {
+            "all": {
+                "vars": {**self.host_vars(), **extra_vars},
+                "children": {
+                    g: {"hosts": {h: {"ansible_host": self.addresses[h]} for h in hosts}} for g, hosts in groups.items()
+                },
+            }
+        }
 
     def write_inventory(self, path: str | Path, groups: dict[str, list[str]], **extra_vars) -> Path:
         path = Path(path)

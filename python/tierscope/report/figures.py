@@ -36,7 +36,8 @@ def _family(name: str) -> tuple[str, ...]:
 
 #: one hue family per tier (or configuration), in order; red comes late (it means "saturated")
 FAMILIES: tuple[tuple[str, ...], ...] = tuple(
-    _family(n) for n in ("Blues", "Oranges", "Greens", "Purples", "Greys", "RdPu", "YlOrBr", "Reds"))
+    _family(n) for n in ("Blues", "Oranges", "Greens", "Purples", "Greys", "RdPu", "YlOrBr", "Reds")
+)
 
 
 class SeriesStyles:
@@ -91,6 +92,8 @@ def server_styles(pairs: list[tuple[str, str]]) -> dict[tuple[str, str], tuple[s
 def series_name(tier: str, server: str) -> str:
     """The legend name of a server's series: "tier/server"."""
     return f"{tier}/{server}"
+
+
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=40, b=40), legend=dict(orientation="h", y=-0.15))
 
 
@@ -142,8 +145,13 @@ def timeline(data: Analysis) -> go.Figure | None:
     if series is None:
         return None
     t0 = pc.min(series.column("window_start_ns")).as_py()
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=("load (mean requests in the server)", "throughput (completions/s)"))
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=("load (mean requests in the server)", "throughput (completions/s)"),
+    )
     servers = _servers(series)
     styles = server_styles(servers)
     top = 0.0
@@ -158,28 +166,56 @@ def timeline(data: Analysis) -> go.Figure | None:
         colour, dash = styles[(tier, server)]
         line = {"color": colour, "dash": dash, "width": 1.5}  # one style per server in both panels
         fig.add_trace(go.Scatter(**xs, y=load, mode="lines", name=name, legendgroup=name, line=line), row=1, col=1)
-        fig.add_trace(go.Scatter(**xs, y=thr, mode="lines", name=name, legendgroup=name, showlegend=False,
-                                 line=line), row=2, col=1)
+        fig.add_trace(
+            go.Scatter(**xs, y=thr, mode="lines", name=name, legendgroup=name, showlegend=False, line=line),
+            row=2,
+            col=1,
+        )
     bands, total = pause_bands(data, series)
     title = None
     if bands:
         shapes = []
         for b in bands:
             colour = styles.get((b["tier"], b["server"]), ("#7f7f7f", ""))[0]
-            shapes.append(dict(type="rect", xref="x", yref="paper", x0=(b["start_ns"] - t0) / 1e9,
-                               x1=(b["end_ns"] - t0) / 1e9, y0=0, y1=1, fillcolor=colour, opacity=0.18,
-                               line_width=0, layer="below", name=f"{b['kind']} {series_name(b['tier'], b['server'])}"))
+            shapes.append(
+                dict(
+                    type="rect",
+                    xref="x",
+                    yref="paper",
+                    x0=(b["start_ns"] - t0) / 1e9,
+                    x1=(b["end_ns"] - t0) / 1e9,
+                    y0=0,
+                    y1=1,
+                    fillcolor=colour,
+                    opacity=0.18,
+                    line_width=0,
+                    layer="below",
+                    name=f"{b['kind']} {series_name(b['tier'], b['server'])}",
+                )
+            )
         fig.update_layout(shapes=shapes)
         # shapes have no hover: a mark above each band carries its text
         mid = np.array([(b["start_ns"] + b["end_ns"]) / 2 - t0 for b in bands]) / 1e9
-        fig.add_trace(go.Scatter(x=mid, y=np.full(len(bands), top * 1.05 if top > 0 else 1.0), mode="markers",
-                                 marker=dict(symbol="triangle-down", size=8, color="#555"),
-                                 hovertext=[b["text"] for b in bands], hoverinfo="text",
-                                 name="pauses and stalls (shaded)"), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=mid,
+                y=np.full(len(bands), top * 1.05 if top > 0 else 1.0),
+                mode="markers",
+                marker=dict(symbol="triangle-down", size=8, color="#555"),
+                hovertext=[b["text"] for b in bands],
+                hoverinfo="text",
+                name="pauses and stalls (shaded)",
+            ),
+            row=1,
+            col=1,
+        )
         kinds = sorted({b["kind"] for b in bands}, key=lambda k: k != "stall")
         what = " and ".join(f"{k}s" for k in kinds)
-        title = (f"Shaded: the {len(bands)} longest of {total} {what} (at most {MAX_BANDS} drawn)"
-                 if total > len(bands) else f"Shaded: {total} {what} (hover the marks above the bands)")
+        title = (
+            f"Shaded: the {len(bands)} longest of {total} {what} (at most {MAX_BANDS} drawn)"
+            if total > len(bands)
+            else f"Shaded: {total} {what} (hover the marks above the bands)"
+        )
     fig.update_xaxes(title_text="seconds since the first window", row=2, col=1)
     layout = dict(LAYOUT)
     if title:
@@ -223,9 +259,17 @@ def pause_bands(data: Analysis, series: pa.Table | None = None) -> tuple[list[di
                 if any(x0 < b0 and a0 < x1 for x0, x1 in stalled):
                     continue  # the stall shows the same pause, to the ns
                 ms = float(ratio[a:b].sum()) * w / 1e6
-                bands.append(dict(kind="pause", tier=tier, server=server, start_ns=a0, end_ns=b0,
-                                  text=f"{series_name(tier, server)} paused for {ms:.0f} ms in "
-                                       f"{b - a} window(s) of {w / 1e6:g} ms"))
+                bands.append(
+                    dict(
+                        kind="pause",
+                        tier=tier,
+                        server=server,
+                        start_ns=a0,
+                        end_ns=b0,
+                        text=f"{series_name(tier, server)} paused for {ms:.0f} ms in "
+                        f"{b - a} window(s) of {w / 1e6:g} ms",
+                    )
+                )
     total = len(bands)
     if total > MAX_BANDS:
         bands = sorted(bands, key=lambda b: b["start_ns"] - b["end_ns"])[:MAX_BANDS]
@@ -269,8 +313,11 @@ def main_sequence(data: Analysis) -> go.Figure | None:
         # the server's own colour, saturated windows red (0/1 through a two-colour scale: small on the page)
         marker = dict(size=4, opacity=0.5, color=sat, cmin=0, cmax=1, colorscale=[[0, colour], [1, SATURATED]])
         name = series_name(tier, server)
-        fig.add_trace(go.Scatter(x=_f4(load), y=_f4(thr), mode="markers", marker=marker, name=name, legendgroup=name),
-                      row=r, col=c)
+        fig.add_trace(
+            go.Scatter(x=_f4(load), y=_f4(thr), mode="markers", marker=marker, name=name, legendgroup=name),
+            row=r,
+            col=c,
+        )
         ns = _n_star_for(data.fine, tier, server)
         value = getattr(ns, "n_star", None)
         if isinstance(value, (int, float)) and np.isfinite(value):
@@ -319,9 +366,17 @@ def saturation_strip(data: Analysis) -> go.Figure | None:
     thinned = [_thin(x, (row, "max")) for row in z]
     x = thinned[0][0]
     z = [t[1] for t in thinned]
-    fig = go.Figure(go.Heatmap(z=_f4(np.asarray(z)), **_x(x), y=labels, zmin=0, zmax=1,
-                               colorscale=[[0, "#f4f4f4"], [1, "#d62728"]],
-                               colorbar=dict(title="saturated")))
+    fig = go.Figure(
+        go.Heatmap(
+            z=_f4(np.asarray(z)),
+            **_x(x),
+            y=labels,
+            zmin=0,
+            zmax=1,
+            colorscale=[[0, "#f4f4f4"], [1, "#d62728"]],
+            colorbar=dict(title="saturated"),
+        )
+    )
     fig.update_layout(height=120 + 50 * len(labels), xaxis_title="seconds since the first window", **LAYOUT)
     return fig
 
@@ -342,8 +397,22 @@ def correlation_matrix(data: Analysis) -> go.Figure | None:
             v = np.nan if v is None else v
             z[pos[r["tier_a"]], pos[r["tier_b"]]] = z[pos[r["tier_b"]], pos[r["tier_a"]]] = v
         text = [[("" if np.isnan(v) else f"{v:.2f}") for v in row] for row in z]
-        fig.add_trace(go.Heatmap(z=z, x=tiers, y=tiers, zmin=-1, zmax=1, colorscale="RdBu", reversescale=True,
-                                 text=text, texttemplate="%{text}", showscale=col == 2), row=1, col=col)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=tiers,
+                y=tiers,
+                zmin=-1,
+                zmax=1,
+                colorscale="RdBu",
+                reversescale=True,
+                text=text,
+                texttemplate="%{text}",
+                showscale=col == 2,
+            ),
+            row=1,
+            col=col,
+        )
     fig.update_layout(height=380, **LAYOUT)
     return fig
 
@@ -361,9 +430,15 @@ def load_curve(data: Analysis) -> go.Figure | None:
     for bb in data.blackbox.values():
         e = col(bb.curve, "errors")
         errors_any |= e is not None and "requests" in bb.curve.column_names and bool(np.nansum(e) > 0)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.4, 0.6],
-                        specs=[[{}], [{"secondary_y": errors_any}]],
-                        subplot_titles=("throughput", "response time" + (" and error rate" if errors_any else "")))
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        row_heights=[0.4, 0.6],
+        specs=[[{}], [{"secondary_y": errors_any}]],
+        subplot_titles=("throughput", "response time" + (" and error rate" if errors_any else "")),
+    )
     styles = SeriesStyles()
     many = len(data.blackbox) > 1
     for k, (config, bb) in enumerate(data.blackbox.items()):
@@ -371,35 +446,73 @@ def load_curve(data: Analysis) -> go.Figure | None:
         users = _np(c, "users")
         tag = f" {config}" if many else ""
         colour, dash = styles.take(k, 0, "solid")
-        fig.add_trace(go.Scatter(x=users, y=col(c, "throughput"), mode="lines+markers", name=f"throughput{tag}",
-                                 legendgroup=config, line=dict(color=colour, dash=dash)), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=users,
+                y=col(c, "throughput"),
+                mode="lines+markers",
+                name=f"throughput{tag}",
+                legendgroup=config,
+                line=dict(color=colour, dash=dash),
+            ),
+            row=1,
+            col=1,
+        )
         for q, shade, dash in (("p50", 4, "dash"), ("p90", 1, "solid"), ("p99", 2, "dash")):
             y = col(c, f"rt_{q}")
             if y is None:
                 continue
             colour, dash = styles.take(k, shade, dash)
-            fig.add_trace(go.Scatter(x=users, y=y * 1e3, mode="lines+markers", name=f"{q} response time{tag}",
-                                     legendgroup=config, line=dict(color=colour, dash=dash)),
-                          row=2, col=1, **({"secondary_y": False} if errors_any else {}))
+            fig.add_trace(
+                go.Scatter(
+                    x=users,
+                    y=y * 1e3,
+                    mode="lines+markers",
+                    name=f"{q} response time{tag}",
+                    legendgroup=config,
+                    line=dict(color=colour, dash=dash),
+                ),
+                row=2,
+                col=1,
+                **({"secondary_y": False} if errors_any else {}),
+            )
         e, n = col(c, "errors"), col(c, "requests")
         if errors_any and e is not None and n is not None:
             total = e + n  # `requests` counts the successful ones (analysis.blackbox.point_summary)
             rate = np.divide(e, total, out=np.full(len(e), np.nan), where=total > 0) * 100
             colour, dash = styles.take(k, 3, "dot")
-            fig.add_trace(go.Scatter(x=users, y=rate, mode="lines+markers", name=f"error rate{tag}",
-                                     legendgroup=config, marker=dict(symbol="x"), line=dict(color=colour, dash=dash),
-                                     hovertemplate="%{y:.2f} % errors at %{x} users"),
-                          row=2, col=1, secondary_y=True)
+            fig.add_trace(
+                go.Scatter(
+                    x=users,
+                    y=rate,
+                    mode="lines+markers",
+                    name=f"error rate{tag}",
+                    legendgroup=config,
+                    marker=dict(symbol="x"),
+                    line=dict(color=colour, dash=dash),
+                    hovertemplate="%{y:.2f} % errors at %{x} users",
+                ),
+                row=2,
+                col=1,
+                secondary_y=True,
+            )
         if bb.knee is not None and (not many or config == data.focus_config):
-            fig.add_vline(x=bb.knee.users, line_dash="dash", line_color=SATURATED, row=1, col=1,
-                          annotation_text=f"knee {bb.knee.users:g}{tag}")
+            fig.add_vline(
+                x=bb.knee.users,
+                line_dash="dash",
+                line_color=SATURATED,
+                row=1,
+                col=1,
+                annotation_text=f"knee {bb.knee.users:g}{tag}",
+            )
             fig.add_vline(x=bb.knee.users, line_dash="dash", line_color=SATURATED, row=2, col=1)
     fig.update_xaxes(title_text="users", row=2, col=1)
     fig.update_yaxes(title_text="requests/s", row=1, col=1)
     if errors_any:
         fig.update_yaxes(title_text="response time (ms)", row=2, col=1, secondary_y=False)
-        fig.update_yaxes(title_text="errors (% of requests)", row=2, col=1, secondary_y=True, rangemode="tozero",
-                         showgrid=False)
+        fig.update_yaxes(
+            title_text="errors (% of requests)", row=2, col=1, secondary_y=True, rangemode="tozero", showgrid=False
+        )
     else:
         fig.update_yaxes(title_text="response time (ms)", row=2, col=1)
     fig.update_layout(height=620, **LAYOUT)
@@ -421,17 +534,32 @@ def utilisation_density(data: Analysis, max_resources: int = 6) -> go.Figure | N
     chosen = sorted(best, key=lambda k: -best[k])[:max_resources]
     cols = min(2, len(chosen))
     rows = int(np.ceil(len(chosen) / cols))
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{h} {m}" for h, m in chosen],
-                        vertical_spacing=0.18, horizontal_spacing=0.1)
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=[f"{h} {m}" for h, m in chosen],
+        vertical_spacing=0.18,
+        horizontal_spacing=0.1,
+    )
     for i, (host, metric) in enumerate(chosen):
-        d = wb.density.filter(pc.and_(pc.equal(wb.density.column("host"), host),
-                                      pc.equal(wb.density.column("metric"), metric)))
+        d = wb.density.filter(
+            pc.and_(pc.equal(wb.density.column("host"), host), pc.equal(wb.density.column("metric"), metric))
+        )
         users = np.unique(_np(d, "users"))
         util = np.unique(_np(d, "util"))
         z = _np(d, "density").reshape(len(users), len(util))
-        fig.add_trace(go.Heatmap(z=_f4(z), x=util, y=[f"{u:g}" for u in users], colorscale="Viridis",
-                                 showscale=i == 0, colorbar=dict(title="density")),
-                      row=i // cols + 1, col=i % cols + 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=_f4(z),
+                x=util,
+                y=[f"{u:g}" for u in users],
+                colorscale="Viridis",
+                showscale=i == 0,
+                colorbar=dict(title="density"),
+            ),
+            row=i // cols + 1,
+            col=i % cols + 1,
+        )
         fig.update_xaxes(title_text="utilisation %", row=i // cols + 1, col=i % cols + 1)
         fig.update_yaxes(title_text="users", type="category", row=i // cols + 1, col=i % cols + 1)
     fig.update_layout(height=300 * rows + 60, **LAYOUT)
@@ -449,22 +577,25 @@ def point_resources(data: Analysis) -> pa.Table | None:
         return None
     for p in data.points:
         label = f"{p.config + ' ' if p.config else ''}{p.name}" + (
-            f" ({p.users:g} users)" if p.users is not None else "")
+            f" ({p.users:g} users)" if p.users is not None else ""
+        )
         if label == data.fine_point and "resources" in p.tables:
             return p.tables["resources"]
     return None
 
 
-def most_saturated_host(resources: pa.Table, coarse_ns: int = 1_000_000_000,
-                        threshold: float = 95.0) -> Any | None:
+def most_saturated_host(resources: pa.Table, coarse_ns: int = 1_000_000_000, threshold: float = 95.0) -> Any | None:
     """`analysis.whitebox.two_grains` of the host whose CPU samples are most often at or above
     `threshold` (the highest fine_share_above; ties: the highest mean), for the hosts sampled finer
     than `coarse_ns`; CPU is ``cpu_util``, else ``cpu`` (recorded, or derived from cpu_user and
     cpu_system). None when no host qualifies."""
     from tierscope.analysis.whitebox import two_grains
 
-    if resources is None or resources.num_rows == 0 or not {"ts_ns", "host", "metric", "value"} <= set(
-            resources.column_names):
+    if (
+        resources is None
+        or resources.num_rows == 0
+        or not {"ts_ns", "host", "metric", "value"} <= set(resources.column_names)
+    ):
         return None
     best, key = None, None
     for host in sorted(set(resources.column("host").to_pylist())):
@@ -498,21 +629,33 @@ def two_grains_figure(data: Analysis | pa.Table, threshold: float = 95.0) -> go.
     xf, yf = _thin((_np(g.fine, "ts_ns") - origin) / 1e9, (_np(g.fine, "value"), "max"))
     xc, yc = (_np(g.coarse, "ts_ns") - origin) / 1e9, _np(g.coarse, "value")
     # each sample is the mean over the interval ending at its time stamp: steps drawn leftwards ("vh")
-    fig = go.Figure([
-        go.Scatter(x=xf, y=yf, mode="lines", line=dict(color="#6baed6", width=1, shape="vh"),
-                   name=f"{g.host} {g.metric} at {fine_ms:g} ms "
-                        f"({g.fine_share_above:.1%} of samples >= {threshold:g} %)"),
-        go.Scatter(x=xc, y=yc, mode="lines+markers", line=dict(color="#08306b", width=2.5, shape="vh"),
-                   name=f"the same at {g.coarse_interval_ns / 1e9:g} s "
-                        f"({g.coarse_share_above:.1%} of samples >= {threshold:g} %)"),
-    ])
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=xf,
+                y=yf,
+                mode="lines",
+                line=dict(color="#6baed6", width=1, shape="vh"),
+                name=f"{g.host} {g.metric} at {fine_ms:g} ms ({g.fine_share_above:.1%} of samples >= {threshold:g} %)",
+            ),
+            go.Scatter(
+                x=xc,
+                y=yc,
+                mode="lines+markers",
+                line=dict(color="#08306b", width=2.5, shape="vh"),
+                name=f"the same at {g.coarse_interval_ns / 1e9:g} s "
+                f"({g.coarse_share_above:.1%} of samples >= {threshold:g} %)",
+            ),
+        ]
+    )
     fig.add_hline(y=threshold, line_dash="dash", line_color=SATURATED)
     fig.update_xaxes(title_text="seconds since the first sample")
     top = float(np.nanmax(yf)) if len(yf) else 100.0
     fig.update_yaxes(title_text=f"{g.metric} %", range=[0, 105] if top <= 100 else None)
     layout = dict(LAYOUT, margin=dict(LAYOUT["margin"], t=60))
-    fig.update_layout(height=400, title=dict(text=f"{g.host} CPU at {fine_ms:g} ms and at "
-                                                  f"{g.coarse_interval_ns / 1e9:g} s"), **layout)
+    fig.update_layout(
+        height=400, title=dict(text=f"{g.host} CPU at {fine_ms:g} ms and at {g.coarse_interval_ns / 1e9:g} s"), **layout
+    )
     return fig
 
 
@@ -530,13 +673,27 @@ def bottleneck_map_figure(data: Analysis) -> go.Figure | None:
             i, j = apps.index(r["app"]), dbs.index(r["db"])
             z[i, j] = r["max_throughput"]
             text[i][j] = f"{r['config']}<br>{r['max_throughput']:.0f}/s<br>{r['bottleneck'] or 'none'} (g{r['group']})"
-        fig = go.Figure(go.Heatmap(z=z, x=[str(d) for d in dbs], y=[str(a) for a in apps], text=text,
-                                   texttemplate="%{text}", colorscale="Blues", colorbar=dict(title="max X /s")))
+        fig = go.Figure(
+            go.Heatmap(
+                z=z,
+                x=[str(d) for d in dbs],
+                y=[str(a) for a in apps],
+                text=text,
+                texttemplate="%{text}",
+                colorscale="Blues",
+                colorbar=dict(title="max X /s"),
+            )
+        )
         fig.update_xaxes(title_text="database servers", type="category")
         fig.update_yaxes(title_text="application servers", type="category")
     else:
-        fig = go.Figure(go.Bar(x=[r["config"] for r in rows], y=[r["max_throughput"] for r in rows],
-                               text=[f"{r['bottleneck'] or 'none'} (g{r['group']})" for r in rows]))
+        fig = go.Figure(
+            go.Bar(
+                x=[r["config"] for r in rows],
+                y=[r["max_throughput"] for r in rows],
+                text=[f"{r['bottleneck'] or 'none'} (g{r['group']})" for r in rows],
+            )
+        )
         fig.update_yaxes(title_text="maximum throughput (requests/s)")
     fig.update_layout(height=420, **LAYOUT)
     return fig
@@ -547,8 +704,11 @@ def heavy_figure(data: Analysis) -> go.Figure | None:
     h = data.heavy
     if h is None or h.num_rows == 0:
         return None
-    t0 = pc.min(data.requests.column("arrival_ns")).as_py() if data.requests is not None else pc.min(
-        h.column("arrival_ns")).as_py()
+    t0 = (
+        pc.min(data.requests.column("arrival_ns")).as_py()
+        if data.requests is not None
+        else pc.min(h.column("arrival_ns")).as_py()
+    )
     fig = go.Figure()
     labels = h.column("label").to_pylist()
     tiers = h.column("tier").to_pylist()

@@ -30,46 +30,82 @@ from tierscope.analysis.summary import Summary, build_summary
 
 #: (id, title, what it shows in plain words, figure builder, why it can be missing)
 SECTIONS: list[tuple[str, str, str, Callable[[Analysis], go.Figure | None], str]] = [
-    ("timeline", "Load and throughput of every tier",
-     "Per server and per window: the mean number of requests inside the server (load) and the requests it "
-     "completed per second. A bottleneck shows as load climbing while throughput stays flat. Servers of one tier "
-     "share a hue and differ by shade and dash; shaded bands are stalls (a server holding requests and "
-     "completing none) and pauses (GC, injected freezes) — hover the marks above them.",
-     figures.timeline, "needs per-request timings at the servers (requests table) and the fine-grained analysis"),
-    ("main-sequence", "Main sequence and saturation point N*",
-     "Throughput against load, one dot per window. Throughput grows with load until the server saturates at "
-     "N* (dashed line); windows to the right of it (red) are saturated.",
-     figures.main_sequence, "needs the fine-grained analysis"),
-    ("strip", "Saturated windows, one row per tier",
-     "Red where a tier was saturated. Rows that take turns are a bottleneck alternating between tiers; one row "
-     "red most of the time is a single bottleneck. For simulated runs, rows marked (truth) show when the "
-     "simulator knows the tier was saturated.",
-     figures.saturation_strip, "needs the fine-grained analysis"),
-    ("correlation", "Correlation of load between tiers",
-     "Pearson correlation of the tiers' loads per window. Inclusive load counts time spent waiting on the next "
-     "tier, so a synchronous chain correlates positively; negative exclusive correlation means tiers take turns.",
-     figures.correlation_matrix, "needs two or more tiers"),
-    ("load-curve", "Response time and throughput against workload",
-     "The black-box view: throughput, and the median, 90th and 99th percentile response time (p90 solid, p50 "
-     "and p99 dashed) per workload level; when requests failed, the error rate (% of all requests) on the right "
-     "axis. The knee (dashed) is where response time starts to climb: the system reaches its capacity there.",
-     figures.load_curve, "needs a run with two or more workload levels (users) and the generator's client_requests"),
-    ("density", "Utilisation densities",
-     "How much of the time each resource spent at each utilisation, per workload level (seed 000 Fig. 1). A "
-     "bright band at the right edge means the resource is saturated at that workload.",
-     figures.utilisation_density, "needs resources.parquet with percent metrics"),
-    ("two-grains", "One host at two grains",
-     "The CPU of the host most often saturated at the analysed point, as sampled and re-aggregated to 1 s from "
-     "the same samples (seed 001): short saturations that the 1 s average hides show at the fine grain.",
-     figures.two_grains_figure, "needs the analysed point's resources.parquet with CPU sampled finer than 1 s"),
-    ("bottleneck-map", "Bottleneck map",
-     "Maximum throughput per configuration, with its primary bottleneck and its group of configurations with "
-     "similar maximum throughput (seed 000 Fig. 2/3).",
-     figures.bottleneck_map_figure, "needs two or more configurations"),
-    ("heavy", "Heavy requests",
-     "Requests at least 100 times slower than the median of their kind (label): rare, but they can move the "
-     "bottleneck (seed 000 §4).",
-     figures.heavy_figure, "none found (or no labels to compare requests by)"),
+    (
+        "timeline",
+        "Load and throughput of every tier",
+        "Per server and per window: the mean number of requests inside the server (load) and the requests it "
+        "completed per second. A bottleneck shows as load climbing while throughput stays flat. Servers of one tier "
+        "share a hue and differ by shade and dash; shaded bands are stalls (a server holding requests and "
+        "completing none) and pauses (GC, injected freezes) — hover the marks above them.",
+        figures.timeline,
+        "needs per-request timings at the servers (requests table) and the fine-grained analysis",
+    ),
+    (
+        "main-sequence",
+        "Main sequence and saturation point N*",
+        "Throughput against load, one dot per window. Throughput grows with load until the server saturates at "
+        "N* (dashed line); windows to the right of it (red) are saturated.",
+        figures.main_sequence,
+        "needs the fine-grained analysis",
+    ),
+    (
+        "strip",
+        "Saturated windows, one row per tier",
+        "Red where a tier was saturated. Rows that take turns are a bottleneck alternating between tiers; one row "
+        "red most of the time is a single bottleneck. For simulated runs, rows marked (truth) show when the "
+        "simulator knows the tier was saturated.",
+        figures.saturation_strip,
+        "needs the fine-grained analysis",
+    ),
+    (
+        "correlation",
+        "Correlation of load between tiers",
+        "Pearson correlation of the tiers' loads per window. Inclusive load counts time spent waiting on the next "
+        "tier, so a synchronous chain correlates positively; negative exclusive correlation means tiers take turns.",
+        figures.correlation_matrix,
+        "needs two or more tiers",
+    ),
+    (
+        "load-curve",
+        "Response time and throughput against workload",
+        "The black-box view: throughput, and the median, 90th and 99th percentile response time (p90 solid, p50 "
+        "and p99 dashed) per workload level; when requests failed, the error rate (% of all requests) on the right "
+        "axis. The knee (dashed) is where response time starts to climb: the system reaches its capacity there.",
+        figures.load_curve,
+        "needs a run with two or more workload levels (users) and the generator's client_requests",
+    ),
+    (
+        "density",
+        "Utilisation densities",
+        "How much of the time each resource spent at each utilisation, per workload level (seed 000 Fig. 1). A "
+        "bright band at the right edge means the resource is saturated at that workload.",
+        figures.utilisation_density,
+        "needs resources.parquet with percent metrics",
+    ),
+    (
+        "two-grains",
+        "One host at two grains",
+        "The CPU of the host most often saturated at the analysed point, as sampled and re-aggregated to 1 s from "
+        "the same samples (seed 001): short saturations that the 1 s average hides show at the fine grain.",
+        figures.two_grains_figure,
+        "needs the analysed point's resources.parquet with CPU sampled finer than 1 s",
+    ),
+    (
+        "bottleneck-map",
+        "Bottleneck map",
+        "Maximum throughput per configuration, with its primary bottleneck and its group of configurations with "
+        "similar maximum throughput (seed 000 Fig. 2/3).",
+        figures.bottleneck_map_figure,
+        "needs two or more configurations",
+    ),
+    (
+        "heavy",
+        "Heavy requests",
+        "Requests at least 100 times slower than the median of their kind (label): rare, but they can move the "
+        "bottleneck (seed 000 §4).",
+        figures.heavy_figure,
+        "none found (or no labels to compare requests by)",
+    ),
 ]
 
 _CSS = """
@@ -107,13 +143,19 @@ def _heavy_table(data: Analysis) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(str(r['tier']))}</td><td>{html.escape(str(r['label']))}</td><td>{r['heavy']}</td>"
         f"<td>{r['requests']}</td><td>{r['median_ms']:.2f}</td><td>{r['max_ms']:.1f}</td></tr>"
-        for r in data.heavy_summary.to_pylist()[:20])
+        for r in data.heavy_summary.to_pylist()[:20]
+    )
     return f'<table class="facts">{head}{rows}</table>'
 
 
 def _levels(data: Analysis) -> list[float]:
-    users = {float(u) for bb in data.blackbox.values() if "users" in bb.curve.column_names
-             for u in bb.curve.column("users").to_pylist() if u is not None}
+    users = {
+        float(u)
+        for bb in data.blackbox.values()
+        if "users" in bb.curve.column_names
+        for u in bb.curve.column("users").to_pylist()
+        if u is not None
+    }
     users |= {float(p.users) for p in data.points if p.users is not None}
     return sorted(users)
 
@@ -134,8 +176,11 @@ def _config_rows(data: Analysis) -> list[tuple[str, str]]:
     if data.imported is not None:
         rows.append(("imported", data.imported.summary()))
     elif data.requests is not None:
-        tiers = sorted({t for t in data.requests.column("tier").to_pylist() if t is not None}) \
-            if "tier" in data.requests.column_names else []
+        tiers = (
+            sorted({t for t in data.requests.column("tier").to_pylist() if t is not None})
+            if "tier" in data.requests.column_names
+            else []
+        )
         rows.append(("requests", f"{data.requests.num_rows} at {len(tiers)} tier(s) {', '.join(tiers)}".rstrip()))
     return rows
 
@@ -168,19 +213,23 @@ class _Figures:
         height = layout.get("height")
         spec = _json_for_script(to_json_plotly({"data": d.get("data", []), "layout": layout}))
         style = f' style="height:{int(height)}px"' if isinstance(height, (int, float)) else ""
-        return (f'<div id="{div_id}" class="plot"{style}></div>'
-                f'<script type="application/json" class="tierscope-figure" data-div="{div_id}">{spec}</script>')
+        return (
+            f'<div id="{div_id}" class="plot"{style}></div>'
+            f'<script type="application/json" class="tierscope-figure" data-div="{div_id}">{spec}</script>'
+        )
 
     def script(self) -> str:
         """The one script that draws every figure: `tierscopeDraw()`."""
         templates = ",".join(f'"{k}":{_json_for_script(v)}' for k, v in self.templates.items())
-        return ("<script>var TIERSCOPE_TEMPLATES={" + templates + "};"
-                "function tierscopeDraw(){var C=" + json.dumps(PLOT_CONFIG) + ";"
-                "document.querySelectorAll('script.tierscope-figure').forEach(function(s){"
-                "var f=JSON.parse(s.textContent),t=f.layout.template;"
-                "if(typeof t==='string'&&t in TIERSCOPE_TEMPLATES)"
-                "f.layout.template=JSON.parse(JSON.stringify(TIERSCOPE_TEMPLATES[t]));"
-                "Plotly.newPlot(s.getAttribute('data-div'),f.data,f.layout,C);});}</script>")
+        return (
+            "<script>var TIERSCOPE_TEMPLATES={" + templates + "};"
+            "function tierscopeDraw(){var C=" + json.dumps(PLOT_CONFIG) + ";"
+            "document.querySelectorAll('script.tierscope-figure').forEach(function(s){"
+            "var f=JSON.parse(s.textContent),t=f.layout.template;"
+            "if(typeof t==='string'&&t in TIERSCOPE_TEMPLATES)"
+            "f.layout.template=JSON.parse(JSON.stringify(TIERSCOPE_TEMPLATES[t]));"
+            "Plotly.newPlot(s.getAttribute('data-div'),f.data,f.layout,C);});}</script>"
+        )
 
 
 def _plotlyjs(compress: bool) -> tuple[str, str]:
@@ -200,7 +249,8 @@ def _plotlyjs(compress: bool) -> tuple[str, str]:
         "for(var i=0;i<b.length;i++)u[i]=b.charCodeAt(i);"
         "new Response(new Blob([u]).stream().pipeThrough(new DecompressionStream('gzip'))).text()"
         ".then(function(code){var s=document.createElement('script');s.text=code;document.head.appendChild(s);"
-        "tierscopeDraw();}).catch(fail);})();</script>")
+        "tierscopeDraw();}).catch(fail);})();</script>"
+    )
     return (f'<script type="application/octet-stream" id="plotlyjs-gz">{packed}</script>', unpack)
 
 
@@ -220,17 +270,18 @@ def render_html(data: Analysis, summary: Summary | None = None, *, compress_js: 
             continue
         body = embedded.embed(fig, f"fig-{sid}")
         extra = _heavy_table(data) if sid == "heavy" else ""
-        parts.append(f'<section id="{sid}"><h2>{html.escape(title)}</h2><p>{html.escape(words)}</p>{body}{extra}'
-                     "</section>")
+        parts.append(
+            f'<section id="{sid}"><h2>{html.escape(title)}</h2><p>{html.escape(words)}</p>{body}{extra}</section>'
+        )
     notes = "".join(f"<li><b>{html.escape(t)}</b>: {html.escape(w)}</li>" for t, w in missing)
     notes += "".join(f"<li>{html.escape(n)}</li>" for n in data.notes)
-    omitted = (f'<section id="omitted"><h2>Not shown</h2><ul class="note">{notes}</ul></section>' if notes else "")
+    omitted = f'<section id="omitted"><h2>Not shown</h2><ul class="note">{notes}</ul></section>' if notes else ""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     from tierscope import __version__
 
     head_js, draw = _plotlyjs(compress_js)
     return (
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>tierscope report: {html.escape(data.title)}</title><style>{_CSS}</style>"
         f"{head_js}</head><body>"
         f"<h1>tierscope report: {html.escape(data.title)}</h1>"
@@ -240,8 +291,9 @@ def render_html(data: Analysis, summary: Summary | None = None, *, compress_js: 
     )
 
 
-def write_report(data: Analysis, path: str | Path, summary: Summary | None = None, *,
-                 compress_js: bool = False) -> Path:
+def write_report(
+    data: Analysis, path: str | Path, summary: Summary | None = None, *, compress_js: bool = False
+) -> Path:
     """Write the HTML report to `path` (parent directories created); `compress_js`: see render_html."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

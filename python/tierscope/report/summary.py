@@ -32,7 +32,10 @@ def level_table(data) -> Table | None:
     for name in ("users", "throughput/s", "p50 ms", "p90 ms", "p99 ms", "errors"):
         table.add_column(name, justify="right")
     for r in bb.curve.to_pylist():
-        ms = [f"{r[k] * 1e3:.1f}" if r.get(k) is not None and r[k] == r[k] else "-" for k in ("rt_p50", "rt_p90", "rt_p99")]
+        ms = [
+            f"{r[k] * 1e3:.1f}" if r.get(k) is not None and r[k] == r[k] else "-"
+            for k in ("rt_p50", "rt_p90", "rt_p99")
+        ]
         table.add_row(f"{r['users']:g}", f"{r['throughput']:.1f}", *ms, str(r.get("errors", 0)))
     return table
 
@@ -45,15 +48,25 @@ def configuration_table(data) -> Table | None:
     if bmap is None or bmap.num_rows < 2:
         return None
     table = Table(title="configurations (bottleneck map)", expand=False)
-    for name, justify in (("configuration", "left"), ("max throughput/s", "right"), ("knee (users)", "right"),
-                          ("bottleneck", "left"), ("saturated", "left")):
+    for name, justify in (
+        ("configuration", "left"),
+        ("max throughput/s", "right"),
+        ("knee (users)", "right"),
+        ("bottleneck", "left"),
+        ("saturated", "left"),
+    ):
         table.add_column(name, justify=justify)
     for r in bmap.to_pylist():
         bb = data.blackbox.get(r["config"])
         knee = f"{bb.knee.users:g}" if bb is not None and bb.knee is not None else "-"
         share = f" ({r['bottleneck_share']:.0%} of the time)" if r["bottleneck"] else ""
-        table.add_row(r["config"], f"{r['max_throughput']:.1f}", knee,
-                      (r["bottleneck"] or "no saturated resource") + share, r["saturated"] or "-")
+        table.add_row(
+            r["config"],
+            f"{r['max_throughput']:.1f}",
+            knee,
+            (r["bottleneck"] or "no saturated resource") + share,
+            r["saturated"] or "-",
+        )
     return table
 
 
@@ -61,8 +74,9 @@ def print_summary(summary: Summary, console: Console | None = None, verbose: boo
     """The verdict line first; with `data`, the per-level table and the per-tier saturated shares;
     the rest (what to look at, the numbers behind it) when `verbose`."""
     console = console or Console()
-    console.print(f"[bold]Bottleneck:[/bold] {summary.headline}  [bold]How sure:[/bold] {summary.confidence}",
-                  highlight=False)
+    console.print(
+        f"[bold]Bottleneck:[/bold] {summary.headline}  [bold]How sure:[/bold] {summary.confidence}", highlight=False
+    )
     if data is not None:
         configurations = configuration_table(data)
         if configurations is not None:

@@ -125,27 +125,44 @@ class AppServer(Service):
 
     def command(self) -> list[str]:
         argv = [
-            sys.executable, "-m", "gunicorn",
-            "--worker-class", "gthread",
-            "--workers", str(self.workers),
-            "--threads", str(self.threads),
-            "--bind", f"{self.host.address}:{self.port}",
-            "--backlog", str(self.backlog),
-            "--worker-connections", str(self.connections),
-            "--keep-alive", str(self.keepalive_s),
-            "--timeout", str(self.timeout_s),
-            "--graceful-timeout", "10",
-            "--error-logfile", str(self.error_log),
-            "--pid", str(self.workdir / "gunicorn.pid"),
-            "--worker-tmp-dir", "/dev/shm" if os.path.isdir("/dev/shm") else str(self.workdir),
-            "--name", f"{self.app.split('.')[2] if self.app.count('.') >= 2 else 'app'}-{self.port}",
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--worker-class",
+            "gthread",
+            "--workers",
+            str(self.workers),
+            "--threads",
+            str(self.threads),
+            "--bind",
+            f"{self.host.address}:{self.port}",
+            "--backlog",
+            str(self.backlog),
+            "--worker-connections",
+            str(self.connections),
+            "--keep-alive",
+            str(self.keepalive_s),
+            "--timeout",
+            str(self.timeout_s),
+            "--graceful-timeout",
+            "10",
+            "--error-logfile",
+            str(self.error_log),
+            "--pid",
+            str(self.workdir / "gunicorn.pid"),
+            "--worker-tmp-dir",
+            "/dev/shm" if os.path.isdir("/dev/shm") else str(self.workdir),
+            "--name",
+            f"{self.app.split('.')[2] if self.app.count('.') >= 2 else 'app'}-{self.port}",
         ]
         if _has_setting("control_socket_disable"):  # gunicorn >= 24: one shared socket path otherwise
             argv.append("--no-control-socket")
         if self.access_log_enabled:
             argv += [
-                "--access-logfile", str(self.access_log),
-                "--access-logformat", '%(h)s %(t)s "%(r)s" %(s)s %(B)s %(M)s %({x-request-id}i)s',
+                "--access-logfile",
+                str(self.access_log),
+                "--access-logformat",
+                '%(h)s %(t)s "%(r)s" %(s)s %(B)s %(M)s %({x-request-id}i)s',
             ]
         return argv + [self.app]
 

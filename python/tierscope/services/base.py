@@ -108,12 +108,14 @@ def read_through(host: Host, files: list[Path], timeout: float = 600.0) -> int:
     if not files:
         return 0
     total = sum(p.stat().st_size for p in files)
-    argv = host.wrap(["sh", "-c", 'for f in "$@"; do cat -- "$f"; done > /dev/null', "read-through",
-                      *[str(p) for p in files]])
+    argv = host.wrap(
+        ["sh", "-c", 'for f in "$@"; do cat -- "$f"; done > /dev/null', "read-through", *[str(p) for p in files]]
+    )
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
     if done.returncode != 0:
-        raise ServiceError(f"{host.name}: reading {len(files)} files failed: "
-                           f"{done.stderr.decode(errors='replace')[-300:]}")
+        raise ServiceError(
+            f"{host.name}: reading {len(files)} files failed: {done.stderr.decode(errors='replace')[-300:]}"
+        )
     return total
 
 
@@ -189,8 +191,7 @@ class Service:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServiceError(
-                    f"{self.name}: exited with status {self.proc.returncode} while starting\n"
-                    + self._log_tail()
+                    f"{self.name}: exited with status {self.proc.returncode} while starting\n" + self._log_tail()
                 )
             if self.healthy():
                 try:
@@ -202,8 +203,7 @@ class Service:
             time.sleep(0.05)
         self.stop()
         raise ServiceError(
-            f"{self.name}: not healthy after {self.start_timeout:.0f} s on {self.address}\n"
-            + self._log_tail()
+            f"{self.name}: not healthy after {self.start_timeout:.0f} s on {self.address}\n" + self._log_tail()
         )
 
     def pids(self) -> list[int]:

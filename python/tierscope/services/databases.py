@@ -48,9 +48,18 @@ def client_config(db: DbConfig) -> DbConfig:
     return replace(db, host=cluster.client_hosts()) if cluster is not None else db
 
 
-def database_server(dbms: str, host: Host, port: int, workdir: Path, *, database: str, fsync: bool = False,
-                    cache: str = "256M", max_connections: int = 300,
-                    name: str | None = None) -> tuple[Service, DbConfig]:
+def database_server(
+    dbms: str,
+    host: Host,
+    port: int,
+    workdir: Path,
+    *,
+    database: str,
+    fsync: bool = False,
+    cache: str = "256M",
+    max_connections: int = 300,
+    name: str | None = None,
+) -> tuple[Service, DbConfig]:
     """The server of `dbms` (not started) and the app's configuration to reach `database` on it.
 
     `cache` is shared_buffers / innodb_buffer_pool_size as "<n>M". A `galera` server is a new node
@@ -58,25 +67,33 @@ def database_server(dbms: str, host: Host, port: int, workdir: Path, *, database
     if dbms == "postgresql":
         from tierscope.services.postgres import Postgres
 
-        svc = Postgres(host, port, workdir, fsync=fsync, shared_buffers=cache.replace("M", "MB"),
-                       max_connections=max_connections, name=name)
-        return svc, DbConfig("postgresql", host=host.address, port=port, user="postgres", password="",
-                             database=database)
+        svc = Postgres(
+            host,
+            port,
+            workdir,
+            fsync=fsync,
+            shared_buffers=cache.replace("M", "MB"),
+            max_connections=max_connections,
+            name=name,
+        )
+        return svc, DbConfig(
+            "postgresql", host=host.address, port=port, user="postgres", password="", database=database
+        )
     if dbms == "mariadb":
         from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
 
-        svc = MariaDB(host, port, workdir, durable=fsync, buffer_pool=cache, max_connections=max_connections,
-                      name=name)
-        return svc, DbConfig("mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD,
-                             database=database)
+        svc = MariaDB(host, port, workdir, durable=fsync, buffer_pool=cache, max_connections=max_connections, name=name)
+        return svc, DbConfig(
+            "mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD, database=database
+        )
     if dbms == "galera":
         from tierscope.services.galera import node_of
         from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER
 
-        svc = node_of(host, port, workdir, durable=fsync, buffer_pool=cache, max_connections=max_connections,
-                      name=name)
-        return svc, DbConfig("mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD,
-                             database=database)
+        svc = node_of(host, port, workdir, durable=fsync, buffer_pool=cache, max_connections=max_connections, name=name)
+        return svc, DbConfig(
+            "mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD, database=database
+        )
     raise ValueError(f"dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
 
 

@@ -116,13 +116,19 @@ class GaleraCluster:
                     last[n.name] = n.wsrep_status()
                 except Exception as err:
                     last[n.name] = {"error": str(err)}
-            if last and all(s.get("wsrep_cluster_size") == str(size) and s.get("wsrep_local_state_comment") == "Synced"
-                            for s in last.values()):
+            if last and all(
+                s.get("wsrep_cluster_size") == str(size) and s.get("wsrep_local_state_comment") == "Synced"
+                for s in last.values()
+            ):
                 return last
             if time.monotonic() >= deadline:
-                brief = {k: {x: v.get(x) for x in ("wsrep_cluster_size", "wsrep_local_state_comment", "error")}
-                         for k, v in last.items()}
-                raise ServiceError(f"Galera cluster {self.name}: not {size} Synced nodes after {timeout:.0f} s: {brief}")
+                brief = {
+                    k: {x: v.get(x) for x in ("wsrep_cluster_size", "wsrep_local_state_comment", "error")}
+                    for k, v in last.items()
+                }
+                raise ServiceError(
+                    f"Galera cluster {self.name}: not {size} Synced nodes after {timeout:.0f} s: {brief}"
+                )
             time.sleep(0.2)
 
     def __enter__(self) -> "GaleraCluster":
@@ -138,9 +144,20 @@ class GaleraNode(MariaDB):
     kind = "galera"
     start_timeout = 180.0  # a joiner may need a full SST
 
-    def __init__(self, host: Host, port: int, workdir: str | Path, *, cluster: GaleraCluster,
-                 group_port: int | None = None, ist_port: int | None = None, sst_port: int | None = None,
-                 gcache: str = "32M", slave_threads: int = 1, **kwargs):
+    def __init__(
+        self,
+        host: Host,
+        port: int,
+        workdir: str | Path,
+        *,
+        cluster: GaleraCluster,
+        group_port: int | None = None,
+        ist_port: int | None = None,
+        sst_port: int | None = None,
+        gcache: str = "32M",
+        slave_threads: int = 1,
+        **kwargs,
+    ):
         super().__init__(host, port, workdir, **kwargs)
         self.cluster = cluster
         shared = host.netns is None  # loopback: several nodes on one address need ports of their own
@@ -166,11 +183,13 @@ class GaleraNode(MariaDB):
         return [n for n in self.cluster.running() if n is not self]
 
     def conf(self) -> str:
-        provider_options = "; ".join((
-            f"gmcast.listen_addr=tcp://{self.host.address}:{self.group_port}",
-            f"ist.recv_addr={self.host.address}:{self.ist_port}",
-            f"gcache.size={self.gcache}",
-        ))
+        provider_options = "; ".join(
+            (
+                f"gmcast.listen_addr=tcp://{self.host.address}:{self.group_port}",
+                f"ist.recv_addr={self.host.address}:{self.ist_port}",
+                f"gcache.size={self.gcache}",
+            )
+        )
         peers = "" if self.bootstrap else ",".join(n.group_address for n in self.peers())
         wsrep = {
             "wsrep_on": "ON",
@@ -222,24 +241,32 @@ class GaleraNode(MariaDB):
         give_to(self.user, self.workdir)
         console = open(self._console, "ab")
         try:
-            proc = subprocess.Popen(self.host.wrap(self.command()), stdout=console, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                self.host.wrap(self.command()),
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             console.close()
         try:
             deadline = time.monotonic() + timeout
             while True:
                 if proc.poll() is not None:
-                    raise ServiceError(f"{self.name}: seeding the Galera state: mariadbd exited with status "
-                                       f"{proc.returncode}\n{self._log_tail()}")
+                    raise ServiceError(
+                        f"{self.name}: seeding the Galera state: mariadbd exited with status "
+                        f"{proc.returncode}\n{self._log_tail()}"
+                    )
                 try:
                     if self.wsrep_status().get("wsrep_local_state_comment") == "Synced":
                         break
                 except Exception:
                     pass
                 if time.monotonic() > deadline:
-                    raise ServiceError(f"{self.name}: seeding the Galera state: not Synced after {timeout:.0f} s\n"
-                                       f"{self._log_tail()}")
+                    raise ServiceError(
+                        f"{self.name}: seeding the Galera state: not Synced after {timeout:.0f} s\n{self._log_tail()}"
+                    )
                 time.sleep(0.05)
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=timeout)
@@ -293,8 +320,11 @@ class GaleraNode(MariaDB):
         except Exception:
             return False
         expected = len(self.cluster.running())
-        return (s.get("wsrep_ready") == "ON" and s.get("wsrep_local_state_comment") == "Synced"
-                and int(s.get("wsrep_cluster_size") or 0) >= expected)
+        return (
+            s.get("wsrep_ready") == "ON"
+            and s.get("wsrep_local_state_comment") == "Synced"
+            and int(s.get("wsrep_cluster_size") or 0) >= expected
+        )
 
 
 def cluster_serving(host: str, port: int) -> GaleraCluster | None:

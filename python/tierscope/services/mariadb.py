@@ -59,8 +59,9 @@ class MariaDB(Service):
     def table_files(self) -> list[Path]:
         """The files of the tables and indexes (InnoDB's system and per-table spaces), not the redo
         log or the binary logs."""
-        return sorted(p for p in self.data_dir.rglob("*")
-                      if p.is_file() and (p.suffix == ".ibd" or p.name.startswith("ibdata")))
+        return sorted(
+            p for p in self.data_dir.rglob("*") if p.is_file() and (p.suffix == ".ibd" or p.name.startswith("ibdata"))
+        )
 
     @property
     def socket(self) -> Path:
@@ -134,8 +135,13 @@ class MariaDB(Service):
         import pymysql
 
         return pymysql.connect(
-            unix_socket=str(self.socket), user="root", password="", database=db,
-            autocommit=True, connect_timeout=2, local_infile=True,
+            unix_socket=str(self.socket),
+            user="root",
+            password="",
+            database=db,
+            autocommit=True,
+            connect_timeout=2,
+            local_infile=True,
         )
 
     def healthy(self) -> bool:

@@ -44,10 +44,13 @@ class Middleware(Service):
             raise ValueError("middleware backends: expected at least one database server address")
         if policy not in POLICIES:
             raise ValueError(f"middleware policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
-        if weights is not None and (len(weights) != len(backends) or any(w < 0 for w in weights)
-                                    or not any(w > 0 for w in weights)):
-            raise ValueError(f"middleware weights: expected {len(backends)} weights >= 0 (one per database "
-                             f"server), one of them > 0, got {weights}")
+        if weights is not None and (
+            len(weights) != len(backends) or any(w < 0 for w in weights) or not any(w > 0 for w in weights)
+        ):
+            raise ValueError(
+                f"middleware weights: expected {len(backends)} weights >= 0 (one per database "
+                f"server), one of them > 0, got {weights}"
+            )
         if wait not in ("first", "all"):
             raise ValueError(f"middleware wait: expected first or all, got {wait!r}")
         if int(pool) < 1:
@@ -79,9 +82,25 @@ class Middleware(Service):
         self.stats_path.unlink(missing_ok=True)
 
     def command(self) -> list[str]:
-        argv = [sys.executable, "-m", "tierscope.middleware", "--listen", self.address,
-                "--db", self.database, "--user", self.user, "--pool", str(self.pool),
-                "--policy", self.policy, "--wait", self.wait, "--stats", str(self.stats_path)]
+        argv = [
+            sys.executable,
+            "-m",
+            "tierscope.middleware",
+            "--listen",
+            self.address,
+            "--db",
+            self.database,
+            "--user",
+            self.user,
+            "--pool",
+            str(self.pool),
+            "--policy",
+            self.policy,
+            "--wait",
+            self.wait,
+            "--stats",
+            str(self.stats_path),
+        ]
         for b in self.backends:
             argv += ["--backend", b]
         if self.weights is not None:

@@ -88,17 +88,14 @@ class Nginx(Service):
         """The nginx.conf text for these parameters."""
         w = self.workdir
         user = "user root root;\n" if os.geteuid() == 0 else ""
-        access = (
-            f"access_log {self.access_log} tierscope;" if self.access_log_enabled else "access_log off;"
-        )
+        access = f"access_log {self.access_log} tierscope;" if self.access_log_enabled else "access_log off;"
         upstream = ""
         fallback = "return 404;"
         if self.upstreams:
             servers = "\n".join(f"        server {u};" for u in self.upstreams)
             method = "        least_conn;\n" if self.balance == "least_conn" else ""
             upstream = (
-                f"    upstream app_tier {{\n{method}{servers}\n"
-                f"        keepalive {self.upstream_keepalive};\n    }}\n"
+                f"    upstream app_tier {{\n{method}{servers}\n        keepalive {self.upstream_keepalive};\n    }}\n"
             )
             fallback = (
                 "proxy_pass http://app_tier;\n"

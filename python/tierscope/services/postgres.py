@@ -103,8 +103,10 @@ class Postgres(Service):
                     self.user,
                     [
                         str(pg_bindir() / "initdb"),
-                        "-D", str(self.data_dir),
-                        "-U", "postgres",
+                        "-D",
+                        str(self.data_dir),
+                        "-U",
+                        "postgres",
                         "--auth=trust",
                         "--encoding=UTF8",
                         "--locale=C",
@@ -117,9 +119,7 @@ class Postgres(Service):
             if out.returncode != 0:
                 raise ServiceError(f"{self.name}: initdb failed:\n{out.stdout}\n{out.stderr}")
             hba = self.data_dir / "pg_hba.conf"
-            hba.write_text(
-                "local all all trust\nhost all all 0.0.0.0/0 trust\nhost all all ::/0 trust\n"
-            )
+            hba.write_text("local all all trust\nhost all all 0.0.0.0/0 trust\nhost all all ::/0 trust\n")
         (self.data_dir / "postgresql.auto.conf").write_text(self.conf())
         give_to(self.user, self.workdir)
 

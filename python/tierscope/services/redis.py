@@ -31,8 +31,9 @@ class Redis(Service):
     user = "redis"
     start_timeout = 30.0
 
-    def __init__(self, host: Host, port: int, workdir: str | Path, *, appendfsync: str = "everysec",
-                 name: str | None = None):
+    def __init__(
+        self, host: Host, port: int, workdir: str | Path, *, appendfsync: str = "everysec", name: str | None = None
+    ):
         if appendfsync not in APPENDFSYNC:
             raise ValueError(f"appendfsync: expected one of {', '.join(APPENDFSYNC)}, got {appendfsync!r}")
         super().__init__(host, port, workdir, name)

@@ -30,9 +30,23 @@ _SEGMENT_DONE = 1
 
 class _Server:
     __slots__ = (
-        "index", "name", "tier", "cores", "threads", "cores_busy", "threads_busy", "present",
-        "cpu_queue", "accept_queue", "freeze_start", "freeze_end", "flags", "since", "truth",
-        "busy_start", "busy_end",
+        "index",
+        "name",
+        "tier",
+        "cores",
+        "threads",
+        "cores_busy",
+        "threads_busy",
+        "present",
+        "cpu_queue",
+        "accept_queue",
+        "freeze_start",
+        "freeze_end",
+        "flags",
+        "since",
+        "truth",
+        "busy_start",
+        "busy_end",
     )
 
     def __init__(self, index: int, name: str, tier: int, cores: int, threads: int):
@@ -136,10 +150,7 @@ def run(spec: Spec) -> Trace:
         tier_servers.append(group)
     # per tier and label: mean CPU seconds, calls; exponential or deterministic
     service = [[t.service_for(label) for label in labels] for t in spec.tier]
-    calls = [
-        [t.calls_for(label) if ti < n_tiers - 1 else 0 for label in labels]
-        for ti, t in enumerate(spec.tier)
-    ]
+    calls = [[t.calls_for(label) if ti < n_tiers - 1 else 0 for label in labels] for ti, t in enumerate(spec.tier)]
     exponential = [t.distribution == "exponential" for t in spec.tier]
     rr = [0] * n_tiers
 

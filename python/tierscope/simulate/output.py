@@ -61,8 +61,9 @@ class Simulation:
         end_ns = self.spec.start_ns + int(round(self.spec.duration_s * 1e9))
         m = Manifest(
             kind="simulation",
-            point=PointInfo(seed=self.spec.seed, users=self.spec.workload.users,
-                            think_time_s=self.spec.workload.think_time_s),
+            point=PointInfo(
+                seed=self.spec.seed, users=self.spec.workload.users, think_time_s=self.spec.workload.think_time_s
+            ),
             tiers={t.name: t.servers for t in self.spec.tier},
             phases=Phases(run=Interval(start_ns=start_ns, end_ns=end_ns)),  # after the warm-up
             tables={name: getattr(self, name).num_rows for name in FILES},
@@ -165,9 +166,7 @@ def to_tables(spec: Spec, trace: Trace) -> Simulation:
             "tier": tier_arr,
             "server": server_arr,
             "request_id": pa.array(rid.astype(str).tolist(), pa.string()),
-            "parent_id": pa.array(
-                [str(p) if p >= 0 else None for p in parent.tolist()], pa.string()
-            ),
+            "parent_id": pa.array([str(p) if p >= 0 else None for p in parent.tolist()], pa.string()),
             "label": pa.DictionaryArray.from_arrays(pa.array(label), pa.array(trace.labels)).cast(pa.string()),
             "arrival_ns": pa.array(arr_ns),
             "departure_ns": pa.array(dep_ns),
@@ -188,9 +187,9 @@ def to_tables(spec: Spec, trace: Trace) -> Simulation:
             "user": pa.array(users),
             "session": pa.array(users),
             "state": pa.DictionaryArray.from_arrays(pa.array(clabels), pa.array(trace.labels)).cast(pa.string()),
-            "path": pa.DictionaryArray.from_arrays(
-                pa.array(clabels), pa.array(["/" + x for x in trace.labels])
-            ).cast(pa.string()),
+            "path": pa.DictionaryArray.from_arrays(pa.array(clabels), pa.array(["/" + x for x in trace.labels])).cast(
+                pa.string()
+            ),
             "intended_ns": pa.array(cstart_ns),
             "start_ns": pa.array(cstart_ns),
             "first_byte_ns": pa.array(cend_ns),
@@ -236,7 +235,9 @@ def to_tables(spec: Spec, trace: Trace) -> Simulation:
     resources = tables.conform(
         pa.table(
             {
-                "ts_ns": pa.array(_ns([t for t, k in zip(ts, rkeep) if k], start_ns) if any(rkeep) else np.zeros(0, np.int64)),
+                "ts_ns": pa.array(
+                    _ns([t for t, k in zip(ts, rkeep) if k], start_ns) if any(rkeep) else np.zeros(0, np.int64)
+                ),
                 "host": pa.array([h for h, k in zip(host, rkeep) if k], pa.string()),
                 "metric": pa.array(["cpu_user"] * sum(rkeep), pa.string()),
                 "value": pa.array([v for v, k in zip(value, rkeep) if k], pa.float64()),

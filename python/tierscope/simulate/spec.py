@@ -1,24 +1,24 @@
 """The simulation spec: a small TOML file (reference: docs/simulate.md).
 
-    seed = 1
-    duration_s = 20
-    warmup_s = 1
+seed = 1
+duration_s = 20
+warmup_s = 1
 
-    [workload]
-    users = 300
-    think_time_s = 0.5            # mean of an exponential think time
-    mix = { ViewStory = 0.7, StoriesOfTheDay = 0.3 }
-    index_of_dispersion = 1       # 1 = Poisson; > 1 = bursty (MMPP, Mi et al. 2009)
+[workload]
+users = 300
+think_time_s = 0.5            # mean of an exponential think time
+mix = { ViewStory = 0.7, StoriesOfTheDay = 0.3 }
+index_of_dispersion = 1       # 1 = Poisson; > 1 = bursty (MMPP, Mi et al. 2009)
 
-    [[tier]]
-    name = "app"
-    servers = 1
-    threads = 64
-    cores = 2
-    service_ms = { default = 1.0, ViewStory = 2.0 }
-    calls = 1
-    distribution = "exponential"
-    freeze = { period_s = 1.0, duration_s = 0.2 }
+[[tier]]
+name = "app"
+servers = 1
+threads = 64
+cores = 2
+service_ms = { default = 1.0, ViewStory = 2.0 }
+calls = 1
+distribution = "exponential"
+freeze = { period_s = 1.0, duration_s = 0.2 }
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from pydantic import (
 )
 
 
-
 class SpecError(ValueError):
     """A spec that cannot be used; the message names the file, the key path and what was expected."""
 
@@ -23,9 +22,7 @@ def _loc_str(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif isinstance(part, str) and (
-            "[" in part or part.startswith("function-") or part in ("list", "dict", "str")
-        ):
+        elif isinstance(part, str) and ("[" in part or part.startswith("function-") or part in ("list", "dict", "str")):
             continue  # pydantic's union / validator tags, not a key
         else:
             out += ("." if out else "") + str(part)

@@ -56,13 +56,9 @@ def expand(spec: Spec, where: str | None = None) -> list[Point]:
                 except ValidationError as err:
                     context = ""
                     if keys:
-                        context = " [sweep point " + ", ".join(
-                            f"{k}={v!r}" for k, v in zip(keys, combo)
-                        ) + "]"
+                        context = " [sweep point " + ", ".join(f"{k}={v!r}" for k, v in zip(keys, combo)) + "]"
                     msg = format_errors(err, where, PointConfig)
-                    raise SpecError(
-                        "\n".join(line + context for line in msg.splitlines())
-                    ) from None
+                    raise SpecError("\n".join(line + context for line in msg.splitlines())) from None
             base_cfg = cache[ck]
             for users in base_cfg.workload.users:
                 cfg = base_cfg.model_copy(deep=True)
@@ -84,9 +80,7 @@ def expand(spec: Spec, where: str | None = None) -> list[Point]:
                     except ValueError as err:
                         raise SpecError(f"{where}: sweep.filters[{i}]: {err}") from None
                     except TypeError as err:
-                        raise SpecError(
-                            f"{where}: sweep.filters[{i}]: {spec.sweep.filters[i]!r}: {err}"
-                        ) from None
+                        raise SpecError(f"{where}: sweep.filters[{i}]: {spec.sweep.filters[i]!r}: {err}") from None
                 if not keep:
                     continue
                 points.append(_make_point(cfg, params, repeat, len(points), spec))

@@ -6,7 +6,6 @@ import ast
 from typing import Any
 
 
-
 from .paths import get_path
 
 

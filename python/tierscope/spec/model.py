@@ -60,8 +60,7 @@ class TierSpec(_Model):
     def _per_server_types(self) -> "TierSpec":
         if isinstance(self.node_type, list) and len(self.node_type) != self.count:
             raise ValueError(
-                f"node_type lists one type per server: expected {self.count} entries, got "
-                f"{len(self.node_type)}"
+                f"node_type lists one type per server: expected {self.count} entries, got {len(self.node_type)}"
             )
         return self
 
@@ -118,7 +117,7 @@ class NodeType(_Model):
     @classmethod
     def _cpuset(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", v.replace(" ", "")):
-            raise ValueError(f"expected a CPU list such as \"1\", \"0-1\" or \"0,2\", got {v!r}")
+            raise ValueError(f'expected a CPU list such as "1", "0-1" or "0,2", got {v!r}')
         return v.replace(" ", "") if v else v
 
     @field_validator("cpu_period")
@@ -237,7 +236,7 @@ class _Target(_Model):
     @model_validator(mode="after")
     def _one_target(self):
         if (self.tier is None) == (self.server is None):
-            raise ValueError("expected exactly one of tier (e.g. \"app\") or server (e.g. \"app1\")")
+            raise ValueError('expected exactly one of tier (e.g. "app") or server (e.g. "app1")')
         if self.tier is not None and self.tier not in TIERS:
             raise ValueError(f"tier: expected one of {', '.join(TIERS)}, got {self.tier!r}")
         return self
@@ -255,8 +254,7 @@ class Pause(_Target):
     def _fits(self):
         if self.duration <= 0 or self.duration >= self.period:
             raise ValueError(
-                f"expected 0 < duration < period, got duration {self.duration:g}s and period "
-                f"{self.period:g}s"
+                f"expected 0 < duration < period, got duration {self.duration:g}s and period {self.period:g}s"
             )
         return self
 
@@ -272,9 +270,7 @@ class NoisyNeighbour(_Target):
     @model_validator(mode="after")
     def _peak(self):
         if self.utilization > self.peak:
-            raise ValueError(
-                f"expected utilization <= peak ({self.peak:g} cores), got {self.utilization:g}"
-            )
+            raise ValueError(f"expected utilization <= peak ({self.peak:g} cores), got {self.utilization:g}")
         if self.peak > 1.0:
             raise ValueError("expected peak <= 1 core (the burner is one thread)")
         return self
@@ -306,15 +302,21 @@ def db_topology_problem(dbms: str | None, n_db: int, n_middleware: int) -> str |
     Several database servers are replicas behind a clustering middleware (PostgreSQL only), or the
     nodes of a Galera cluster, which replicates by itself and takes no middleware."""
     if n_middleware and dbms == "galera":
-        return (f"the topology has {n_middleware} clustering middleware server(s) with galera: a Galera cluster "
-                "replicates by itself (the app servers use its nodes directly), set #C = 0, e.g. 1/1/0/3G")
+        return (
+            f"the topology has {n_middleware} clustering middleware server(s) with galera: a Galera cluster "
+            "replicates by itself (the app servers use its nodes directly), set #C = 0, e.g. 1/1/0/3G"
+        )
     if n_middleware and dbms not in (None, "postgres"):
-        return (f"the topology has {n_middleware} clustering middleware server(s) with {dbms}: the middleware "
-                "speaks the PostgreSQL protocol only (use dbms = postgres, letter P)")
+        return (
+            f"the topology has {n_middleware} clustering middleware server(s) with {dbms}: the middleware "
+            "speaks the PostgreSQL protocol only (use dbms = postgres, letter P)"
+        )
     if n_db > 1 and not n_middleware and dbms != "galera":
-        return (f"the topology has {n_db} database servers and no clustering middleware: several database "
-                "servers are replicas behind a middleware (e.g. 1/2/1/2), set #C >= 1, or the nodes of a "
-                "Galera cluster (DBMS letter G, e.g. 1/1/0/3G)")
+        return (
+            f"the topology has {n_db} database servers and no clustering middleware: several database "
+            "servers are replicas behind a middleware (e.g. 1/2/1/2), set #C >= 1, or the nodes of a "
+            "Galera cluster (DBMS letter G, e.g. 1/1/0/3G)"
+        )
     return None
 
 
@@ -329,9 +331,7 @@ class PointConfig(_Model):
     scale: Annotated[float | str, BeforeValidator(parse_scale)] = 0.01  # fraction of the paper's, or a preset
     dbms: Literal["postgres", "mariadb", "galera"] = "postgres"
     default_node_type: str = "S"
-    topology: Annotated[Topology, BeforeValidator(_topology_input)] = Field(
-        default_factory=Topology
-    )
+    topology: Annotated[Topology, BeforeValidator(_topology_input)] = Field(default_factory=Topology)
     node_types: dict[str, NodeType] = Field(default_factory=dict)
     client: Client = Field(default_factory=Client)
     soft: Soft = Field(default_factory=Soft)
@@ -398,10 +398,12 @@ class PointConfig(_Model):
             raise ValueError(f"client.node_type: node type {self.client.node_type!r} is not defined")
         mw = self.soft.middleware
         if mw.weights is not None and (len(mw.weights) != self.topology.db.count or not any(w > 0 for w in mw.weights)):
-            raise ValueError(f"soft.middleware.weights: expected one weight per database server "
-                             f"({self.topology.db.count}), one of them > 0, got {mw.weights}")
+            raise ValueError(
+                f"soft.middleware.weights: expected one weight per database server "
+                f"({self.topology.db.count}), one of them > 0, got {mw.weights}"
+            )
         if mw.weights is not None and mw.policy != "wrr":
-            raise ValueError(f"soft.middleware.weights: only with policy = \"wrr\" (policy is {mw.policy!r})")
+            raise ValueError(f'soft.middleware.weights: only with policy = "wrr" (policy is {mw.policy!r})')
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")
@@ -418,9 +420,7 @@ class PointConfig(_Model):
                         f"topology (servers: {', '.join(sorted(names))})"
                     )
                 if item.tier is not None and getattr(self.topology, item.tier).count == 0:
-                    raise ValueError(
-                        f"interference.{kind}[{i}].tier: the {item.tier} tier has no servers"
-                    )
+                    raise ValueError(f"interference.{kind}[{i}].tier: the {item.tier} tier has no servers")
         return self
 
     def servers(self) -> list[Server]:

@@ -30,11 +30,11 @@ def parse_notation(text: str, default_dbms: str | None = None) -> dict[str, Any]
     the count (`1M`, `9ML`, as in the papers) or after a dash (`1S-P`).
     """
     if not isinstance(text, str):
-        raise ValueError(f"expected a topology string such as \"1/2/0/1L\", got {text!r}")
+        raise ValueError(f'expected a topology string such as "1/2/0/1L", got {text!r}')
     fields = [f.strip() for f in text.split("/")]
     if len(fields) != 4:
         raise ValueError(
-            f"expected four fields #W/#A/#C/#D such as \"1/2/0/1L\" or \"1L/2S/0/1S-P\", got "
+            f'expected four fields #W/#A/#C/#D such as "1/2/0/1L" or "1L/2S/0/1S-P", got '
             f"{text!r} ({len(fields)} field{'s' if len(fields) != 1 else ''})"
         )
     out: dict[str, Any] = {}
@@ -44,7 +44,7 @@ def parse_notation(text: str, default_dbms: str | None = None) -> dict[str, Any]
             if not m:
                 raise ValueError(
                     f"{text!r}: database field {field!r}: expected a count, an optional node-type "
-                    "letter and an optional DBMS letter M, P or G, e.g. \"1\", \"2L\", \"1M\", \"1S-P\", \"3G\""
+                    'letter and an optional DBMS letter M, P or G, e.g. "1", "2L", "1M", "1S-P", "3G"'
                 )
             count = int(m.group(1))
             letter = m.group(2) or m.group(5) or default_dbms
@@ -56,7 +56,7 @@ def parse_notation(text: str, default_dbms: str | None = None) -> dict[str, Any]
             if node_type in RESERVED_LETTERS:
                 raise ValueError(
                     f"{text!r}: database field {field!r}: {node_type} after a dash is read as a "
-                    "node type, but M, P and G are DBMS letters; write e.g. \"1S-P\" or \"1P\""
+                    'node type, but M, P and G are DBMS letters; write e.g. "1S-P" or "1P"'
                 )
             out[tier] = {"count": count, "node_type": node_type, "dbms": DBMS.get(letter or "")}
         else:
@@ -64,7 +64,7 @@ def parse_notation(text: str, default_dbms: str | None = None) -> dict[str, Any]
             if not m:
                 raise ValueError(
                     f"{text!r}: {tier} field {field!r}: expected a count optionally followed by one "
-                    "node-type letter, e.g. \"1\" or \"2L\""
+                    'node-type letter, e.g. "1" or "2L"'
                 )
             if m.group(2) in RESERVED_LETTERS:
                 raise ValueError(

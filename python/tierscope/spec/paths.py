@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 
-
 from .errors import SpecError
 
 
@@ -43,9 +42,5 @@ def flatten_matrix(matrix: dict, prefix: str = "") -> dict[str, list]:
                 raise SpecError(f"sweep.matrix.{key}: expected a non-empty list of values")
             out[key] = v
         else:
-            raise SpecError(
-                f"sweep.matrix.{key}: expected a list of values to sweep, got {v!r} (write [{v!r}])"
-            )
+            raise SpecError(f"sweep.matrix.{key}: expected a list of values to sweep, got {v!r} (write [{v!r}])")
     return out
-
-

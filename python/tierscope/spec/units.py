@@ -12,7 +12,6 @@ from pydantic import (
 )
 
 
-
 #: named data sets per benchmark (tierscope.apps.rubbos.datagen.PRESETS)
 SCALE_PRESETS = {"rubbos": ("tiny", "small", "paper"), "tpcw": ("tiny", "small", "paper")}
 
@@ -26,18 +25,16 @@ _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|ms|s
 def parse_duration(value: Any) -> float:
     """Seconds from a number (seconds) or a string with a unit: "50ms", "1.5s", "2m", "1h", "100us"."""
     if isinstance(value, bool):
-        raise ValueError("expected a duration such as 30, \"50ms\" or \"2m\", got a boolean")
+        raise ValueError('expected a duration such as 30, "50ms" or "2m", got a boolean')
     if isinstance(value, (int, float)):
         seconds = float(value)
     elif isinstance(value, str):
         m = _DURATION_RE.match(value)
         if not m:
-            raise ValueError(
-                f"expected a duration such as 30, \"50ms\", \"1.5s\" or \"2m\", got {value!r}"
-            )
+            raise ValueError(f'expected a duration such as 30, "50ms", "1.5s" or "2m", got {value!r}')
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
     else:
-        raise ValueError(f"expected a duration such as 30, \"50ms\" or \"2m\", got {value!r}")
+        raise ValueError(f'expected a duration such as 30, "50ms" or "2m", got {value!r}')
     if seconds < 0 or not math.isfinite(seconds):
         raise ValueError(f"expected a non-negative duration, got {value!r}")
     return seconds
@@ -56,19 +53,17 @@ _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 def parse_size(value: Any) -> int:
     """Bytes from an integer or a string: "512MiB" (= "512M", binary), "100MB" (decimal), "2G"."""
     if isinstance(value, bool):
-        raise ValueError("expected a size such as \"512MiB\" or 1048576, got a boolean")
+        raise ValueError('expected a size such as "512MiB" or 1048576, got a boolean')
     if isinstance(value, (int, float)):
         size = float(value)
     elif isinstance(value, str):
         m = _SIZE_RE.match(value)
         unit = m.group(2).lower() if m else None
         if not m or unit not in _SIZE_UNITS:
-            raise ValueError(
-                f"expected a size such as \"512MiB\", \"2G\", \"100MB\" or a byte count, got {value!r}"
-            )
+            raise ValueError(f'expected a size such as "512MiB", "2G", "100MB" or a byte count, got {value!r}')
         size = float(m.group(1)) * _SIZE_UNITS[unit]
     else:
-        raise ValueError(f"expected a size such as \"512MiB\" or a byte count, got {value!r}")
+        raise ValueError(f'expected a size such as "512MiB" or a byte count, got {value!r}')
     if size < 0:
         raise ValueError(f"expected a non-negative size, got {value!r}")
     return int(size)
@@ -87,15 +82,12 @@ def parse_users(value: Any) -> list[int]:
     if isinstance(value, str):
         m = re.match(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*(?:step\s*(\d+))?\s*$", value)
         if not m:
-            raise ValueError(f"expected a range such as \"1000..13000 step 1000\", got {value!r}")
+            raise ValueError(f'expected a range such as "1000..13000 step 1000", got {value!r}')
         value = {"from": int(m.group(1)), "to": int(m.group(2)), "step": int(m.group(3) or 1)}
     if isinstance(value, dict):
         unknown = set(value) - {"from", "to", "step"}
         if unknown or "from" not in value or "to" not in value:
-            raise ValueError(
-                "expected a range table { from = 1000, to = 13000, step = 1000 }, got "
-                f"{value!r}"
-            )
+            raise ValueError(f"expected a range table {{ from = 1000, to = 13000, step = 1000 }}, got {value!r}")
         start, stop, step = value["from"], value["to"], value.get("step", 1)
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop, step)):
             raise ValueError(f"expected integers in the users range, got {value!r}")
@@ -113,8 +105,7 @@ def parse_scale(value: Any) -> float | str:
         return float(value)
     names = sorted({n for p in SCALE_PRESETS.values() for n in p})
     raise ValueError(
-        f"expected a fraction of the paper's data set (0 < scale <= 100) or one of "
-        f"{', '.join(names)}, got {value!r}"
+        f"expected a fraction of the paper's data set (0 < scale <= 100) or one of {', '.join(names)}, got {value!r}"
     )
 
 

@@ -85,9 +85,7 @@ def block_device(spec: str | None, workdir: Path) -> str:
         if (sysdir / "partition").exists():  # throttling applies to the whole disk
             majmin = _read(sysdir.resolve().parent / "dev")
         return majmin
-    raise CgroupError(
-        f"disk limits: {spec or workdir} is not on a block device; set disk_device in the node type"
-    )
+    raise CgroupError(f"disk limits: {spec or workdir} is not on a block device; set disk_device in the node type")
 
 
 def controllers_for(node_type: NodeType | None) -> tuple[str, ...]:
@@ -132,8 +130,7 @@ def create(rel: str, node_type: NodeType | None, workdir: Path) -> tuple[str, ..
         want = nt.cpuset_cpus()
         if not set(want) <= have:
             raise CgroupError(
-                f"node type asks for CPUs {nt.cpus} but this machine has CPUs "
-                f"{','.join(map(str, sorted(have)))}"
+                f"node type asks for CPUs {nt.cpus} but this machine has CPUs {','.join(map(str, sorted(have)))}"
             )
         _write(path("cpuset", rel) / "cpuset.cpus", nt.cpus)
     mem = path("memory", rel)

@@ -36,11 +36,9 @@ class Host:
         if self.netns:
             out = ["ip", "netns", "exec", self.netns, *out]
         if self.cgroup:
-            procs = " ".join(
-                f"/sys/fs/cgroup/{c}/{self.cgroup}/cgroup.procs" for c in self.controllers
-            )
+            procs = " ".join(f"/sys/fs/cgroup/{c}/{self.cgroup}/cgroup.procs" for c in self.controllers)
             script = (
-                f"for f in {procs}; do echo $$ > \"$f\" || "
+                f'for f in {procs}; do echo $$ > "$f" || '
                 '{ echo "tierscope: cannot join cgroup $f" >&2; exit 125; }; done; exec "$@"'
             )
             out = ["sh", "-c", script, "tierscope-host", *out]

@@ -167,8 +167,15 @@ def work_arrivals(rng: random.Random, lam: float, mean_on: float, mean_off: floa
         t = end
 
 
-def burn(utilization: float, burstiness: float, job: float, peak: float, seed: int,
-         bursts: Path | None, duration: float | None = None) -> None:
+def burn(
+    utilization: float,
+    burstiness: float,
+    job: float,
+    peak: float,
+    seed: int,
+    bursts: Path | None,
+    duration: float | None = None,
+) -> None:
     """The burner's main loop (runs until SIGTERM, or `duration` seconds).
 
     Jobs arrive on the `work_arrivals` schedule; each is `job` seconds of this thread's CPU time,

@@ -122,9 +122,7 @@ class Testbed:
         if self.hosts:
             raise TestbedError("this testbed is already up; call down() first")
         config = point.config if isinstance(point, Point) else point
-        plan: list[tuple[str, NodeType | None]] = [
-            (s.name, config.node_types[s.node_type]) for s in config.servers()
-        ]
+        plan: list[tuple[str, NodeType | None]] = [(s.name, config.node_types[s.node_type]) for s in config.servers()]
         client_nt = config.node_types[config.client.node_type] if config.client.node_type else None
         plan.append((CLIENT, client_nt))
         return self.up_hosts(plan)
@@ -214,9 +212,7 @@ class Testbed:
             self._cleanups.append(lambda rel=rel: cgroups.remove(rel))
             ns, address = network.add_host(self.lab, name, i + 2)
             controllers = cgroups.create(rel, nt, self.workdir)
-            self.hosts[name] = Host(
-                name=name, address=address, netns=ns, cgroup=rel, controllers=controllers
-            )
+            self.hosts[name] = Host(name=name, address=address, netns=ns, cgroup=rel, controllers=controllers)
             self.node_types[name] = nt
 
     def _register_exit(self) -> None:
@@ -325,8 +321,9 @@ class Testbed:
         self._monitors.append(mon)
         return mon
 
-    def start_interference(self, point: Point | PointConfig, seed: int = 0,
-                           pids: dict[str, Callable[[], list[int]]] | None = None) -> "Interference":
+    def start_interference(
+        self, point: Point | PointConfig, seed: int = 0, pids: dict[str, Callable[[], list[int]]] | None = None
+    ) -> "Interference":
         """Start the point's pauses and noisy neighbours.
 
         `pids` gives, per host, the processes to pause (default: the host's cgroup; required in

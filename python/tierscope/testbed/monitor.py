@@ -188,8 +188,8 @@ class _Host:
             head = buf.find(b"\nTcp:")
             values = buf.find(b"\nTcp:", head + 1)
             if head >= 0 and values >= 0:
-                names = buf[head + 1:values].split()
-                estab = int(buf[values + 1:buf.find(b"\n", values + 1)].split()[names.index(b"CurrEstab")])
+                names = buf[head + 1 : values].split()
+                estab = int(buf[values + 1 : buf.find(b"\n", values + 1)].split()[names.index(b"CurrEstab")])
         usage = int(pr(self.usage, 64, 0)) if self.usage >= 0 else 0
         return (user, sysn, nthr, thr, mem, rops, wops, rby, wby, rxb, txb, rxp, txp, tcp, tw, usage,
                 wset, majflt, swap, lrops, lwops, lrby, lwby, estab)  # fmt: skip
@@ -262,7 +262,7 @@ def _field(buf: bytes, key: bytes) -> int:
         return 0
     j = i + len(key)
     k = buf.find(b"\n", j)
-    return int(buf[j:k if k >= 0 else len(buf)].split()[0])
+    return int(buf[j : k if k >= 0 else len(buf)].split()[0])
 
 
 def _mem_total() -> int:
@@ -310,7 +310,9 @@ def whole_disks() -> list[str]:
     base = Path("/sys/block")
     if not base.exists():
         return []
-    return sorted(p.name for p in base.iterdir() if (p / "device").exists() and not p.name.startswith(("loop", "ram", "zram")))
+    return sorted(
+        p.name for p in base.iterdir() if (p / "device").exists() and not p.name.startswith(("loop", "ram", "zram"))
+    )
 
 
 class _Machine:
@@ -339,7 +341,7 @@ class _Machine:
                 if i < 0:
                     out += (0, 0)
                     continue
-                p = buf[i:buf.find(b"\n", i)].split()  # name, reads, ..., writes, ..., io_ticks
+                p = buf[i : buf.find(b"\n", i)].split()  # name, reads, ..., writes, ..., io_ticks
                 out += (int(p[10]), int(p[1]) + int(p[5]))  # io_ticks (ms), reads + writes
         return tuple(out)
 
@@ -421,8 +423,9 @@ def _table(chunks: list):
     )  # fmt: skip
 
 
-def sample_loop(targets: list[Target], interval: float, out: Path, machine: bool = True,
-                ready=None, parent: int | None = None) -> dict:
+def sample_loop(
+    targets: list[Target], interval: float, out: Path, machine: bool = True, ready=None, parent: int | None = None
+) -> dict:
     """Sample until SIGTERM/SIGINT (or the parent exits); write `out` (Parquet). Returns the summary."""
     import pyarrow.parquet as pq
 

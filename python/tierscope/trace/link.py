@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from tierscope import tiers
 
+
 def _column(table: pa.Table, name: str, default=None) -> list:
     if name in table.column_names:
         return table.column(name).to_pylist()

@@ -182,8 +182,7 @@ def transaction(s, work, attempts: int = 3):
                 s.execute("ROLLBACK")
             except Exception:  # the connection is gone: the pool discards it
                 pass
-            if (isinstance(err, DatabaseError) and attempt < attempts
-                    and any(t in str(err).lower() for t in TRANSIENT)):
+            if isinstance(err, DatabaseError) and attempt < attempts and any(t in str(err).lower() for t in TRANSIENT):
                 log.warning("transaction retried after: %s", err)
                 time.sleep(0.005 * attempt)
                 continue
@@ -252,7 +251,7 @@ def promo(req: Request, s) -> str:
 
 def book_list(req: Request, rows: list[dict]) -> str:
     return "".join(
-        f"<p>{n}. <a href=\"{req.link('ProductDetail', I_ID=r['i_id'])}\">{esc(r['i_title'])}</a> "
+        f'<p>{n}. <a href="{req.link("ProductDetail", I_ID=r["i_id"])}">{esc(r["i_title"])}</a> '
         f"by {esc(r['a_fname'])} {esc(r['a_lname'])}</p>\n"
         for n, r in enumerate(rows, start=1)
     )
@@ -263,13 +262,14 @@ def subject(req: Request) -> str:
 
 
 def cart_table(lines: list[dict], editable: bool = False) -> str:
-    head = "<table border=\"1\"><tr><th>Qty</th><th>Title</th><th>Backing</th><th>SRP</th><th>Our price</th></tr>\n"
+    head = '<table border="1"><tr><th>Qty</th><th>Title</th><th>Backing</th><th>SRP</th><th>Our price</th></tr>\n'
     rows = []
     for ln in lines:
         qty = (
-            f"<input type=\"hidden\" name=\"I_ID\" value=\"{ln['scl_i_id']}\">"
-            f"<input type=\"text\" name=\"QTY\" size=\"3\" value=\"{ln['scl_qty']}\">"
-            if editable else f"{ln['scl_qty']}"
+            f'<input type="hidden" name="I_ID" value="{ln["scl_i_id"]}">'
+            f'<input type="text" name="QTY" size="3" value="{ln["scl_qty"]}">'
+            if editable
+            else f"{ln['scl_qty']}"
         )
         rows.append(
             f"<tr><td>{qty}</td><td>{esc(ln['i_title'])} (I_ID {ln['scl_i_id']})</td><td>{esc(ln['i_backing'])}</td>"
@@ -300,14 +300,16 @@ def home(req, s):
         if row:
             greeting = f"Welcome back, {row['c_fname']} {row['c_lname']}!"
     subjects = "".join(
-        f"<tr><td><a href=\"{req.link('NewProducts', subject=x)}\">{esc(x)}</a></td>"
-        f"<td><a href=\"{req.link('BestSellers', subject=x)}\">{esc(x)}</a></td></tr>\n"
+        f'<tr><td><a href="{req.link("NewProducts", subject=x)}">{esc(x)}</a></td>'
+        f'<td><a href="{req.link("BestSellers", subject=x)}">{esc(x)}</a></td></tr>\n'
         for x in SUBJECTS
     )
     return "Home", (
-        f"<p>{esc(greeting)}</p>\n" + promo(req, s)
+        f"<p>{esc(greeting)}</p>\n"
+        + promo(req, s)
         + f"<table><tr><td>{pages.gif('whats_new', 'What is new')}</td><td>{pages.gif('best_sellers', 'Best sellers')}</td></tr>\n"
-        + subjects + "</table>\n"
+        + subjects
+        + "</table>\n"
     )
 
 
@@ -374,13 +376,13 @@ def product_detail(req, s):
 
 
 def search_form(req) -> str:
-    opts = "".join(f"<option value=\"{t}\">{t.capitalize()}</option>" for t in SEARCH_TYPES)
+    opts = "".join(f'<option value="{t}">{t.capitalize()}</option>' for t in SEARCH_TYPES)
     subjects = ", ".join(esc(x) for x in SUBJECTS)
     return (
-        f"<form action=\"{PREFIX}/SearchResults\" method=\"get\">\n"
-        f"<p>Search by <select name=\"search_type\">{opts}</select> "
-        "<input type=\"text\" name=\"search_string\" size=\"30\" maxlength=\"60\"> "
-        f"{req.session_fields()}<input type=\"image\" src=\"{pages.IMG}/submit_B.gif\" alt=\"Search\"></p>\n"
+        f'<form action="{PREFIX}/SearchResults" method="get">\n'
+        f'<p>Search by <select name="search_type">{opts}</select> '
+        '<input type="text" name="search_string" size="30" maxlength="60"> '
+        f'{req.session_fields()}<input type="image" src="{pages.IMG}/submit_B.gif" alt="Search"></p>\n'
         f"</form>\n<p><small>Subjects: {subjects}</small></p>\n"
     )
 
@@ -435,8 +437,10 @@ def shopping_cart(req, s):
             raise BadRequest("parameters I_ID and QTY: expected as many of one as of the other")
         if len(ids) > MAX_CART_LINES:
             raise BadRequest(f"parameters I_ID/QTY: more than {MAX_CART_LINES} lines")
-        changes = [(req.int("I_ID", lo=1, hi=n_items, value=i), req.int("QTY", lo=0, hi=10_000, value=q))
-                   for i, q in zip(ids, qtys)]
+        changes = [
+            (req.int("I_ID", lo=1, hi=n_items, value=i), req.int("QTY", lo=0, hi=10_000, value=q))
+            for i, q in zip(ids, qtys)
+        ]
 
     def work():
         sc_id = req.shopping_id
@@ -449,8 +453,10 @@ def shopping_cart(req, s):
             if qty == 0:
                 s.execute("DELETE FROM shopping_cart_line WHERE scl_sc_id = %s AND scl_i_id = %s", (sc_id, i_id))
             else:
-                s.execute("UPDATE shopping_cart_line SET scl_qty = %s WHERE scl_sc_id = %s AND scl_i_id = %s",
-                          (qty, sc_id, i_id))
+                s.execute(
+                    "UPDATE shopping_cart_line SET scl_qty = %s WHERE scl_sc_id = %s AND scl_i_id = %s",
+                    (qty, sc_id, i_id),
+                )
         if int(s.one("SELECT COUNT(*) AS n FROM shopping_cart_line WHERE scl_sc_id = %s", (sc_id,))["n"]) == 0:
             row = s.one("SELECT i_related1 FROM item WHERE i_id = %s", (req.app.random_item(s),))
             if row and row["i_related1"]:
@@ -462,11 +468,11 @@ def shopping_cart(req, s):
     req.shopping_id = sc_id
     t = totals(lines, 0.0)
     form = (
-        f"<form action=\"{PREFIX}/ShoppingCart\" method=\"get\">\n"
-        f"{req.session_fields()}<input type=\"hidden\" name=\"ADD_FLAG\" value=\"N\">\n"
+        f'<form action="{PREFIX}/ShoppingCart" method="get">\n'
+        f'{req.session_fields()}<input type="hidden" name="ADD_FLAG" value="N">\n'
         + cart_table(lines, editable=True)
         + totals_html(t)
-        + f"<p><input type=\"image\" src=\"{pages.IMG}/refresh_B.gif\" alt=\"Refresh\"></p>\n</form>\n"
+        + f'<p><input type="image" src="{pages.IMG}/refresh_B.gif" alt="Refresh"></p>\n</form>\n'
     )
     req.buttons = [
         ("CustomerRegistration", "checkout_B", "Checkout", {}),
@@ -478,8 +484,10 @@ def shopping_cart(req, s):
 def add_item(s, sc_id: int, i_id: int) -> None:
     row = s.one("SELECT scl_qty FROM shopping_cart_line WHERE scl_sc_id = %s AND scl_i_id = %s", (sc_id, i_id))
     if row:
-        s.execute("UPDATE shopping_cart_line SET scl_qty = %s WHERE scl_sc_id = %s AND scl_i_id = %s",
-                  (int(row["scl_qty"]) + 1, sc_id, i_id))
+        s.execute(
+            "UPDATE shopping_cart_line SET scl_qty = %s WHERE scl_sc_id = %s AND scl_i_id = %s",
+            (int(row["scl_qty"]) + 1, sc_id, i_id),
+        )
     else:
         s.execute("INSERT INTO shopping_cart_line (scl_sc_id, scl_qty, scl_i_id) VALUES (%s, 1, %s)", (sc_id, i_id))
 
@@ -490,22 +498,30 @@ def customer_registration(req, s):
         row = s.one("SELECT c_uname FROM customer WHERE c_id = %s", (req.c_id,))
         uname = row["c_uname"] if row else ""
     fields = "".join(
-        f"<tr><td>{label}</td><td><input type=\"text\" name=\"{name}\" maxlength=\"{n}\"></td></tr>\n"
+        f'<tr><td>{label}</td><td><input type="text" name="{name}" maxlength="{n}"></td></tr>\n'
         for label, name, n in (
-            ("First name", "FNAME", 15), ("Last name", "LNAME", 15), ("Street 1", "STREET_1", 40),
-            ("Street 2", "STREET_2", 40), ("City", "CITY", 30), ("State", "STATE", 20), ("Zip", "ZIP", 10),
-            ("Country", "COUNTRY", 50), ("Phone", "PHONE", 18), ("E-mail", "EMAIL", 50),
-            ("Birth date (YYYY-MM-DD)", "BIRTHDATE", 10), ("About you", "DATA", 500),
+            ("First name", "FNAME", 15),
+            ("Last name", "LNAME", 15),
+            ("Street 1", "STREET_1", 40),
+            ("Street 2", "STREET_2", 40),
+            ("City", "CITY", 30),
+            ("State", "STATE", 20),
+            ("Zip", "ZIP", 10),
+            ("Country", "COUNTRY", 50),
+            ("Phone", "PHONE", 18),
+            ("E-mail", "EMAIL", 50),
+            ("Birth date (YYYY-MM-DD)", "BIRTHDATE", 10),
+            ("About you", "DATA", 500),
         )
     )
     return "Customer registration", (
-        f"<form action=\"{PREFIX}/BuyRequest\" method=\"get\">\n{req.session_fields()}\n"
-        "<p><input type=\"radio\" name=\"RETURNING_FLAG\" value=\"Y\" checked> I am a returning customer: "
-        f"user name <input type=\"text\" name=\"UNAME\" value=\"{esc(uname)}\" maxlength=\"20\"> "
-        "password <input type=\"password\" name=\"PASSWD\" maxlength=\"20\"></p>\n"
-        "<p><input type=\"radio\" name=\"RETURNING_FLAG\" value=\"N\"> I am a new customer:</p>\n"
+        f'<form action="{PREFIX}/BuyRequest" method="get">\n{req.session_fields()}\n'
+        '<p><input type="radio" name="RETURNING_FLAG" value="Y" checked> I am a returning customer: '
+        f'user name <input type="text" name="UNAME" value="{esc(uname)}" maxlength="20"> '
+        'password <input type="password" name="PASSWD" maxlength="20"></p>\n'
+        '<p><input type="radio" name="RETURNING_FLAG" value="N"> I am a new customer:</p>\n'
         f"<table>{fields}</table>\n"
-        f"<p><input type=\"image\" src=\"{pages.IMG}/submit_B.gif\" alt=\"Enter order\"></p>\n</form>\n"
+        f'<p><input type="image" src="{pages.IMG}/submit_B.gif" alt="Enter order"></p>\n</form>\n'
     )
 
 
@@ -531,13 +547,18 @@ def buy_request(req, s):
         if cust["c_passwd"] != passwd:
             return sorry("Buy request", "the password is incorrect.")
         t = now()
-        s.execute("UPDATE customer SET c_login = %s, c_expiration = %s WHERE c_id = %s",
-                  (t, t + timedelta(hours=2), cust["c_id"]))
+        s.execute(
+            "UPDATE customer SET c_login = %s, c_expiration = %s WHERE c_id = %s",
+            (t, t + timedelta(hours=2), cust["c_id"]),
+        )
     else:
         f = req.address(required=True)
         f.update(
-            fname=req.text("FNAME", 15), lname=req.text("LNAME", 15), phone=req.text("PHONE", 18),
-            email=req.text("EMAIL", 50), data=req.text("DATA", 500, required=False),
+            fname=req.text("FNAME", 15),
+            lname=req.text("LNAME", 15),
+            phone=req.text("PHONE", 18),
+            email=req.text("EMAIL", 50),
+            data=req.text("DATA", 500, required=False),
         )
         birth = req.date("BIRTHDATE")
         discount = req.app.rng.randint(0, 50) / 100
@@ -550,8 +571,20 @@ def buy_request(req, s):
                 "INSERT INTO customer (c_uname, c_passwd, c_fname, c_lname, c_addr_id, c_phone, c_email, c_since, "
                 "c_last_login, c_login, c_expiration, c_discount, c_balance, c_ytd_pmt, c_birthdate, c_data) "
                 "VALUES ('', '', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, 0, %s, %s)",
-                (f["fname"], f["lname"], addr_id, f["phone"], f["email"], t.date(), t.date(), t,
-                 t + timedelta(hours=2), discount, birth, f["data"]),
+                (
+                    f["fname"],
+                    f["lname"],
+                    addr_id,
+                    f["phone"],
+                    f["email"],
+                    t.date(),
+                    t.date(),
+                    t,
+                    t + timedelta(hours=2),
+                    discount,
+                    birth,
+                    f["data"],
+                ),
                 "c_id",
             )
             uname = digsyl(c_id)
@@ -567,24 +600,25 @@ def buy_request(req, s):
     req.shopping_id = sc_id
     lines = cart_lines(s, sc_id)
     t = totals(lines, float(cust["c_discount"] or 0))
-    cards = "".join(f"<option value=\"{c}\">{c}</option>" for c in CARD_TYPES)
-    ships = "".join(f"<option value=\"{x}\">{x}</option>" for x in SHIP_TYPES)
+    cards = "".join(f'<option value="{c}">{c}</option>' for c in CARD_TYPES)
+    ships = "".join(f'<option value="{x}">{x}</option>' for x in SHIP_TYPES)
     return "Buy request", (
         f"<p>Customer {esc(cust['c_uname'])} (C_ID {cust['c_id']}): {esc(cust['c_fname'])} {esc(cust['c_lname'])}, "
         f"{esc(cust['c_email'])}, discount {float(cust['c_discount'] or 0) * 100:.0f} %</p>\n"
         f"<p>Billing address: {esc(cust['addr_street1'])}, {esc(cust['addr_street2'])}, {esc(cust['addr_city'])}, "
         f"{esc(cust['addr_state'])} {esc(cust['addr_zip'])}, {esc(cust['co_name'])}</p>\n"
-        + cart_table(lines) + totals_html(t)
-        + f"<form action=\"{PREFIX}/BuyConfirm\" method=\"get\">\n{req.session_fields()}\n"
-        f"<p>Card <select name=\"CC_TYPE\">{cards}</select> number <input type=\"text\" name=\"CC_NUMBER\" maxlength=\"20\"> "
-        "name on card <input type=\"text\" name=\"CC_NAME\" maxlength=\"30\"> "
-        "expires (YYYY-MM-DD) <input type=\"text\" name=\"CC_EXPIRY\" maxlength=\"10\"></p>\n"
-        f"<p>Shipping <select name=\"SHIPPING\">{ships}</select></p>\n"
-        "<p>Ship to another address: street <input type=\"text\" name=\"STREET_1\" maxlength=\"40\"> "
-        "<input type=\"text\" name=\"STREET_2\" maxlength=\"40\"> city <input type=\"text\" name=\"CITY\" maxlength=\"30\"> "
-        "state <input type=\"text\" name=\"STATE\" maxlength=\"20\"> zip <input type=\"text\" name=\"ZIP\" maxlength=\"10\"> "
-        "country <input type=\"text\" name=\"COUNTRY\" maxlength=\"50\"></p>\n"
-        f"<p><input type=\"image\" src=\"{pages.IMG}/submit_B.gif\" alt=\"Process order\"></p>\n</form>\n"
+        + cart_table(lines)
+        + totals_html(t)
+        + f'<form action="{PREFIX}/BuyConfirm" method="get">\n{req.session_fields()}\n'
+        f'<p>Card <select name="CC_TYPE">{cards}</select> number <input type="text" name="CC_NUMBER" maxlength="20"> '
+        'name on card <input type="text" name="CC_NAME" maxlength="30"> '
+        'expires (YYYY-MM-DD) <input type="text" name="CC_EXPIRY" maxlength="10"></p>\n'
+        f'<p>Shipping <select name="SHIPPING">{ships}</select></p>\n'
+        '<p>Ship to another address: street <input type="text" name="STREET_1" maxlength="40"> '
+        '<input type="text" name="STREET_2" maxlength="40"> city <input type="text" name="CITY" maxlength="30"> '
+        'state <input type="text" name="STATE" maxlength="20"> zip <input type="text" name="ZIP" maxlength="10"> '
+        'country <input type="text" name="COUNTRY" maxlength="50"></p>\n'
+        f'<p><input type="image" src="{pages.IMG}/submit_B.gif" alt="Process order"></p>\n</form>\n'
     )
 
 
@@ -622,8 +656,17 @@ def buy_confirm(req, s):
             s,
             "INSERT INTO orders (o_c_id, o_date, o_sub_total, o_tax, o_total, o_ship_type, o_ship_date, "
             "o_bill_addr_id, o_ship_addr_id, o_status) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'PENDING')",
-            (c_id, when, t["sub"], t["tax"], t["total"], shipping, when + timedelta(days=ship_days),
-             bill_addr, ship_addr),
+            (
+                c_id,
+                when,
+                t["sub"],
+                t["tax"],
+                t["total"],
+                shipping,
+                when + timedelta(days=ship_days),
+                bill_addr,
+                ship_addr,
+            ),
             "o_id",
         )
         for k, ln in enumerate(lines, start=1):  # in i_id order: row locks taken in one order
@@ -653,7 +696,8 @@ def buy_confirm(req, s):
     return "Buy confirm", (
         f"<p>Thank you: your order has been processed. Order id: <b>{o_id}</b> of {fmt_date(when)}, "
         f"{len(lines)} lines, shipping {esc(shipping)} to address {ship_addr}.</p>\n"
-        + cart_table(lines) + totals_html(t)
+        + cart_table(lines)
+        + totals_html(t)
     )
 
 
@@ -663,10 +707,10 @@ def order_inquiry(req, s):
         row = s.one("SELECT c_uname FROM customer WHERE c_id = %s", (req.c_id,))
         uname = row["c_uname"] if row else ""
     return "Order inquiry", (
-        f"<form action=\"{PREFIX}/OrderDisplay\" method=\"get\">\n{req.session_fields()}\n"
-        f"<p>User name <input type=\"text\" name=\"UNAME\" value=\"{esc(uname)}\" maxlength=\"20\"> "
-        "password <input type=\"password\" name=\"PASSWD\" maxlength=\"20\"></p>\n"
-        f"<p><input type=\"image\" src=\"{pages.IMG}/display_last_order_B.gif\" alt=\"Display last order\"></p>\n</form>\n"
+        f'<form action="{PREFIX}/OrderDisplay" method="get">\n{req.session_fields()}\n'
+        f'<p>User name <input type="text" name="UNAME" value="{esc(uname)}" maxlength="20"> '
+        'password <input type="password" name="PASSWD" maxlength="20"></p>\n'
+        f'<p><input type="image" src="{pages.IMG}/display_last_order_B.gif" alt="Display last order"></p>\n</form>\n'
     )
 
 
@@ -703,7 +747,7 @@ def order_display(req, s):
         (o["o_id"],),
     )
     items = "".join(
-        f"<tr><td><a href=\"{req.link('ProductDetail', I_ID=ln['ol_i_id'])}\">{esc(ln['i_title'])}</a></td>"
+        f'<tr><td><a href="{req.link("ProductDetail", I_ID=ln["ol_i_id"])}">{esc(ln["i_title"])}</a></td>'
         f"<td>{esc(ln['i_publisher'])}</td><td>{money(ln['i_cost'])}</td><td>{ln['ol_qty']}</td>"
         f"<td>{float(ln['ol_discount'] or 0) * 100:.0f} %</td><td>{esc(ln['ol_comments'])}</td></tr>\n"
         for ln in lines
@@ -715,8 +759,9 @@ def order_display(req, s):
         f"<p>Bill to: {esc(o['bill_street1'])}, {esc(o['bill_street2'])}, {esc(o['bill_city'])}, {esc(o['bill_state'])} "
         f"{esc(o['bill_zip'])}, {esc(o['bill_country'])}<br>Ship to: {esc(o['ship_street1'])}, {esc(o['ship_street2'])}, "
         f"{esc(o['ship_city'])}, {esc(o['ship_state'])} {esc(o['ship_zip'])}, {esc(o['ship_country'])}</p>\n"
-        "<table border=\"1\"><tr><th>Title</th><th>Publisher</th><th>Cost</th><th>Qty</th><th>Discount</th><th>Comment</th></tr>\n"
-        + items + "</table>\n"
+        '<table border="1"><tr><th>Title</th><th>Publisher</th><th>Cost</th><th>Qty</th><th>Discount</th><th>Comment</th></tr>\n'
+        + items
+        + "</table>\n"
         f"<p>Subtotal: {money(o['o_sub_total'])}<br>Tax: {money(o['o_tax'])}<br><b>Total: {money(o['o_total'])}</b></p>\n"
         f"<p>{len(lines)} order lines.</p>\n"
     )
@@ -732,12 +777,12 @@ def admin_request(req, s):
         f"<p><b>{esc(b['i_title'])}</b> by {esc(b['a_fname'])} {esc(b['a_lname'])} (I_ID {i_id})</p>\n"
         f"<p>{pages.img(b['i_image'], 'image')} {pages.img(b['i_thumbnail'], 'thumbnail', 100, 150)}</p>\n"
         f"<p>Suggested retail: {money(b['i_srp'])}, our price: {money(b['i_cost'])}</p>\n"
-        f"<form action=\"{PREFIX}/AdminConfirm\" method=\"get\">\n{req.session_fields()}"
-        f"<input type=\"hidden\" name=\"I_ID\" value=\"{i_id}\">\n"
-        f"<p>New price <input type=\"text\" name=\"I_NEW_COST\" value=\"{money(b['i_cost'])}\" maxlength=\"12\"><br>"
-        f"New image <input type=\"text\" name=\"I_NEW_IMAGE\" value=\"{esc(b['i_image'])}\" maxlength=\"40\"><br>"
-        f"New thumbnail <input type=\"text\" name=\"I_NEW_THUMBNAIL\" value=\"{esc(b['i_thumbnail'])}\" maxlength=\"40\"></p>\n"
-        f"<p><input type=\"image\" src=\"{pages.IMG}/submit_B.gif\" alt=\"Update\"></p>\n</form>\n"
+        f'<form action="{PREFIX}/AdminConfirm" method="get">\n{req.session_fields()}'
+        f'<input type="hidden" name="I_ID" value="{i_id}">\n'
+        f'<p>New price <input type="text" name="I_NEW_COST" value="{money(b["i_cost"])}" maxlength="12"><br>'
+        f'New image <input type="text" name="I_NEW_IMAGE" value="{esc(b["i_image"])}" maxlength="40"><br>'
+        f'New thumbnail <input type="text" name="I_NEW_THUMBNAIL" value="{esc(b["i_thumbnail"])}" maxlength="40"></p>\n'
+        f'<p><input type="image" src="{pages.IMG}/submit_B.gif" alt="Update"></p>\n</form>\n'
     )
 
 
@@ -749,10 +794,13 @@ def admin_confirm(req, s):
     n_items = req.app.item_count(s)
 
     def work():
-        if s.execute(
-            "UPDATE item SET i_cost = %s, i_image = %s, i_thumbnail = %s, i_pub_date = CURRENT_DATE WHERE i_id = %s",
-            (cost, image, thumbnail, i_id),
-        ) == 0:
+        if (
+            s.execute(
+                "UPDATE item SET i_cost = %s, i_image = %s, i_thumbnail = %s, i_pub_date = CURRENT_DATE WHERE i_id = %s",
+                (cost, image, thumbnail, i_id),
+            )
+            == 0
+        ):
             return None
         rows = s.query(
             "SELECT ol_i_id FROM orders, order_line WHERE o_id = ol_o_id AND ol_i_id <> %s "
@@ -779,9 +827,10 @@ def admin_confirm(req, s):
         return sorry("Admin confirm", f"there is no book with I_ID {i_id}.")
     b, related = done
     req.buttons = [("SearchRequest", "search_B", "Search", {}), ("Home", "home_B", "Home", {})]
-    links = ", ".join(f"<a href=\"{req.link('ProductDetail', I_ID=r)}\">{r}</a>" for r in related)
+    links = ", ".join(f'<a href="{req.link("ProductDetail", I_ID=r)}">{r}</a>' for r in related)
     return "Admin confirm", (
-        "<p>The book has been updated.</p>\n" + book_details(req, b)
+        "<p>The book has been updated.</p>\n"
+        + book_details(req, b)
         + f"<p>{pages.img(b['i_thumbnail'], 'thumbnail', 100, 150)}</p>\n<p>Related books: {links}</p>\n"
     )
 
@@ -806,15 +855,21 @@ INTERACTIONS = {
 
 #: the buttons (target script, gif, alt text, parameters) of a page unless its handler sets others
 NAV = {
-    "Home": [("ShoppingCart", "shopping_cart_B", "Shopping cart", {}), ("SearchRequest", "search_B", "Search", {}),
-             ("OrderInquiry", "order_status_B", "Order status", {})],
+    "Home": [
+        ("ShoppingCart", "shopping_cart_B", "Shopping cart", {}),
+        ("SearchRequest", "search_B", "Search", {}),
+        ("OrderInquiry", "order_status_B", "Order status", {}),
+    ],
     "CustomerRegistration": [("Home", "home_B", "Home", {}), ("SearchRequest", "search_B", "Search", {})],
     "BuyRequest": [("Home", "home_B", "Home", {}), ("ShoppingCart", "shopping_cart_B", "Shopping cart", {})],
     "OrderInquiry": [("SearchRequest", "search_B", "Search", {}), ("Home", "home_B", "Home", {})],
     "OrderDisplay": [("SearchRequest", "search_B", "Search", {}), ("Home", "home_B", "Home", {})],
 }
-NAV_DEFAULT = [("ShoppingCart", "shopping_cart_B", "Shopping cart", {}), ("SearchRequest", "search_B", "Search", {}),
-               ("Home", "home_B", "Home", {})]
+NAV_DEFAULT = [
+    ("ShoppingCart", "shopping_cart_B", "Shopping cart", {}),
+    ("SearchRequest", "search_B", "Search", {}),
+    ("Home", "home_B", "Home", {}),
+]
 
 
 class BookstoreApp:
@@ -860,7 +915,7 @@ class BookstoreApp:
                 return "200 OK", "text/plain", b"ok\n"
             except Exception as err:
                 return "503 Service Unavailable", "text/plain", f"ERROR: database: {err}\n".encode()
-        script = path[len(PREFIX) + 1:] if path.startswith(PREFIX + "/") else None
+        script = path[len(PREFIX) + 1 :] if path.startswith(PREFIX + "/") else None
         handler = INTERACTIONS.get(script) if script else None
         if handler is None:
             return "404 Not Found", html_t, pages.page("Not found", f"<p>No such page: {esc(path)}</p>\n").encode()
@@ -872,7 +927,9 @@ class BookstoreApp:
                 title, content = handler(req, s)
             buttons = " ".join(
                 pages.button(req.link(target, **params), name, alt)
-                for target, name, alt, params in (req.buttons if req.buttons is not None else NAV.get(script, NAV_DEFAULT))
+                for target, name, alt, params in (
+                    req.buttons if req.buttons is not None else NAV.get(script, NAV_DEFAULT)
+                )
             )
             text = pages.page(title, content, buttons, (time.perf_counter() - t0) * 1000)
             return "200 OK", html_t, text.encode()
@@ -884,13 +941,19 @@ class BookstoreApp:
         except Exception as err:  # a failure: log it with the trace, answer without it
             log.exception("request %s %s failed", rid, script)
             kind = "database error" if isinstance(err, DatabaseError) else type(err).__name__
-            return "500 Internal Server Error", html_t, pages.page(
-                "ERROR", f"<p>ERROR: {esc(kind)} while processing {esc(script)} (request {esc(rid)}).</p>\n"
-            ).encode()
+            return (
+                "500 Internal Server Error",
+                html_t,
+                pages.page(
+                    "ERROR", f"<p>ERROR: {esc(kind)} while processing {esc(script)} (request {esc(rid)}).</p>\n"
+                ).encode(),
+            )
 
 
 def create_app(config: AppConfig | None = None) -> BookstoreApp:
     """The WSGI application (gunicorn: `tierscope.apps.bookstore.app:create_app()`)."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s")
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
+        )
     return BookstoreApp(config or AppConfig.from_env())

@@ -66,9 +66,29 @@ SCALES: dict[str, tuple[int, int]] = {
 }
 
 SUBJECTS = (
-    "ARTS", "BIOGRAPHIES", "BUSINESS", "CHILDREN", "COMPUTERS", "COOKING", "HEALTH", "HISTORY",
-    "HOME", "HUMOR", "LITERATURE", "MYSTERY", "NON-FICTION", "PARENTING", "POLITICS", "REFERENCE",
-    "RELIGION", "ROMANCE", "SELF-HELP", "SCIENCE-NATURE", "SCIENCE-FICTION", "SPORTS", "YOUTH",
+    "ARTS",
+    "BIOGRAPHIES",
+    "BUSINESS",
+    "CHILDREN",
+    "COMPUTERS",
+    "COOKING",
+    "HEALTH",
+    "HISTORY",
+    "HOME",
+    "HUMOR",
+    "LITERATURE",
+    "MYSTERY",
+    "NON-FICTION",
+    "PARENTING",
+    "POLITICS",
+    "REFERENCE",
+    "RELIGION",
+    "ROMANCE",
+    "SELF-HELP",
+    "SCIENCE-NATURE",
+    "SCIENCE-FICTION",
+    "SPORTS",
+    "YOUTH",
     "TRAVEL",
 )
 BACKINGS = ("HARDBACK", "PAPERBACK", "USED", "AUDIO", "LIMITED-EDITION")
@@ -79,60 +99,192 @@ ORDER_STATUSES = ("PROCESSING", "SHIPPED", "PENDING", "DENIED")
 #: the 92 countries (co_id = position + 1, names spelt as the Wisconsin kit, which emulators
 #: send as COUNTRY) and their currencies
 COUNTRIES: tuple[tuple[str, str], ...] = (
-    ("United States", "Dollars"), ("United Kingdom", "Pounds"), ("Canada", "Dollars"),
-    ("Germany", "Euros"), ("France", "Euros"), ("Japan", "Yen"), ("Netherlands", "Euros"),
-    ("Italy", "Euros"), ("Switzerland", "Francs"), ("Australia", "Dollars"), ("Algeria", "Dinars"),
-    ("Argentina", "Pesos"), ("Armenia", "Dram"), ("Austria", "Euros"), ("Azerbaijan", "Manat"),
-    ("Bahamas", "Dollars"), ("Bahrain", "Dinar"), ("Bangla Desh", "Taka"), ("Barbados", "Dollars"),
-    ("Belarus", "Rouble"), ("Belgium", "Euros"), ("Bermuda", "Dollars"), ("Bolivia", "Boliviano"),
-    ("Botswana", "Pula"), ("Brazil", "Real"), ("Bulgaria", "Lev"), ("Cayman Islands", "Dollars"),
-    ("Chad", "Franc"), ("Chile", "Pesos"), ("China", "Yuan Renminbi"), ("Christmas Island", "Dollars"),
-    ("Colombia", "Pesos"), ("Croatia", "Euros"), ("Cuba", "Pesos"), ("Cyprus", "Euros"),
-    ("Czech Republic", "Koruna"), ("Denmark", "Kroner"), ("Dominican Republic", "Pesos"),
-    ("Eastern Caribbean", "Dollars"), ("Ecuador", "Dollars"), ("Egypt", "Pounds"),
-    ("El Salvador", "Colon"), ("Estonia", "Euros"), ("Ethiopia", "Birr"), ("Falkland Island", "Pound"),
-    ("Faroe Island", "Krone"), ("Fiji", "Dollars"), ("Finland", "Euros"), ("Gabon", "Franc"),
-    ("Gibraltar", "Pound"), ("Greece", "Euros"), ("Guam", "Dollars"), ("Hong Kong", "Dollars"),
-    ("Hungary", "Forint"), ("Iceland", "Krona"), ("India", "Rupees"), ("Indonesia", "Rupiah"),
-    ("Iran", "Rial"), ("Iraq", "Dinar"), ("Ireland", "Euros"), ("Israel", "Shekels"),
-    ("Jamaica", "Dollars"), ("Jordan", "Dinar"), ("Kazakhstan", "Tenge"), ("Kuwait", "Dinar"),
-    ("Lebanon", "Pounds"), ("Luxembourg", "Euros"), ("Malaysia", "Ringgit"), ("Mexico", "Pesos"),
-    ("Mauritius", "Rupees"), ("New Zealand", "Dollars"), ("Norway", "Kroner"), ("Pakistan", "Rupees"),
-    ("Philippines", "Pesos"), ("Poland", "Zloty"), ("Portugal", "Euros"), ("Romania", "Leu"),
-    ("Russia", "Rubles"), ("Saudi Arabia", "Riyal"), ("Singapore", "Dollars"), ("Slovakia", "Euros"),
-    ("South Africa", "Rand"), ("South Korea", "Won"), ("Spain", "Euros"), ("Sudan", "Pounds"),
-    ("Sweden", "Krona"), ("Taiwan", "Dollars"), ("Thailand", "Baht"), ("Trinidad", "Dollars"),
-    ("Turkey", "Lira"), ("Venezuela", "Bolivar"), ("Zambia", "Kwacha"),
+    ("United States", "Dollars"),
+    ("United Kingdom", "Pounds"),
+    ("Canada", "Dollars"),
+    ("Germany", "Euros"),
+    ("France", "Euros"),
+    ("Japan", "Yen"),
+    ("Netherlands", "Euros"),
+    ("Italy", "Euros"),
+    ("Switzerland", "Francs"),
+    ("Australia", "Dollars"),
+    ("Algeria", "Dinars"),
+    ("Argentina", "Pesos"),
+    ("Armenia", "Dram"),
+    ("Austria", "Euros"),
+    ("Azerbaijan", "Manat"),
+    ("Bahamas", "Dollars"),
+    ("Bahrain", "Dinar"),
+    ("Bangla Desh", "Taka"),
+    ("Barbados", "Dollars"),
+    ("Belarus", "Rouble"),
+    ("Belgium", "Euros"),
+    ("Bermuda", "Dollars"),
+    ("Bolivia", "Boliviano"),
+    ("Botswana", "Pula"),
+    ("Brazil", "Real"),
+    ("Bulgaria", "Lev"),
+    ("Cayman Islands", "Dollars"),
+    ("Chad", "Franc"),
+    ("Chile", "Pesos"),
+    ("China", "Yuan Renminbi"),
+    ("Christmas Island", "Dollars"),
+    ("Colombia", "Pesos"),
+    ("Croatia", "Euros"),
+    ("Cuba", "Pesos"),
+    ("Cyprus", "Euros"),
+    ("Czech Republic", "Koruna"),
+    ("Denmark", "Kroner"),
+    ("Dominican Republic", "Pesos"),
+    ("Eastern Caribbean", "Dollars"),
+    ("Ecuador", "Dollars"),
+    ("Egypt", "Pounds"),
+    ("El Salvador", "Colon"),
+    ("Estonia", "Euros"),
+    ("Ethiopia", "Birr"),
+    ("Falkland Island", "Pound"),
+    ("Faroe Island", "Krone"),
+    ("Fiji", "Dollars"),
+    ("Finland", "Euros"),
+    ("Gabon", "Franc"),
+    ("Gibraltar", "Pound"),
+    ("Greece", "Euros"),
+    ("Guam", "Dollars"),
+    ("Hong Kong", "Dollars"),
+    ("Hungary", "Forint"),
+    ("Iceland", "Krona"),
+    ("India", "Rupees"),
+    ("Indonesia", "Rupiah"),
+    ("Iran", "Rial"),
+    ("Iraq", "Dinar"),
+    ("Ireland", "Euros"),
+    ("Israel", "Shekels"),
+    ("Jamaica", "Dollars"),
+    ("Jordan", "Dinar"),
+    ("Kazakhstan", "Tenge"),
+    ("Kuwait", "Dinar"),
+    ("Lebanon", "Pounds"),
+    ("Luxembourg", "Euros"),
+    ("Malaysia", "Ringgit"),
+    ("Mexico", "Pesos"),
+    ("Mauritius", "Rupees"),
+    ("New Zealand", "Dollars"),
+    ("Norway", "Kroner"),
+    ("Pakistan", "Rupees"),
+    ("Philippines", "Pesos"),
+    ("Poland", "Zloty"),
+    ("Portugal", "Euros"),
+    ("Romania", "Leu"),
+    ("Russia", "Rubles"),
+    ("Saudi Arabia", "Riyal"),
+    ("Singapore", "Dollars"),
+    ("Slovakia", "Euros"),
+    ("South Africa", "Rand"),
+    ("South Korea", "Won"),
+    ("Spain", "Euros"),
+    ("Sudan", "Pounds"),
+    ("Sweden", "Krona"),
+    ("Taiwan", "Dollars"),
+    ("Thailand", "Baht"),
+    ("Trinidad", "Dollars"),
+    ("Turkey", "Lira"),
+    ("Venezuela", "Bolivar"),
+    ("Zambia", "Kwacha"),
 )
 assert len(COUNTRIES) == 92
 
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "country": ("co_id", "co_name", "co_exchange", "co_currency"),
     "author": ("a_id", "a_fname", "a_lname", "a_mname", "a_dob", "a_bio"),
-    "item": ("i_id", "i_title", "i_a_id", "i_pub_date", "i_publisher", "i_subject", "i_desc",
-             "i_related1", "i_related2", "i_related3", "i_related4", "i_related5", "i_thumbnail",
-             "i_image", "i_srp", "i_cost", "i_avail", "i_stock", "i_isbn", "i_page", "i_backing",
-             "i_dimensions"),
-    "customer": ("c_id", "c_uname", "c_passwd", "c_fname", "c_lname", "c_addr_id", "c_phone",
-                 "c_email", "c_since", "c_last_login", "c_login", "c_expiration", "c_discount",
-                 "c_balance", "c_ytd_pmt", "c_birthdate", "c_data"),
-    "address": ("addr_id", "addr_street1", "addr_street2", "addr_city", "addr_state", "addr_zip",
-                "addr_co_id"),
-    "orders": ("o_id", "o_c_id", "o_date", "o_sub_total", "o_tax", "o_total", "o_ship_type",
-               "o_ship_date", "o_bill_addr_id", "o_ship_addr_id", "o_status"),
+    "item": (
+        "i_id",
+        "i_title",
+        "i_a_id",
+        "i_pub_date",
+        "i_publisher",
+        "i_subject",
+        "i_desc",
+        "i_related1",
+        "i_related2",
+        "i_related3",
+        "i_related4",
+        "i_related5",
+        "i_thumbnail",
+        "i_image",
+        "i_srp",
+        "i_cost",
+        "i_avail",
+        "i_stock",
+        "i_isbn",
+        "i_page",
+        "i_backing",
+        "i_dimensions",
+    ),
+    "customer": (
+        "c_id",
+        "c_uname",
+        "c_passwd",
+        "c_fname",
+        "c_lname",
+        "c_addr_id",
+        "c_phone",
+        "c_email",
+        "c_since",
+        "c_last_login",
+        "c_login",
+        "c_expiration",
+        "c_discount",
+        "c_balance",
+        "c_ytd_pmt",
+        "c_birthdate",
+        "c_data",
+    ),
+    "address": ("addr_id", "addr_street1", "addr_street2", "addr_city", "addr_state", "addr_zip", "addr_co_id"),
+    "orders": (
+        "o_id",
+        "o_c_id",
+        "o_date",
+        "o_sub_total",
+        "o_tax",
+        "o_total",
+        "o_ship_type",
+        "o_ship_date",
+        "o_bill_addr_id",
+        "o_ship_addr_id",
+        "o_status",
+    ),
     "order_line": ("ol_id", "ol_o_id", "ol_i_id", "ol_qty", "ol_discount", "ol_comments"),
-    "cc_xacts": ("cx_o_id", "cx_type", "cx_num", "cx_name", "cx_expire", "cx_auth_id",
-                 "cx_xact_amt", "cx_xact_date", "cx_co_id"),
+    "cc_xacts": (
+        "cx_o_id",
+        "cx_type",
+        "cx_num",
+        "cx_name",
+        "cx_expire",
+        "cx_auth_id",
+        "cx_xact_amt",
+        "cx_xact_date",
+        "cx_co_id",
+    ),
     "shopping_cart": ("sc_id", "sc_time"),
     "shopping_cart_line": ("scl_sc_id", "scl_qty", "scl_i_id"),
 }
 TABLES = tuple(TABLE_COLUMNS)
 #: table -> its id column backed by a sequence (PostgreSQL identity / MariaDB AUTO_INCREMENT)
-ID_COLUMNS = {"author": "a_id", "item": "i_id", "customer": "c_id", "address": "addr_id",
-              "orders": "o_id", "shopping_cart": "sc_id"}
+ID_COLUMNS = {
+    "author": "a_id",
+    "item": "i_id",
+    "customer": "c_id",
+    "address": "addr_id",
+    "orders": "o_id",
+    "shopping_cart": "sc_id",
+}
 #: generation groups (each one process; orders, order_line and cc_xacts come from one pass)
 GROUPS: tuple[tuple[str, ...], ...] = (
-    ("customer",), ("address", "country", "author"), ("item",), ("orders", "order_line", "cc_xacts"),
+    ("customer",),
+    ("address", "country", "author"),
+    ("item",),
+    ("orders", "order_line", "cc_xacts"),
 )
 
 TAX_RATE = 0.0825
@@ -182,9 +334,16 @@ def population(items: int, ebs: int) -> dict[str, int]:
     customers = 2880 * ebs
     orders = customers * 9 // 10
     return {
-        "country": len(COUNTRIES), "author": items // 4, "item": items, "customer": customers,
-        "address": 2 * customers, "orders": orders, "order_line": 3 * orders, "cc_xacts": orders,
-        "shopping_cart": 0, "shopping_cart_line": 0,
+        "country": len(COUNTRIES),
+        "author": items // 4,
+        "item": items,
+        "customer": customers,
+        "address": 2 * customers,
+        "orders": orders,
+        "order_line": 3 * orders,
+        "cc_xacts": orders,
+        "shopping_cart": 0,
+        "shopping_cart_line": 0,
     }
 
 
@@ -246,17 +405,17 @@ class Generator:
     def astr(self, r, lo: int, hi: int) -> str:
         n = lo + int(r() * (hi - lo + 1))
         off = int(r() * POOL)
-        return self.letters[off:off + n]
+        return self.letters[off : off + n]
 
     def nstr(self, r, lo: int, hi: int) -> str:
         n = lo + int(r() * (hi - lo + 1))
         off = int(r() * (1 << 16))
-        return self.digits[off:off + n]
+        return self.digits[off : off + n]
 
     def text(self, r, lo: int, hi: int) -> str:
         n = lo + int(r() * (hi - lo + 1))
         s = self.word_starts[int(r() * len(self.word_starts))]
-        return self.words[s:s + n].rstrip() or "book"
+        return self.words[s : s + n].rstrip() or "book"
 
     def day(self, k: int) -> str:
         """EPOCH + k days as YYYY-MM-DD (cached)."""
@@ -289,8 +448,7 @@ class Generator:
             if r() < 0.25:
                 lname += self.astr(r, 1, 6)
             dob = self.day(first_dob + int(r() * (last_dob - first_dob + 1)))
-            yield (f"{a}\t{self.astr(r, 3, 20)}\t{lname}\t{self.astr(r, 1, 20)}\t{dob}\t"
-                   f"{self.astr(r, 125, 500)}")
+            yield (f"{a}\t{self.astr(r, 3, 20)}\t{lname}\t{self.astr(r, 1, 20)}\t{dob}\t{self.astr(r, 125, 500)}")
 
     def item(self):
         r = self.rng("item").random
@@ -377,9 +535,7 @@ class Generator:
                 if i not in chosen:
                     chosen.append(i)
             for k, i in enumerate(chosen, start=1):
-                out_l.append(
-                    f"{k}\t{o}\t{i}\t{1 + int(r() * 300)}\t{int(r() * 31) / 100}\t{self.astr(r, 20, 100)}"
-                )
+                out_l.append(f"{k}\t{o}\t{i}\t{1 + int(r() * 300)}\t{int(r() * 31) / 100}\t{self.astr(r, 20, 100)}")
             out_x.append(
                 f"{o}\t{CARD_TYPES[int(r() * 5)]}\t{self.nstr(r, 16, 16)}\t{self.astr(r, 14, 30)}\t"
                 f"{self.day(today + 10 + int(r() * 721))}\t{self.astr(r, 15, 15)}\t{total}\t{o_date}\t"
@@ -422,8 +578,9 @@ class Generator:
         return counts
 
 
-def write_tables(items: int, ebs: int, seed: int, now: datetime, directory: Path,
-                 workers: int | None = None) -> dict[str, int]:
+def write_tables(
+    items: int, ebs: int, seed: int, now: datetime, directory: Path, workers: int | None = None
+) -> dict[str, int]:
     """Write every loaded table as `<table>.tsv` under `directory`; rows per table. With `workers`
     > 1 the GROUPS are written by that many child processes at once (`python -m` this module, so
     nothing depends on how the caller's main module imports); by default one process per group
@@ -443,12 +600,25 @@ def write_tables(items: int, ebs: int, seed: int, now: datetime, directory: Path
         while pending or running:
             while pending and len(running) < workers:
                 g = pending.pop(0)
-                job = {"items": items, "ebs": ebs, "seed": seed, "now": now.isoformat(), "tables": list(g),
-                       "directory": str(directory)}
-                running.append((subprocess.Popen(
-                    [sys.executable, "-m", "tierscope.apps.bookstore.datagen", json.dumps(job)],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                ), g))
+                job = {
+                    "items": items,
+                    "ebs": ebs,
+                    "seed": seed,
+                    "now": now.isoformat(),
+                    "tables": list(g),
+                    "directory": str(directory),
+                }
+                running.append(
+                    (
+                        subprocess.Popen(
+                            [sys.executable, "-m", "tierscope.apps.bookstore.datagen", json.dumps(job)],
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            text=True,
+                        ),
+                        g,
+                    )
+                )
             proc, g = running.pop(0)
             out, err = proc.communicate()
             if proc.returncode != 0:
@@ -552,8 +722,15 @@ def ensure_database(cfg: DbConfig) -> None:
             conn.close()
 
 
-def generate(db_config: DbConfig, items: int, ebs: int, seed: int = 42, now: datetime | None = None,
-             progress: Callable[[str], None] | None = None, workers: int | None = None) -> LoadReport:
+def generate(
+    db_config: DbConfig,
+    items: int,
+    ebs: int,
+    seed: int = 42,
+    now: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+) -> LoadReport:
     """Create the schema in `db_config.database` (dropping the tables first) and bulk-load the
     bookstore for `items` items and `ebs` emulated browsers; return rows per table, seconds,
     bytes of text loaded and the database size in bytes."""
@@ -575,12 +752,16 @@ def generate(db_config: DbConfig, items: int, ebs: int, seed: int = 42, now: dat
     for t in TABLES:
         rows.setdefault(t, 0)
     ordered = {t: rows[t] for t in TABLES}
-    return LoadReport(items, ebs, db_config.dbms, ordered, time.perf_counter() - t0, t_gen, nbytes,
-                      int(size), method)
+    return LoadReport(items, ebs, db_config.dbms, ordered, time.perf_counter() - t0, t_gen, nbytes, int(size), method)
 
 
-def load(db_config: DbConfig, scale: str = "tiny", seed: int = 42, now: datetime | None = None,
-         progress: Callable[[str], None] | None = None) -> LoadReport:
+def load(
+    db_config: DbConfig,
+    scale: str = "tiny",
+    seed: int = 42,
+    now: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LoadReport:
     """`generate` for a named scale of `SCALES`."""
     items, ebs = scale_named(scale)
     return generate(db_config, items, ebs, seed, now, progress)
@@ -597,8 +778,11 @@ def _load_postgres(cfg: DbConfig, directory: Path, rows: dict[str, int], say) ->
             if table not in rows:
                 continue
             cols = ", ".join(TABLE_COLUMNS[table])
-            with conn.cursor() as cur, cur.copy(f"COPY {table} ({cols}) FROM STDIN") as cp, \
-                    open(directory / f"{table}.tsv", "rb") as f:
+            with (
+                conn.cursor() as cur,
+                cur.copy(f"COPY {table} ({cols}) FROM STDIN") as cp,
+                open(directory / f"{table}.tsv", "rb") as f,
+            ):
                 while chunk := f.read(1 << 20):
                     cp.write(chunk)
             say(f"{table}: {rows[table]} rows")
@@ -620,8 +804,16 @@ def _load_mariadb(cfg: DbConfig, directory: Path, rows: dict[str, int], say) -> 
     import pymysql
 
     tables_sql, index_sql = schema_parts("mariadb")
-    conn = pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password,
-                           database=cfg.database, autocommit=True, local_infile=True, charset="utf8mb4")
+    conn = pymysql.connect(
+        host=cfg.host,
+        port=cfg.port,
+        user=cfg.user,
+        password=cfg.password,
+        database=cfg.database,
+        autocommit=True,
+        local_infile=True,
+        charset="utf8mb4",
+    )
     method = "LOAD DATA LOCAL INFILE"
     try:
         with conn.cursor() as cur:

@@ -18,11 +18,20 @@ IMG = f"{PREFIX}/img"
 
 #: the static GIFs of the original (TPC-W `images/`), served by nginx as /tpcw/img/<name>.gif
 STATIC_GIFS = (
-    "tpclogo", "home_B", "search_B", "shopping_cart_B", "checkout_B", "order_status_B", "add_B",
-    "update_B", "submit_B", "refresh_B", "display_last_order_B", "whats_new", "best_sellers",
+    "tpclogo",
+    "home_B",
+    "search_B",
+    "shopping_cart_B",
+    "checkout_B",
+    "order_status_B",
+    "add_B",
+    "update_B",
+    "submit_B",
+    "refresh_B",
+    "display_last_order_B",
+    "whats_new",
+    "best_sellers",
 )
-
-
 
 
 def url(script: str, **params) -> str:
@@ -35,8 +44,8 @@ def url(script: str, **params) -> str:
 
 def img(path: str, alt: str = "", width: int | None = None, height: int | None = None) -> str:
     """An image under /tpcw/img/ (`path` as stored in the database, e.g. img5/thumb_105.gif)."""
-    size = (f" width=\"{width}\"" if width else "") + (f" height=\"{height}\"" if height else "")
-    return f"<img src=\"{IMG}/{esc(path)}\" alt=\"{esc(alt)}\"{size}>"
+    size = (f' width="{width}"' if width else "") + (f' height="{height}"' if height else "")
+    return f'<img src="{IMG}/{esc(path)}" alt="{esc(alt)}"{size}>'
 
 
 def gif(name: str, alt: str = "") -> str:
@@ -44,20 +53,20 @@ def gif(name: str, alt: str = "") -> str:
 
 
 def button(href: str, name: str, alt: str) -> str:
-    return f"<a href=\"{href}\">{gif(name, alt)}</a>"
+    return f'<a href="{href}">{gif(name, alt)}</a>'
 
 
 def hidden(**fields) -> str:
     return "".join(
-        f"<input type=\"hidden\" name=\"{k}\" value=\"{esc(v)}\">" for k, v in fields.items() if v is not None and v != ""
+        f'<input type="hidden" name="{k}" value="{esc(v)}">' for k, v in fields.items() if v is not None and v != ""
     )
 
 
 def header(title: str, buttons: str) -> str:
     return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>TPC-W "
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>TPC-W '
         + esc(title)
-        + "</title></head>\n<body bgcolor=\"#ffffff\">\n<p>"
+        + '</title></head>\n<body bgcolor="#ffffff">\n<p>'
         + gif("tpclogo", "TPC-W bookstore")
         + "</p>\n<h2>"
         + esc(title)
@@ -80,11 +89,10 @@ def promo_strip(rows: list[dict], link) -> str:
     if not rows:
         return ""
     cells = "".join(
-        f"<td><a href=\"{link('ProductDetail', I_ID=r['i_id'])}\">"
-        f"{img(r['i_thumbnail'], 'promotion', 100, 150)}</a></td>"
+        f'<td><a href="{link("ProductDetail", I_ID=r["i_id"])}">{img(r["i_thumbnail"], "promotion", 100, 150)}</a></td>'
         for r in rows
     )
-    return f"<table class=\"promo\"><tr><td>Click on one of our latest books to find out more!</td>{cells}</tr></table>\n"
+    return f'<table class="promo"><tr><td>Click on one of our latest books to find out more!</td>{cells}</tr></table>\n'
 
 
 def money(x) -> str:

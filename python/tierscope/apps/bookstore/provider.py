@@ -36,8 +36,11 @@ def scaled_workload(text: str, items: int, customers: int) -> str:
     title strings DigSyl(NURand(A(items), 0, items/5)) (TPC-W clauses 2.3.2, 2.10.5.1)."""
     from tierscope.apps.bookstore.datagen import customer_a, item_a
 
-    new = {"customer": f"[{customer_a(customers)}, 1, {customers}]",
-           "author": f"[{item_a(items)}, 0, {items // 10}]", "title": f"[{item_a(items)}, 0, {items // 5}]"}
+    new = {
+        "customer": f"[{customer_a(customers)}, 1, {customers}]",
+        "author": f"[{item_a(items)}, 0, {items // 10}]",
+        "title": f"[{item_a(items)}, 0, {items // 5}]",
+    }
     for kind, old in TINY_DRAWS.items():
         if old not in text:
             raise ValueError(f"workload file: no {kind} draw {old} to scale")
@@ -58,16 +61,33 @@ class BookstoreProvider(LoadedDatabaseApp):
 
         return datagen
 
-    def app_server(self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path,
-                   name: str) -> Any:
+    def app_server(
+        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str
+    ) -> Any:
         from tierscope.services.appserver import AppServer
 
         db = self.client_config(db)  # a Galera cluster: every node, the pool spreads over them
-        env = {"TPCW_DBMS": db.dbms, "TPCW_DB_HOST": db.host, "TPCW_DB_PORT": str(db.port),
-               "TPCW_DB_USER": db.user, "TPCW_DB_PASSWORD": db.password, "TPCW_DB_NAME": db.database,
-               "TPCW_POOL_SIZE": str(soft.db_pool)}
-        return AppServer(host, port, workdir, app=APP, app_env=env, health_path="/tpcw/health",
-                         workers=soft.workers, threads=soft.threads, events_dir=events_dir, name=name)
+        env = {
+            "TPCW_DBMS": db.dbms,
+            "TPCW_DB_HOST": db.host,
+            "TPCW_DB_PORT": str(db.port),
+            "TPCW_DB_USER": db.user,
+            "TPCW_DB_PASSWORD": db.password,
+            "TPCW_DB_NAME": db.database,
+            "TPCW_POOL_SIZE": str(soft.db_pool),
+        }
+        return AppServer(
+            host,
+            port,
+            workdir,
+            app=APP,
+            app_env=env,
+            health_path="/tpcw/health",
+            workers=soft.workers,
+            threads=soft.threads,
+            events_dir=events_dir,
+            name=name,
+        )
 
     def static_root(self, directory: Path, config: Any = None) -> Path:
         """The static GIFs and one thumbnail and one image per item of the point's data set."""

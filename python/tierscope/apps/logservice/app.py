@@ -78,15 +78,30 @@ class LogServiceConfig:
         return cls(**kw)
 
     def db(self) -> DbConfig:
-        return DbConfig(dbms=self.dbms, host=self.db_host, port=self.db_port, user=self.db_user,
-                        password=self.db_password, database=self.db_name, pool_size=self.pool_size,
-                        pool_timeout_s=self.db_timeout_s)
+        return DbConfig(
+            dbms=self.dbms,
+            host=self.db_host,
+            port=self.db_port,
+            user=self.db_user,
+            password=self.db_password,
+            database=self.db_name,
+            pool_size=self.pool_size,
+            pool_timeout_s=self.db_timeout_s,
+        )
 
 
 def _answer(start_response, code: int, doc: dict):
     body = json.dumps(doc).encode()
-    reason = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-              405: "Method Not Allowed", 413: "Payload Too Large", 503: "Service Unavailable"}[code]
+    reason = {
+        200: "OK",
+        201: "Created",
+        400: "Bad Request",
+        401: "Unauthorized",
+        404: "Not Found",
+        405: "Method Not Allowed",
+        413: "Payload Too Large",
+        503: "Service Unavailable",
+    }[code]
     start_response(f"{code} {reason}", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
     return [body]
 
@@ -120,12 +135,22 @@ class LogService:
         if config.mode == "direct":
             self.store = DirectStore(self.db)
         elif config.mode == "queue":
-            self.store = QueueStore(self.db, collectors=config.collectors, batch_rows=config.batch_rows,
-                                    batch_ms=config.batch_ms, queue_max=config.queue_max)
+            self.store = QueueStore(
+                self.db,
+                collectors=config.collectors,
+                batch_rows=config.batch_rows,
+                batch_ms=config.batch_ms,
+                queue_max=config.queue_max,
+            )
         else:
-            self.store = DurableStore(self.db, config.redis_url, collectors=config.collectors,
-                                      batch_rows=config.batch_rows, batch_ms=config.batch_ms,
-                                      stream_max=config.queue_max)
+            self.store = DurableStore(
+                self.db,
+                config.redis_url,
+                collectors=config.collectors,
+                batch_rows=config.batch_rows,
+                batch_ms=config.batch_ms,
+                stream_max=config.queue_max,
+            )
         self.tokens: dict[str, int] = {}
         self.counts = {"requests": 0, "refused": 0, "unauthorized": 0, "malformed": 0, "auth_queries": 0}
         self._lock = threading.Lock()
@@ -215,5 +240,7 @@ class LogService:
 
 def create_app(config: LogServiceConfig | None = None) -> LogService:
     if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s")
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
+        )
     return LogService(config or LogServiceConfig.from_env())

@@ -22,8 +22,15 @@ from tierscope.apps.logservice.schema import token
 
 TIMEOUT, CONNECTION_ERROR = 0, -1
 
-OUTCOMES = pa.schema([("id", pa.string()), ("client", pa.int32()), ("sent_ns", pa.int64()),
-                      ("done_ns", pa.int64()), ("status", pa.int16())])
+OUTCOMES = pa.schema(
+    [
+        ("id", pa.string()),
+        ("client", pa.int32()),
+        ("sent_ns", pa.int64()),
+        ("done_ns", pa.int64()),
+        ("status", pa.int16()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -59,17 +66,18 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
-async def _client(n: int, load: Load, host: str, port: int, delay: float, out: list,
-                  done: Callable[[], None]) -> None:
+async def _client(n: int, load: Load, host: str, port: int, delay: float, out: list, done: Callable[[], None]) -> None:
     await asyncio.sleep(delay)
     auth = f"Bearer {token(n)}"
-    message = ("x" * load.message_bytes)
+    message = "x" * load.message_bytes
     conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
     for i in range(load.records):
         rid = f"{load.run}-{n}-{i}"
         body = json.dumps({"id": rid, "level": 6, "message": message}).encode()
-        req = (f"POST /log HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        req = (
+            f"POST /log HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         sent = time.time_ns()
         try:
             if conn is None:
@@ -99,8 +107,9 @@ async def _drive(load: Load, host: str, port: int, tick: Callable[[int], None]) 
             tick(counter[0])
 
     step = load.start_spread_s / load.clients
-    await asyncio.gather(*(_client(n, load, host, port, i * step, out, done)
-                           for i, n in enumerate(range(1, load.clients + 1))))
+    await asyncio.gather(
+        *(_client(n, load, host, port, i * step, out, done) for i, n in enumerate(range(1, load.clients + 1)))
+    )
     tick(counter[0])
     return out
 
@@ -135,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--out", required=True, help="Parquet file of the outcomes")
-    ap.add_argument("--load", default="{}", help="the Load as JSON, e.g. '{\"clients\": 100, \"records\": 10}'")
+    ap.add_argument("--load", default="{}", help='the Load as JSON, e.g. \'{"clients": 100, "records": 10}\'')
     args = ap.parse_args(argv)
     load = Load(**json.loads(args.load))
     table = drive(load, args.host, args.port)

@@ -87,16 +87,32 @@ def count(outcomes: pa.Table, stored: set[str]) -> dict:
     sent = set(ids)
     acked = set(outcomes.filter(pc.equal(status, 201))["id"].to_pylist())
     timed = set(outcomes.filter(pc.equal(status, TIMEOUT))["id"].to_pylist())
-    n = {k: int(pc.sum(pc.equal(status, v)).as_py() or 0) for k, v in
-         (("acknowledged", 201), ("refused", 503), ("timed_out", TIMEOUT), ("connection_errors", CONNECTION_ERROR))}
+    n = {
+        k: int(pc.sum(pc.equal(status, v)).as_py() or 0)
+        for k, v in (
+            ("acknowledged", 201),
+            ("refused", 503),
+            ("timed_out", TIMEOUT),
+            ("connection_errors", CONNECTION_ERROR),
+        )
+    }
     span = (pc.max(outcomes["done_ns"]).as_py() - pc.min(outcomes["sent_ns"]).as_py()) / 1e9 if ids else 0.0
     ok = outcomes.filter(pc.equal(status, 201))
     lat = pc.subtract(ok["done_ns"], ok["sent_ns"])
     p90 = pc.quantile(lat, 0.9)[0].as_py() / 1e6 if ok.num_rows else None
     stored_here = len(sent & stored)
-    return dict(sent=len(ids), **n, other=len(ids) - sum(n.values()), stored=stored_here, lost=len(sent - stored),
-                lost_acknowledged=len(acked - stored), timed_out_stored=len(timed & stored), load_s=round(span, 3),
-                stored_per_s=round(stored_here / span, 1) if span > 0 else 0.0, p90_ms=p90)
+    return dict(
+        sent=len(ids),
+        **n,
+        other=len(ids) - sum(n.values()),
+        stored=stored_here,
+        lost=len(sent - stored),
+        lost_acknowledged=len(acked - stored),
+        timed_out_stored=len(timed & stored),
+        load_s=round(span, 3),
+        stored_per_s=round(stored_here / span, 1) if span > 0 else 0.0,
+        p90_ms=p90,
+    )
 
 
 def bottleneck(resources: pa.Table | None, start_ns: int, end_ns: int) -> str:
@@ -107,8 +123,9 @@ def bottleneck(resources: pa.Table | None, start_ns: int, end_ns: int) -> str:
 
     if resources is None or resources.num_rows == 0:
         return ""
-    inside = resources.filter(pc.and_(pc.greater_equal(resources["ts_ns"], start_ns),
-                                      pc.less_equal(resources["ts_ns"], end_ns)))
+    inside = resources.filter(
+        pc.and_(pc.greater_equal(resources["ts_ns"], start_ns), pc.less_equal(resources["ts_ns"], end_ns))
+    )
     rows = [r for r in whitebox([(0, inside)]).shares.to_pylist() if r["metric"] not in ("cpu_user", "cpu_system")]
     if not rows:
         return ""
@@ -119,8 +136,16 @@ def bottleneck(resources: pa.Table | None, start_ns: int, end_ns: int) -> str:
     return f"{cpu['host']} {resource_of(cpu['metric'])} mean {cpu['mean']:.0f} %"
 
 
-def run_mode(mode: str, service: Service, load: Load, workdir: Path, *, testbed_mode: str = "auto",
-             phase: Callable[[str], None] = lambda s: None, crash: Callable | None = None) -> ModeResult:
+def run_mode(
+    mode: str,
+    service: Service,
+    load: Load,
+    workdir: Path,
+    *,
+    testbed_mode: str = "auto",
+    phase: Callable[[str], None] = lambda s: None,
+    crash: Callable | None = None,
+) -> ModeResult:
     """Run `mode` under `load`; tables in `workdir` (outcomes.parquet, resources.parquet, result.json).
 
     `crash(app, hosts)`: called once the load has started (tests kill the app with it)."""
@@ -142,18 +167,35 @@ def run_mode(mode: str, service: Service, load: Load, workdir: Path, *, testbed_
         try:
             phase("starting the database")
             db_host = hosts["db1"]
-            dbs, db_cfg = database_server(service.dbms, db_host, PORT[service.dbms], workdir / "db1", database="logs",
-                                          fsync=service.fsync,
-                                          max_connections=service.app_workers * (service.pool_size + 2) + 10,
-                                          name="db1")
+            dbs, db_cfg = database_server(
+                service.dbms,
+                db_host,
+                PORT[service.dbms],
+                workdir / "db1",
+                database="logs",
+                fsync=service.fsync,
+                max_connections=service.app_workers * (service.pool_size + 2) + 10,
+                name="db1",
+            )
             services.append(dbs.start())
             dbs.create_database("logs")
             cfg = LogServiceConfig(
-                mode=mode, dbms=service.dbms, db_host=db_cfg.host, db_port=db_cfg.port, db_user=db_cfg.user,
-                db_password=db_cfg.password, db_name=db_cfg.database, pool_size=service.pool_size, db_timeout_s=service.db_timeout_s,
-                auth_cache=service.auth_cache, collectors=service.collectors, batch_rows=service.batch_rows,
-                batch_ms=service.batch_ms, queue_max=service.queue_max,
-                redis_url=f"redis://{hosts['broker1'].address}:{REDIS_PORT}/0" if mode == "durable" else "")
+                mode=mode,
+                dbms=service.dbms,
+                db_host=db_cfg.host,
+                db_port=db_cfg.port,
+                db_user=db_cfg.user,
+                db_password=db_cfg.password,
+                db_name=db_cfg.database,
+                pool_size=service.pool_size,
+                db_timeout_s=service.db_timeout_s,
+                auth_cache=service.auth_cache,
+                collectors=service.collectors,
+                batch_rows=service.batch_rows,
+                batch_ms=service.batch_ms,
+                queue_max=service.queue_max,
+                redis_url=f"redis://{hosts['broker1'].address}:{REDIS_PORT}/0" if mode == "durable" else "",
+            )
             db = Database(cfg.db())
             try:
                 schema.create(db, load.clients)
@@ -163,17 +205,39 @@ def run_mode(mode: str, service: Service, load: Load, workdir: Path, *, testbed_
                 phase("starting the broker")
                 services.append(Redis(hosts["broker1"], REDIS_PORT, workdir / "broker1", name="broker1").start())
             phase("starting the log service")
-            app = AppServer(hosts["app1"], APP_PORT, workdir / "app1", app=APP, app_env=cfg.env(),
-                            health_path="/health", workers=service.app_workers, threads=service.app_threads,
-                            connections=max(1000, load.clients), backlog=max(2048, load.clients), name="app1")
+            app = AppServer(
+                hosts["app1"],
+                APP_PORT,
+                workdir / "app1",
+                app=APP,
+                app_env=cfg.env(),
+                health_path="/health",
+                workers=service.app_workers,
+                threads=service.app_threads,
+                connections=max(1000, load.clients),
+                backlog=max(2048, load.clients),
+                name="app1",
+            )
             services.append(app.start())
             monitor = tb.start_monitor(0.25, workdir / "resources.parquet")
             phase(f"{mode}: {load.clients} clients x {load.records} records")
             outcomes_path = workdir / "outcomes.parquet"
-            argv = [sys.executable, "-m", "tierscope.apps.logservice.driver", "--host", hosts["app1"].address,
-                    "--port", str(APP_PORT), "--out", str(outcomes_path), "--load", json.dumps(asdict(load))]
-            proc = subprocess.Popen(hosts["client1"].wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+            argv = [
+                sys.executable,
+                "-m",
+                "tierscope.apps.logservice.driver",
+                "--host",
+                hosts["app1"].address,
+                "--port",
+                str(APP_PORT),
+                "--out",
+                str(outcomes_path),
+                "--load",
+                json.dumps(asdict(load)),
+            ]
+            proc = subprocess.Popen(
+                hosts["client1"].wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
             if crash is not None:
                 crash(app, hosts)
             out, err = proc.communicate(timeout=load.records * load.timeout_s + load.start_spread_s + 120)

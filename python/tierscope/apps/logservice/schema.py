@@ -42,8 +42,10 @@ def create(db: Database, clients: int) -> None:
         s.execute("DELETE FROM clients")
         for start in range(1, clients + 1, 1000):
             ids = range(start, min(clients, start + 999) + 1)
-            s.execute("INSERT INTO clients (id, token) VALUES " + ",".join(["(%s, %s)"] * len(ids)),
-                      tuple(x for i in ids for x in (i, token(i))))
+            s.execute(
+                "INSERT INTO clients (id, token) VALUES " + ",".join(["(%s, %s)"] * len(ids)),
+                tuple(x for i in ids for x in (i, token(i))),
+            )
 
 
 def stored_ids(db: Database) -> set[str]:

@@ -54,8 +54,10 @@ def insert_one(db: Database, r: Record) -> None:
     verb = "INSERT IGNORE" if db.dbms == "mariadb" else "INSERT"
     tail = "" if db.dbms == "mariadb" else " ON CONFLICT (id) DO NOTHING"
     with db.session(r.id) as s:
-        s.execute(f"{verb} INTO logs {COLUMNS} VALUES (%s, %s, %s, %s, %s){tail}",
-                  (r.id, r.client_id, r.level, r.message, r.received_ns))
+        s.execute(
+            f"{verb} INTO logs {COLUMNS} VALUES (%s, %s, %s, %s, %s){tail}",
+            (r.id, r.client_id, r.level, r.message, r.received_ns),
+        )
 
 
 def insert_batch(db: Database, rows: list[Record]) -> None:
@@ -67,12 +69,19 @@ def insert_batch(db: Database, rows: list[Record]) -> None:
             s.execute(
                 f"INSERT INTO logs {COLUMNS} SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::smallint[], "
                 "%s::text[], %s::bigint[]) ON CONFLICT (id) DO NOTHING",
-                ([r.id for r in rows], [r.client_id for r in rows], [r.level for r in rows],
-                 [r.message for r in rows], [r.received_ns for r in rows]),
+                (
+                    [r.id for r in rows],
+                    [r.client_id for r in rows],
+                    [r.level for r in rows],
+                    [r.message for r in rows],
+                    [r.received_ns for r in rows],
+                ),
             )
         else:
-            s.execute(f"INSERT IGNORE INTO logs {COLUMNS} VALUES " + ",".join(["(%s, %s, %s, %s, %s)"] * len(rows)),
-                      tuple(x for r in rows for x in (r.id, r.client_id, r.level, r.message, r.received_ns)))
+            s.execute(
+                f"INSERT IGNORE INTO logs {COLUMNS} VALUES " + ",".join(["(%s, %s, %s, %s, %s)"] * len(rows)),
+                tuple(x for r in rows for x in (r.id, r.client_id, r.level, r.message, r.received_ns)),
+            )
 
 
 class DirectStore:
@@ -112,8 +121,9 @@ class _Collectors:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._deadline = float("inf")
-        self._threads = [threading.Thread(target=self._loop, name=f"collector-{i}", daemon=True)
-                         for i in range(collectors)]
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"collector-{i}", daemon=True) for i in range(collectors)
+        ]
 
     def start(self) -> None:
         for t in self._threads:
@@ -167,8 +177,15 @@ class _Collectors:
 class QueueStore(_Collectors):
     mode = "queue"
 
-    def __init__(self, db: Database, *, collectors: int = 2, batch_rows: int = 1000, batch_ms: float = 50,
-                 queue_max: int = 100_000):
+    def __init__(
+        self,
+        db: Database,
+        *,
+        collectors: int = 2,
+        batch_rows: int = 1000,
+        batch_ms: float = 50,
+        queue_max: int = 100_000,
+    ):
         super().__init__(db, collectors, batch_rows, batch_ms)
         self.queue: queue.Queue = queue.Queue(maxsize=queue_max)
         self.start()
@@ -202,8 +219,13 @@ class QueueStore(_Collectors):
         return rows
 
     def stats(self) -> dict:
-        return {"mode": self.mode, "queued": self.queue.qsize(), "stored": self.stored, "batches": self.batches,
-                "retries": self.retries}
+        return {
+            "mode": self.mode,
+            "queued": self.queue.qsize(),
+            "stored": self.stored,
+            "batches": self.batches,
+            "retries": self.retries,
+        }
 
 
 STREAM, GROUP = "logs", "collectors"
@@ -212,14 +234,24 @@ STREAM, GROUP = "logs", "collectors"
 class DurableStore(_Collectors):
     mode = "durable"
 
-    def __init__(self, db: Database, redis_url: str, *, collectors: int = 2, batch_rows: int = 1000,
-                 batch_ms: float = 50, claim_idle_ms: int = 5000, stream_max: int = 1_000_000):
+    def __init__(
+        self,
+        db: Database,
+        redis_url: str,
+        *,
+        collectors: int = 2,
+        batch_rows: int = 1000,
+        batch_ms: float = 50,
+        claim_idle_ms: int = 5000,
+        stream_max: int = 1_000_000,
+    ):
         import redis
 
         super().__init__(db, collectors, batch_rows, batch_ms)
         # requests wait for one of a bounded set of broker connections (rather than fail)
-        pool = redis.BlockingConnectionPool.from_url(redis_url, max_connections=64, timeout=10,
-                                                     socket_timeout=10, socket_connect_timeout=5)
+        pool = redis.BlockingConnectionPool.from_url(
+            redis_url, max_connections=64, timeout=10, socket_timeout=10, socket_connect_timeout=5
+        )
         self.redis = redis.Redis(connection_pool=pool)
         self.claim_idle_ms = claim_idle_ms
         self.stream_max = stream_max
@@ -283,8 +315,9 @@ class DurableStore(_Collectors):
             if now < self._next_claim:
                 return []
             self._next_claim = now + max(0.5, self.claim_idle_ms / 2000)
-        _next, entries, *_ = self.redis.xautoclaim(STREAM, GROUP, name, min_idle_time=self.claim_idle_ms,
-                                                   start_id="0-0", count=n)
+        _next, entries, *_ = self.redis.xautoclaim(
+            STREAM, GROUP, name, min_idle_time=self.claim_idle_ms, start_id="0-0", count=n
+        )
         return entries
 
     def written(self, rows: list) -> None:
@@ -299,5 +332,10 @@ class DurableStore(_Collectors):
             backlog = self.redis.xlen(STREAM)
         except Exception:
             backlog = None
-        return {"mode": self.mode, "queued": backlog, "stored": self.stored, "batches": self.batches,
-                "retries": self.retries}
+        return {
+            "mode": self.mode,
+            "queued": backlog,
+            "stored": self.stored,
+            "batches": self.batches,
+            "retries": self.retries,
+        }

@@ -117,7 +117,7 @@ def story_list(s, rows, body_cut: int | None = None) -> str:
     out = []
     for r in rows:
         line = (
-            f"<p><a href=\"{url('ViewStory', storyId=r['id'])}\">{esc(r['title'])}</a> "
+            f'<p><a href="{url("ViewStory", storyId=r["id"])}">{esc(r["title"])}</a> '
             f"by {esc(nickname(s, r['writer']))} on {fmt_date(r['date'])}</p>\n"
         )
         if body_cut is not None:
@@ -130,9 +130,9 @@ def story_list(s, rows, body_cut: int | None = None) -> str:
 def paging_links(script: str, page: int, n: int, count: int, **params) -> str:
     out = ""
     if page > 0:
-        out += f"<p><a href=\"{url(script, **params, page=page - 1, nbOfStories=n)}\">Previous page</a></p>\n"
+        out += f'<p><a href="{url(script, **params, page=page - 1, nbOfStories=n)}">Previous page</a></p>\n'
     if count >= n:
-        out += f"<p><a href=\"{url(script, **params, page=page + 1, nbOfStories=n)}\">Next page</a></p>\n"
+        out += f'<p><a href="{url(script, **params, page=page + 1, nbOfStories=n)}">Next page</a></p>\n'
     return out
 
 
@@ -172,7 +172,7 @@ def browse_categories(req, s):
     if not rows:
         return sorry("Browse categories", "there is no category.")
     links = "".join(
-        f"<p><a href=\"{url('BrowseStoriesByCategory', category=r['id'], categoryName=r['name'])}\">{esc(r['name'])}</a></p>\n"
+        f'<p><a href="{url("BrowseStoriesByCategory", category=r["id"], categoryName=r["name"])}">{esc(r["name"])}</a></p>\n'
         for r in rows
     )
     return "Browse categories", links
@@ -189,7 +189,7 @@ def browse_stories_by_category(req, s):
     title = f"Stories in category {name}"
     if not rows:
         return sorry(title, "there is no story in this category.")
-    head = f"<p><a href=\"{url('BrowseStoriesByCategory', category=category, categoryName=name)}\">{esc(name)}</a></p>\n"
+    head = f'<p><a href="{url("BrowseStoriesByCategory", category=category, categoryName=name)}">{esc(name)}</a></p>\n'
     return title, head + story_list(s, rows) + paging_links(
         "BrowseStoriesByCategory", page, n, len(rows), category=category, categoryName=name
     )
@@ -201,15 +201,17 @@ def older_stories(req, s):
         day = (datetime.now() - timedelta(days=req.int("daysAgo", lo=0, hi=100_000))).date()
     elif "day" in req.params or "month" in req.params or "year" in req.params:
         try:
-            day = datetime(req.int("year", lo=1, hi=9999), req.int("month", lo=1, hi=12), req.int("day", lo=1, hi=31)).date()
+            day = datetime(
+                req.int("year", lo=1, hi=9999), req.int("month", lo=1, hi=12), req.int("day", lo=1, hi=31)
+            ).date()
         except ValueError as err:
             raise BadRequest(f"parameters day/month/year: {err}")
     else:  # the form to pick a date
         form = (
-            f"<form action=\"{pages.PREFIX}/OlderStories\" method=\"get\">\n"
-            "<p>Day <input name=\"day\" size=\"2\"> Month <input name=\"month\" size=\"2\"> "
-            "Year <input name=\"year\" size=\"4\"> <input type=\"hidden\" name=\"nbOfStories\" value=\"20\">"
-            "<input type=\"submit\" value=\"Show\"></p>\n</form>\n"
+            f'<form action="{pages.PREFIX}/OlderStories" method="get">\n'
+            '<p>Day <input name="day" size="2"> Month <input name="month" size="2"> '
+            'Year <input name="year" size="4"> <input type="hidden" name="nbOfStories" value="20">'
+            '<input type="submit" value="Show"></p>\n</form>\n'
         )
         return "Older stories", form
     lo = datetime(day.year, day.month, day.day)
@@ -233,17 +235,17 @@ def rating_menu(s, table: str, story_id: int, comment_table: str, action: str, c
     )
     by = {int(r["rating"]): int(r["n"]) for r in counts if r["rating"] is not None}
     opts = "".join(
-        f"<option value=\"{k}\">{k}: {sum(v for r, v in by.items() if r >= k)} comments</option>" for k in range(-1, 6)
+        f'<option value="{k}">{k}: {sum(v for r, v in by.items() if r >= k)} comments</option>' for k in range(-1, 6)
     )
     return (
-        f"<form action=\"{pages.PREFIX}/{action}\" method=\"get\">\n"
-        f"<input type=\"hidden\" name=\"comment_table\" value=\"{comment_table}\">"
-        f"<input type=\"hidden\" name=\"storyId\" value=\"{story_id}\">"
-        f"<input type=\"hidden\" name=\"commentId\" value=\"{comment_id}\">"
-        f"<p>Filter <select name=\"filter\">{opts}</select> Display "
-        "<select name=\"display\"><option value=\"0\">Main threads</option>"
-        "<option value=\"1\" selected>Nested</option></select>"
-        "<input type=\"submit\" value=\"Refresh\"></p>\n</form>\n"
+        f'<form action="{pages.PREFIX}/{action}" method="get">\n'
+        f'<input type="hidden" name="comment_table" value="{comment_table}">'
+        f'<input type="hidden" name="storyId" value="{story_id}">'
+        f'<input type="hidden" name="commentId" value="{comment_id}">'
+        f'<p>Filter <select name="filter">{opts}</select> Display '
+        '<select name="display"><option value="0">Main threads</option>'
+        '<option value="1" selected>Nested</option></select>'
+        '<input type="submit" value="Refresh"></p>\n</form>\n'
     )
 
 
@@ -251,7 +253,7 @@ def comment_html(c: dict, writer: str, table: str, story_id: int, depth: int, fu
     pad = "&nbsp;&nbsp;&nbsp;&nbsp;" * depth
     cid = c["id"]
     out = (
-        f"<table width=\"100%\"><tr><td>{pad}<b><a href=\"{url('ViewComment', comment_table=table, storyId=story_id, commentId=cid, filter=0, display=1)}\">"
+        f'<table width="100%"><tr><td>{pad}<b><a href="{url("ViewComment", comment_table=table, storyId=story_id, commentId=cid, filter=0, display=1)}">'
         f"{esc(c['subject'])}</a></b> by {esc(writer)} on {fmt_date(c['date'])}"
         + (f" (score {c['rating']})" if "rating" in c else "")
         + "</td></tr>\n"
@@ -259,18 +261,21 @@ def comment_html(c: dict, writer: str, table: str, story_id: int, depth: int, fu
     if full and c.get("comment") is not None:
         out += f"<tr><td>{pad}{esc(c['comment'])}</td></tr>\n"
     out += (
-        f"<tr><td>{pad}<a href=\"{url('PostComment', comment_table=table, storyId=story_id, parent=cid)}\">Reply to this</a> "
-        f"<a href=\"{url('ModerateComment', comment_table=table, commentId=cid)}\">Moderate</a></td></tr></table>\n"
+        f'<tr><td>{pad}<a href="{url("PostComment", comment_table=table, storyId=story_id, parent=cid)}">Reply to this</a> '
+        f'<a href="{url("ModerateComment", comment_table=table, commentId=cid)}">Moderate</a></td></tr></table>\n'
     )
     return out
 
 
-def comment_thread(s, table: str, story_id: int, top: list[dict], filter_: int | None, full_replies: bool, expand: bool) -> str:
+def comment_thread(
+    s, table: str, story_id: int, top: list[dict], filter_: int | None, full_replies: bool, expand: bool
+) -> str:
     """The top comments of a story and (if `expand`) every reply below them, depth first: one
     nickname query per printed comment and one child query per comment that has replies."""
     out = []
     child_sql = (
-        f"SELECT * FROM {table} WHERE parent = %s" if full_replies
+        f"SELECT * FROM {table} WHERE parent = %s"
+        if full_replies
         else f"SELECT id, subject, writer, date, story_id, childs FROM {table} WHERE parent = %s"
     )
     if filter_ is not None:
@@ -278,7 +283,9 @@ def comment_thread(s, table: str, story_id: int, top: list[dict], filter_: int |
     stack = [(c, 0) for c in reversed(top)]
     while stack:
         c, depth = stack.pop()
-        out.append(comment_html(c, nickname(s, c["writer"]), table, story_id, depth, full=True if depth == 0 else full_replies))
+        out.append(
+            comment_html(c, nickname(s, c["writer"]), table, story_id, depth, full=True if depth == 0 else full_replies)
+        )
         if expand and (c.get("childs") or 0) > 0:
             params = (c["id"], filter_) if filter_ is not None else (c["id"],)
             replies = s.query(child_sql + " ORDER BY date", params)
@@ -299,7 +306,7 @@ def view_story(req, s):
     body = (
         f"<p><b>{esc(story['title'])}</b></p>\n<p>Posted by {esc(writer)} on {fmt_date(story['date'])}</p>\n"
         f"<p>{esc(story['body'])}</p>\n"
-        f"<p><a href=\"{url('PostComment', comment_table=table, storyId=story_id, parent=0)}\">Post a comment on this story</a></p>\n"
+        f'<p><a href="{url("PostComment", comment_table=table, storyId=story_id, parent=0)}">Post a comment on this story</a></p>\n'
     )
     body += rating_menu(s, table, story_id, table, "ViewComment")
     top = s.query(f"SELECT * FROM {table} WHERE story_id = %s AND parent = 0 AND rating >= 0", (story_id,))
@@ -312,15 +319,15 @@ def post_comment(req, s):
     story_id = req.int("storyId", lo=0)
     parent = req.int("parent", 0, lo=0)
     return "Post a comment", (
-        f"<form action=\"{pages.PREFIX}/StoreComment\" method=\"post\">\n"
-        f"<input type=\"hidden\" name=\"comment_table\" value=\"{table}\">"
-        f"<input type=\"hidden\" name=\"storyId\" value=\"{story_id}\">"
-        f"<input type=\"hidden\" name=\"parent\" value=\"{parent}\">\n"
-        "<p>Nickname <input type=\"text\" name=\"nickname\" maxlength=\"20\"> "
-        "Password <input type=\"password\" name=\"password\" maxlength=\"20\"></p>\n"
-        "<p>Subject <input type=\"text\" name=\"subject\" maxlength=\"100\"></p>\n"
-        "<p><textarea name=\"body\" rows=\"10\" cols=\"70\"></textarea></p>\n"
-        "<p><input type=\"submit\" value=\"Post your comment now!\"></p>\n</form>\n"
+        f'<form action="{pages.PREFIX}/StoreComment" method="post">\n'
+        f'<input type="hidden" name="comment_table" value="{table}">'
+        f'<input type="hidden" name="storyId" value="{story_id}">'
+        f'<input type="hidden" name="parent" value="{parent}">\n'
+        '<p>Nickname <input type="text" name="nickname" maxlength="20"> '
+        'Password <input type="password" name="password" maxlength="20"></p>\n'
+        '<p>Subject <input type="text" name="subject" maxlength="100"></p>\n'
+        '<p><textarea name="body" rows="10" cols="70"></textarea></p>\n'
+        '<p><input type="submit" value="Post your comment now!"></p>\n</form>\n'
     )
 
 
@@ -346,7 +353,7 @@ def store_comment(req, s):
         s.execute(f"UPDATE {table} SET childs = childs + 1 WHERE id = %s", (parent,))
     return "Comment stored", (
         f"<p>Your comment has been successfully stored in the {table} database table (id {cid}).</p>\n"
-        f"<p><a href=\"{url('ViewStory', storyId=story_id)}\">Back to the story</a></p>\n"
+        f'<p><a href="{url("ViewStory", storyId=story_id)}">Back to the story</a></p>\n'
     )
 
 
@@ -363,9 +370,7 @@ def view_comment(req, s):
     else:
         story_id = req.int("storyId", lo=0)
     body = rating_menu(s, table, story_id, table, "ViewComment", comment_id)
-    top = s.query(
-        f"SELECT * FROM {table} WHERE story_id = %s AND parent = 0 AND rating >= %s", (story_id, filter_)
-    )
+    top = s.query(f"SELECT * FROM {table} WHERE story_id = %s AND parent = 0 AND rating >= %s", (story_id, filter_))
     if not top:
         return sorry("View comment", f"there is no comment for story {story_id} at this filter level.")
     body += comment_thread(s, table, story_id, top, filter_, full_replies=True, expand=display > 0)
@@ -382,14 +387,14 @@ def moderate_comment(req, s):
     return "Moderate a comment", (
         f"<p><b>{esc(c['subject'])}</b> by {esc(writer)} on {fmt_date(c['date'])} (score {c['rating']})</p>\n"
         f"<p>{esc(c['comment'])}</p>\n"
-        f"<form action=\"{pages.PREFIX}/StoreModeratorLog\" method=\"post\">\n"
-        f"<input type=\"hidden\" name=\"comment_table\" value=\"{table}\">"
-        f"<input type=\"hidden\" name=\"commentId\" value=\"{comment_id}\">\n"
-        "<p>Nickname <input type=\"text\" name=\"nickname\" maxlength=\"20\"> "
-        "Password <input type=\"password\" name=\"password\" maxlength=\"20\"></p>\n"
-        "<p>Rating <select name=\"rating\"><option value=\"-1\">-1: Offtopic</option>"
-        "<option value=\"0\" selected>0: Not rated</option><option value=\"1\">1: Interesting</option></select>"
-        "<input type=\"submit\" value=\"Moderate this comment now!\"></p>\n</form>\n"
+        f'<form action="{pages.PREFIX}/StoreModeratorLog" method="post">\n'
+        f'<input type="hidden" name="comment_table" value="{table}">'
+        f'<input type="hidden" name="commentId" value="{comment_id}">\n'
+        '<p>Nickname <input type="text" name="nickname" maxlength="20"> '
+        'Password <input type="password" name="password" maxlength="20"></p>\n'
+        '<p>Rating <select name="rating"><option value="-1">-1: Offtopic</option>'
+        '<option value="0" selected>0: Not rated</option><option value="1">1: Interesting</option></select>'
+        '<input type="submit" value="Moderate this comment now!"></p>\n</form>\n'
     )
 
 
@@ -426,15 +431,15 @@ def store_moderator_log(req, s):
 
 def submit_story(req, s):
     rows = s.query("SELECT * FROM categories")
-    opts = "".join(f"<option value=\"{r['id']}\">{esc(r['name'])}</option>" for r in rows)
+    opts = "".join(f'<option value="{r["id"]}">{esc(r["name"])}</option>' for r in rows)
     return "Submit a story", (
-        f"<form action=\"{pages.PREFIX}/StoreStory\" method=\"post\">\n"
-        "<p>Nickname <input type=\"text\" name=\"nickname\" maxlength=\"20\"> "
-        "Password <input type=\"password\" name=\"password\" maxlength=\"20\"></p>\n"
-        "<p>Title <input type=\"text\" name=\"title\" maxlength=\"100\"></p>\n"
-        f"<p>Category <select name=\"category\">{opts}</select></p>\n"
-        "<p><textarea name=\"body\" rows=\"20\" cols=\"80\"></textarea></p>\n"
-        "<p><input type=\"submit\" value=\"Submit this story now!\"></p>\n</form>\n"
+        f'<form action="{pages.PREFIX}/StoreStory" method="post">\n'
+        '<p>Nickname <input type="text" name="nickname" maxlength="20"> '
+        'Password <input type="password" name="password" maxlength="20"></p>\n'
+        '<p>Title <input type="text" name="title" maxlength="100"></p>\n'
+        f'<p>Category <select name="category">{opts}</select></p>\n'
+        '<p><textarea name="body" rows="20" cols="80"></textarea></p>\n'
+        '<p><input type="submit" value="Submit this story now!"></p>\n</form>\n'
     )
 
 
@@ -503,7 +508,7 @@ def search(req, s):
         return sorry(title, f"nothing matches {word}.")
     if kind == 1:
         body = "".join(
-            f"<p><a href=\"{url('ViewComment', comment_table=table, storyId=r['story_id'], commentId=r['id'], filter=0, display=0)}\">"
+            f'<p><a href="{url("ViewComment", comment_table=table, storyId=r["story_id"], commentId=r["id"], filter=0, display=0)}">'
             f"{esc(r['subject'])}</a> by {esc(nickname(s, r['writer']))} on {fmt_date(r['date'])}</p>\n"
             for r in rows
         )
@@ -518,7 +523,7 @@ def author(req, s):
     uid, access = authenticate(s, nick, password)
     if uid == 0 or access == 0:
         return sorry("Author", "your nickname or password is wrong, or you have no author access.")
-    return "Author tasks", f"<p><a href=\"{url('ReviewStories', authorId=uid)}\">Review submitted stories</a></p>\n"
+    return "Author tasks", f'<p><a href="{url("ReviewStories", authorId=uid)}">Review submitted stories</a></p>\n'
 
 
 def review_stories(req, s):
@@ -529,8 +534,8 @@ def review_stories(req, s):
     for r in rows:
         out.append(
             f"<p><b>{esc(r['title'])}</b> by {esc(nickname(s, r['writer'] or 0))} on {fmt_date(r['date'])} "
-            f"<a href=\"{url('AcceptStory', storyId=r['id'])}\">Accept</a> "
-            f"<a href=\"{url('RejectStory', storyId=r['id'])}\">Reject</a></p>\n"
+            f'<a href="{url("AcceptStory", storyId=r["id"])}">Accept</a> '
+            f'<a href="{url("RejectStory", storyId=r["id"])}">Reject</a></p>\n'
             f"<p>{esc((r['body'] or '')[:512])}</p>\n"
         )
     return "Submitted stories", "".join(out)
@@ -653,19 +658,25 @@ class RubbosApp:
             return "400 Bad Request", html_t, pages.page("Bad request", f"<p>Bad request: {esc(err)}</p>\n").encode()
         except PoolTimeout as err:
             log.error("request %s %s: %s", rid, script, err)
-            return "500 Internal Server Error", html_t, pages.page(
-                "ERROR", f"<p>ERROR: {esc(err)}</p>\n"
-            ).encode()
+            return "500 Internal Server Error", html_t, pages.page("ERROR", f"<p>ERROR: {esc(err)}</p>\n").encode()
         except Exception as err:  # a failure: log it with the trace, answer without it
             log.exception("request %s %s failed", rid, script)
             kind = "database error" if isinstance(err, DatabaseError) else type(err).__name__
-            return "500 Internal Server Error", html_t, pages.page(
-                "ERROR", f"<p>ERROR: {esc(kind)} while processing {esc(script)} (request {esc(rid)}).</p>\n"
-            ).encode()
+            return (
+                "500 Internal Server Error",
+                html_t,
+                pages.page(
+                    "ERROR", f"<p>ERROR: {esc(kind)} while processing {esc(script)} (request {esc(rid)}).</p>\n"
+                ).encode(),
+            )
 
     def _admin_pause(self, environ):
         if not (self.config.allow_pause and self.events):
-            return "403 Forbidden", "text/plain", b"pauses are disabled (RUBBOS_ALLOW_PAUSE=1 and RUBBOS_EVENTS_DIR enable them)\n"
+            return (
+                "403 Forbidden",
+                "text/plain",
+                b"pauses are disabled (RUBBOS_ALLOW_PAUSE=1 and RUBBOS_EVENTS_DIR enable them)\n",
+            )
         qs = parse_qs(environ.get("QUERY_STRING", ""))
         try:
             ms = float(qs.get("ms", ["100"])[0])
@@ -680,5 +691,7 @@ class RubbosApp:
 def create_app(config: AppConfig | None = None) -> RubbosApp:
     """The WSGI application (gunicorn: `tierscope.apps.rubbos.app:create_app()`)."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s")
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
+        )
     return RubbosApp(config or AppConfig.from_env())

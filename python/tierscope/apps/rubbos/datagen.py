@@ -59,14 +59,41 @@ class Scale:
 
 PRESETS: dict[str, Scale] = {
     # loads in about a second: for tests
-    "tiny": Scale("tiny", users=1000, new_days=30, old_days=60, stories_per_day=4, old_stories_per_day=2,
-                  comments_per_story=6, submissions=60, moderator_log=100),
+    "tiny": Scale(
+        "tiny",
+        users=1000,
+        new_days=30,
+        old_days=60,
+        stories_per_day=4,
+        old_stories_per_day=2,
+        comments_per_story=6,
+        submissions=60,
+        moderator_log=100,
+    ),
     # about 100 MB on disk
-    "small": Scale("small", users=100_000, new_days=30, old_days=365, stories_per_day=15,
-                   old_stories_per_day=12, comments_per_story=18, submissions=200, moderator_log=5000),
+    "small": Scale(
+        "small",
+        users=100_000,
+        new_days=30,
+        old_days=365,
+        stories_per_day=15,
+        old_stories_per_day=12,
+        comments_per_story=18,
+        submissions=200,
+        moderator_log=5000,
+    ),
     # what the original client assumes: 500 000 users, 50 authors, 2 years old + 1 month new
-    "paper": Scale("paper", users=500_000, new_days=30, old_days=730, stories_per_day=25,
-                   old_stories_per_day=25, comments_per_story=25, submissions=500, moderator_log=20000),
+    "paper": Scale(
+        "paper",
+        users=500_000,
+        new_days=30,
+        old_days=730,
+        stories_per_day=25,
+        old_stories_per_day=25,
+        comments_per_story=25,
+        submissions=500,
+        moderator_log=20000,
+    ),
 }
 
 TABLE_COLUMNS = {
@@ -365,8 +392,13 @@ def _pg_conninfo(cfg: DbConfig) -> str:
     )
 
 
-def load(cfg: DbConfig, scale: Scale | str, seed: int = 42, now: datetime | None = None,
-         progress: Callable[[str], None] | None = None) -> LoadReport:
+def load(
+    cfg: DbConfig,
+    scale: Scale | str,
+    seed: int = 42,
+    now: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LoadReport:
     """Create the schema in `cfg.database` (dropping the tables first) and bulk-load generated
     rows; return rows per table, time, bytes and the database size."""
     if isinstance(scale, str):
@@ -410,8 +442,16 @@ def load(cfg: DbConfig, scale: Scale | str, seed: int = 42, now: datetime | None
     else:
         import pymysql
 
-        conn = pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password,
-                               database=cfg.database, autocommit=True, local_infile=True, charset="utf8mb4")
+        conn = pymysql.connect(
+            host=cfg.host,
+            port=cfg.port,
+            user=cfg.user,
+            password=cfg.password,
+            database=cfg.database,
+            autocommit=True,
+            local_infile=True,
+            charset="utf8mb4",
+        )
         try:
             with conn.cursor() as cur:
                 for stmt in tables_sql:
@@ -451,5 +491,3 @@ def load(cfg: DbConfig, scale: Scale | str, seed: int = 42, now: datetime | None
     seconds = time.perf_counter() - t0
     ordered = {t: rows.get(t, 0) for t in TABLES}
     return LoadReport(scale.name, cfg.dbms, ordered, seconds, nbytes, int(size), method)
-
-

@@ -27,21 +27,61 @@ WORKLOAD_DIR = Path(__file__).parent / "workloads"
 
 #: state short names in the original's row/column order (0..23), then the pseudo-states
 SHORT = [
-    "SotD", "Reg", "RegUser", "Browse", "BrCat", "BrStCat", "Older", "ViewStory", "PostCom",
-    "StoreCom", "ViewCom", "ModCom", "StoreModLog", "SubmitSt", "StoreSt", "Search",
-    "SrchStories", "SrchComments", "SrchUsers", "AuthLogin", "AuthTask", "Review", "Accept",
-    "Reject", "BACK", "END",
+    "SotD",
+    "Reg",
+    "RegUser",
+    "Browse",
+    "BrCat",
+    "BrStCat",
+    "Older",
+    "ViewStory",
+    "PostCom",
+    "StoreCom",
+    "ViewCom",
+    "ModCom",
+    "StoreModLog",
+    "SubmitSt",
+    "StoreSt",
+    "Search",
+    "SrchStories",
+    "SrchComments",
+    "SrchUsers",
+    "AuthLogin",
+    "AuthTask",
+    "Review",
+    "Accept",
+    "Reject",
+    "BACK",
+    "END",
 ]
 #: page (state) names used in the workload files
 PAGE = {
-    "SotD": "StoriesOfTheDay", "Reg": "Register", "RegUser": "RegisterUser", "Browse": "Browse",
-    "BrCat": "BrowseCategories", "BrStCat": "BrowseStoriesInCategory", "Older": "OlderStories",
-    "ViewStory": "ViewStory", "PostCom": "PostComment", "StoreCom": "StoreComment",
-    "ViewCom": "ViewComment", "ModCom": "ModerateComment", "StoreModLog": "StoreModerateLog",
-    "SubmitSt": "SubmitStory", "StoreSt": "StoreStory", "Search": "Search",
-    "SrchStories": "SearchInStories", "SrchComments": "SearchInComments", "SrchUsers": "SearchInUsers",
-    "AuthLogin": "AuthorLogin", "AuthTask": "AuthorTasks", "Review": "ReviewStories",
-    "Accept": "AcceptStory", "Reject": "RejectStory", "BACK": "BACK", "END": "END",
+    "SotD": "StoriesOfTheDay",
+    "Reg": "Register",
+    "RegUser": "RegisterUser",
+    "Browse": "Browse",
+    "BrCat": "BrowseCategories",
+    "BrStCat": "BrowseStoriesInCategory",
+    "Older": "OlderStories",
+    "ViewStory": "ViewStory",
+    "PostCom": "PostComment",
+    "StoreCom": "StoreComment",
+    "ViewCom": "ViewComment",
+    "ModCom": "ModerateComment",
+    "StoreModLog": "StoreModerateLog",
+    "SubmitSt": "SubmitStory",
+    "StoreSt": "StoreStory",
+    "Search": "Search",
+    "SrchStories": "SearchInStories",
+    "SrchComments": "SearchInComments",
+    "SrchUsers": "SearchInUsers",
+    "AuthLogin": "AuthorLogin",
+    "AuthTask": "AuthorTasks",
+    "Review": "ReviewStories",
+    "Accept": "AcceptStory",
+    "Reject": "RejectStory",
+    "BACK": "BACK",
+    "END": "END",
 }
 SHORT_OF = {v: k for k, v in PAGE.items()}
 WRITES = {"RegisterUser", "StoreComment", "StoreModerateLog", "StoreStory", "AcceptStory", "RejectStory"}
@@ -74,16 +114,31 @@ def _with(leak: Row, **core: float) -> Row:
 
 # --- browse-only (§2.5) ---------------------------------------------------------------------
 def browse_only() -> dict[str, Row]:
-    srch = lambda target, self_: {"SotD": .10, "Browse": .005, target: .49, "Search": .005, self_: .30, "END": .10}  # noqa: E731
+    srch = lambda target, self_: {
+        "SotD": 0.10,
+        "Browse": 0.005,
+        target: 0.49,
+        "Search": 0.005,
+        self_: 0.30,
+        "END": 0.10,
+    }  # noqa: E731
     return {
-        "SotD": {"Browse": .15, "ViewStory": .60, "Search": .15, "END": .10},
-        "Browse": {"SotD": .19, "BrCat": .40, "Older": .40, "Search": .005},
-        "BrCat": {"Browse": .005, "BrStCat": .99, "Search": .005},
-        "BrStCat": {"SotD": .10, "Browse": .005, "BrStCat": .30, "ViewStory": .44, "Search": .005, "BACK": .10, "END": .05},
-        "Older": {"SotD": .10, "Browse": .005, "Older": .35, "ViewStory": .49, "Search": .005, "END": .05},
-        "ViewStory": {"SotD": .10, "Browse": .005, "ViewCom": .49, "Search": .005, "BACK": .30, "END": .10},
-        "ViewCom": {"SotD": .10, "Browse": .005, "ViewCom": .30, "Search": .005, "BACK": .50, "END": .10},
-        "Search": {"SotD": .10, "Browse": .005, "SrchStories": .50, "SrchComments": .30, "SrchUsers": .09},
+        "SotD": {"Browse": 0.15, "ViewStory": 0.60, "Search": 0.15, "END": 0.10},
+        "Browse": {"SotD": 0.19, "BrCat": 0.40, "Older": 0.40, "Search": 0.005},
+        "BrCat": {"Browse": 0.005, "BrStCat": 0.99, "Search": 0.005},
+        "BrStCat": {
+            "SotD": 0.10,
+            "Browse": 0.005,
+            "BrStCat": 0.30,
+            "ViewStory": 0.44,
+            "Search": 0.005,
+            "BACK": 0.10,
+            "END": 0.05,
+        },
+        "Older": {"SotD": 0.10, "Browse": 0.005, "Older": 0.35, "ViewStory": 0.49, "Search": 0.005, "END": 0.05},
+        "ViewStory": {"SotD": 0.10, "Browse": 0.005, "ViewCom": 0.49, "Search": 0.005, "BACK": 0.30, "END": 0.10},
+        "ViewCom": {"SotD": 0.10, "Browse": 0.005, "ViewCom": 0.30, "Search": 0.005, "BACK": 0.50, "END": 0.10},
+        "Search": {"SotD": 0.10, "Browse": 0.005, "SrchStories": 0.50, "SrchComments": 0.30, "SrchUsers": 0.09},
         "SrchStories": srch("ViewStory", "SrchStories"),
         "SrchComments": srch("ViewCom", "SrchComments"),
         "SrchUsers": srch("ViewStory", "SrchUsers"),
@@ -91,74 +146,111 @@ def browse_only() -> dict[str, Row]:
 
 
 # --- read/write, user sessions (§2.6) --------------------------------------------------------
-USER_LEAK: Row = {"Reg": .001, "Browse": .004, "SubmitSt": .002, "Search": .003}
+USER_LEAK: Row = {"Reg": 0.001, "Browse": 0.004, "SubmitSt": 0.002, "Search": 0.003}
 
 
 def user_default() -> dict[str, Row]:
-    after_write = {"SotD": .20, "Reg": .07, "Browse": .28, "SubmitSt": .14, "Search": .21, "END": .10}
-    srch = lambda target, self_: _with(USER_LEAK, SotD=.10, END=.10, **{target: .49, self_: .30})  # noqa: E731
-    after_review = {"SotD": .20, "Reg": .04, "Browse": .16, "SubmitSt": .08, "Search": .12, "BACK": .35, "END": .05}
+    after_write = {"SotD": 0.20, "Reg": 0.07, "Browse": 0.28, "SubmitSt": 0.14, "Search": 0.21, "END": 0.10}
+    srch = lambda target, self_: _with(USER_LEAK, SotD=0.10, END=0.10, **{target: 0.49, self_: 0.30})  # noqa: E731
+    after_review = {
+        "SotD": 0.20,
+        "Reg": 0.04,
+        "Browse": 0.16,
+        "SubmitSt": 0.08,
+        "Search": 0.12,
+        "BACK": 0.35,
+        "END": 0.05,
+    }
     return {
-        "SotD": {"Reg": .03, "Browse": .12, "ViewStory": .60, "SubmitSt": .06, "Search": .09, "END": .10},
-        "Reg": {"RegUser": .99, "Browse": .004, "SubmitSt": .002, "Search": .003},
+        "SotD": {"Reg": 0.03, "Browse": 0.12, "ViewStory": 0.60, "SubmitSt": 0.06, "Search": 0.09, "END": 0.10},
+        "Reg": {"RegUser": 0.99, "Browse": 0.004, "SubmitSt": 0.002, "Search": 0.003},
         "RegUser": dict(after_write),
-        "Browse": _with(USER_LEAK, SotD=.19, BrCat=.40, Older=.40),
-        "BrCat": _with(USER_LEAK, BrStCat=.99),
-        "BrStCat": _with(USER_LEAK, SotD=.10, BrStCat=.30, ViewStory=.44, BACK=.10, END=.05),
-        "Older": _with(USER_LEAK, SotD=.10, Older=.35, ViewStory=.49, END=.05),
-        "ViewStory": _with(USER_LEAK, SotD=.10, PostCom=.25, ViewCom=.39, BACK=.15, END=.10),
-        "PostCom": _with(USER_LEAK, StoreCom=.99),
+        "Browse": _with(USER_LEAK, SotD=0.19, BrCat=0.40, Older=0.40),
+        "BrCat": _with(USER_LEAK, BrStCat=0.99),
+        "BrStCat": _with(USER_LEAK, SotD=0.10, BrStCat=0.30, ViewStory=0.44, BACK=0.10, END=0.05),
+        "Older": _with(USER_LEAK, SotD=0.10, Older=0.35, ViewStory=0.49, END=0.05),
+        "ViewStory": _with(USER_LEAK, SotD=0.10, PostCom=0.25, ViewCom=0.39, BACK=0.15, END=0.10),
+        "PostCom": _with(USER_LEAK, StoreCom=0.99),
         "StoreCom": dict(after_write),
-        "ViewCom": _with(USER_LEAK, SotD=.10, PostCom=.25, ViewCom=.34, BACK=.20, END=.10),
-        "ModCom": _with(USER_LEAK, SotD=.01, StoreModLog=.98),
+        "ViewCom": _with(USER_LEAK, SotD=0.10, PostCom=0.25, ViewCom=0.34, BACK=0.20, END=0.10),
+        "ModCom": _with(USER_LEAK, SotD=0.01, StoreModLog=0.98),
         "StoreModLog": dict(after_write),
         # Σ 1.14 in the original: StoreSt is cut to .845 by `effective`
-        "SubmitSt": {"SotD": .01, "Reg": .001, "Browse": .004, "SubmitSt": .14, "StoreSt": .98, "Search": .003},
+        "SubmitSt": {"SotD": 0.01, "Reg": 0.001, "Browse": 0.004, "SubmitSt": 0.14, "StoreSt": 0.98, "Search": 0.003},
         "StoreSt": dict(after_write),
-        "Search": {"SotD": .10, "Reg": .001, "Browse": .004, "SubmitSt": .002, "SrchStories": .50, "SrchComments": .30, "SrchUsers": .09},
+        "Search": {
+            "SotD": 0.10,
+            "Reg": 0.001,
+            "Browse": 0.004,
+            "SubmitSt": 0.002,
+            "SrchStories": 0.50,
+            "SrchComments": 0.30,
+            "SrchUsers": 0.09,
+        },
         "SrchStories": srch("ViewStory", "SrchStories"),
         "SrchComments": srch("ViewCom", "SrchComments"),
         "SrchUsers": srch("ViewStory", "SrchUsers"),
-        "AuthLogin": _with(USER_LEAK, SotD=.01, AuthTask=.98),
-        "AuthTask": _with(USER_LEAK, SotD=.01, Review=.98),
-        "Review": _with(USER_LEAK, SotD=.10, Accept=.50, Reject=.29, END=.10),
+        "AuthLogin": _with(USER_LEAK, SotD=0.01, AuthTask=0.98),
+        "AuthTask": _with(USER_LEAK, SotD=0.01, Review=0.98),
+        "Review": _with(USER_LEAK, SotD=0.10, Accept=0.50, Reject=0.29, END=0.10),
         "Accept": dict(after_review),
         "Reject": dict(after_review),
     }
 
 
 # --- read/write, author sessions (§2.7) ------------------------------------------------------
-AUTHOR_LEAK: Row = {"Browse": .003, "SubmitSt": .001, "Search": .002, "AuthLogin": .004}
+AUTHOR_LEAK: Row = {"Browse": 0.003, "SubmitSt": 0.001, "Search": 0.002, "AuthLogin": 0.004}
 
 
 def author_default() -> dict[str, Row]:
-    after_write = {"SotD": .20, "Browse": .21, "SubmitSt": .07, "Search": .14, "AuthLogin": .28, "END": .10}
-    srch = lambda target, self_: _with(AUTHOR_LEAK, SotD=.10, END=.10, **{target: .49, self_: .30})  # noqa: E731
-    after_review = {"SotD": .20, "Browse": .12, "SubmitSt": .04, "Search": .08, "AuthLogin": .16, "BACK": .35, "END": .05}
+    after_write = {"SotD": 0.20, "Browse": 0.21, "SubmitSt": 0.07, "Search": 0.14, "AuthLogin": 0.28, "END": 0.10}
+    srch = lambda target, self_: _with(AUTHOR_LEAK, SotD=0.10, END=0.10, **{target: 0.49, self_: 0.30})  # noqa: E731
+    after_review = {
+        "SotD": 0.20,
+        "Browse": 0.12,
+        "SubmitSt": 0.04,
+        "Search": 0.08,
+        "AuthLogin": 0.16,
+        "BACK": 0.35,
+        "END": 0.05,
+    }
     return {
-        "SotD": {"Browse": .09, "ViewStory": .60, "SubmitSt": .03, "Search": .06, "AuthLogin": .12, "END": .10},
-        "Reg": _with(AUTHOR_LEAK, RegUser=.99),
+        "SotD": {"Browse": 0.09, "ViewStory": 0.60, "SubmitSt": 0.03, "Search": 0.06, "AuthLogin": 0.12, "END": 0.10},
+        "Reg": _with(AUTHOR_LEAK, RegUser=0.99),
         "RegUser": dict(after_write),
-        "Browse": _with(AUTHOR_LEAK, SotD=.19, BrCat=.40, Older=.40),
-        "BrCat": _with(AUTHOR_LEAK, BrStCat=.99),
-        "BrStCat": _with(AUTHOR_LEAK, SotD=.10, BrStCat=.30, ViewStory=.44, BACK=.10, END=.05),
-        "Older": _with(AUTHOR_LEAK, SotD=.10, Older=.35, ViewStory=.49, END=.05),
-        "ViewStory": _with(AUTHOR_LEAK, SotD=.10, PostCom=.10, ViewCom=.29, ModCom=.25, BACK=.15, END=.10),
-        "PostCom": _with(AUTHOR_LEAK, StoreCom=.99),
+        "Browse": _with(AUTHOR_LEAK, SotD=0.19, BrCat=0.40, Older=0.40),
+        "BrCat": _with(AUTHOR_LEAK, BrStCat=0.99),
+        "BrStCat": _with(AUTHOR_LEAK, SotD=0.10, BrStCat=0.30, ViewStory=0.44, BACK=0.10, END=0.05),
+        "Older": _with(AUTHOR_LEAK, SotD=0.10, Older=0.35, ViewStory=0.49, END=0.05),
+        "ViewStory": _with(AUTHOR_LEAK, SotD=0.10, PostCom=0.10, ViewCom=0.29, ModCom=0.25, BACK=0.15, END=0.10),
+        "PostCom": _with(AUTHOR_LEAK, StoreCom=0.99),
         "StoreCom": dict(after_write),
-        "ViewCom": _with(AUTHOR_LEAK, SotD=.10, PostCom=.10, ViewCom=.24, ModCom=.25, BACK=.20, END=.10),
-        "ModCom": _with(AUTHOR_LEAK, SotD=.01, StoreModLog=.98),
+        "ViewCom": _with(AUTHOR_LEAK, SotD=0.10, PostCom=0.10, ViewCom=0.24, ModCom=0.25, BACK=0.20, END=0.10),
+        "ModCom": _with(AUTHOR_LEAK, SotD=0.01, StoreModLog=0.98),
         "StoreModLog": dict(after_write),
         # self .07; StoreSt .98 is cut by `effective`
-        "SubmitSt": {"SotD": .01, "Browse": .003, "SubmitSt": .07, "StoreSt": .98, "Search": .002, "AuthLogin": .004},
+        "SubmitSt": {
+            "SotD": 0.01,
+            "Browse": 0.003,
+            "SubmitSt": 0.07,
+            "StoreSt": 0.98,
+            "Search": 0.002,
+            "AuthLogin": 0.004,
+        },
         "StoreSt": dict(after_write),
-        "Search": _with({"Browse": .003, "SubmitSt": .001, "AuthLogin": .004}, SotD=.10, SrchStories=.50, SrchComments=.30, SrchUsers=.09),
+        "Search": _with(
+            {"Browse": 0.003, "SubmitSt": 0.001, "AuthLogin": 0.004},
+            SotD=0.10,
+            SrchStories=0.50,
+            SrchComments=0.30,
+            SrchUsers=0.09,
+        ),
         "SrchStories": srch("ViewStory", "SrchStories"),
         "SrchComments": srch("ViewCom", "SrchComments"),
         "SrchUsers": srch("ViewStory", "SrchUsers"),
-        "AuthLogin": _with(AUTHOR_LEAK, SotD=.01, AuthTask=.98),
-        "AuthTask": _with(AUTHOR_LEAK, SotD=.01, Review=.98),
-        "Review": _with(AUTHOR_LEAK, SotD=.10, Accept=.50, Reject=.29, END=.10),
+        "AuthLogin": _with(AUTHOR_LEAK, SotD=0.01, AuthTask=0.98),
+        "AuthTask": _with(AUTHOR_LEAK, SotD=0.01, Review=0.98),
+        "Review": _with(AUTHOR_LEAK, SotD=0.10, Accept=0.50, Reject=0.29, END=0.10),
         "Accept": dict(after_review),
         "Reject": dict(after_review),
     }
@@ -184,25 +276,41 @@ def no_search(table: dict[str, Row], overrides: dict[str, Row]) -> dict[str, Row
 
 
 def browse_only_no_search() -> dict[str, Row]:
-    return no_search(browse_only(), {"SotD": {"Browse": .30, "ViewStory": .60, "END": .10}})
+    return no_search(browse_only(), {"SotD": {"Browse": 0.30, "ViewStory": 0.60, "END": 0.10}})
 
 
 def user_default_no_search() -> dict[str, Row]:
-    aw = {"SotD": .40, "Reg": .075, "Browse": .30, "SubmitSt": .125, "END": .10}
-    ar = {"SotD": .37, "Reg": .04, "Browse": .16, "SubmitSt": .08, "BACK": .30, "END": .05}
-    return no_search(user_default(), {
-        "SotD": {"Reg": .045, "Browse": .18, "ViewStory": .60, "SubmitSt": .075, "END": .10},
-        "RegUser": aw, "StoreCom": aw, "StoreModLog": aw, "StoreSt": aw, "Accept": ar, "Reject": ar,
-    })
+    aw = {"SotD": 0.40, "Reg": 0.075, "Browse": 0.30, "SubmitSt": 0.125, "END": 0.10}
+    ar = {"SotD": 0.37, "Reg": 0.04, "Browse": 0.16, "SubmitSt": 0.08, "BACK": 0.30, "END": 0.05}
+    return no_search(
+        user_default(),
+        {
+            "SotD": {"Reg": 0.045, "Browse": 0.18, "ViewStory": 0.60, "SubmitSt": 0.075, "END": 0.10},
+            "RegUser": aw,
+            "StoreCom": aw,
+            "StoreModLog": aw,
+            "StoreSt": aw,
+            "Accept": ar,
+            "Reject": ar,
+        },
+    )
 
 
 def author_default_no_search() -> dict[str, Row]:
-    aw = {"SotD": .34, "Browse": .21, "SubmitSt": .07, "AuthLogin": .28, "END": .10}
-    ar = {"SotD": .33, "Browse": .12, "SubmitSt": .04, "AuthLogin": .16, "BACK": .30, "END": .05}
-    return no_search(author_default(), {
-        "SotD": {"Browse": .15, "ViewStory": .60, "SubmitSt": .03, "AuthLogin": .12, "END": .10},
-        "RegUser": aw, "StoreCom": aw, "StoreModLog": aw, "StoreSt": aw, "Accept": ar, "Reject": ar,
-    })
+    aw = {"SotD": 0.34, "Browse": 0.21, "SubmitSt": 0.07, "AuthLogin": 0.28, "END": 0.10}
+    ar = {"SotD": 0.33, "Browse": 0.12, "SubmitSt": 0.04, "AuthLogin": 0.16, "BACK": 0.30, "END": 0.05}
+    return no_search(
+        author_default(),
+        {
+            "SotD": {"Browse": 0.15, "ViewStory": 0.60, "SubmitSt": 0.03, "AuthLogin": 0.12, "END": 0.10},
+            "RegUser": aw,
+            "StoreCom": aw,
+            "StoreModLog": aw,
+            "StoreSt": aw,
+            "Accept": ar,
+            "Reject": ar,
+        },
+    )
 
 
 def rows_by_page(table: dict[str, Row]) -> dict[str, Row]:
@@ -233,21 +341,31 @@ def page_specs() -> dict[str, dict]:
         "StoriesOfTheDay": {"url": "/rubbos/StoriesOfTheDay"},
         "Register": {"url": "/rubbos/register.html"},
         "RegisterUser": {
-            "method": "POST", "url": "/rubbos/RegisterUser",
-            "form": {"firstname": "Great{reg}", "lastname": "User{reg}", "nickname": "user{reg}",
-                     "password": "password{reg}", "email": "Great{reg}.User{reg}@rubbos.com"},
+            "method": "POST",
+            "url": "/rubbos/RegisterUser",
+            "form": {
+                "firstname": "Great{reg}",
+                "lastname": "User{reg}",
+                "nickname": "user{reg}",
+                "password": "password{reg}",
+                "email": "Great{reg}.User{reg}@rubbos.com",
+            },
         },
         "Browse": {"url": "/rubbos/browse.html"},
         "BrowseCategories": {"url": "/rubbos/BrowseCategories"},
         "BrowseStoriesInCategory": {
             "url": "/rubbos/BrowseStoriesByCategory?category={category}&page={page}&nbOfStories=20",
-            "params": {"category": ex(r"BrowseStoriesByCategory\?category=(\d+)", "random"),
-                       "page": ex(r'BrowseStoriesByCategory\?category=\d+&categoryName=[^&"]*&page=(\d+)', "random", zero)},
+            "params": {
+                "category": ex(r"BrowseStoriesByCategory\?category=(\d+)", "random"),
+                "page": ex(r'BrowseStoriesByCategory\?category=\d+&categoryName=[^&"]*&page=(\d+)', "random", zero),
+            },
         },
         "OlderStories": {
             "url": "/rubbos/OlderStories?daysAgo={daysAgo}&page={page}&nbOfStories=20",
-            "params": {"daysAgo": {"choice": _older_days()},
-                       "page": ex(r"OlderStories\?day=\d+&month=\d+&year=\d+&page=(\d+)", "random", zero)},
+            "params": {
+                "daysAgo": {"choice": _older_days()},
+                "page": ex(r"OlderStories\?day=\d+&month=\d+&year=\d+&page=(\d+)", "random", zero),
+            },
         },
         "ViewStory": {
             "url": "/rubbos/ViewStory?storyId={storyId}",
@@ -255,42 +373,62 @@ def page_specs() -> dict[str, dict]:
         },
         "PostComment": {
             "url": "/rubbos/PostComment?comment_table={comment_table}&storyId={storyId}&parent={parent}",
-            "params": {"comment_table": ex(r"PostComment\?comment_table=(\w+)"),
-                       "storyId": ex(r"PostComment\?comment_table=\w+&storyId=(\d+)"),
-                       "parent": ex(r"PostComment\?comment_table=\w+&storyId=\d+&parent=(\d+)", "random")},
+            "params": {
+                "comment_table": ex(r"PostComment\?comment_table=(\w+)"),
+                "storyId": ex(r"PostComment\?comment_table=\w+&storyId=(\d+)"),
+                "parent": ex(r"PostComment\?comment_table=\w+&storyId=\d+&parent=(\d+)", "random"),
+            },
         },
         "StoreComment": {
-            "method": "POST", "url": "/rubbos/StoreComment",
-            "form": {"comment_table": ex(r'name="comment_table" value="(\w+)"'),
-                     "storyId": ex(r'name="storyId" value="(\d+)"'),
-                     "parent": ex(r'name="parent" value="(\d+)"'),
-                     **login, "subject": text(5, 99), "body": text(5, 1024)},
+            "method": "POST",
+            "url": "/rubbos/StoreComment",
+            "form": {
+                "comment_table": ex(r'name="comment_table" value="(\w+)"'),
+                "storyId": ex(r'name="storyId" value="(\d+)"'),
+                "parent": ex(r'name="parent" value="(\d+)"'),
+                **login,
+                "subject": text(5, 99),
+                "body": text(5, 1024),
+            },
         },
         "ViewComment": {
             "url": "/rubbos/ViewComment?comment_table={comment_table}&storyId={storyId}&commentId={commentId}&filter={filter}&display={display}",
-            "params": {"comment_table": ex(r"ViewComment\?comment_table=(\w+)"),
-                       "storyId": ex(r"ViewComment\?comment_table=\w+&storyId=(\d+)"),
-                       "commentId": ex(r"ViewComment\?comment_table=\w+&storyId=\d+&commentId=(\d+)", "random"),
-                       "filter": ex(r"ViewComment\?comment_table=\w+&storyId=\d+&commentId=\d+&filter=(-?\d+)"),
-                       "display": ex(r"ViewComment\?comment_table=\w+&storyId=\d+&commentId=\d+&filter=-?\d+&display=(\d+)")},
+            "params": {
+                "comment_table": ex(r"ViewComment\?comment_table=(\w+)"),
+                "storyId": ex(r"ViewComment\?comment_table=\w+&storyId=(\d+)"),
+                "commentId": ex(r"ViewComment\?comment_table=\w+&storyId=\d+&commentId=(\d+)", "random"),
+                "filter": ex(r"ViewComment\?comment_table=\w+&storyId=\d+&commentId=\d+&filter=(-?\d+)"),
+                "display": ex(r"ViewComment\?comment_table=\w+&storyId=\d+&commentId=\d+&filter=-?\d+&display=(\d+)"),
+            },
         },
         "ModerateComment": {
             "url": "/rubbos/ModerateComment?comment_table={comment_table}&commentId={commentId}",
-            "params": {"comment_table": ex(r"ModerateComment\?comment_table=(\w+)"),
-                       "commentId": ex(r"ModerateComment\?comment_table=\w+&commentId=(\d+)", "random")},
+            "params": {
+                "comment_table": ex(r"ModerateComment\?comment_table=(\w+)"),
+                "commentId": ex(r"ModerateComment\?comment_table=\w+&commentId=(\d+)", "random"),
+            },
         },
         "StoreModerateLog": {
-            "method": "POST", "url": "/rubbos/StoreModeratorLog",
+            "method": "POST",
+            "url": "/rubbos/StoreModeratorLog",
             # the original draws -1 or 0 only (digest §2.4); kept for fidelity
-            "form": {"comment_table": ex(r'name="comment_table" value="(\w+)"'),
-                     "commentId": ex(r'name="commentId" value="(\d+)"'),
-                     "rating": {"choice": ["-1", "0"]}, **login},
+            "form": {
+                "comment_table": ex(r'name="comment_table" value="(\w+)"'),
+                "commentId": ex(r'name="commentId" value="(\d+)"'),
+                "rating": {"choice": ["-1", "0"]},
+                **login,
+            },
         },
         "SubmitStory": {"url": "/rubbos/SubmitStory"},
         "StoreStory": {
-            "method": "POST", "url": "/rubbos/StoreStory",
-            "form": {**login, "title": text(5, 99), "body": text(5, 1024),
-                     "category": ex(r'<option value="(\d+)">', "random", {"uniform": [0, 84]})},
+            "method": "POST",
+            "url": "/rubbos/StoreStory",
+            "form": {
+                **login,
+                "title": text(5, 99),
+                "body": text(5, 1024),
+                "category": ex(r'<option value="(\d+)">', "random", {"uniform": [0, 84]}),
+            },
         },
         "Search": {"url": "/rubbos/Search"},
         "SearchInStories": search(0, {"words_file": "dictionary.txt"}),
@@ -299,10 +437,14 @@ def page_specs() -> dict[str, dict]:
         "AuthorLogin": {"url": "/rubbos/author.html"},
         "AuthorTasks": {"method": "POST", "url": "/rubbos/Author", "form": dict(login)},
         "ReviewStories": {"url": "/rubbos/ReviewStories"},
-        "AcceptStory": {"url": "/rubbos/AcceptStory?storyId={storyId}",
-                        "params": {"storyId": ex(r"AcceptStory\?storyId=(\d+)", "random")}},
-        "RejectStory": {"url": "/rubbos/RejectStory?storyId={storyId}",
-                        "params": {"storyId": ex(r"RejectStory\?storyId=(\d+)", "random")}},
+        "AcceptStory": {
+            "url": "/rubbos/AcceptStory?storyId={storyId}",
+            "params": {"storyId": ex(r"AcceptStory\?storyId=(\d+)", "random")},
+        },
+        "RejectStory": {
+            "url": "/rubbos/RejectStory?storyId={storyId}",
+            "params": {"storyId": ex(r"RejectStory\?storyId=(\d+)", "random")},
+        },
     }
 
 
@@ -407,7 +549,12 @@ def workload_toml(
         if page not in reachable:
             continue
         spec = specs[page]
-        L += ["[[pages]]", f'name = "{page}"', f'method = "{spec.get("method", "GET")}"', f"url = {_toml_value(spec['url'])}"]
+        L += [
+            "[[pages]]",
+            f'name = "{page}"',
+            f'method = "{spec.get("method", "GET")}"',
+            f"url = {_toml_value(spec['url'])}",
+        ]
         for section in ("params", "form"):
             if spec.get(section):
                 L.append(f"[pages.{section}]")
@@ -454,8 +601,9 @@ def parse_workload(path: str | Path) -> dict:
         return tomllib.load(f)
 
 
-def simulate_mix(rows: dict[str, Row], requests: int, seed: int = 1, start: str = "StoriesOfTheDay",
-                 max_transitions: int = 1000) -> Counter:
+def simulate_mix(
+    rows: dict[str, Row], requests: int, seed: int = 1, start: str = "StoriesOfTheDay", max_transitions: int = 1000
+) -> Counter:
     """Pages requested by the RUBBoS walk over a row-oriented table: implicit self-loops for
     rows summing below 1, BACK re-requests the page on top of the history stack (the stack is
     cleared when entering a page whose own BACK probability is 0, else the page left is pushed;

@@ -17,8 +17,6 @@ LOGO = f"{PREFIX}/images/logo.png"
 STATIC_DIR = Path(__file__).parent / "static"
 
 
-
-
 def url(script: str, **params) -> str:
     """A link to a dynamic page; parameters in the given order, values URL-encoded."""
     if not params:
@@ -28,18 +26,18 @@ def url(script: str, **params) -> str:
 
 def header(title: str) -> str:
     return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>"
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>'
         + esc(title)
-        + "</title></head>\n<body bgcolor=\"#ffffff\">\n"
-        f"<p><a href=\"{PREFIX}/StoriesOfTheDay\"><img src=\"{LOGO}\" width=\"200\" height=\"68\" "
-        "alt=\"RUBBoS logo\"></a></p>\n"
-        "<table width=\"100%\"><tr>"
-        f"<td><a href=\"{PREFIX}/StoriesOfTheDay\">Home</a></td>"
-        f"<td><a href=\"{PREFIX}/register.html\">Register</a></td>"
-        f"<td><a href=\"{PREFIX}/browse.html\">Browse</a></td>"
-        f"<td><a href=\"{PREFIX}/SubmitStory\">Submit a story</a></td>"
-        f"<td><a href=\"{PREFIX}/Search\">Search</a></td>"
-        f"<td><a href=\"{PREFIX}/author.html\">Author</a></td>"
+        + '</title></head>\n<body bgcolor="#ffffff">\n'
+        f'<p><a href="{PREFIX}/StoriesOfTheDay"><img src="{LOGO}" width="200" height="68" '
+        'alt="RUBBoS logo"></a></p>\n'
+        '<table width="100%"><tr>'
+        f'<td><a href="{PREFIX}/StoriesOfTheDay">Home</a></td>'
+        f'<td><a href="{PREFIX}/register.html">Register</a></td>'
+        f'<td><a href="{PREFIX}/browse.html">Browse</a></td>'
+        f'<td><a href="{PREFIX}/SubmitStory">Submit a story</a></td>'
+        f'<td><a href="{PREFIX}/Search">Search</a></td>'
+        f'<td><a href="{PREFIX}/author.html">Author</a></td>'
         "</tr></table>\n<h2>" + esc(title) + "</h2>\n"
     )
 
@@ -55,14 +53,14 @@ def page(title: str, body: str, elapsed_ms: float | None = None) -> str:
 
 def search_form() -> str:
     return (
-        f"<form action=\"{PREFIX}/Search\" method=\"get\">\n"
-        "<p>Search: <input type=\"text\" name=\"search\" size=\"30\"></p>\n"
-        "<p><select name=\"type\">"
-        "<option value=\"0\">Stories</option><option value=\"1\">Comments</option>"
-        "<option value=\"2\">Authors (user names)</option></select>\n"
-        "<input type=\"hidden\" name=\"page\" value=\"0\">"
-        "<input type=\"hidden\" name=\"nbOfStories\" value=\"20\">"
-        "<input type=\"submit\" value=\"Search\"></p>\n</form>\n"
+        f'<form action="{PREFIX}/Search" method="get">\n'
+        '<p>Search: <input type="text" name="search" size="30"></p>\n'
+        '<p><select name="type">'
+        '<option value="0">Stories</option><option value="1">Comments</option>'
+        '<option value="2">Authors (user names)</option></select>\n'
+        '<input type="hidden" name="page" value="0">'
+        '<input type="hidden" name="nbOfStories" value="20">'
+        '<input type="submit" value="Search"></p>\n</form>\n'
     )
 
 
@@ -71,30 +69,30 @@ def static_pages() -> dict[str, str]:
     return {
         "register.html": page(
             "Register a new user",
-            f"<form action=\"{PREFIX}/RegisterUser\" method=\"post\">\n"
-            "<p>First name <input type=\"text\" name=\"firstname\" maxlength=\"20\"></p>\n"
-            "<p>Last name <input type=\"text\" name=\"lastname\" maxlength=\"20\"></p>\n"
-            "<p>Nickname <input type=\"text\" name=\"nickname\" maxlength=\"20\"></p>\n"
-            "<p>Password <input type=\"password\" name=\"password\" maxlength=\"20\"></p>\n"
-            "<p>E-mail <input type=\"text\" name=\"email\" maxlength=\"50\"></p>\n"
-            "<p><input type=\"submit\" value=\"Register now\"></p>\n</form>\n",
+            f'<form action="{PREFIX}/RegisterUser" method="post">\n'
+            '<p>First name <input type="text" name="firstname" maxlength="20"></p>\n'
+            '<p>Last name <input type="text" name="lastname" maxlength="20"></p>\n'
+            '<p>Nickname <input type="text" name="nickname" maxlength="20"></p>\n'
+            '<p>Password <input type="password" name="password" maxlength="20"></p>\n'
+            '<p>E-mail <input type="text" name="email" maxlength="50"></p>\n'
+            '<p><input type="submit" value="Register now"></p>\n</form>\n',
         ),
         "browse.html": page(
             "Browse",
-            f"<p><a href=\"{PREFIX}/BrowseCategories\">Browse stories by category</a></p>\n"
-            f"<p><a href=\"{PREFIX}/OlderStories\">Older stories</a></p>\n",
+            f'<p><a href="{PREFIX}/BrowseCategories">Browse stories by category</a></p>\n'
+            f'<p><a href="{PREFIX}/OlderStories">Older stories</a></p>\n',
         ),
         "author.html": page(
             "Author login",
-            f"<form action=\"{PREFIX}/Author\" method=\"post\">\n"
-            "<p>Nickname <input type=\"text\" name=\"nickname\" maxlength=\"20\"></p>\n"
-            "<p>Password <input type=\"password\" name=\"password\" maxlength=\"20\"></p>\n"
-            "<p><input type=\"submit\" value=\"Log in\"></p>\n</form>\n",
+            f'<form action="{PREFIX}/Author" method="post">\n'
+            '<p>Nickname <input type="text" name="nickname" maxlength="20"></p>\n'
+            '<p>Password <input type="password" name="password" maxlength="20"></p>\n'
+            '<p><input type="submit" value="Log in"></p>\n</form>\n',
         ),
         "search.html": page("Search", search_form()),
         "index.html": page(
             "RUBBoS bulletin board",
-            f"<p><a href=\"{PREFIX}/StoriesOfTheDay\">Stories of the day</a></p>\n",
+            f'<p><a href="{PREFIX}/StoriesOfTheDay">Stories of the day</a></p>\n',
         ),
     }
 

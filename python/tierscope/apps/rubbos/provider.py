@@ -38,12 +38,22 @@ class RubbosProvider(LoadedDatabaseApp):
 
         return datagen
 
-    def app_server(self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path,
-                   name: str) -> Any:
+    def app_server(
+        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str
+    ) -> Any:
         from tierscope.services.appserver import AppServer
 
-        return AppServer(host, port, workdir, db=self.client_config(db), workers=soft.workers, threads=soft.threads,
-                         pool_size=soft.db_pool, events_dir=events_dir, name=name)
+        return AppServer(
+            host,
+            port,
+            workdir,
+            db=self.client_config(db),
+            workers=soft.workers,
+            threads=soft.threads,
+            pool_size=soft.db_pool,
+            events_dir=events_dir,
+            name=name,
+        )
 
     def static_root(self, directory: Path, config: Any = None) -> Path:
         from tierscope.apps.rubbos import pages

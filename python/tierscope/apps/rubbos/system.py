@@ -72,9 +72,16 @@ class System:
                 pass
 
 
-def make_db(dbms: str, port: int, workdir: Path, fsync: bool = False, memory: str = "256M",
-            host: Host | None = None, max_connections: int = 300,
-            name: str | None = None) -> tuple[Service, DbConfig]:
+def make_db(
+    dbms: str,
+    port: int,
+    workdir: Path,
+    fsync: bool = False,
+    memory: str = "256M",
+    host: Host | None = None,
+    max_connections: int = 300,
+    name: str | None = None,
+) -> tuple[Service, DbConfig]:
     """The database server for RUBBoS (not started) and the app's configuration to reach it.
 
     `memory` is the cache (shared_buffers / innodb_buffer_pool_size) as "<n>M"; `host` defaults to
@@ -82,11 +89,22 @@ def make_db(dbms: str, port: int, workdir: Path, fsync: bool = False, memory: st
     """
     from tierscope.services.databases import database_server
 
-    return database_server(dbms, host or Host.loopback("db"), port, workdir, database="rubbos", fsync=fsync,
-                           cache=memory, max_connections=max_connections, name=name)
+    return database_server(
+        dbms,
+        host or Host.loopback("db"),
+        port,
+        workdir,
+        database="rubbos",
+        fsync=fsync,
+        cache=memory,
+        max_connections=max_connections,
+        name=name,
+    )
 
 
-def start_loaded_db(o: Options, workdir: Path, say=print) -> tuple[Service, DbConfig, datagen.LoadReport | None, Path | None]:
+def start_loaded_db(
+    o: Options, workdir: Path, say=print
+) -> tuple[Service, DbConfig, datagen.LoadReport | None, Path | None]:
     """A database server with the scale loaded: restored from a fresh snapshot, or loaded now
     (and snapshotted for next time)."""
     port = o.db_port or DEFAULT_DB_PORT[o.dbms]
@@ -103,9 +121,19 @@ def start_loaded_db(o: Options, workdir: Path, say=print) -> tuple[Service, DbCo
         report = datagen.load(cfg, o.scale, o.seed, progress=lambda m: say("  " + m))
         for line in report.lines():
             say("  " + line)
-        snapshot.take(db, snap, {"dbms": o.dbms, "scale": o.scale, "seed": o.seed, "loaded_at": time.time(),
-                                 "generator": datagen.GENERATOR_VERSION,
-                                 "rows": report.rows, "db_size_bytes": report.db_size_bytes})
+        snapshot.take(
+            db,
+            snap,
+            {
+                "dbms": o.dbms,
+                "scale": o.scale,
+                "seed": o.seed,
+                "loaded_at": time.time(),
+                "generator": datagen.GENERATOR_VERSION,
+                "rows": report.rows,
+                "db_size_bytes": report.db_size_bytes,
+            },
+        )
         say(f"snapshot saved in {snap.path}")
     except BaseException:
         db.stop()
@@ -135,15 +163,29 @@ def bring_up(o: Options, say=print) -> System:
     system = System(o, db, cfg, load_report=report, restored_from=restored)
     try:
         for i in range(o.app_servers):
-            app = AppServer(Host.loopback(f"app{i + 1}"), o.app_port + i, run / f"app{i + 1}", db=cfg,
-                            workers=o.workers, threads=o.threads, pool_size=o.pool_size, name=f"app{i + 1}",
-                            events_dir=run / "events")
+            app = AppServer(
+                Host.loopback(f"app{i + 1}"),
+                o.app_port + i,
+                run / f"app{i + 1}",
+                db=cfg,
+                workers=o.workers,
+                threads=o.threads,
+                pool_size=o.pool_size,
+                name=f"app{i + 1}",
+                events_dir=run / "events",
+            )
             app.start()
             system.apps.append(app)
             say(f"app server app{i + 1} on {app.url} ({o.workers} workers x {o.threads} threads)")
         root = pages.write_static(run / "www")
-        web = Nginx(Host.loopback("web"), o.port, run / "nginx", root=root,
-                    upstreams=[a.address for a in system.apps], balance=o.balance)
+        web = Nginx(
+            Host.loopback("web"),
+            o.port,
+            run / "nginx",
+            root=root,
+            upstreams=[a.address for a in system.apps],
+            balance=o.balance,
+        )
         web.start()
         system.web = web
     except BaseException:
@@ -157,15 +199,28 @@ def write_state(system: System) -> Path:
     o = system.options
     procs = []
     for s in system.services():
-        procs.append({
-            "name": s.name, "kind": s.kind, "pid": s.proc.pid if s.proc else None,
-            "stop_signal": int(s.stop_signal if s.kind != "postgres" else signal.SIGINT),
-            "address": s.address, "logs": {k: str(v) for k, v in s.logs().items()},
-        })
+        procs.append(
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "pid": s.proc.pid if s.proc else None,
+                "stop_signal": int(s.stop_signal if s.kind != "postgres" else signal.SIGINT),
+                "address": s.address,
+                "logs": {k: str(v) for k, v in s.logs().items()},
+            }
+        )
     state = {
-        "url": system.url, "dbms": o.dbms, "scale": o.scale, "seed": o.seed, "started_at": time.time(),
-        "db": {"host": system.db_config.host, "port": system.db_config.port, "user": system.db_config.user,
-               "database": system.db_config.database},
+        "url": system.url,
+        "dbms": o.dbms,
+        "scale": o.scale,
+        "seed": o.seed,
+        "started_at": time.time(),
+        "db": {
+            "host": system.db_config.host,
+            "port": system.db_config.port,
+            "user": system.db_config.user,
+            "database": system.db_config.database,
+        },
         "access_log": str(system.web.access_log) if system.web else None,
         "events_dir": str(Path(o.run_dir) / "events"),
         "processes": procs,
