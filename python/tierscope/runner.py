@@ -238,6 +238,8 @@ def start_middleware(ctx: PointContext, mws: list, db_addresses: list[str], db_c
             backends=db_addresses,
             database=db_cfg.database,
             user=db_cfg.user,
+            password=db_cfg.password,
+            dbms=db_cfg.dbms,
             pool=soft.pool,
             policy=soft.policy,
             wait=soft.wait,
@@ -246,7 +248,7 @@ def start_middleware(ctx: PointContext, mws: list, db_addresses: list[str], db_c
         )
         ctx.services.append(mw)
         mw.start()
-        ctx.server_map.append((mw.address, "middleware", s.name, "postgres"))
+        ctx.server_map.append((mw.address, "middleware", s.name, mw.protocol))
         out.append(mw.db_config(db_cfg))
     return out
 
