@@ -2,6 +2,11 @@
 `Service`: one process on host:port in front of the database servers `backends` ("addr:port",
 in LPRF order), with `pool` connections to each, read policy `policy` ("lprf" | "rr" | "wrr" with
 `weights` | "lrt", see `tierscope.middleware.balance`) and write completion `wait` ("first" | "all"). The counts it writes on exit are `stats()`.
+
+`dbms` is the backends' DBMS as `DbConfig` names it: "postgresql" (the PostgreSQL protocol on both
+sides, trust authentication) or "mariadb" (the MySQL protocol on both sides; the middleware logs in
+to the backends as `user`/`password` with mysql_native_password and accepts the same credentials
+from the app servers).
 """
 
 from __future__ import annotations
@@ -16,8 +21,14 @@ from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
 
+#: the wire protocol the middleware speaks for the backends' DBMS (DbConfig's or the services' names)
+PROTOCOLS = {"postgresql": "postgres", "postgres": "postgres", "mariadb": "mysql", "galera": "mysql"}
+#: the environment variable that carries the backends' password to the middleware (not its argv)
+PASSWORD_ENV = "TIERSCOPE_MIDDLEWARE_PASSWORD"
+
+
 class Middleware(Service):
-    """The RAIDb-1 middleware process, speaking the PostgreSQL protocol."""
+    """The RAIDb-1 middleware process, speaking the PostgreSQL or the MySQL protocol (`dbms`)."""
 
     kind = "middleware"
     start_timeout = 30.0
@@ -31,6 +42,8 @@ class Middleware(Service):
         backends: list[str],
         database: str = "rubbos",
         user: str = "postgres",
+        password: str = "",
+        dbms: str = "postgresql",
         pool: int = 16,
         policy: str = "lprf",
         wait: str = "first",
@@ -55,9 +68,14 @@ class Middleware(Service):
             raise ValueError(f"middleware wait: expected first or all, got {wait!r}")
         if int(pool) < 1:
             raise ValueError(f"middleware pool: expected >= 1, got {pool}")
+        if dbms not in PROTOCOLS:
+            raise ValueError(f"middleware dbms: expected one of {', '.join(PROTOCOLS)}, got {dbms!r}")
         self.backends = list(backends)
         self.database = database
         self.user = user
+        self.password = password
+        self.dbms = "mariadb" if PROTOCOLS[dbms] == "mysql" else "postgresql"
+        self.protocol = PROTOCOLS[dbms]
         self.pool = int(pool)
         self.policy = policy
         self.wait = wait
@@ -68,14 +86,21 @@ class Middleware(Service):
         return self.workdir / "middleware.stats.json"
 
     def db_config(self, base: DbConfig | None = None) -> DbConfig:
-        """The app's database configuration pointing at this middleware (PostgreSQL protocol)."""
+        """The app's database configuration pointing at this middleware (its protocol's driver; with
+        MariaDB, the same user and password as the backends)."""
         from dataclasses import replace
 
+        if self.protocol == "mysql":
+            base = base or DbConfig("mariadb", user=self.user, password=self.password, database=self.database)
+            return replace(base, dbms="mariadb", host=self.host.address, port=self.port, password=self.password)
         base = base or DbConfig("postgresql", user=self.user, password="", database=self.database)
         return replace(base, dbms="postgresql", host=self.host.address, port=self.port, password="")
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.password:
+            env[PASSWORD_ENV] = self.password
+        return env
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -101,6 +126,8 @@ class Middleware(Service):
             "--stats",
             str(self.stats_path),
         ]
+        if self.protocol != "postgres":
+            argv += ["--protocol", self.protocol]
         for b in self.backends:
             argv += ["--backend", b]
         if self.weights is not None:
