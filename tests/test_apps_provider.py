@@ -67,3 +67,40 @@ def test_bookstore_workloads_draw_from_the_data_set_of_the_point():
     assert scaled.count("\n") == text.count("\n")
     with pytest.raises(ValueError, match="no customer draw"):
         scaled_workload("nothing here", 10_000, 288_000)
+
+
+@pytest.mark.parametrize(
+    "scale, name, items",
+    [
+        (0.01, "tiny", 1_000),
+        (0.0315, "tiny", 1_000),
+        (0.1, "small", 10_000),
+        (1, "large", 100_000),
+        (3.15, "large", 100_000),
+        (10, "paper", 1_000_000),
+        ("paper", "paper", 1_000_000),
+    ],
+)
+def test_bookstore_scales_are_tpcw_item_counts(scale, name, items):
+    """A fraction of the 100 k-item set rounds on a log scale; `paper` is TPC-W's 1 M items."""
+    from tierscope.apps.bookstore import datagen
+    from tierscope.apps.bookstore.provider import scale_name as bookstore_scale
+
+    assert bookstore_scale(scale) == name
+    got_items, ebs = datagen.scale_named(name)
+    assert got_items == items
+    datagen.check_scale(got_items, ebs)
+    rows = datagen.population(got_items, ebs)
+    assert rows["item"] == items and rows["author"] == items // 4 and rows["customer"] == 2880 * ebs
+
+
+def test_the_paper_scale_draws_search_strings_from_a_million_items():
+    from tierscope.apps.bookstore.datagen import scale_named
+    from tierscope.apps.bookstore.provider import TINY_DRAWS, scaled_workload
+
+    items, ebs = scale_named("paper")
+    text = (Path(apps.__file__).parent / "bookstore" / "workloads" / "browsing.toml").read_text()
+    scaled = scaled_workload(text, items, 2880 * ebs)
+    # 1,000,000 items: A = 32767 (TPC-W 2.10.5.1); authors up to items/10, titles up to items/5
+    assert "[32767, 0, 100000]" in scaled and "[32767, 0, 200000]" in scaled
+    assert not any(d in scaled for d in TINY_DRAWS.values())

@@ -188,7 +188,7 @@ users = 5
         ),
         (
             "scale = -1\n" + MIN,
-            "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or one of paper, small, tiny, got -1",
+            "t.toml: scale: expected a fraction of the paper's data set (0 < scale <= 100) or a preset name (rubbos: tiny, small, paper; tpcw: tiny, small, large, paper), got -1",
         ),
         (
             'scale = "huge"\n' + MIN,

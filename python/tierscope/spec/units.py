@@ -12,8 +12,8 @@ from pydantic import (
 )
 
 
-#: named data sets per benchmark (tierscope.apps.rubbos.datagen.PRESETS)
-SCALE_PRESETS = {"rubbos": ("tiny", "small", "paper"), "tpcw": ("tiny", "small", "paper")}
+#: named data sets per benchmark (tierscope.apps.rubbos.datagen.PRESETS, apps.bookstore.datagen.SCALES)
+SCALE_PRESETS = {"rubbos": ("tiny", "small", "paper"), "tpcw": ("tiny", "small", "large", "paper")}
 
 
 # --- scalar parsers: durations and sizes -------------------------------------------------------
@@ -103,9 +103,9 @@ def parse_scale(value: Any) -> float | str:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 100:
         return float(value)
-    names = sorted({n for p in SCALE_PRESETS.values() for n in p})
+    names = "; ".join(f"{bench}: {', '.join(p)}" for bench, p in SCALE_PRESETS.items())
     raise ValueError(
-        f"expected a fraction of the paper's data set (0 < scale <= 100) or one of {', '.join(names)}, got {value!r}"
+        f"expected a fraction of the paper's data set (0 < scale <= 100) or a preset name ({names}), got {value!r}"
     )
 
 

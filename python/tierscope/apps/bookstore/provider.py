@@ -15,14 +15,17 @@ APP = "tierscope.apps.bookstore.app:create_app()"
 
 
 def scale_name(scale: float | str) -> str:
-    """A spec's scale as a bookstore scale: a name of `datagen.SCALES`, or a fraction of the paper's
-    data set (100 k items) rounded on a log scale (tiny = 1 k items, small = 10 k, paper = 100 k)."""
+    """A spec's scale as a bookstore scale: a name of `datagen.SCALES`, or a fraction of the 100 k-item
+    data set rounded on a log scale (tiny = 1 k items = 0.01, small = 10 k = 0.1, large = 100 k = 1,
+    paper = 1 M = 10)."""
     if isinstance(scale, str):
         return scale
     if scale < 0.0316:  # geometric midpoint of 0.01 and 0.1
         return "tiny"
     if scale < 0.316:
         return "small"
+    if scale < 3.16:
+        return "large"
     return "paper"
 
 
