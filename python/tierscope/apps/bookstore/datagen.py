@@ -48,8 +48,9 @@ from typing import Callable
 from tierscope.apps.bulkload import load_tsv_mariadb
 from tierscope.apps.dal import DbConfig
 
-#: bumped when the same (items, ebs, seed) would give different rows; older snapshots are reloaded
-GENERATOR_VERSION = 2
+#: bumped when the same (items, ebs, seed) would give different rows, or a scale name another size
+#: (3: `paper` went from 100 k to 1 M items); older snapshots are reloaded
+GENERATOR_VERSION = 3
 
 HERE = Path(__file__).parent
 
