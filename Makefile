@@ -64,8 +64,6 @@ test: setup lint test-engine test-python
 # with mypy. The engine: formatted as engine/rustfmt.toml says, and clippy-clean with warnings as errors.
 MYPY_PURE := python/tierscope/tables.py python/tierscope/manifest.py python/tierscope/tiers.py \
              python/tierscope/spec python/tierscope/analysis
-# the analysis entry point and the reader of run directories do I/O: not in the pure set yet
-MYPY_NOT_PURE := 'analysis/(experiment|points)\.py$$'
 
 PY_BENCH := $(filter-out %__pycache__,$(wildcard bench/*))
 
@@ -75,8 +73,7 @@ format: setup
 lint: setup
 	$(BIN)/ruff check python tests $(PY_BENCH)
 	$(BIN)/ruff format --check python tests $(PY_BENCH)
-	$(BIN)/mypy --ignore-missing-imports --follow-imports=silent --no-error-summary \
-	  --exclude $(MYPY_NOT_PURE) $(MYPY_PURE)
+	$(BIN)/mypy --ignore-missing-imports --follow-imports=silent --no-error-summary $(MYPY_PURE)
 	cd engine && cargo fmt --check
 	cd engine && cargo clippy --all-targets -q -- -D warnings
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -149,13 +149,14 @@ def analyze_run(
         by_config.setdefault(p.config or "(this system)", []).append(p)
     for config, pts in by_config.items():
         levels = [p for p in pts if p.users is not None]
-        curve_pts = []
+        curve_pts: list[tuple[float, pa.Table, float]] = []
         for p in levels:
             reqs = p.tables.get("client_requests")
             if reqs is None or reqs.num_rows == 0:
                 reqs = p.tables.front_tier("web")
             if reqs is not None and reqs.num_rows:
-                curve_pts.append((p.users, reqs, p.seconds))
+                # a point without a run interval measures over its requests' span (point_summary)
+                curve_pts.append((_level(p), reqs, cast(float, p.seconds)))
         if len(curve_pts) >= 1:
             think = (
                 think_time_s
@@ -163,7 +164,7 @@ def analyze_run(
                 else next((p.think_time_s for p in levels if p.think_time_s is not None), None)
             )
             data.blackbox[config] = blackbox(load_curve(curve_pts), think_time_s=think)
-        res_pts = [(p.users, p.tables["resources"]) for p in levels if "resources" in p.tables]
+        res_pts = [(_level(p), p.tables["resources"]) for p in levels if "resources" in p.tables]
         if res_pts:
             data.whitebox[config] = whitebox(res_pts)
     if not data.blackbox:
@@ -198,15 +199,15 @@ def analyze_run(
             raise ValueError(f"no point named {point!r}; points: {', '.join(p.name for p in points)}")
     else:
         with_requests = [p for p in points if p.tables.rows("requests")]
-        config = next(iter(data.blackbox), None)
-        knee = data.blackbox[config].knee if config else None
+        first = next(iter(data.blackbox), None)
+        knee = data.blackbox[first].knee if first else None
         if knee is not None:
             above = [
                 p
                 for p in with_requests
-                if (p.config or "(this system)") == config and p.users is not None and p.users >= knee.users
+                if (p.config or "(this system)") == first and p.users is not None and p.users >= knee.users
             ]
-            chosen = min(above, key=lambda p: p.users) if above else None
+            chosen = min(above, key=_level) if above else None
         if chosen is None and with_requests:
             chosen = max(with_requests, key=lambda p: (p.users or 0, p.name))
     if chosen is not None:
@@ -222,6 +223,13 @@ def analyze_run(
         data.notes.append("no point has a requests table: no fine-grained analysis")
         data.focus_config = next(iter(data.whitebox), None)
     return data
+
+
+def _level(p: Point) -> float:
+    """The workload level of a point the caller kept for having one (`users` is not None)."""
+    if p.users is None:
+        raise ValueError(f"point {p.name}: no workload level (users)")
+    return p.users
 
 
 def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[str, float]:
@@ -241,7 +249,7 @@ def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[st
             and p.users < chosen.users
             and p.tables.rows("requests")
         ),
-        key=lambda p: -p.users,
+        key=lambda p: -_level(p),
     )
     hints: dict[str, float] = {}
     for p in lower[:limit]:
@@ -303,7 +311,7 @@ def _past_a_quiet_knee(data: Analysis, chosen: Point, points: list[Point], windo
             and p.users > chosen.users
             and p.tables.rows("requests")
         ),
-        key=lambda p: p.users,
+        key=_level,
     )
     for p in higher:
         reqs = _point_requests(p)
