@@ -15,22 +15,33 @@ from tierscope.middleware.manager import (
     log,
     make_backends,
 )
-from tierscope.middleware.server import serve
+from tierscope.middleware.mysql_server import PASSWORD_ENV, password_from_env
 
 EPILOG = """\
-Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one backend; every other
-statement is broadcast to all enabled backends under one database-wide write lock. A backend that
-fails a write another backend executed is disabled. Counts go to --stats on exit.
+Reads (SELECT without FOR UPDATE/SHARE/LOCK IN SHARE MODE, SHOW, VALUES, TABLE) go to one backend;
+every other statement is broadcast to all enabled backends under one database-wide write lock. A
+backend that fails a write another backend executed is disabled. Counts go to --stats on exit.
+
+Protocols (--protocol): postgres (PostgreSQL v3 on both sides; the middleware logs in to the
+backends with trust authentication) or mysql (MariaDB/MySQL on both sides: the middleware logs in
+to the backends as --user with mysql_native_password and the password in the environment variable
+TIERSCOPE_MIDDLEWARE_PASSWORD, and accepts that same user and password from its clients). With
+mysql only the text protocol is served (COM_QUERY, COM_PING, COM_INIT_DB, COM_RESET_CONNECTION,
+COM_SET_OPTION, COM_QUIT): prepared statements (COM_STMT_PREPARE/EXECUTE) are answered with ERR
+1235; no SSL, compression or LOAD DATA LOCAL INFILE.
 
 Example: python -m tierscope.middleware --listen 127.0.0.1:25322 --backend 127.0.0.1:5433 \\
     --backend 127.0.0.1:5434 --db rubbos --user postgres --pool 16 --policy lprf --stats mw.json
+Example (MariaDB): TIERSCOPE_MIDDLEWARE_PASSWORD=tierscope python -m tierscope.middleware \\
+    --protocol mysql --listen 127.0.0.1:25322 --backend 127.0.0.1:3307 --backend 127.0.0.1:3308 \\
+    --db rubbos --user tierscope --stats mw.json
 """
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m tierscope.middleware",
-        description="A C-JDBC-like RAIDb-1 clustering middleware speaking the PostgreSQL protocol.",
+        description="A C-JDBC-like RAIDb-1 clustering middleware speaking the PostgreSQL or the MySQL protocol.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -40,13 +51,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         required=True,
         metavar="HOST:PORT",
-        help="a PostgreSQL server (repeat; the order is the LPRF order)",
+        help="a database server (repeat; the order is the LPRF order)",
+    )
+    ap.add_argument(
+        "--protocol",
+        choices=("postgres", "mysql"),
+        default="postgres",
+        help="the wire protocol on both sides: postgres (PostgreSQL backends, default) or mysql (MariaDB backends)",
     )
     ap.add_argument("--db", default="rubbos", metavar="NAME", help="the database served (default: rubbos)")
     ap.add_argument(
         "--user",
-        default="postgres",
-        help="the user the middleware connects to the backends as (trust authentication; default: postgres)",
+        help="the user the middleware connects to the backends as (postgres: trust authentication, default "
+        "postgres; mysql: mysql_native_password with the password in $" + PASSWORD_ENV + ", default "
+        "tierscope, and the only user its clients may log in as)",
     )
     ap.add_argument("--pool", type=int, default=16, help="connections to each backend at most (default: 16)")
     ap.add_argument(
@@ -100,6 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--connect-timeout", type=float, default=10.0, help="seconds to wait for the backends at start (default: 10)"
     )
     args = ap.parse_args(argv)
+    if args.user is None:
+        args.user = "tierscope" if args.protocol == "mysql" else "postgres"
     host, sep, port = args.listen.rpartition(":")
     if not sep or not port.isdigit() or not host:
         ap.error(f"--listen {args.listen!r}: expected ADDR:PORT")
@@ -127,7 +147,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def main_async(args: argparse.Namespace) -> int:
     try:
-        backends = make_backends(args.backend, args.user, args.db, args.pool)
+        backends = make_backends(
+            args.backend, args.user, args.db, args.pool, password=password_from_env(), protocol=args.protocol
+        )
     except ValueError as err:
         log(str(err))
         return 2
@@ -141,6 +163,8 @@ async def main_async(args: argparse.Namespace) -> int:
         user=args.user,
         track_labels=args.labels,
         heavy_factor=args.heavy_factor,
+        protocol=args.protocol,
+        password=password_from_env(),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -151,13 +175,17 @@ async def main_async(args: argparse.Namespace) -> int:
     except NoBackend as err:
         log(str(err))
         return 1
+    if args.protocol == "mysql":
+        from tierscope.middleware.mysql_server import serve
+    else:
+        from tierscope.middleware.server import serve
     try:
         server = await serve(manager, args.listen_host, args.listen_port)
     except OSError as err:
         log(f"cannot listen on {args.listen}: {err}")
         return 1
     log(
-        f"listening on {args.listen}; backends {', '.join(args.backend)}; policy {args.policy}; "
+        f"listening on {args.listen} ({args.protocol}); backends {', '.join(args.backend)}; policy {args.policy}; "
         f"wait {args.wait}; pool {args.pool}; loop {type(loop).__module__.split('.')[0]}"
     )
     manager.start_series(args.series_interval)

@@ -87,6 +87,8 @@ class RequestManager:
         user: str = "postgres",
         track_labels: bool = False,
         heavy_factor: float = 10.0,
+        protocol: str = "postgres",
+        password: str = "",
     ):
         if policy not in balance.POLICIES:
             raise ValueError(f"policy: expected one of {balance.POLICIES}, got {policy!r}")
@@ -99,6 +101,8 @@ class RequestManager:
         self.wait = wait
         self.database = database
         self.user = user
+        self.protocol = protocol  # the clients' and the backends' wire protocol: postgres | mysql
+        self.password = password  # what MySQL clients log in with (the backends' password)
         self.write_lock = asyncio.Lock()
         self._rr_next = 0
         self._wrr_current = [0.0] * len(backends)
@@ -308,6 +312,7 @@ class RequestManager:
     # --- counts ------------------------------------------------------------------------------
     def stats(self) -> dict:
         return {
+            "protocol": self.protocol,
             "policy": self.policy,
             "wait": self.wait,
             "uptime_s": round(time.time() - self.started, 3),
@@ -361,14 +366,23 @@ class RequestManager:
             b.pool.close()
 
 
-def make_backends(addresses: list[str], user: str, database: str, pool: int) -> list[Backend]:
+def make_backends(
+    addresses: list[str], user: str, database: str, pool: int, password: str = "", protocol: str = "postgres"
+) -> list[Backend]:
     """Backends from "host:port" strings, in the order given (the LPRF order)."""
     out = []
     for a in addresses:
         host, sep, port = a.rpartition(":")
         if not sep or not port.isdigit() or not host:
             raise ValueError(f"backend {a!r}: expected HOST:PORT")
-        out.append(Backend(a, BackendPool(a, host.strip("[]"), int(port), user, database, size=pool)))
+        out.append(
+            Backend(
+                a,
+                BackendPool(
+                    a, host.strip("[]"), int(port), user, database, size=pool, password=password, protocol=protocol
+                ),
+            )
+        )
     if len({b.name for b in out}) != len(out):
         raise ValueError(f"backends: the same address is given twice: {addresses}")
     return out

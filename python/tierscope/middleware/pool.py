@@ -1,4 +1,7 @@
-"""Connections to one database server (a backend) and their bounded pool (asyncio I/O)."""
+"""Connections to one database server (a backend) and their bounded pool (asyncio I/O).
+
+`BackendConnection` is a PostgreSQL session (trust authentication); with `protocol="mysql"` the
+pool opens `mysql_server.MySQLBackendConnection`s (mysql_native_password) instead."""
 
 from __future__ import annotations
 
@@ -111,6 +114,8 @@ class BackendPool:
     database: str
     size: int = 16
     idle: list = field(default_factory=list)
+    password: str = ""
+    protocol: str = "postgres"  # or "mysql"
     opened: int = 0
 
     def __post_init__(self):
@@ -124,7 +129,12 @@ class BackendPool:
                 if not conn.broken and not conn.writer.is_closing():
                     conn.reused = True
                     return conn
-            conn = await BackendConnection.open(self.host, self.port, self.user, self.database)
+            if self.protocol == "mysql":
+                from tierscope.middleware.mysql_server import MySQLBackendConnection
+
+                conn = await MySQLBackendConnection.open(self.host, self.port, self.user, self.password, self.database)
+            else:
+                conn = await BackendConnection.open(self.host, self.port, self.user, self.database)
             self.opened += 1
             return conn
         except BaseException:

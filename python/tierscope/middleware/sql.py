@@ -19,7 +19,7 @@ COPY = "copy"  # not supported by the middleware
 #: first words of statements that only read (everything else is broadcast)
 READ_STARTS = frozenset(("SELECT", "SHOW", "VALUES", "TABLE"))
 #: words that make a SELECT a write: row locks, SELECT INTO, sequence and lock functions
-LOCKING = ("FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE")
+LOCKING = ("FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE", "LOCK IN SHARE MODE")
 WRITE_FUNCTIONS = frozenset(
     (
         "NEXTVAL",
@@ -30,6 +30,9 @@ WRITE_FUNCTIONS = frozenset(
         "LO_UNLINK",
         "PG_TERMINATE_BACKEND",
         "PG_CANCEL_BACKEND",
+        "GET_LOCK",  # MySQL's named locks
+        "RELEASE_LOCK",
+        "RELEASE_ALL_LOCKS",
     )
 )
 DATA_CHANGING = frozenset(("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "CREATE", "DROP", "ALTER"))

@@ -1,0 +1,403 @@
+"""The MySQL-protocol front and back of the middleware (MariaDB behind it).
+
+Client side: the middleware greets with a protocol-10 handshake offering mysql_native_password,
+accepts the configured user and password (the backends' own) and the served database, and then
+serves the text protocol: COM_QUERY is one unit of work, classified read or write by `sql` and
+routed by `routing.RoutingSession` exactly as a PostgreSQL unit (reads to one backend by the
+policy, writes broadcast under the write lock, a transaction pinned to one connection per backend
+with the lock held until it ends). COM_PING, COM_INIT_DB (the served database only),
+COM_RESET_CONNECTION, COM_SET_OPTION and COM_QUIT are answered here, and so are `USE <the served
+database>` and `SET NAMES utf8mb4` (what every backend connection has from its login; PyMySQL
+sends it on connect): neither takes the write lock. Prepared statements
+(COM_STMT_PREPARE/EXECUTE/...) are not supported: they get an ERR packet (1235) saying so.
+
+Transactions are seen in the backends' status flags, as the PostgreSQL side sees them in
+ReadyForQuery: after BEGIN / START TRANSACTION, or SET autocommit=0, a backend's OK says "in
+transaction" or "autocommit off", and the session keeps its connections (and the write lock) until
+an OK says idle with autocommit on again (COMMIT, ROLLBACK, SET autocommit=1).
+
+Time functions: a write whose text calls NOW(), CURRENT_TIMESTAMP, CURDATE(), UNIX_TIMESTAMP(), ...
+runs on every backend between `SET timestamp = <the same instant>` and `SET timestamp = DEFAULT`
+(sent in one write with it; their answers are hidden), so every replica stores the same value
+(what MariaDB's statement-based replication does). SYSDATE(), RAND() and UUID() are not fixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from tierscope.middleware import mysql_wire as my
+from tierscope.middleware import sql as sqlmod
+from tierscope.middleware.manager import Backend, NoBackend, RequestManager, log
+from tierscope.middleware.pool import RECV_SIZE, BackendConnection, BackendError
+from tierscope.middleware.routing import Result, RoutingSession
+
+_session_ids = itertools.count(1)
+_USE = re.compile(r"^\s*USE\s+`?([A-Za-z0-9_$]+)`?\s*;?\s*$", re.IGNORECASE)
+#: what every backend connection already has (its login asks for utf8mb4): PyMySQL sends it on connect
+_SET_NAMES = re.compile(r"^\s*SET\s+NAMES\s+'?utf8mb4'?(\s+COLLATE\s+'?utf8mb4_general_ci'?)?\s*;?\s*$", re.IGNORECASE)
+#: time functions fixed by SET timestamp (SYSDATE is not: it reads the clock)
+TIME_FUNCTIONS = frozenset(
+    (
+        "NOW",
+        "CURRENT_TIMESTAMP",
+        "CURRENT_DATE",
+        "CURRENT_TIME",
+        "CURDATE",
+        "CURTIME",
+        "LOCALTIME",
+        "LOCALTIMESTAMP",
+        "UNIX_TIMESTAMP",
+        "UTC_TIMESTAMP",
+        "UTC_DATE",
+        "UTC_TIME",
+    )
+)
+PREPARED_UNSUPPORTED = (
+    "prepared statements (COM_STMT_PREPARE/EXECUTE) are not supported by the tierscope middleware: "
+    "use the text protocol (client-side parameters)"
+)
+
+
+def time_functions(text: str) -> int:
+    """How many time functions `text` calls (outside literals and comments)."""
+    return sum(1 for t in sqlmod.tokens(text) if t.kind == "word" and t.text in TIME_FUNCTIONS)
+
+
+def idle_status(flags: int) -> bytes:
+    """b"I" when a connection with these status flags holds no transaction (autocommit on, none open)."""
+    return b"I" if flags & my.STATUS_AUTOCOMMIT and not flags & my.STATUS_IN_TRANS else b"T"
+
+
+# --- backends ------------------------------------------------------------------------------------
+
+
+class MySQLBackendConnection(BackendConnection):
+    """One authenticated MySQL-protocol session on a backend (mysql_native_password)."""
+
+    @classmethod
+    async def open(  # type: ignore[override]
+        cls, host: str, port: int, user: str, password: str, database: str, timeout: float = 10.0
+    ) -> MySQLBackendConnection:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (TimeoutError, OSError) as err:
+            raise BackendError(f"cannot connect to {host}:{port}: {err}") from err
+        conn = cls(reader, writer)
+        try:
+            await asyncio.wait_for(conn._login(user, password, database), timeout)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, my.ProtocolError, IndexError) as err:
+            conn.close()
+            raise BackendError(f"{host}:{port}: login failed: {err!r}") from err
+        except BackendError:
+            conn.close()
+            raise
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            import socket
+
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+    async def _login(self, user: str, password: str, database: str) -> None:
+        seq, payload = await self.read_packet()
+        if payload[:1] == b"\xff":
+            raise BackendError(my.err_text(payload))
+        hs = my.parse_handshake(payload)
+        self.parameters = {"server_version": hs.version}
+        caps = my.BACKEND_CAPS & (hs.caps | my.LONG_PASSWORD)
+        for need in (my.PROTOCOL_41, my.SECURE_CONNECTION):
+            if not caps & need:
+                raise BackendError(f"the backend ({hs.version}) lacks capability 0x{need:x}")
+        self.send(
+            my.packet(seq + 1, my.handshake_response(caps, user, my.scramble_native(password, hs.salt), database))
+        )
+        while True:
+            seq, payload = await self.read_packet()
+            first = payload[:1]
+            if first == b"\x00":
+                self.status = idle_status(my.parse_ok(payload)[2])
+                return
+            if first == b"\xff":
+                raise BackendError(my.err_text(payload))
+            if first == b"\xfe":  # AuthSwitchRequest
+                plugin, pos = my.cstring(payload, 1)
+                if plugin.decode() != my.NATIVE_PASSWORD:
+                    raise BackendError(
+                        f"the backend asks for authentication plugin {plugin.decode()!r}; the middleware "
+                        f"logs in with {my.NATIVE_PASSWORD} only"
+                    )
+                self.send(my.packet(seq + 1, my.scramble_native(password, payload[pos : pos + 20])))
+                continue
+            raise BackendError(f"unexpected packet 0x{payload[0]:02x} during login")
+
+    async def read_packet(self) -> tuple[int, bytes]:
+        """The next (sequence id, payload), a split payload joined."""
+        parts, seq = [], 0
+        while True:
+            while len(self.buf) < 4:
+                await self.more()
+            n, seq = my.header(self.buf)
+            if len(self.buf) < 4 + n:
+                await self.more(4 + n - len(self.buf))
+            parts.append(self.buf[4 : 4 + n])
+            self.buf = self.buf[4 + n :]
+            if n < my.MAX_PAYLOAD:
+                return seq, b"".join(parts)
+
+    def close(self) -> None:
+        self.broken = True
+        try:
+            if not self.writer.is_closing():
+                self.writer.write(my.packet(0, bytes((my.COM_QUIT,))))
+            self.writer.close()
+        except Exception:
+            pass
+
+
+@dataclass
+class MyOutgoing:
+    """The commands to send a backend for one unit, and per command whether the client sees its answer."""
+
+    data: bytes
+    passed: list[bool]
+
+
+# --- client sessions -----------------------------------------------------------------------------
+
+
+class MySQLSession(RoutingSession):
+    """One client connection speaking the MySQL protocol (text protocol)."""
+
+    def __init__(self, manager: RequestManager, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        super().__init__(manager, reader, writer)
+        self.id = next(_session_ids)
+        self.buf = b""
+
+    async def read_packet(self) -> tuple[int, bytes]:
+        parts, seq = [], 0
+        while True:
+            while len(self.buf) < 4:
+                chunk = await self.reader.read(RECV_SIZE)
+                if not chunk:
+                    raise asyncio.IncompleteReadError(self.buf, None)
+                self.buf += chunk
+            n, seq = my.header(self.buf)
+            if len(self.buf) < 4 + n:
+                self.buf += await self.reader.readexactly(4 + n - len(self.buf))
+            parts.append(self.buf[4 : 4 + n])
+            self.buf = self.buf[4 + n :]
+            if n < my.MAX_PAYLOAD:
+                return seq, b"".join(parts)
+
+    def reply(self, payload: bytes, seq: int = 1) -> None:
+        self.writer.write(my.packet(seq, payload))
+
+    def status_flags(self) -> int:
+        return my.STATUS_IN_TRANS if self.txn else my.STATUS_AUTOCOMMIT
+
+    async def run(self) -> None:
+        self.m.counts["sessions"] += 1
+        try:
+            if not await self.login():
+                return
+            while True:
+                seq, payload = await self.read_packet()
+                if not payload:
+                    raise my.ProtocolError("an empty command packet")
+                cmd = payload[0]
+                if cmd == my.COM_QUERY:
+                    await self.query(payload)
+                elif cmd == my.COM_QUIT:
+                    return
+                elif cmd == my.COM_PING:
+                    self.reply(my.ok(status=self.status_flags()))
+                elif cmd == my.COM_INIT_DB:
+                    self.use(payload[1:].decode("utf-8", "replace"))
+                elif cmd == my.COM_RESET_CONNECTION:
+                    await self.reset()
+                    self.reply(my.ok(status=self.status_flags()))
+                elif cmd == my.COM_SET_OPTION:  # the backends allow multiple statements anyway
+                    self.reply(my.eof(self.status_flags()))
+                elif cmd in my.SILENT_COMMANDS:
+                    pass
+                elif cmd in my.STMT_COMMANDS:
+                    self.m.counts["errors_to_clients"] += 1
+                    self.reply(my.err(my.ER_NOT_SUPPORTED_YET, PREPARED_UNSUPPORTED, "42000"))
+                else:
+                    self.m.counts["errors_to_clients"] += 1
+                    self.reply(
+                        my.err(my.ER_UNKNOWN_COM, f"command 0x{cmd:02x} is not supported by the middleware", "08S01")
+                    )
+                await self.writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, my.ProtocolError) as err:
+            if isinstance(err, my.ProtocolError):
+                log(f"session {self.id}: {err}")
+        except Exception as err:  # one client's trouble must not stop the others
+            log(f"session {self.id}: closed after an unexpected error: {err!r}")
+        finally:
+            await self.end()
+
+    async def login(self) -> bool:
+        salt = bytes(random.randint(33, 126) for _ in range(20))
+        version = self.m.parameters.get("server_version", "5.5.5-10.11-MariaDB") + "-tierscope-middleware"
+        self.reply(my.handshake_v10(self.id, salt, version), seq=0)
+        await self.writer.drain()
+        seq, payload = await self.read_packet()
+        login = my.parse_login(payload)
+        auth = login.auth
+        if login.plugin and login.plugin != my.NATIVE_PASSWORD:  # ask for mysql_native_password
+            self.reply(my.auth_switch(my.NATIVE_PASSWORD, salt), seq + 1)
+            await self.writer.drain()
+            seq, auth = await self.read_packet()
+        if login.user != self.m.user or auth != my.scramble_native(self.m.password, salt):
+            self.reply(
+                my.err(
+                    my.ER_ACCESS_DENIED,
+                    f"Access denied for user '{login.user}' (the middleware accepts user '{self.m.user}' "
+                    "with the backends' password)",
+                    "28000",
+                ),
+                seq + 1,
+            )
+            await self.writer.drain()
+            return False
+        if login.database and login.database != self.m.database:
+            self.reply(self.bad_db(login.database), seq + 1)
+            await self.writer.drain()
+            return False
+        self.reply(my.ok(), seq + 1)
+        await self.writer.drain()
+        return True
+
+    def bad_db(self, name: str) -> bytes:
+        return my.err(my.ER_BAD_DB, f"Unknown database '{name}' (this middleware serves '{self.m.database}')", "42000")
+
+    def use(self, name: str) -> None:
+        if name == self.m.database:
+            self.reply(my.ok(status=self.status_flags()))
+        else:
+            self.m.counts["errors_to_clients"] += 1
+            self.reply(self.bad_db(name))
+
+    async def reset(self) -> None:
+        """COM_RESET_CONNECTION: an open transaction is rolled back (its connections closed)."""
+        if self.last_write is not None:
+            try:
+                await self.last_write
+            except Exception:
+                pass
+        if self.txn is not None:
+            for backend, conn in self.txn.values():
+                conn.close()
+                backend.pool.release(conn)
+            self.txn = None
+            self.m.write_lock.release()
+
+    async def query(self, payload: bytes) -> None:
+        self.m.counts["units"] += 1
+        text = payload[1:].decode("utf-8", "replace")
+        m = _USE.match(text)
+        if m:
+            self.use(m.group(1))
+            return
+        if _SET_NAMES.match(text):
+            self.reply(my.ok(status=self.status_flags()))
+            return
+        kind = self.m.classify(text)
+        try:
+            if self.txn is not None:  # inside a transaction every unit runs on all its backends
+                self.m.counts["transaction_units"] += 1
+                await self.write(payload)
+            elif kind == sqlmod.READ:
+                await self.read(payload, self.m.label([text]) if self.m.track else None)
+            else:
+                await self.write(payload)
+        except NoBackend as err:
+            self.m.counts["errors_to_clients"] += 1
+            self.reply(my.err(my.ER_UNKNOWN_ERROR, str(err), "08S01"))
+
+    # --- the routing interface ---------------------------------------------------------------
+    def outgoing(self, unit: bytes, macros_at: datetime | None) -> MyOutgoing:
+        query = my.packet(0, unit)
+        if macros_at is not None:
+            n = time_functions(unit[1:].decode("utf-8", "replace"))
+            if n:
+                self.m.counts["macros_rewritten"] += n
+                at = b"\x03SET timestamp = %.6f" % macros_at.timestamp()
+                return MyOutgoing(
+                    my.packet(0, at) + query + my.packet(0, b"\x03SET timestamp = DEFAULT"), [False, True, False]
+                )
+        return MyOutgoing(query, [True])
+
+    async def execute(self, backend: Backend, conn: BackendConnection, out: MyOutgoing, sink=None) -> Result:
+        """Send the unit's commands on one connection and read their answers; the client's bytes go
+        to `sink` as they come (or into the Result)."""
+        res = Result(backend, conn)
+        emit = sink if sink is not None else res.replies.append
+        try:
+            conn.send(out.data)
+            buf, pos, run = conn.buf, 0, -1  # run: where the bytes not yet passed on begin
+            for passed in out.passed:
+                r = my.Response()
+                while not r.done:
+                    need = 0
+                    if len(buf) - pos >= 4:
+                        n = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
+                        end = pos + 4 + n
+                        if end <= len(buf):
+                            first = buf[pos + 4] if n else -1
+                            r.feed(first, n, buf[pos + 4 : end] if first in (0, 0xFF, 0xFE) or r.state != 3 else b"")
+                            if passed and run < 0:
+                                run = pos
+                            pos = end
+                            continue
+                        need = end - len(buf)
+                    if run >= 0:
+                        emit(buf[run:pos])
+                        run = -1
+                    conn.buf = buf[pos:]
+                    buf, pos = await conn.more(need), 0
+                if run >= 0:
+                    emit(buf[run:pos])
+                    run = -1
+                if r.status is not None:
+                    conn.status = idle_status(r.status)
+                if passed:
+                    res.ok = res.ok and r.ok
+                    res.error = res.error or r.error
+                    res.tags += r.tags
+                elif not r.ok:  # the proxy's own command failed: the unit cannot be trusted
+                    raise BackendError(f"the middleware's own command failed: {r.error}")
+            conn.buf = buf[pos:]
+            res.status = conn.status
+        except (OSError, asyncio.IncompleteReadError, my.ProtocolError, BackendError, IndexError) as err:
+            res.ok, res.broken = False, True
+            res.error = f"connection to {backend.name} failed: {err!r}"
+            conn.close()
+        return res
+
+
+async def serve(manager: RequestManager, host: str, port: int) -> asyncio.AbstractServer:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            import socket
+
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await MySQLSession(manager, reader, writer).run()
+
+    return await asyncio.start_server(handle, host, port, backlog=1024, reuse_address=True)
+
+
+PASSWORD_ENV = "TIERSCOPE_MIDDLEWARE_PASSWORD"
+
+
+def password_from_env() -> str:
+    return os.environ.get(PASSWORD_ENV, "")
