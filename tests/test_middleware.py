@@ -256,8 +256,9 @@ def test_help_names_every_option_and_an_example():
 def test_runner_refuses_what_it_cannot_run_with_a_clear_reason():
     from tierscope.runner import PointFailed, check_db_topology
 
-    with pytest.raises(PointFailed, match="the middleware speaks the PostgreSQL protocol only"):
-        check_db_topology("mariadb", 2, 1)
+    with pytest.raises(PointFailed, match="a Galera cluster replicates by itself"):
+        check_db_topology("galera", 2, 1)
+    check_db_topology("mariadb", 2, 1)  # the middleware speaks the MySQL protocol too
     with pytest.raises(PointFailed, match="2 database servers and no clustering middleware"):
         check_db_topology("postgres", 2, 0)
     check_db_topology("postgres", 2, 1)

@@ -197,11 +197,6 @@ users = 5
         ("scale = true\n" + MIN, "t.toml: scale: expected a fraction"),
         ("colour = 1\n" + MIN, "t.toml: colour: unknown key"),
         (
-            'topology = "1/1/1/1M"\n' + MIN,
-            "t.toml: topology: the topology has 1 clustering middleware server(s) with mariadb: the middleware "
-            "speaks the PostgreSQL protocol only",
-        ),
-        (
             'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "wrr"\nweights = [1, 2, 3]\n',
             "t.toml: soft.middleware.weights: expected one weight per database server (2), one of them > 0",
         ),

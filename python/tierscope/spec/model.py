@@ -299,17 +299,13 @@ class Client(_Model):
 def db_topology_problem(dbms: str | None, n_db: int, n_middleware: int) -> str | None:
     """Why the lab cannot build this database tier (None when it can).
 
-    Several database servers are replicas behind a clustering middleware (PostgreSQL only), or the
-    nodes of a Galera cluster, which replicates by itself and takes no middleware."""
+    Several database servers are replicas behind a clustering middleware (PostgreSQL or MariaDB: it
+    speaks either protocol), or the nodes of a Galera cluster, which replicates by itself and takes
+    no middleware."""
     if n_middleware and dbms == "galera":
         return (
             f"the topology has {n_middleware} clustering middleware server(s) with galera: a Galera cluster "
             "replicates by itself (the app servers use its nodes directly), set #C = 0, e.g. 1/1/0/3G"
-        )
-    if n_middleware and dbms not in (None, "postgres"):
-        return (
-            f"the topology has {n_middleware} clustering middleware server(s) with {dbms}: the middleware "
-            "speaks the PostgreSQL protocol only (use dbms = postgres, letter P)"
         )
     if n_db > 1 and not n_middleware and dbms != "galera":
         return (
