@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 
 #[cfg(feature = "load")]
 mod load;
+mod middleware;
 #[cfg(feature = "oltp")]
 mod oltp;
 #[cfg(feature = "trace")]
@@ -42,6 +43,8 @@ enum Command {
     #[cfg(feature = "oltp")]
     /// TPC-C against PostgreSQL or MariaDB (load, run): tpmC and the 90th-percentile rules.
     Tpcc(oltp::tpcc::TpccArgs),
+    /// The RAIDb-1 clustering middleware (PostgreSQL protocol): `python -m tierscope.middleware` on tokio.
+    Middleware(middleware::MiddlewareArgs),
     /// Print the engine version.
     Version,
 }
@@ -57,6 +60,7 @@ fn main() {
         Command::Ycsb(args) => oltp::ycsb::run(args),
         #[cfg(feature = "oltp")]
         Command::Tpcc(args) => oltp::tpcc::run(args),
+        Command::Middleware(args) => middleware::run(args),
         Command::Version => {
             println!("tierscope-engine {}", env!("CARGO_PKG_VERSION"));
             Ok(0)

@@ -1,0 +1,614 @@
+//! `tierscope-engine middleware`: the RAIDb-1 clustering middleware (C-JDBC-like) on tokio, a port
+//! of `python -m tierscope.middleware` with the same flags, rules and stats.
+//!
+//! Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one enabled backend by the
+//! read policy; every other statement is broadcast to all enabled backends under one database-wide
+//! write lock, held by an autocommit write until every backend has executed it and by an explicit
+//! transaction until it ends. A backend that fails a write another backend executed is disabled
+//! and never used again in this process. The counts go to `--stats` (JSON) on SIGTERM/SIGINT.
+
+pub mod balance;
+pub mod pool;
+pub mod replies;
+pub mod session;
+pub mod sql;
+pub mod wire;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use balance::Policy;
+use pool::Pool;
+
+const EPILOG: &str = "\
+Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one backend; every other
+statement is broadcast to all enabled backends under one database-wide write lock. A backend that
+fails a write another backend executed is disabled. Counts go to --stats on exit (the same JSON as
+`python -m tierscope.middleware`). The `aware` policy is only in the Python middleware.
+
+Example: tierscope-engine middleware --listen 127.0.0.1:25322 --backend 127.0.0.1:5433 \\
+    --backend 127.0.0.1:5434 --db rubbos --user postgres --pool 16 --policy lprf --stats mw.json";
+
+#[derive(Args, Debug, Clone)]
+#[command(after_help = EPILOG)]
+pub struct MiddlewareArgs {
+    /// Address and port clients connect to (ADDR:PORT).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// A PostgreSQL server (repeat; the order is the LPRF order).
+    #[arg(long, value_name = "HOST:PORT", required = true)]
+    pub backend: Vec<String>,
+    /// The database served.
+    #[arg(long, default_value = "rubbos", value_name = "NAME")]
+    pub db: String,
+    /// The user the middleware connects to the backends as (trust authentication).
+    #[arg(long, default_value = "postgres")]
+    pub user: String,
+    /// Connections to each backend at most.
+    #[arg(long, default_value_t = 16)]
+    pub pool: usize,
+    /// Read balancing: lprf = Least-Pending-Requests-First, rr = round robin, wrr = weighted round
+    /// robin (--weights), lrt = least (pending + 1) x recent read latency. (aware: use the Python
+    /// middleware.)
+    #[arg(long, default_value = "lprf")]
+    pub policy: String,
+    /// With wrr: one weight per --backend, in order (default: all 1).
+    #[arg(long, value_name = "W,W,...")]
+    pub weights: Option<String>,
+    /// Answer a write after the first backend succeeded or after all finished.
+    #[arg(long, default_value = "first", value_parser = ["first", "all"])]
+    pub wait: String,
+    /// Write the counts as JSON here on exit.
+    #[arg(long, value_name = "PATH")]
+    pub stats: Option<PathBuf>,
+    /// Seconds to wait for the backends at start.
+    #[arg(long, default_value_t = 10.0)]
+    pub connect_timeout: f64,
+    /// Sample pending requests and reads done per backend every S seconds into the stats' series
+    /// (the last hour at 50 ms; 0: off).
+    #[arg(long, default_value_t = 0.05, value_name = "S")]
+    pub series_interval: f64,
+    /// Worker threads of the tokio runtime (0: one per CPU).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Accepted for command-line compatibility with the Python middleware (ignored: tokio).
+    #[arg(long = "loop", hide = true, value_parser = ["auto", "asyncio", "uvloop"])]
+    pub event_loop: Option<String>,
+}
+
+pub fn log(message: &str) {
+    let secs = sql::now_micros().div_euclid(1_000_000) * 1_000_000;
+    eprintln!("{} middleware: {message}", sql::iso_utc(secs));
+}
+
+/// Python's repr of a list of strings (for the same disabled reasons).
+pub fn pylist(items: &[String]) -> String {
+    let parts: Vec<String> = items.iter().map(|s| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// No enabled backend is left to run a request.
+#[derive(Debug)]
+pub struct NoBackend(pub String);
+
+/// One database server and what the manager knows about it (the counts are in `State`).
+pub struct Backend {
+    pub name: String,
+    pub pool: Pool,
+    enabled: AtomicBool,
+    /// writes finished here (reads routed here wait for the writes started before them)
+    progress: watch::Sender<u64>,
+}
+
+impl Backend {
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    /// Wait until the writes started before a read was routed here have executed here (with
+    /// wait=first a replica may still apply a write the client was already answered for).
+    pub async fn wait_for_writes(&self, upto: u64) {
+        if *self.progress.borrow() >= upto {
+            return;
+        }
+        let mut rx = self.progress.subscribe();
+        let _ = rx.wait_for(|&done| done >= upto || !self.enabled()).await;
+    }
+}
+
+#[derive(Default, Clone)]
+pub struct BState {
+    pub pending: i64,
+    pub reads: u64,
+    pub writes: u64,
+    pub failed_writes: u64,
+    pub writes_started: u64,
+    pub weight: f64,
+    pub read_latency_s: Option<f64>,
+    pub disabled_reason: Option<String>,
+}
+
+#[derive(Default, Clone, Copy)]
+pub struct Counts {
+    pub sessions: u64,
+    pub units: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub transaction_units: u64,
+    pub read_retries: u64,
+    pub named_statements: u64,
+    pub flushed_units: u64,
+    pub errors_to_clients: u64,
+    pub macros_rewritten: u64,
+    pub write_lock_wait_s: f64,
+}
+
+pub struct State {
+    pub counts: Counts,
+    pub b: Vec<BState>,
+    rr_next: usize,
+    wrr_current: Vec<f64>,
+}
+
+/// samples kept in the stats series at most (an hour at 50 ms)
+const SERIES_MAX: usize = 72_000;
+
+/// One sample: seconds since the start, pending requests and reads done per backend.
+type Sample = (f64, Vec<i64>, Vec<u64>);
+
+#[derive(Default)]
+struct Series {
+    interval_s: f64,
+    rows: VecDeque<Sample>,
+}
+
+/// The RAIDb-1 request manager: the backends, the read balancer, the write lock, the counts.
+pub struct Manager {
+    pub backends: Vec<Backend>,
+    pub policy: Policy,
+    pub wait_all: bool,
+    pub database: String,
+    pub write_lock: Arc<tokio::sync::Mutex<()>>,
+    pub st: Mutex<State>,
+    pub parameters: OnceLock<Vec<(String, String)>>,
+    started: Instant,
+    /// writes still running on slower backends (after their client was answered)
+    inflight: watch::Sender<usize>,
+    series: Mutex<Series>,
+}
+
+impl Manager {
+    pub fn new(
+        addresses: &[String],
+        user: &str,
+        database: &str,
+        pool: usize,
+        policy: Policy,
+        wait_all: bool,
+        weights: &[f64],
+    ) -> Result<Manager, String> {
+        let mut backends = Vec::new();
+        for a in addresses {
+            let (host, port) = split_address(a).ok_or_else(|| format!("backend '{a}': expected HOST:PORT"))?;
+            if backends.iter().any(|b: &Backend| &b.name == a) {
+                return Err(format!("backends: the same address is given twice: {}", pylist(addresses)));
+            }
+            backends.push(Backend {
+                name: a.clone(),
+                pool: Pool::new(&host, port, user, database, pool),
+                enabled: AtomicBool::new(true),
+                progress: watch::Sender::new(0),
+            });
+        }
+        let b = weights.iter().map(|&w| BState { weight: w, ..Default::default() }).collect();
+        let n = backends.len();
+        Ok(Manager {
+            backends,
+            policy,
+            wait_all,
+            database: database.to_string(),
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            st: Mutex::new(State { counts: Counts::default(), b, rr_next: 0, wrr_current: vec![0.0; n] }),
+            parameters: OnceLock::new(),
+            started: Instant::now(),
+            inflight: watch::Sender::new(0),
+            series: Mutex::new(Series::default()),
+        })
+    }
+
+    pub fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn count(&self, f: impl FnOnce(&mut Counts)) {
+        f(&mut self.state().counts);
+    }
+
+    pub fn enabled(&self) -> Vec<usize> {
+        (0..self.backends.len()).filter(|&i| self.backends[i].enabled()).collect()
+    }
+
+    /// The backend for the next read by the configured policy, counted as pending there, and the
+    /// number of writes started there so far.
+    pub fn choose_read(&self) -> Result<(usize, u64), NoBackend> {
+        let flags: Vec<bool> = self.backends.iter().map(Backend::enabled).collect();
+        let mut st = self.state();
+        let pending: Vec<i64> = st.b.iter().map(|b| b.pending).collect();
+        let i = match self.policy {
+            Policy::Lprf => balance::choose_lprf(&pending, &flags),
+            Policy::Rr => {
+                let (i, next) = balance::choose_rr(st.rr_next, &flags);
+                st.rr_next = next;
+                i
+            }
+            Policy::Wrr => {
+                let weights: Vec<f64> = st.b.iter().map(|b| b.weight).collect();
+                let mut cur = std::mem::take(&mut st.wrr_current);
+                let i = balance::choose_wrr(&mut cur, &weights, &flags);
+                st.wrr_current = cur;
+                i
+            }
+            Policy::Lrt => {
+                let lat: Vec<Option<f64>> = st.b.iter().map(|b| b.read_latency_s).collect();
+                balance::choose_lrt(&pending, &lat, &flags)
+            }
+        };
+        let i = i.ok_or_else(|| NoBackend("no database backend is enabled".into()))?;
+        st.b[i].pending += 1;
+        Ok((i, st.b[i].writes_started))
+    }
+
+    pub fn disable(&self, i: usize, reason: &str) {
+        let b = &self.backends[i];
+        if !b.enabled.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        self.state().b[i].disabled_reason = Some(reason.to_string());
+        b.pool.drop_idle();
+        log(&format!("backend {} DISABLED: {reason}", b.name));
+        b.progress.send_modify(|_| {}); // reads waiting on it choose again
+    }
+
+    pub fn writes_begin(&self, idx: &[usize]) {
+        let mut st = self.state();
+        for &i in idx {
+            st.b[i].pending += 1;
+            st.b[i].writes_started += 1;
+        }
+    }
+
+    pub fn writes_end(&self, i: usize) {
+        let mut st = self.state();
+        st.b[i].pending -= 1;
+        st.b[i].writes += 1;
+    }
+
+    /// One more write is over on backend `i`; reads waiting for it are woken.
+    pub fn write_finished(&self, i: usize) {
+        self.backends[i].progress.send_modify(|d| *d += 1);
+    }
+
+    pub fn inflight_add(&self, d: isize) {
+        self.inflight.send_modify(|n| *n = n.saturating_add_signed(d));
+    }
+
+    /// Open one connection to every backend (retrying up to `timeout`); a backend that never
+    /// answers is disabled. Keeps the first backend's server parameters for the clients.
+    pub async fn check_backends(&self, timeout: Duration) -> Result<(), NoBackend> {
+        let deadline = Instant::now() + timeout;
+        for (i, b) in self.backends.iter().enumerate() {
+            loop {
+                match b.pool.acquire().await {
+                    Ok(conn) => {
+                        let _ = self.parameters.set(conn.parameters.clone());
+                        b.pool.release(conn);
+                        break;
+                    }
+                    Err(err) if Instant::now() < deadline => {
+                        let _ = err;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(err) => {
+                        self.disable(i, &format!("unreachable at start: {err}"));
+                        break;
+                    }
+                }
+            }
+        }
+        if self.enabled().is_empty() {
+            let st = self.state();
+            let why: Vec<String> =
+                self.backends.iter().zip(&st.b).map(|(b, s)| format!("{}: {}", b.name, s.disabled_reason.as_deref().unwrap_or("None"))).collect();
+            return Err(NoBackend(format!("no database backend answered: {}", why.join("; "))));
+        }
+        Ok(())
+    }
+
+    fn sample(&self) {
+        let t = round3(self.started.elapsed().as_secs_f64());
+        let (pending, reads) = {
+            let st = self.state();
+            (st.b.iter().map(|b| b.pending).collect(), st.b.iter().map(|b| b.reads).collect())
+        };
+        let mut s = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        if s.rows.len() >= SERIES_MAX {
+            s.rows.pop_front();
+        }
+        s.rows.push_back((t, pending, reads));
+    }
+
+    /// The counts, in the shape `python -m tierscope.middleware` writes.
+    pub fn stats(&self) -> Value {
+        let st = self.state();
+        let c = st.counts;
+        let backends: Vec<Value> = self
+            .backends
+            .iter()
+            .zip(&st.b)
+            .map(|(b, s)| {
+                json!({
+                    "name": b.name,
+                    "enabled": b.enabled(),
+                    "disabled_reason": s.disabled_reason,
+                    "reads": s.reads,
+                    "weight": s.weight,
+                    "read_latency_ms": s.read_latency_s.map(|l| round3(1e3 * l)),
+                    "writes": s.writes,
+                    "failed_writes": s.failed_writes,
+                    "connections_opened": b.pool.opened.load(Ordering::Relaxed),
+                    "pool": b.pool.size,
+                    "heavy_reads": 0,
+                })
+            })
+            .collect();
+        drop(st);
+        let series = {
+            let s = self.series.lock().unwrap_or_else(|e| e.into_inner());
+            let per = |f: &dyn Fn(&Sample, usize) -> Value| -> Value {
+                let mut m = serde_json::Map::new();
+                for (i, b) in self.backends.iter().enumerate() {
+                    m.insert(b.name.clone(), Value::Array(s.rows.iter().map(|r| f(r, i)).collect()));
+                }
+                Value::Object(m)
+            };
+            json!({
+                "interval_s": s.interval_s,
+                "t_s": s.rows.iter().map(|r| r.0).collect::<Vec<f64>>(),
+                "pending": per(&|r, i| json!(r.1[i])),
+                "heavy": per(&|_, _| json!(0)),
+                "reads": per(&|r, i| json!(r.2[i])),
+            })
+        };
+        json!({
+            "implementation": "rust",
+            "policy": self.policy.name(),
+            "wait": if self.wait_all { "all" } else { "first" },
+            "uptime_s": round3(self.started.elapsed().as_secs_f64()),
+            "sessions": c.sessions,
+            "units": c.units,
+            "reads": c.reads,
+            "writes": c.writes,
+            "transaction_units": c.transaction_units,
+            "read_retries": c.read_retries,
+            "named_statements": c.named_statements,
+            "flushed_units": c.flushed_units,
+            "errors_to_clients": c.errors_to_clients,
+            "macros_rewritten": c.macros_rewritten,
+            "write_lock_wait_s": round3(c.write_lock_wait_s),
+            "disabled": self.backends.iter().filter(|b| !b.enabled()).map(|b| b.name.clone()).collect::<Vec<_>>(),
+            "backends": backends,
+            "labels": {"tracked": false, "heavy_factor": 10.0, "typical_ms": null, "heavy": [], "service_ms": {}, "counts": {}},
+            "series": series,
+        })
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// ("host", port) of "host:port" (IPv6 in brackets allowed).
+pub fn split_address(a: &str) -> Option<(String, u16)> {
+    let (host, port) = a.rsplit_once(':')?;
+    if host.is_empty() || port.is_empty() || !port.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    Some((host.trim_matches(|c| c == '[' || c == ']').to_string(), port.parse().ok()?))
+}
+
+fn write_stats(path: &PathBuf, stats: &Value) -> Result<()> {
+    let mut tmp = path.clone().into_os_string();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, serde_json::to_string_pretty(stats)? + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn usage_error(message: &str) -> Result<i32> {
+    eprintln!("tierscope-engine middleware: error: {message}");
+    Ok(2)
+}
+
+pub fn run(args: MiddlewareArgs) -> Result<i32> {
+    let policy = match args.policy.as_str() {
+        "lprf" => Policy::Lprf,
+        "rr" => Policy::Rr,
+        "wrr" => Policy::Wrr,
+        "lrt" => Policy::Lrt,
+        "aware" => {
+            return usage_error(
+                "--policy aware is not implemented in the Rust middleware: use the Python one (python -m tierscope.middleware --policy aware)",
+            )
+        }
+        other => return usage_error(&format!("--policy {other:?}: expected one of lprf, rr, wrr, lrt (aware: the Python middleware)")),
+    };
+    let Some((listen_host, listen_port)) = split_address(&args.listen) else {
+        return usage_error(&format!("--listen {:?}: expected ADDR:PORT", args.listen));
+    };
+    if args.pool < 1 {
+        return usage_error(&format!("--pool {}: expected >= 1", args.pool));
+    }
+    if args.series_interval < 0.0 || !args.series_interval.is_finite() {
+        return usage_error(&format!("--series-interval {}: expected >= 0", args.series_interval));
+    }
+    let mut weights = vec![1.0; args.backend.len()];
+    if let Some(w) = &args.weights {
+        let parsed: Result<Vec<f64>, _> = w.split(',').map(|x| x.trim().parse::<f64>()).collect();
+        let Ok(parsed) = parsed else {
+            return usage_error(&format!("--weights {w:?}: expected numbers separated by commas"));
+        };
+        if parsed.len() != args.backend.len() || parsed.iter().any(|&x| x < 0.0 || !x.is_finite()) || !parsed.iter().any(|&x| x > 0.0) {
+            return usage_error(&format!("--weights {w:?}: expected {} weights >= 0, one > 0", args.backend.len()));
+        }
+        weights = parsed;
+    }
+    let manager = match Manager::new(&args.backend, &args.user, &args.db, args.pool, policy, args.wait == "all", &weights) {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            log(&e);
+            return Ok(2);
+        }
+    };
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if args.threads > 0 {
+        rt.worker_threads(args.threads);
+    }
+    let rt = rt.enable_all().build().context("starting the tokio runtime")?;
+    let code = rt.block_on(serve(manager, args, listen_host, listen_port))?;
+    rt.shutdown_timeout(Duration::from_millis(200));
+    Ok(code)
+}
+
+async fn serve(m: Arc<Manager>, args: MiddlewareArgs, host: String, port: u16) -> Result<i32> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    if let Err(err) = m.check_backends(Duration::from_secs_f64(args.connect_timeout.max(0.0))).await {
+        log(&err.0);
+        return Ok(1);
+    }
+    let listener = match tokio::net::TcpListener::bind((host.as_str(), port)).await {
+        Ok(l) => l,
+        Err(err) => {
+            log(&format!("cannot listen on {}: {err}", args.listen));
+            return Ok(1);
+        }
+    };
+    let threads = tokio::runtime::Handle::current().metrics().num_workers();
+    log(&format!(
+        "listening on {}; backends {}; policy {}; wait {}; pool {}; runtime tokio ({threads} threads)",
+        args.listen,
+        args.backend.join(", "),
+        m.policy.name(),
+        args.wait,
+        args.pool
+    ));
+    let accept = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let mut ids: u32 = 0;
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        ids = ids.wrapping_add(1);
+                        tokio::spawn(session::Session::new(m.clone(), stream, ids).run());
+                    }
+                    Err(err) => {
+                        log(&format!("accept failed: {err}"));
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        })
+    };
+    let series = (args.series_interval > 0.0).then(|| {
+        let m = m.clone();
+        let every = Duration::from_secs_f64(args.series_interval);
+        m.series.lock().unwrap_or_else(|e| e.into_inner()).interval_s = args.series_interval;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                m.sample();
+            }
+        })
+    });
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    if let Some(s) = series {
+        s.abort();
+    }
+    accept.abort();
+    // a write answered with wait=first may still run on a slower backend
+    let mut rx = m.inflight.subscribe();
+    let _ = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|&n| n == 0)).await;
+    for b in &m.backends {
+        b.pool.drop_idle();
+    }
+    let stats = m.stats();
+    if let Some(path) = &args.stats {
+        if let Err(err) = write_stats(path, &stats) {
+            log(&format!("{err:#}"));
+        }
+    }
+    let per: Vec<String> = stats["backends"].as_array().map(|a| a.iter().map(|b| b["reads"].to_string()).collect()).unwrap_or_default();
+    let disabled: Vec<String> =
+        stats["disabled"].as_array().map(|a| a.iter().filter_map(|d| d.as_str().map(String::from)).collect()).unwrap_or_default();
+    log(&format!(
+        "stopped: {} units, {} reads ({} per backend), {} writes, disabled: {}",
+        stats["units"],
+        stats["reads"],
+        per.join(", "),
+        stats["writes"],
+        if disabled.is_empty() { "none".to_string() } else { pylist(&disabled) }
+    ));
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_split_like_the_python_middleware() {
+        assert_eq!(split_address("127.0.0.1:5432"), Some(("127.0.0.1".into(), 5432)));
+        assert_eq!(split_address("[::1]:5432"), Some(("::1".into(), 5432)));
+        assert_eq!(split_address("localhost"), None);
+        assert_eq!(split_address(":5432"), None);
+        assert_eq!(split_address("h:x"), None);
+        assert_eq!(pylist(&["INSERT 0 1".into()]), "['INSERT 0 1']");
+    }
+
+    #[test]
+    fn the_manager_routes_reads_by_policy_and_skips_disabled_backends() {
+        let addrs = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
+        let m = Manager::new(&addrs, "postgres", "db", 1, Policy::Rr, false, &[1.0, 1.0]).unwrap();
+        let seq: Vec<usize> = (0..3).map(|_| m.choose_read().unwrap().0).collect();
+        assert_eq!(seq, [0, 1, 0]);
+        m.disable(0, "test");
+        assert!(!m.backends[0].enabled());
+        assert_eq!(m.choose_read().unwrap().0, 1);
+        m.disable(1, "test");
+        assert!(m.choose_read().is_err());
+        let s = m.stats();
+        assert_eq!(s["disabled"].as_array().unwrap().len(), 2);
+        assert_eq!(s["backends"][0]["disabled_reason"], "test");
+        let m = Manager::new(&addrs, "postgres", "db", 1, Policy::Lprf, false, &[1.0, 1.0]).unwrap();
+        let seq: Vec<usize> = (0..4).map(|_| m.choose_read().unwrap().0).collect();
+        assert_eq!(seq, [0, 1, 0, 1]); // none finishes: pending decides
+        assert!(Manager::new(&[addrs[0].clone(), addrs[0].clone()], "u", "d", 1, Policy::Lprf, false, &[1.0, 1.0]).is_err());
+    }
+}

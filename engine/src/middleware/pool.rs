@@ -1,0 +1,197 @@
+//! Connections to one database server (a backend) and their bounded pool.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::wire;
+
+/// bytes asked for per read from a socket (at least)
+pub const RECV_SIZE: usize = 65536;
+
+/// A backend could not be reached or broke the protocol (not an SQL error).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BackendError(pub String);
+
+/// One open, authenticated session on a backend, idle between units of work.
+pub struct Conn {
+    pub stream: TcpStream,
+    /// bytes received and not consumed yet (from `pos`)
+    pub buf: Vec<u8>,
+    pub pos: usize,
+    pub parameters: Vec<(String, String)>,
+    /// transaction status from the last ReadyForQuery
+    pub status: u8,
+    pub broken: bool,
+    /// taken from the idle list (not opened for this use)
+    pub reused: bool,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Conn {
+    async fn open(host: &str, port: u16, user: &str, database: &str, timeout: Duration) -> Result<Conn, BackendError> {
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect((host, port))).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(BackendError(format!("cannot connect to {host}:{port}: {e}"))),
+            Err(_) => return Err(BackendError(format!("cannot connect to {host}:{port}: timed out"))),
+        };
+        let _ = stream.set_nodelay(true);
+        let mut conn = Conn {
+            stream,
+            buf: Vec::with_capacity(RECV_SIZE),
+            pos: 0,
+            parameters: Vec::new(),
+            status: b'I',
+            broken: false,
+            reused: false,
+            permit: None,
+        };
+        match tokio::time::timeout(timeout, conn.startup(user, database)).await {
+            Ok(Ok(())) => Ok(conn),
+            Ok(Err(e)) => Err(BackendError(format!("{host}:{port}: startup failed: {e}"))),
+            Err(_) => Err(BackendError(format!("{host}:{port}: startup failed: timed out"))),
+        }
+    }
+
+    async fn startup(&mut self, user: &str, database: &str) -> Result<(), BackendError> {
+        let msg = wire::startup_message(&[("user", user), ("database", database), ("client_encoding", "UTF8")]);
+        self.stream.write_all(&msg).await.map_err(|e| BackendError(e.to_string()))?;
+        loop {
+            let (kind, body) = self.read_message().await?;
+            match kind {
+                wire::AUTH => {
+                    let code = body.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(u32::MAX);
+                    if code != 0 {
+                        return Err(BackendError(format!(
+                            "the backend asks for authentication method {code}; the middleware connects with trust authentication only"
+                        )));
+                    }
+                }
+                wire::PARAMETER_STATUS => {
+                    let (name, p) = wire::cstring(&body, 0).map_err(|e| BackendError(e.0))?;
+                    let (value, _) = wire::cstring(&body, p).map_err(|e| BackendError(e.0))?;
+                    self.parameters.push((name, value));
+                }
+                wire::ERROR => return Err(BackendError(wire::error_text(&body))),
+                wire::READY => {
+                    self.status = body.first().copied().unwrap_or(b'I');
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The next message (type, body).
+    async fn read_message(&mut self) -> Result<(u8, Vec<u8>), BackendError> {
+        loop {
+            let avail = self.buf.len() - self.pos;
+            if avail >= 5 {
+                let n = wire::header_length(&self.buf, self.pos).map_err(|e| BackendError(e.0))?;
+                if avail >= 5 + n {
+                    let kind = self.buf[self.pos];
+                    let body = self.buf[self.pos + 5..self.pos + 5 + n].to_vec();
+                    self.pos += 5 + n;
+                    return Ok((kind, body));
+                }
+            }
+            self.more().await.map_err(|e| BackendError(e.to_string()))?;
+        }
+    }
+
+    /// Whatever the backend sent next, appended to `buf` (consumed bytes dropped first).
+    pub async fn more(&mut self) -> std::io::Result<()> {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        if self.buf.capacity() - self.buf.len() < RECV_SIZE / 4 {
+            self.buf.reserve(RECV_SIZE);
+        }
+        let n = self.stream.read_buf(&mut self.buf).await?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the backend closed the connection"));
+        }
+        Ok(())
+    }
+
+    /// Mark it broken: the pool closes it instead of keeping it.
+    pub fn close(&mut self) {
+        self.broken = true;
+    }
+}
+
+/// At most `size` connections to one backend; `acquire` waits for a free one.
+pub struct Pool {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub database: String,
+    pub size: usize,
+    idle: Mutex<Vec<Conn>>,
+    slots: Arc<Semaphore>,
+    pub opened: AtomicU64,
+}
+
+impl Pool {
+    pub fn new(host: &str, port: u16, user: &str, database: &str, size: usize) -> Pool {
+        Pool {
+            host: host.to_string(),
+            port,
+            user: user.to_string(),
+            database: database.to_string(),
+            size,
+            idle: Mutex::new(Vec::new()),
+            slots: Arc::new(Semaphore::new(size)),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    pub async fn acquire(&self) -> Result<Conn, BackendError> {
+        let permit = self.slots.clone().acquire_owned().await.map_err(|_| BackendError("the pool is closed".into()))?;
+        let idle = self.idle.lock().expect("pool lock").pop();
+        let mut conn = match idle {
+            Some(mut c) => {
+                c.reused = true;
+                c
+            }
+            None => {
+                let c = Conn::open(&self.host, self.port, &self.user, &self.database, Duration::from_secs(10)).await?;
+                self.opened.fetch_add(1, Ordering::Relaxed);
+                c
+            }
+        };
+        conn.permit = Some(permit);
+        Ok(conn)
+    }
+
+    pub fn release(&self, mut conn: Conn) {
+        let permit = conn.permit.take();
+        if !conn.broken && conn.status == b'I' && conn.pos == conn.buf.len() {
+            conn.buf.clear();
+            conn.pos = 0;
+            self.idle.lock().expect("pool lock").push(conn);
+        } else {
+            terminate(conn);
+        }
+        drop(permit);
+    }
+
+    /// Close every idle connection (after one turned out broken, or the backend was disabled).
+    pub fn drop_idle(&self) {
+        let idle: Vec<Conn> = std::mem::take(&mut *self.idle.lock().expect("pool lock"));
+        for c in idle {
+            terminate(c);
+        }
+    }
+}
+
+/// Close a connection politely (Terminate, when the socket takes it at once).
+fn terminate(conn: Conn) {
+    let _ = conn.stream.try_write(&wire::frame(wire::TERMINATE, b""));
+}
