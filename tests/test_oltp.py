@@ -237,6 +237,41 @@ def test_tpcc_with_scaled_waits_gives_the_closed_loop_tpmc(pg_tpcc):
     assert 0.7 * expected <= s["tpmC"] <= 1.15 * expected, (s["tpmC"], expected)
 
 
+@pytest.fixture(scope="module")
+def pg_tpcc_2w(pg):
+    svc, dsn = pg
+    svc.create_database("tpcc2")
+    tdsn = dsn.replace("dbname=bench", "dbname=tpcc2")
+    tpcc_load(tdsn, warehouses=2)
+    return tdsn
+
+
+def test_tpcc_drivers_with_terminal_offsets_take_their_own_warehouses(pg_tpcc_2w):
+    """Two driver processes of one terminal each on two warehouses: with offsets 0 and 1 each
+    terminal has its own home warehouse, so each process's committed New-Orders advance its
+    warehouse's districts (New-Order picks its district at random in the home warehouse)."""
+    import concurrent.futures
+
+    dsn = pg_tpcc_2w
+    q = "select d_w_id, sum(d_next_o_id) from district group by d_w_id order by d_w_id"
+
+    def next_ids() -> dict[int, int]:
+        return {int(w): int(n) for w, n in (row.split("|") for row in psql(dsn, q))}
+
+    before = next_ids()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(tpcc_run, dsn, duration=3, terminals=1, terminal_offset=offset, no_waits=True, seed=offset + 1)
+            for offset in (0, 1)
+        ]
+        summaries = [f.result() for f in runs]
+    after = next_ids()
+    assert [s["terminal_offset"] for s in summaries] == [0, 1]
+    committed = [s["new_orders"]["committed"] for s in summaries]
+    assert min(committed) > 0
+    assert [after[w] - before[w] for w in (1, 2)] == committed
+
+
 def test_tpcc_missing_tables_names_them_and_exits_2(pg):
     svc, dsn = pg
     svc.create_database("half")

@@ -169,6 +169,14 @@ def tpcc(
         "measures the database at saturation; the run is then 'TPC-C-like'. With the spec's "
         "waits one warehouse gives at most 12.86 tpmC.",
     ),
+    terminal_offset: int = typer.Option(
+        0,
+        "--terminal-offset",
+        min=0,
+        help="Bind the terminals as terminals K.. of one numbering: several drivers sharing the "
+        "warehouses (one per host or per node) each take the number of terminals started before them, "
+        "so no two terminals share a warehouse and district.",
+    ),
     duration: float = typer.Option(60.0, "--duration", min=0.1, help="Seconds to run."),
     warmup: Optional[float] = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
     no_load: bool = typer.Option(False, "--no-load", help="Do not (re)load the tables (they must exist, with --dsn)."),
@@ -195,7 +203,15 @@ def tpcc(
                     console.print(
                         f"loaded {warehouses} warehouse(s), {loaded['total_rows']} rows in {loaded['seconds']} s"
                     )
-            s = tpcc_run(the_dsn, duration=duration, terminals=terminals, no_waits=no_waits, warmup=warmup, log=log)
+            s = tpcc_run(
+                the_dsn,
+                duration=duration,
+                terminals=terminals,
+                terminal_offset=terminal_offset or None,
+                no_waits=no_waits,
+                warmup=warmup,
+                log=log,
+            )
     except OltpError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(err.code or 1)

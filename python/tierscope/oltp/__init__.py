@@ -159,6 +159,7 @@ def tpcc_run(
     *,
     duration: float = 60.0,
     terminals: int | None = None,
+    terminal_offset: int | None = None,
     no_waits: bool = False,
     wait_scale: float | None = None,
     warmup: float | None = None,
@@ -166,9 +167,11 @@ def tpcc_run(
     log: Path | None = None,
     seed: int | None = None,
 ) -> dict:
-    """Run the TPC-C mix; the engine's summary (tpmC, per-type latencies and p90 rules)."""
+    """Run the TPC-C mix; the engine's summary (tpmC, per-type latencies and p90 rules). Drivers that
+    share the warehouses give each a `terminal_offset` (the terminals started before it)."""
     argv = ["tpcc", "run", "--dsn", dsn, "--duration", str(duration)]
     _opt(argv, "--terminals", terminals)
+    _opt(argv, "--terminal-offset", terminal_offset)
     _opt(argv, "--no-waits", no_waits)
     _opt(argv, "--wait-scale", wait_scale)
     _opt(argv, "--warmup", warmup)

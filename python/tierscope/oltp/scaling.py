@@ -304,7 +304,11 @@ def write_results(rows: list[dict], out: Path, meta: dict) -> dict[str, Path]:
 # ---- clusters ----------------------------------------------------------------------------------
 
 
-def _run_workload(workload: str, dsn: str, preset: ScalePreset, clients: int, log: Path, seed: int) -> dict:
+def _run_workload(
+    workload: str, dsn: str, preset: ScalePreset, clients: int, log: Path, seed: int, first_client: int = 0
+) -> dict:
+    """One driver process; `first_client`: the clients the other drivers of the same run started
+    before this one (TPC-C terminals then take their own warehouses and districts)."""
     from tierscope.oltp import tpcc_run, ycsb_run
 
     if workload == "tpcc":
@@ -313,6 +317,7 @@ def _run_workload(workload: str, dsn: str, preset: ScalePreset, clients: int, lo
             duration=preset.duration,
             warmup=preset.warmup or None,
             terminals=clients,
+            terminal_offset=first_client or None,
             no_waits=not preset.waits,
             log=log,
             seed=seed,
@@ -427,7 +432,8 @@ def run_galera(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str
             before = [mariadb_counters(node) for node in nodes]
             with concurrent.futures.ThreadPoolExecutor(n) as pool:
                 futs = [
-                    pool.submit(_run_workload, w, dsns[i], preset, clients, logs[i], 1000 * n + i + 1) for i in range(n)
+                    pool.submit(_run_workload, w, dsns[i], preset, clients, logs[i], 1000 * n + i + 1, i * clients)
+                    for i in range(n)
                 ]
                 summaries = [f.result() for f in futs]
             after = [mariadb_counters(node) for node in nodes]

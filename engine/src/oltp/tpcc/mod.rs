@@ -78,6 +78,12 @@ pub struct RunArgs {
     /// Terminals (threads, one connection each); default 10 per warehouse, bound to (w, d).
     #[arg(long)]
     pub terminals: Option<usize>,
+    /// Bind terminal i as terminal i + K of one numbering (home warehouse (i+K) mod W + 1, Stock-Level
+    /// district (i+K) / W mod 10 + 1): engine processes that share the warehouses give each its own K
+    /// (the terminals started before it), so their terminals spread over the home warehouses as
+    /// one process's would, instead of all starting at warehouse 1.
+    #[arg(long, default_value_t = 0)]
+    pub terminal_offset: u64,
     /// No keying and think times (BenchBase's default): terminals run back to back.
     #[arg(long)]
     pub no_waits: bool,
@@ -111,6 +117,12 @@ pub const KEYING_S: [f64; 5] = [18.0, 3.0, 2.0, 2.0, 2.0];
 pub const THINK_MEAN_S: [f64; 5] = [12.0, 12.0, 10.0, 5.0, 5.0];
 /// 90th-percentile response-time limits (s).
 pub const P90_LIMIT_S: [f64; 5] = [5.0, 5.0, 5.0, 5.0, 20.0];
+/// The (warehouse, district) terminal `k` of one numbering is bound to: the warehouses first, then
+/// the districts (terminals 0..W-1 take district 1 of each warehouse, the next W district 2, ...).
+pub fn terminal(k: u64, warehouses: u64) -> txn::Terminal {
+    txn::Terminal { w: (k % warehouses) + 1, d: ((k / warehouses) % 10) + 1, warehouses }
+}
+
 /// The most tpmC one warehouse can give with the spec's waits.
 pub const MAX_TPMC_PER_WAREHOUSE: f64 = 12.86;
 
@@ -222,7 +234,7 @@ fn run_mix(a: RunArgs) -> Result<i32> {
     let keep = a.log.is_some();
     let mut handles = Vec::new();
     for i in 0..terminals {
-        let term = txn::Terminal { w: (i as u64 % warehouses) + 1, d: ((i as u64 / warehouses) % 10) + 1, warehouses };
+        let term = terminal(i as u64 + a.terminal_offset, warehouses);
         let (stop, issued, dsn) = (stop.clone(), issued.clone(), a.dsn.clone());
         let (txns_bound, retries, seed, scale) = (a.txns, a.retries, a.seed, a.wait_scale);
         handles.push(std::thread::spawn(move || -> Result<(Stats, Tally, Instant)> {
@@ -357,6 +369,7 @@ fn run_mix(a: RunArgs) -> Result<i32> {
         "dbms": dbms.name(),
         "warehouses": warehouses,
         "terminals": terminals,
+        "terminal_offset": a.terminal_offset,
         "waits": waits,
         "wait_scale": if waits { a.wait_scale } else { 0.0 },
         "deck": DECK,
@@ -421,5 +434,22 @@ mod tests {
         let cycle: f64 = (0..5).map(|k| DECK[k] as f64 / 100.0 * (KEYING_S[k] + THINK_MEAN_S[k])).sum();
         let tpmc = 10.0 * 60.0 / cycle * 0.45;
         assert!((tpmc - MAX_TPMC_PER_WAREHOUSE).abs() < 0.01, "{tpmc}");
+    }
+
+    #[test]
+    fn processes_with_offsets_take_disjoint_terminals() {
+        // 3 processes x 6 terminals over 2 warehouses (20 districts), each offset by the terminals
+        // before it: 18 distinct (w, d) pairs, as one process of 18 terminals would bind them
+        let (w, per) = (2, 6u64);
+        let mut pairs: Vec<(u64, u64)> = (0..3u64).flat_map(|p| (0..per).map(move |i| terminal(i + p * per, w))).map(|t| (t.w, t.d)).collect();
+        let one: Vec<(u64, u64)> = (0..3 * per).map(|k| terminal(k, w)).map(|t| (t.w, t.d)).collect();
+        assert_eq!(pairs, one);
+        pairs.sort();
+        pairs.dedup();
+        assert_eq!(pairs.len(), 18);
+        assert!(pairs.iter().all(|&(pw, pd)| (1..=2).contains(&pw) && (1..=10).contains(&pd)));
+        // without offsets the processes would share (1, 1)..: the first terminal of each is the same
+        assert_eq!((terminal(0, w).w, terminal(0, w).d), (1, 1));
+        assert_eq!((terminal(per + 1, w).w, terminal(per + 1, w).d), (2, 4));
     }
 }
