@@ -1,0 +1,502 @@
+"""The Rust middleware (`tierscope-engine middleware`, engine/src/middleware) on real PostgreSQL.
+
+The same two servers as tests/test_middleware.py (its `pair` fixture and helpers), the Rust binary in
+front of them with the Python middleware's command line. Ground truth for where reads went is
+PostgreSQL's own statistics (`pg_stat_user_tables.seq_scan` of a probe table, `pg_stat_database`
+transaction counts), compared with the policy's prediction from arithmetic and with the
+middleware's counts (the --stats JSON written on SIGTERM); writes are checked by reading each
+server directly. The binary is engine/target/release/tierscope-engine ($TIERSCOPE_ENGINE
+overrides it); build it with `cd engine && cargo build --release`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import ROOT, needs_postgres, needs_root
+
+import test_middleware
+from test_middleware import DB, fresh_table, on_each, seq_scans
+
+#: the two PostgreSQL servers of tests/test_middleware.py (its module-scoped `pair` fixture, named
+#: `servers` here; this module gets its own pair of servers)
+servers = test_middleware.pair
+
+ENGINE = Path(os.environ.get("TIERSCOPE_ENGINE", ROOT / "engine" / "target" / "release" / "tierscope-engine"))
+
+pytestmark = [needs_root("PostgreSQL runs as its own OS user"), needs_postgres]
+
+
+def engine_has_middleware() -> str | None:
+    """None when the engine binary has the `middleware` subcommand; else why not."""
+    if not ENGINE.exists():
+        return f"{ENGINE} not built (cd engine && cargo build --release)"
+    out = subprocess.run([str(ENGINE), "middleware", "--help"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return f"{ENGINE} has no `middleware` subcommand (rebuild: cd engine && cargo build --release)"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine_built():
+    why = engine_has_middleware()
+    if why:
+        pytest.skip(why)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def rust_middleware(servers, policy="lprf", wait="first", stats=None, weights=None, pool=4, extra=()):
+    """The Rust middleware in front of both servers (the Python one's flags); `stats` (a dict)
+    receives the JSON it writes on SIGTERM."""
+    work, pgs = servers
+    port = free_port()
+    stats_path = work / f"rust-mw-{port}.stats.json"
+    log_path = work / f"rust-mw-{port}.log"
+    argv = [str(ENGINE), "middleware", "--listen", f"127.0.0.1:{port}", "--db", DB, "--user", "postgres"]
+    argv += ["--pool", str(pool), "--policy", policy, "--wait", wait, "--stats", str(stats_path), *extra]
+    for p in pgs:
+        argv += ["--backend", p.address]
+    if weights is not None:
+        argv += ["--weights", ",".join(f"{w:g}" for w in weights)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=log)
+    mw = SimpleNamespace(host="127.0.0.1", port=port, database=DB, proc=proc, log=log_path, stats_path=stats_path)
+    try:
+        deadline = time.monotonic() + 20
+        while "listening on" not in log_path.read_text():
+            assert proc.poll() is None, f"the middleware exited: {log_path.read_text()}"
+            assert time.monotonic() < deadline, f"the middleware did not start: {log_path.read_text()}"
+            time.sleep(0.05)
+        yield mw
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if stats is not None and stats_path.exists():
+            stats.update(json.loads(stats_path.read_text()))
+
+
+def dsn(mw) -> str:
+    return f"host={mw.host} port={mw.port} user=postgres dbname={mw.database}"
+
+
+def db_counts(pgs, query, params, expected, timeout=10.0) -> list[int]:
+    """One number per server from PostgreSQL's statistics, polled until `expected(counts)` holds
+    (the servers flush a session's statistics within a second or at its end), up to `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = [int(p.sql(query, DB, params)[0][0] or 0) for p in pgs]
+        if expected(counts) or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.1)
+
+
+def xacts(pgs, column="xact_commit", expected=lambda c: True) -> list[int]:
+    """Committed (or rolled back) transactions of the test database on each server."""
+    return db_counts(pgs, f"SELECT {column} FROM pg_stat_database WHERE datname = %s", (DB,), expected)
+
+
+def idx_scans(pgs, table, expected=lambda c: True) -> list[int]:
+    """Index scans of `table` on each server."""
+    q = "SELECT coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = %s"
+    return db_counts(pgs, q, (table,), expected)
+
+
+# --- reads ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "policy, weights, expected",
+    [("lprf", None, [12, 0]), ("rr", None, [6, 6]), ("wrr", [3, 1], [9, 3])],
+)
+def test_reads_are_balanced_by_policy(servers, policy, weights, expected):
+    """One client, one read at a time: LPRF always finds backend 1 idle; round robin alternates;
+    smooth weighted round robin with 3:1 sends 9 of 12 to backend 1 (counted by the servers)."""
+    import psycopg
+
+    _, pgs = servers
+    table = f"probe_rust_{policy}"
+    fresh_table(pgs, table)
+    before = seq_scans(pgs, table, 0)
+    stats: dict = {}
+    with (
+        rust_middleware(servers, policy, stats=stats, weights=weights) as mw,
+        psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=None) as conn,
+    ):
+        for _ in range(12):
+            assert conn.execute(f"SELECT count(*) FROM {table} /*request_id='r'*/").fetchone() == (3,)
+    after = seq_scans(pgs, table, sum(before) + 12)
+    assert [a - b for a, b in zip(after, before)] == expected
+    assert [b["reads"] for b in stats["backends"]] == expected
+    assert stats["policy"] == policy and stats["reads"] == 12 and stats["writes"] == 0
+
+
+def test_overlapping_reads_spread_over_both_backends_under_lprf(servers):
+    """Two clients send a slow read at the same moment, round after round: the second read finds
+    one pending on backend 1 and takes backend 2."""
+    import psycopg
+
+    _, pgs = servers
+    fresh_table(pgs, "probe_rust_overlap")
+    before = seq_scans(pgs, "probe_rust_overlap", 0)
+    rounds, stats, errors = 4, {}, []
+    barrier = threading.Barrier(2)
+    with rust_middleware(servers, "lprf", stats=stats) as mw:
+
+        def client():
+            try:
+                with psycopg.connect(dsn(mw), autocommit=True) as conn:
+                    for _ in range(rounds):
+                        barrier.wait(timeout=30)
+                        conn.execute("SELECT pg_sleep(0.3), count(*) FROM probe_rust_overlap")
+            except Exception as err:  # reported below
+                errors.append(err)
+                barrier.abort()
+
+        threads = [threading.Thread(target=client) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert not errors
+    after = seq_scans(pgs, "probe_rust_overlap", sum(before) + 2 * rounds)
+    assert [a - b for a, b in zip(after, before)] == [rounds, rounds]
+    assert [b["reads"] for b in stats["backends"]] == [rounds, rounds]
+
+
+def test_least_response_time_avoids_a_slow_backend(servers):
+    import psycopg
+
+    _, pgs = servers
+    for i, p in enumerate(pgs):
+        p.sql("DROP VIEW IF EXISTS probe_rust_lrt", db=DB)
+        p.sql(f"CREATE VIEW probe_rust_lrt AS SELECT {i} AS who, pg_sleep({0.02 if i == 0 else 0})::text AS s", db=DB)
+    stats: dict = {}
+    with rust_middleware(servers, "lrt", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+        who = [conn.execute("SELECT who FROM probe_rust_lrt").fetchone()[0] for _ in range(40)]
+    assert who[:2] == [0, 1] and who.count(1) >= 37, who
+    lat = [b["read_latency_ms"] for b in stats["backends"]]
+    assert lat[1] < 10 < lat[0]
+
+
+# --- writes --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wait", ["first", "all"])
+def test_writes_reach_both_backends_with_one_now(servers, wait):
+    import psycopg
+
+    _, pgs = servers
+    table = f"rw_{wait}"
+    stats: dict = {}
+    with rust_middleware(servers, wait=wait, stats=stats) as mw:
+        with psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=None) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"CREATE TABLE {table} (id serial PRIMARY KEY, v text, at timestamptz)")
+            ids = [
+                conn.execute(
+                    f"INSERT INTO {table} (v, at) VALUES (%s, NOW()) RETURNING id /*request_id='x'*/", (f"v{i}",)
+                ).fetchone()[0]
+                for i in range(10)
+            ]
+            conn.execute(f"UPDATE {table} SET v = v || '!' WHERE id <= %s", (4,))
+        with psycopg.connect(dsn(mw), autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+            for i in range(5):  # the simple-query protocol
+                conn.execute(f"INSERT INTO {table} (v, at) VALUES (%s, current_timestamp)", (f"q{i}",))
+    assert ids == list(range(1, 11))
+    rows = on_each(pgs, f"SELECT id, v, at FROM {table} ORDER BY id")
+    assert len(rows[0]) == 15 and rows[0] == rows[1]  # the same timestamps: NOW() became one literal
+    assert len({r[2] for r in rows[0]}) == 15
+    assert sum(1 for r in rows[0] if r[1].endswith("!")) == 4
+    assert stats["wait"] == wait and stats["disabled"] == []
+    assert stats["writes"] == 18 and stats["macros_rewritten"] == 15
+    assert [b["writes"] for b in stats["backends"]] == [18, 18]
+
+
+def test_a_transaction_with_a_write_runs_on_both_and_rolls_back_on_both(servers):
+    """Inside BEGIN ... COMMIT every statement (reads too) runs on both servers, under the write
+    lock: each server has the committed rows and rolled back the failed transaction (pg_stat_database)."""
+    import psycopg
+
+    _, pgs = servers
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS rtx", DB)
+        p.sql("CREATE TABLE rtx (id int PRIMARY KEY, n int)", DB)
+    stats: dict = {}
+    commits0, rollbacks0 = xacts(pgs), xacts(pgs, "xact_rollback")
+    with rust_middleware(servers, "rr", stats=stats) as mw, psycopg.connect(dsn(mw)) as conn:
+        for i in range(5):
+            with conn.transaction():
+                conn.execute("INSERT INTO rtx VALUES (%s, %s)", (i, i))
+                assert conn.execute("SELECT count(*) FROM rtx").fetchone() == (i + 1,)
+                conn.execute("UPDATE rtx SET n = n + 1 WHERE id = %s", (i,))
+        with pytest.raises(psycopg.errors.UniqueViolation), conn.transaction():
+            conn.execute("INSERT INTO rtx VALUES (100, 1)")
+            conn.execute("INSERT INTO rtx VALUES (0, 1)")  # a duplicate on both: both roll back
+    assert on_each(pgs, "SELECT id, n FROM rtx ORDER BY id") == [[(i, i + 1) for i in range(5)]] * 2
+    # each server rolled back the failed transaction exactly once (and committed the 5 others, among
+    # the statistics queries' own commits): the transactions ran on both, not on one by policy
+    rollbacks = xacts(pgs, "xact_rollback", lambda c: all(a - b >= 1 for a, b in zip(c, rollbacks0)))
+    commits = xacts(pgs, "xact_commit", lambda c: all(a - b >= 5 for a, b in zip(c, commits0)))
+    assert [a - b for a, b in zip(rollbacks, rollbacks0)] == [1, 1]
+    assert all(a - b >= 5 for a, b in zip(commits, commits0)), (commits0, commits)
+    assert stats["transaction_units"] == 5 * 3 + 1 + 2 and stats["disabled"] == []
+    assert stats["reads"] == 0  # every unit of these transactions was broadcast
+
+
+def test_psycopg_prepared_statements_and_the_extended_protocol(servers):
+    """prepare_threshold=0: psycopg prepares every statement (Parse with a name), the middleware
+    keeps them and runs them on either backend as the unnamed statement."""
+    import psycopg
+
+    _, pgs = servers
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS rps", DB)
+    fresh_table(pgs, "probe_rust_ps")
+    before = seq_scans(pgs, "probe_rust_ps", 0)
+    stats: dict = {}
+    with rust_middleware(servers, "rr", stats=stats) as mw:
+        with psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=0) as conn:
+            conn.execute("CREATE TABLE rps (id int PRIMARY KEY, n int)")
+            for i in range(6):
+                conn.execute("INSERT INTO rps VALUES (%s, %s)", (i, i * i))
+                assert conn.execute("SELECT n FROM rps WHERE id = %s", (i,)).fetchone() == (i * i,)
+                conn.execute("UPDATE rps SET n = n + 1 WHERE id = %s", (i,))
+            for _ in range(10):
+                assert conn.execute("SELECT count(*) FROM probe_rust_ps WHERE id > %s", (0,)).fetchone() == (3,)
+            cur = conn.execute("SELECT id, n FROM rps WHERE id < %s ORDER BY id", (3,))
+            assert [d.name for d in cur.description] == ["id", "n"] and cur.fetchall() == [(0, 1), (1, 2), (2, 5)]
+            conn.execute("DEALLOCATE ALL")
+            assert conn.execute("SELECT sum(n) FROM rps").fetchone() == (sum(i * i + 1 for i in range(6)),)
+            with pytest.raises(psycopg.errors.UndefinedTable):
+                conn.execute("SELECT * FROM no_such_table WHERE id = %s", (1,))
+            assert conn.execute("SELECT 7").fetchone() == (7,)  # the session goes on
+    after = seq_scans(pgs, "probe_rust_ps", sum(before) + 10)
+    assert [a - b for a, b in zip(after, before)] == [5, 5]  # round robin over both, prepared or not
+    assert stats["named_statements"] > 0 and stats["disabled"] == []
+    assert on_each(pgs, "SELECT count(*), sum(n) FROM rps") == [[(6, sum(i * i + 1 for i in range(6)))]] * 2
+
+
+def test_pipeline_mode_copy_and_unknown_database(servers):
+    import psycopg
+
+    _, pgs = servers
+    stats: dict = {}
+    with rust_middleware(servers, stats=stats) as mw:
+        with psycopg.connect(dsn(mw), autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS rpl")
+            conn.execute("CREATE TABLE rpl (id int)")
+            with conn.pipeline():
+                for i in range(5):
+                    conn.execute("INSERT INTO rpl VALUES (%s)", (i,))
+                assert conn.execute("SELECT count(*) FROM rpl").fetchone() == (5,)
+            with pytest.raises(psycopg.errors.FeatureNotSupported, match="COPY is not supported"):
+                with conn.cursor().copy("COPY rpl FROM STDIN") as cp:
+                    cp.write_row((1,))
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(psycopg.OperationalError, match='database "other" does not exist'):
+            psycopg.connect(f"host={mw.host} port={mw.port} user=postgres dbname=other")
+    assert on_each(pgs, "SELECT count(*) FROM rpl") == [[(5,)], [(5,)]]
+    assert stats["disabled"] == [] and stats["errors_to_clients"] >= 1
+
+
+def test_a_backend_that_fails_a_write_the_other_executed_is_disabled(servers):
+    import psycopg
+
+    _, pgs = servers
+    fresh_table(pgs, "probe_rust_dis")
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS ru", DB)
+        p.sql("CREATE TABLE ru (id int PRIMARY KEY)", DB)
+    pgs[1].sql("INSERT INTO ru VALUES (1)", DB)  # backend 2 is out of sync
+    before = seq_scans(pgs, "probe_rust_dis", 0)
+    stats: dict = {}
+    with rust_middleware(servers, "rr", stats=stats) as mw, psycopg.connect(dsn(mw), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UndefinedTable):  # every backend fails it: nobody disabled
+            conn.execute("INSERT INTO no_such_table VALUES (1)")
+        conn.execute("SELECT count(*) FROM probe_rust_dis")
+        conn.execute("SELECT count(*) FROM probe_rust_dis")
+        conn.execute("INSERT INTO ru VALUES (1)")  # backend 1 executes it, backend 2 fails: disabled
+        for _ in range(5):
+            conn.execute("SELECT count(*) FROM probe_rust_dis")
+        conn.execute("INSERT INTO ru VALUES (2)")
+    after = seq_scans(pgs, "probe_rust_dis", sum(before) + 7)
+    assert [a - b for a, b in zip(after, before)] == [6, 1]
+    assert on_each(pgs, "SELECT id FROM ru ORDER BY id") == [[(1,), (2,)], [(1,)]]
+    assert stats["disabled"] == [pgs[1].address]
+    b1, b2 = stats["backends"]
+    assert b2["failed_writes"] == 1 and "duplicate key" in b2["disabled_reason"]
+    assert b1["enabled"] and b1["failed_writes"] == 0
+    assert "DISABLED" in mw.log.read_text()
+
+
+def test_a_backend_killed_mid_run_is_disabled_and_queries_go_on(servers):
+    """Four clients read and write while backend 2 is stopped: every query is answered, backend 2
+    is disabled and counted, and backend 1 has every write."""
+    import psycopg
+
+    _, pgs = servers
+    fresh_table(pgs, "probe_rust_gone")
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS rgone", DB)
+        p.sql("CREATE TABLE rgone (id int)", DB)
+    stats: dict = {}
+    errors: list = []
+    done = [0] * 4
+    inserted = [0] * 4
+    stop = threading.Event()
+    try:
+        with rust_middleware(servers, "rr", stats=stats) as mw:
+
+            def client(k):
+                try:
+                    with psycopg.connect(dsn(mw), autocommit=True) as conn:
+                        i = 0
+                        while not stop.is_set():
+                            assert conn.execute("SELECT count(*) FROM probe_rust_gone").fetchone() == (3,)
+                            if i % 5 == 0:
+                                conn.execute("INSERT INTO rgone VALUES (%s)", (k,))
+                                inserted[k] += 1
+                            i += 1
+                            done[k] += 1
+                except Exception as err:  # reported below
+                    errors.append(err)
+
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)
+            halfway = sum(done)
+            pgs[1].stop()
+            time.sleep(1.5)
+            stop.set()
+            for t in threads:
+                t.join(timeout=30)
+            assert sum(done) > halfway + 20  # queries went on after the stop
+    finally:
+        pgs[1].start()
+    assert not errors, errors
+    assert stats["disabled"] == [pgs[1].address]
+    assert re.search("read failed|write failed", stats["backends"][1]["disabled_reason"])
+    assert stats["backends"][0]["enabled"]
+    assert on_each(pgs, "SELECT count(*) FROM rgone")[0] == [(sum(inserted),)]
+    assert stats["reads"] >= sum(done)
+
+
+# --- pgbench through it --------------------------------------------------------------------------
+
+
+def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
+    """pgbench -S (simple, extended and prepared) and the TPC-B-like script: pgbench's transaction
+    counts match the middleware's and the servers', and both replicas end with the same balances."""
+    import shutil
+
+    from tierscope.services.postgres import pg_bindir
+
+    work, pgs = servers
+    pgbench = pg_bindir() / "pgbench"
+    if not pgbench.exists():
+        pgbench = Path(shutil.which("pgbench") or "/nonexistent")
+    for p in pgs:
+        subprocess.run(
+            [str(pgbench), "-i", "-q", "-s", "1", "-h", p.host.address, "-p", str(p.port), "-U", "postgres", DB],
+            check=True,
+            capture_output=True,
+        )
+    stats: dict = {}
+
+    def run(mw, *args) -> int:
+        out = subprocess.run(
+            [
+                str(pgbench),
+                "-h",
+                mw.host,
+                "-p",
+                str(mw.port),
+                "-U",
+                "postgres",
+                "-n",
+                "-c",
+                "2",
+                "-t",
+                "100",
+                *args,
+                DB,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        return int(re.search(r"number of transactions actually processed: (\d+)", out.stdout).group(1))
+
+    with rust_middleware(servers, "lprf", stats=stats) as mw:
+        scans0 = idx_scans(pgs, "pgbench_accounts")
+        selects = sum(run(mw, "-S", "-M", mode) for mode in ("simple", "extended", "prepared"))
+        # every -S transaction is one index scan of pgbench_accounts on one server (and nothing else is)
+        scans1 = idx_scans(pgs, "pgbench_accounts", lambda c: sum(c) - sum(scans0) >= 600)
+        tpcb = run(mw, "-M", "extended")
+        # TPC-B's UPDATE and SELECT of pgbench_accounts run on both servers: 2 scans per transaction each
+        scans2 = idx_scans(pgs, "pgbench_accounts", lambda c: all(a - b >= 400 for a, b in zip(c, scans1)))
+    assert selects == 600 and tpcb == 200
+    assert sum(scans1) - sum(scans0) == 600 and [a - b for a, b in zip(scans2, scans1)] == [400, 400]
+    # pgbench's own catalog queries at start are reads too
+    assert stats["reads"] >= 600 and stats["disabled"] == []
+    # TPC-B: BEGIN; UPDATE; SELECT; UPDATE; UPDATE; INSERT; END: 7 write units, 6 inside the transaction
+    assert stats["writes"] == 7 * 200 and stats["transaction_units"] == 6 * 200
+    hist = on_each(pgs, "SELECT count(*), sum(delta) FROM pgbench_history")
+    assert hist[0] == hist[1] and hist[0][0][0] == 200
+    balances = on_each(pgs, "SELECT sum(abalance), sum(bbalance) FROM pgbench_accounts, pgbench_branches")
+    assert balances[0] == balances[1]
+
+
+# --- the process ---------------------------------------------------------------------------------
+
+
+def test_stats_are_written_on_sigterm_and_aware_is_refused(servers):
+    import psycopg
+
+    _, pgs = servers
+    stats: dict = {}
+    with rust_middleware(servers, "lprf", stats=stats, extra=("--series-interval", "0.05")) as mw:
+        with psycopg.connect(dsn(mw), autocommit=True) as conn:
+            for _ in range(3):
+                conn.execute("SELECT 1")
+        time.sleep(0.3)
+        mw.proc.send_signal(signal.SIGTERM)
+        assert mw.proc.wait(timeout=15) == 0
+    assert stats["sessions"] == 1 and stats["reads"] == 3 and stats["units"] == 3
+    assert {"policy", "wait", "uptime_s", "disabled", "backends", "labels", "series"} <= set(stats)
+    assert [b["name"] for b in stats["backends"]] == [p.address for p in pgs]
+    series = stats["series"]
+    assert series["interval_s"] == 0.05 and len(series["t_s"]) >= 4
+    assert series["reads"][pgs[0].address][-1] == 3
+    assert "stopped: 3 units, 3 reads" in mw.log.read_text()
+    out = subprocess.run(
+        [str(ENGINE), "middleware", "--listen", "127.0.0.1:1", "--backend", pgs[0].address, "--policy", "aware"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 2 and "use the Python" in out.stderr
