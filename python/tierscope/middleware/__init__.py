@@ -2,8 +2,8 @@
 process.
 
 Clients speak the database's protocol to it as to one database (`--protocol postgres`: PostgreSQL
-v3; `--protocol mysql`: MySQL's text protocol with mysql_native_password, prepared statements
-refused with an ERR packet); it keeps a connection pool to every database server (backend). Each
+v3; `--protocol mysql`: MySQL's text protocol and prepared statements, mysql_native_password);
+it keeps a connection pool to every database server (backend). Each
 unit of work (a simple `Query` or COM_QUERY, or the extended-protocol messages up to `Sync`) is
 classified read or write from its SQL: a read goes to one backend chosen
 by Least-Pending-Requests-First (or round robin, weighted round robin, least response time, or the

@@ -26,9 +26,10 @@ Protocols (--protocol): postgres (PostgreSQL v3 on both sides; the middleware lo
 backends with trust authentication) or mysql (MariaDB/MySQL on both sides: the middleware logs in
 to the backends as --user with mysql_native_password and the password in the environment variable
 TIERSCOPE_MIDDLEWARE_PASSWORD, and accepts that same user and password from its clients). With
-mysql only the text protocol is served (COM_QUERY, COM_PING, COM_INIT_DB, COM_RESET_CONNECTION,
-COM_SET_OPTION, COM_QUIT): prepared statements (COM_STMT_PREPARE/EXECUTE) are answered with ERR
-1235; no SSL, compression or LOAD DATA LOCAL INFILE.
+mysql the text protocol (COM_QUERY, COM_PING, COM_INIT_DB, COM_RESET_CONNECTION, COM_SET_OPTION,
+COM_QUIT) and prepared statements (COM_STMT_PREPARE/EXECUTE/CLOSE/RESET: a statement is prepared on
+a backend connection the first time it runs there) are served; cursors (COM_STMT_FETCH) and
+COM_STMT_SEND_LONG_DATA are answered with ERR 1235; no SSL, compression or LOAD DATA LOCAL INFILE.
 
 Example: python -m tierscope.middleware --listen 127.0.0.1:25322 --backend 127.0.0.1:5433 \\
     --backend 127.0.0.1:5434 --db rubbos --user postgres --pool 16 --policy lprf --stats mw.json

@@ -8,8 +8,15 @@ policy, writes broadcast under the write lock, a transaction pinned to one conne
 with the lock held until it ends). COM_PING, COM_INIT_DB (the served database only),
 COM_RESET_CONNECTION, COM_SET_OPTION and COM_QUIT are answered here, and so are `USE <the served
 database>` and `SET NAMES utf8mb4` (what every backend connection has from its login; PyMySQL
-sends it on connect): neither takes the write lock. Prepared statements
-(COM_STMT_PREPARE/EXECUTE/...) are not supported: they get an ERR packet (1235) saying so.
+sends it on connect): neither takes the write lock.
+
+Prepared statements (the binary protocol): COM_STMT_PREPARE runs on one backend (chosen like a
+read) and the client gets the session's own statement id; COM_STMT_EXECUTE is a unit of work like a
+query (a read or a write by the statement's SQL), and a backend connection that has not prepared
+that SQL yet prepares it first (one more round trip, then kept: up to 256 statements per
+connection). The parameter types the client bound last are sent with every execute (the
+connection may not have seen them). Not supported, with an ERR packet (1235): cursors (an execute
+with a cursor flag, COM_STMT_FETCH) and COM_STMT_SEND_LONG_DATA.
 
 Transactions are seen in the backends' status flags, as the PostgreSQL side sees them in
 ReadyForQuery: after BEGIN / START TRANSACTION, or SET autocommit=0, a backend's OK says "in
@@ -29,6 +36,8 @@ import itertools
 import os
 import random
 import re
+import struct
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -39,6 +48,8 @@ from tierscope.middleware.pool import RECV_SIZE, BackendConnection, BackendError
 from tierscope.middleware.routing import Result, RoutingSession
 
 _session_ids = itertools.count(1)
+#: statements kept prepared per backend connection at most (the oldest is closed beyond)
+STMT_CACHE = 256
 _USE = re.compile(r"^\s*USE\s+`?([A-Za-z0-9_$]+)`?\s*;?\s*$", re.IGNORECASE)
 #: what every backend connection already has (its login asks for utf8mb4): PyMySQL sends it on connect
 _SET_NAMES = re.compile(r"^\s*SET\s+NAMES\s+'?utf8mb4'?(\s+COLLATE\s+'?utf8mb4_general_ci'?)?\s*;?\s*$", re.IGNORECASE)
@@ -59,10 +70,12 @@ TIME_FUNCTIONS = frozenset(
         "UTC_TIME",
     )
 )
-PREPARED_UNSUPPORTED = (
-    "prepared statements (COM_STMT_PREPARE/EXECUTE) are not supported by the tierscope middleware: "
-    "use the text protocol (client-side parameters)"
+CURSORS_UNSUPPORTED = (
+    "server-side cursors (COM_STMT_EXECUTE with a cursor flag, COM_STMT_FETCH) are not supported by the "
+    "tierscope middleware"
 )
+LONG_DATA_UNSUPPORTED = "COM_STMT_SEND_LONG_DATA is not supported by the tierscope middleware"
+ER_UNKNOWN_STMT_HANDLER = 1243
 
 
 def time_functions(text: str) -> int:
@@ -79,7 +92,34 @@ def idle_status(flags: int) -> bytes:
 
 
 class MySQLBackendConnection(BackendConnection):
-    """One authenticated MySQL-protocol session on a backend (mysql_native_password)."""
+    """One authenticated MySQL-protocol session on a backend (mysql_native_password), with the
+    statements prepared on it (by their SQL: any client's statement of the same text reuses one)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        super().__init__(reader, writer)
+        self.stmts: OrderedDict[bytes, int] = OrderedDict()  # SQL -> the backend's statement id
+
+    async def prepare(self, sql: bytes) -> tuple[list[tuple[int, bytes]], int | None, str | None]:
+        """COM_STMT_PREPARE `sql` here: (the answer's packets as (sequence id, payload), the
+        statement id or None and the error text when it failed). The oldest statement is closed
+        when more than STMT_CACHE are prepared."""
+        out = b""
+        if len(self.stmts) >= STMT_CACHE:
+            _, old = self.stmts.popitem(last=False)
+            out = my.packet(0, bytes((my.COM_STMT_CLOSE,)) + struct.pack("<I", old))  # no answer
+        self.send(out + my.packet(0, bytes((my.COM_STMT_PREPARE,)) + sql))
+        seq, first = await self.read_packet()
+        packets = [(seq, first)]
+        if first[:1] == b"\xff":
+            return packets, None, my.err_text(first)
+        if first[:1] != b"\x00" or len(first) < 12:
+            raise my.ProtocolError(f"unexpected answer to COM_STMT_PREPARE: 0x{first[0]:02x}")
+        sid, columns, params = struct.unpack_from("<IHH", first, 1)
+        for n in (params, columns):
+            for _ in range(n + 1 if n else 0):  # the definitions, then an EOF
+                packets.append(await self.read_packet())
+        self.stmts[sql] = sid
+        return packets, sid, None
 
     @classmethod
     async def open(  # type: ignore[override]
@@ -162,11 +202,30 @@ class MySQLBackendConnection(BackendConnection):
 
 
 @dataclass
-class MyOutgoing:
-    """The commands to send a backend for one unit, and per command whether the client sees its answer."""
+class PStmt:
+    """A statement a client prepared (its id is the session's own)."""
 
-    data: bytes
+    sql: bytes
+    text: str
+    params: int
+    columns: int
+    kind: str  # sqlmod.READ or WRITE
+    types: bytes | None = None  # the parameter types the client bound last (sent again on every execute)
+    long_data: bool = False  # COM_STMT_SEND_LONG_DATA came (not supported)
+
+
+@dataclass
+class MyOutgoing:
+    """The commands to send a backend for one unit, and per command whether the client sees its
+    answer: `pre` + the query (or the execute of `stmt` with `body`, prepared on the connection
+    first when it is not yet) + `post`."""
+
+    query: bytes | None
     passed: list[bool]
+    pre: bytes = b""
+    post: bytes = b""
+    stmt: PStmt | None = None
+    body: bytes = b""  # COM_STMT_EXECUTE's payload after the statement id
 
 
 # --- client sessions -----------------------------------------------------------------------------
@@ -179,6 +238,8 @@ class MySQLSession(RoutingSession):
         super().__init__(manager, reader, writer)
         self.id = next(_session_ids)
         self.buf = b""
+        self.stmts: dict[int, PStmt] = {}  # prepared by the client, by the session's own ids
+        self.next_stmt = 1
 
     async def read_packet(self) -> tuple[int, bytes]:
         parts, seq = [], 0
@@ -225,11 +286,15 @@ class MySQLSession(RoutingSession):
                     self.reply(my.ok(status=self.status_flags()))
                 elif cmd == my.COM_SET_OPTION:  # the backends allow multiple statements anyway
                     self.reply(my.eof(self.status_flags()))
-                elif cmd in my.SILENT_COMMANDS:
-                    pass
-                elif cmd in my.STMT_COMMANDS:
+                elif cmd == my.COM_STMT_PREPARE:
+                    await self.stmt_prepare(payload[1:])
+                elif cmd == my.COM_STMT_EXECUTE:
+                    await self.stmt_execute(payload)
+                elif cmd in (my.COM_STMT_CLOSE, my.COM_STMT_SEND_LONG_DATA, my.COM_STMT_RESET):
+                    self.stmt_other(cmd, payload)
+                elif cmd == my.COM_STMT_FETCH:
                     self.m.counts["errors_to_clients"] += 1
-                    self.reply(my.err(my.ER_NOT_SUPPORTED_YET, PREPARED_UNSUPPORTED, "42000"))
+                    self.reply(my.err(my.ER_NOT_SUPPORTED_YET, CURSORS_UNSUPPORTED, "42000"))
                 else:
                     self.m.counts["errors_to_clients"] += 1
                     self.reply(
@@ -323,18 +388,125 @@ class MySQLSession(RoutingSession):
             self.m.counts["errors_to_clients"] += 1
             self.reply(my.err(my.ER_UNKNOWN_ERROR, str(err), "08S01"))
 
+    # --- prepared statements -----------------------------------------------------------------
+    async def stmt_prepare(self, sql: bytes) -> None:
+        """Prepare on one backend (chosen like a read; inside a transaction on its first pinned
+        connection) and answer with the session's own statement id; every other connection that
+        executes the statement prepares it first (`execute`)."""
+        self.m.counts["named_statements"] += 1
+        try:
+            if self.txn is not None:
+                backend, conn = next(iter(self.txn.values()))
+                packets, sid, error = await conn.prepare(sql)
+            else:
+                while True:
+                    backend = self.m.choose_read()
+                    try:
+                        conn = await self.m.acquire(backend)
+                    except BackendError as err:
+                        self.m.disable(backend, f"prepare failed: {err}")
+                        continue
+                    try:
+                        packets, sid, error = await conn.prepare(sql)
+                    except (OSError, asyncio.IncompleteReadError, my.ProtocolError, IndexError) as err:
+                        conn.close()
+                        backend.pool.release(conn)
+                        self.m.disable(backend, f"prepare failed: {err!r}")
+                        continue
+                    backend.pool.release(conn)
+                    break
+        except NoBackend as err:
+            self.m.counts["errors_to_clients"] += 1
+            self.reply(my.err(my.ER_UNKNOWN_ERROR, str(err), "08S01"))
+            return
+        if sid is None:
+            self.m.counts["errors_to_clients"] += 1
+            self.writer.write(b"".join(my.packet(q, pl) for q, pl in packets))
+            return
+        first = packets[0][1]
+        cid = self.next_stmt
+        self.next_stmt += 1
+        _, columns, params = struct.unpack_from("<IHH", first, 1)
+        text = sql.decode("utf-8", "replace")
+        self.stmts[cid] = PStmt(sql, text, params, columns, self.m.classify(text))
+        packets[0] = (packets[0][0], first[:1] + struct.pack("<I", cid) + first[5:])
+        self.writer.write(b"".join(my.packet(q, pl) for q, pl in packets))
+
+    async def stmt_execute(self, payload: bytes) -> None:
+        cid = struct.unpack_from("<I", payload, 1)[0] if len(payload) >= 10 else -1
+        st = self.stmts.get(cid)
+        problem = None
+        if st is None:
+            problem = my.err(
+                ER_UNKNOWN_STMT_HANDLER, f"Unknown prepared statement handler ({cid}) given to mysqld_stmt_execute"
+            )
+        elif payload[5]:
+            problem = my.err(my.ER_NOT_SUPPORTED_YET, CURSORS_UNSUPPORTED, "42000")
+        elif st.long_data:
+            problem = my.err(my.ER_NOT_SUPPORTED_YET, LONG_DATA_UNSUPPORTED, "42000")
+        if problem is not None:
+            self.m.counts["errors_to_clients"] += 1
+            self.reply(problem)
+            return
+        body = payload[5:]  # flags, iteration count, then the parameters
+        if st.params:
+            nb = (st.params + 7) // 8
+            at = 5 + nb  # the new-params-bound flag
+            if body[at : at + 1] == b"\x01":
+                st.types = body[at + 1 : at + 1 + 2 * st.params]
+            elif st.types is not None:  # this backend connection may not have seen the types: send them again
+                body = body[:at] + b"\x01" + st.types + body[at + 1 :]
+        self.m.counts["units"] += 1
+        unit = (st, body)
+        try:
+            if self.txn is not None:
+                self.m.counts["transaction_units"] += 1
+                await self.write(unit)
+            elif st.kind == sqlmod.READ:
+                await self.read(unit, self.m.label([st.text]) if self.m.track else None)
+            else:
+                await self.write(unit)
+        except NoBackend as err:
+            self.m.counts["errors_to_clients"] += 1
+            self.reply(my.err(my.ER_UNKNOWN_ERROR, str(err), "08S01"))
+
+    def stmt_other(self, cmd: int, payload: bytes) -> None:
+        """COM_STMT_CLOSE and COM_STMT_SEND_LONG_DATA (no answer), COM_STMT_RESET (OK)."""
+        cid = struct.unpack_from("<I", payload, 1)[0] if len(payload) >= 5 else -1
+        if cmd == my.COM_STMT_CLOSE:
+            self.stmts.pop(cid, None)  # the backends keep it prepared for the next client of that text
+        elif cmd == my.COM_STMT_SEND_LONG_DATA:
+            if cid in self.stmts:
+                self.stmts[cid].long_data = True
+        elif cid in self.stmts:
+            self.stmts[cid].long_data = False
+            self.reply(my.ok(status=self.status_flags()))
+        else:
+            self.m.counts["errors_to_clients"] += 1
+            self.reply(
+                my.err(
+                    ER_UNKNOWN_STMT_HANDLER, f"Unknown prepared statement handler ({cid}) given to mysqld_stmt_reset"
+                )
+            )
+
     # --- the routing interface ---------------------------------------------------------------
-    def outgoing(self, unit: bytes, macros_at: datetime | None) -> MyOutgoing:
-        query = my.packet(0, unit)
+    def outgoing(self, unit, macros_at: datetime | None) -> MyOutgoing:
+        """`unit` is a COM_QUERY payload or (statement, execute body) for COM_STMT_EXECUTE."""
+        if isinstance(unit, tuple):
+            st, body = unit
+            out = MyOutgoing(None, [True], stmt=st, body=body)
+            text = st.text
+        else:
+            out = MyOutgoing(my.packet(0, unit), [True])
+            text = unit[1:].decode("utf-8", "replace") if macros_at is not None else ""
         if macros_at is not None:
-            n = time_functions(unit[1:].decode("utf-8", "replace"))
+            n = time_functions(text)
             if n:
                 self.m.counts["macros_rewritten"] += n
-                at = b"\x03SET timestamp = %.6f" % macros_at.timestamp()
-                return MyOutgoing(
-                    my.packet(0, at) + query + my.packet(0, b"\x03SET timestamp = DEFAULT"), [False, True, False]
-                )
-        return MyOutgoing(query, [True])
+                out.pre = my.packet(0, b"\x03SET timestamp = %.6f" % macros_at.timestamp())
+                out.post = my.packet(0, b"\x03SET timestamp = DEFAULT")
+                out.passed = [False, True, False]
+        return out
 
     async def execute(self, backend: Backend, conn: BackendConnection, out: MyOutgoing, sink=None) -> Result:
         """Send the unit's commands on one connection and read their answers; the client's bytes go
@@ -342,7 +514,21 @@ class MySQLSession(RoutingSession):
         res = Result(backend, conn)
         emit = sink if sink is not None else res.replies.append
         try:
-            conn.send(out.data)
+            if out.stmt is not None:
+                assert isinstance(conn, MySQLBackendConnection)
+                sid = conn.stmts.get(out.stmt.sql)
+                if sid is None:  # first time on this connection: prepare it here (one more round trip)
+                    packets, sid, error = await conn.prepare(out.stmt.sql)
+                    if sid is None:
+                        res.ok, res.error, res.status = False, error, conn.status
+                        emit(my.packet(1, packets[0][1]))
+                        return res
+                else:
+                    conn.stmts.move_to_end(out.stmt.sql)
+                query = my.packet(0, bytes((my.COM_STMT_EXECUTE,)) + struct.pack("<I", sid) + out.body)
+            else:
+                query = out.query
+            conn.send(out.pre + query + out.post if out.pre else query)
             buf, pos, run = conn.buf, 0, -1  # run: where the bytes not yet passed on begin
             for passed in out.passed:
                 r = my.Response()

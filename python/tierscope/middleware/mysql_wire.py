@@ -7,8 +7,8 @@ new sequence at 0 and its answer continues it (1, 2, ...). Integers are little-e
 
 What the middleware uses: the server handshake (protocol 10) and the client's HandshakeResponse41
 with mysql_native_password, OK/ERR/EOF packets, and `Response`, which follows the answer to one
-COM_QUERY (OK, ERR, or result sets of column definitions, EOF, rows, EOF; several with
-SERVER_MORE_RESULTS_EXISTS) to tell where it ends. Neither side uses CLIENT_DEPRECATE_EOF or
+COM_QUERY or COM_STMT_EXECUTE (OK, ERR, or result sets of column definitions, EOF, rows in the text
+or the binary format, EOF; several with SERVER_MORE_RESULTS_EXISTS) to tell where it ends. Neither side uses CLIENT_DEPRECATE_EOF or
 CLIENT_SESSION_TRACK, so the backends' answers pass to the clients byte for byte.
 """
 
@@ -25,10 +25,6 @@ COM_QUIT, COM_INIT_DB, COM_QUERY, COM_FIELD_LIST = 0x01, 0x02, 0x03, 0x04
 COM_STATISTICS, COM_PING, COM_CHANGE_USER = 0x09, 0x0E, 0x11
 COM_STMT_PREPARE, COM_STMT_EXECUTE, COM_STMT_SEND_LONG_DATA, COM_STMT_CLOSE = 0x16, 0x17, 0x18, 0x19
 COM_STMT_RESET, COM_SET_OPTION, COM_STMT_FETCH, COM_RESET_CONNECTION = 0x1A, 0x1B, 0x1C, 0x1F
-#: prepared-statement commands: the middleware answers them with an ERR packet (text protocol only)
-STMT_COMMANDS = frozenset((COM_STMT_PREPARE, COM_STMT_EXECUTE, COM_STMT_RESET, COM_STMT_FETCH))
-#: commands without any answer
-SILENT_COMMANDS = frozenset((COM_STMT_CLOSE, COM_STMT_SEND_LONG_DATA))
 
 # capability flags
 LONG_PASSWORD = 1
