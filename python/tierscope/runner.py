@@ -26,13 +26,13 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tierscope import __version__, manifest, tables
+from tierscope import __version__, assembly, manifest, tables
 from tierscope.spec import Point, Spec, db_topology_problem, expand
 from tierscope.tiers import TIERS
 
-#: ports the web and app tiers listen on inside their hosts (every host has its own address; a
-#: database server listens on its DBMS's port, `services.databases.PORT`)
-WEB_PORT, APP_PORT = 8000, 9000
+#: the ports inside the hosts (web, app, middleware; a database server listens on its DBMS's port):
+#: the assembly's, named here too for the remote controller
+WEB_PORT, APP_PORT, MIDDLEWARE_PORT = assembly.WEB_PORT, assembly.APP_PORT, assembly.MIDDLEWARE_PORT
 
 DONE, FAILED = "done", "failed"
 
@@ -111,97 +111,25 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
 
     Every database server starts from the same loaded data. With middleware servers, each one has
     all database servers as backends (RAIDb-1) and the app servers are spread over them round
-    robin; without, the one database server serves the app servers directly. What runs in each
-    tier comes from the benchmark's provider (`tierscope.apps`)."""
+    robin; without, the one database server serves the app servers directly. The system is put
+    together by `tierscope.assembly` from the point's layout; what runs in each tier comes from the
+    benchmark's provider (`tierscope.apps`). What starts goes to the point's services, server map
+    and notes as it answers, so that teardown stops exactly that."""
     from tierscope.apps import provider
-    from tierscope.services import databases
-    from tierscope.services.base import read_through
-    from tierscope.services.nginx import Nginx
 
     c = ctx.point.config
     app = provider(c.benchmark)
-    hosts = ctx.hosts
-    dbs = c.tier_servers("db")
-    mws = c.tier_servers("middleware")
-    check_db_topology(c.dbms, len(dbs), len(mws))
-    dbms = databases.dbms_name(c.dbms)
-    port = databases.PORT[dbms]
-    data_dir = data_dirs[(c.benchmark, *app.data_key(c))]
-    cfg = None
-    db_addresses = []
-    for db_server in dbs:
-        progress.phase = f"starting database {db_server.name}" if len(dbs) > 1 else "starting database"
-        db, db_cfg = app.database_server(
-            dbms,
-            hosts[db_server.name],
-            port,
-            ctx.dir / db_server.name,
-            cache=f"{max(16, c.soft.db.cache // 2**20)}M",
-            max_connections=c.soft.db.max_connections,
-            name=db_server.name,
-            fsync=c.soft.db.fsync,
-        )
-        app.restore(data_dir, db)
-        ctx.services.append(db)
-        db.start()
-        if c.soft.db.warm:
-            progress.phase = f"warming {db_server.name}'s page cache"
-            t0 = time.monotonic()
-            size = read_through(hosts[db_server.name], db.table_files())
-            ctx.notes.append(
-                f"{db_server.name}: read its {size / 2**20:.0f} MiB of table files before the load "
-                f"(soft.db.warm) in {time.monotonic() - t0:.1f} s"
-            )
-        ctx.server_map.append((db.address, "db", db_server.name, databases.PROTOCOL[dbms]))
-        db_addresses.append(db.address)
-        cfg = cfg or db_cfg
-
-    app_cfgs = [cfg]
-    if mws:
-        app_cfgs = start_middleware(ctx, mws, db_addresses, cfg, progress)
-
-    progress.phase = "starting app servers"
-    apps = []
-    for i, s in enumerate(c.tier_servers("app")):
-        server = app.app_server(
-            hosts[s.name],
-            APP_PORT,
-            ctx.dir / s.name,
-            db=app_cfgs[i % len(app_cfgs)],
-            soft=c.soft.app,
-            events_dir=ctx.dir / "app-events" / s.name,
-            name=s.name,
-        )
-        ctx.services.append(server)
-        server.start()
-        apps.append(server)
-        ctx.server_map.append((server.address, "app", s.name, "http"))
-
-    progress.phase = "starting web server"
-    webs = c.tier_servers("web")
-    root = app.static_root(ctx.dir / "www", c)
-    web = None
-    for s in webs:
-        web = Nginx(
-            hosts[s.name],
-            WEB_PORT,
-            ctx.dir / s.name,
-            root=root,
-            upstreams=[a.address for a in apps],
-            workers=c.soft.web.workers,
-            worker_connections=c.soft.web.connections,
-            name=s.name,
-        )
-        ctx.services.append(web)
-        web.start()
-        ctx.server_map.append((web.address, "web", s.name, "http"))
-    if len(webs) > 1:
-        ctx.notes.append(f"{len(webs)} web servers: the generator drives the first one only")
-    return f"http://{hosts[webs[0].name].address}:{WEB_PORT}"
-
-
-#: the port the clustering middleware listens on inside its host (C-JDBC's port in the Elba setup)
-MIDDLEWARE_PORT = 25322
+    check_db_topology(c.dbms, len(c.tier_servers("db")), len(c.tier_servers("middleware")))
+    system = assembly.RunningSystem(services=ctx.services, servers=ctx.server_map, notes=ctx.notes)
+    assembly.assemble(
+        app,
+        assembly.point_layout(c, ctx.hosts, ctx.dir),
+        assembly.point_soft(c),
+        data_dir=data_dirs[(c.benchmark, *app.data_key(c))],
+        system=system,
+        phase=lambda what: setattr(progress, "phase", what),
+    )
+    return system.url
 
 
 def socket_limits(c) -> dict[str, int]:
@@ -219,38 +147,6 @@ def check_db_topology(dbms: str, n_db: int, n_middleware: int) -> None:
     problem = db_topology_problem(dbms, n_db, n_middleware)
     if problem:
         raise PointFailed(problem)
-
-
-def start_middleware(ctx: PointContext, mws: list, db_addresses: list[str], db_cfg, progress: Progress) -> list:
-    """Start every middleware server with all database servers as backends; return the app
-    configuration for each (the same order), pointing at its middleware."""
-    from tierscope.services.middleware import Middleware
-
-    c = ctx.point.config
-    out = []
-    for s in mws:
-        progress.phase = f"starting middleware {s.name}"
-        soft = c.soft.middleware
-        mw = Middleware(
-            ctx.hosts[s.name],
-            MIDDLEWARE_PORT,
-            ctx.dir / s.name,
-            backends=db_addresses,
-            database=db_cfg.database,
-            user=db_cfg.user,
-            password=db_cfg.password,
-            dbms=db_cfg.dbms,
-            pool=soft.pool,
-            policy=soft.policy,
-            wait=soft.wait,
-            weights=soft.weights,
-            name=s.name,
-        )
-        ctx.services.append(mw)
-        mw.start()
-        ctx.server_map.append((mw.address, "middleware", s.name, mw.protocol))
-        out.append(mw.db_config(db_cfg))
-    return out
 
 
 #: What the lab captures: TCP segments that carry payload or open/close a connection. Pure ACKs
@@ -516,11 +412,11 @@ def note_disabled_backends(ctx: PointContext, middleware) -> None:
 
 
 def stop_services(ctx: PointContext) -> None:
-    for svc in reversed(ctx.services):
-        try:
-            svc.stop()
-        except Exception as err:  # keep stopping the others
-            ctx.notes.append(f"stopping {svc.name}: {err}")
+    """Stop what the point started (the assembly's stop path, the last started first), then keep
+    the servers' logs and drop their copies of the data."""
+    assembly.RunningSystem(services=ctx.services).stop(
+        on_error=lambda svc, err: ctx.notes.append(f"stopping {svc.name}: {err}")
+    )
     from tierscope.services.middleware import Middleware
 
     for svc in ctx.services:

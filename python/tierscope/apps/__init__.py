@@ -9,6 +9,7 @@ plugs in by adding its provider to `PROVIDERS`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -35,7 +36,7 @@ class AppProvider(Protocol):
         *,
         cache: str,
         max_connections: int,
-        name: str,
+        name: str | None,
         fsync: bool = False,
     ) -> tuple[Any, Any]:
         """The database server (not started) holding the app's database, and its `DbConfig`."""
@@ -44,7 +45,7 @@ class AppProvider(Protocol):
         """Put the loaded data into a (stopped) database server's data directory."""
 
     def app_server(
-        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str
+        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str | None
     ) -> Any:
         """The app server (not started) running the application against `db`."""
 
@@ -58,6 +59,27 @@ class AppProvider(Protocol):
 
     def events(self, events_dir: Path) -> pa.Table:
         """The app's own events (GC, injected pauses) written under `events_dir`, as an events table."""
+
+
+@dataclass(frozen=True)
+class WsgiApp:
+    """A WSGI application as the app server (`services.appserver.AppServer`) runs it against a
+    database: its entry point ("module:factory()"), the path that answers 200 once it serves, the
+    environment that configures it for one server (`env(server)`: from the server's `db`, name,
+    events directory and pauses) and the reader of the events it records (`events(events_dir)`)."""
+
+    entry: str
+    health_path: str
+    env: Callable[[Any], dict[str, str]]
+    events: Callable[[Path], pa.Table]
+
+
+def default_wsgi_app() -> WsgiApp:
+    """What an app server given a database and no application runs: RUBBoS, the lab's first system
+    under test (its tests and bench/rubbos start it so)."""
+    from tierscope.apps.rubbos.provider import WSGI_APP
+
+    return WSGI_APP
 
 
 def _rubbos() -> AppProvider:

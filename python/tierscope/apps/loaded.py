@@ -80,7 +80,7 @@ class LoadedDatabaseApp:
         *,
         cache: str,
         max_connections: int,
-        name: str,
+        name: str | None,
         fsync: bool = False,
     ) -> tuple[Any, Any]:
         from tierscope.services.databases import database_server

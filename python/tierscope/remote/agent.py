@@ -98,127 +98,54 @@ class Served:
         self.monitor = None
         self.cgroup: str | None = None
         self.controllers: tuple[str, ...] = ()
-        self.server_map: list[list[str]] = []
+        self.server_map: list[tuple[str, str, str, str]] = []  # address, tier, name, protocol
         self.notes: list[str] = []
 
 
-def _db_config(app, point, raw: dict, scratch: Path):
-    """The database configuration the app servers use, built as the db host builds it (not started)."""
-    from tierscope.services import databases
-    from tierscope.testbed.host import Host
-
-    c = point.config
-    dbms = databases.dbms_name(c.dbms)
-    db_name = c.tier_servers("db")[0].name
-    host = Host(name=db_name, address=raw["servers"][db_name]["address"])
-    _, cfg = app.database_server(
-        dbms,
-        host,
-        databases.PORT[dbms],
-        scratch / db_name,
-        cache=f"{max(16, c.soft.db.cache // 2**20)}M",
-        max_connections=c.soft.db.max_connections,
-        name=db_name,
-        fsync=c.soft.db.fsync,
-    )
-    return cfg
-
-
 def start_server(point, raw: dict, name: str, workdir: Path, host, served: Served) -> None:
-    """Start server `name` of the point on this host, as `runner.start_tiers` does for that tier."""
+    """Start server `name` of the point on this host with the assembly's start of its tier
+    (`tierscope.assembly`, which `runner.start_tiers` uses for the whole system): the point's
+    layout with the other servers at their inventory addresses, each server in `workdir/<name>`."""
+    from dataclasses import replace
+
+    from tierscope import assembly
     from tierscope.apps import provider
-    from tierscope.runner import APP_PORT, MIDDLEWARE_PORT, WEB_PORT
-    from tierscope.services import databases
-    from tierscope.services.base import read_through
-    from tierscope.services.middleware import Middleware
-    from tierscope.services.nginx import Nginx
+    from tierscope.testbed.host import Host
 
     c = point.config
     app = provider(c.benchmark)
     tier = raw["servers"][name]["tier"]
-    addr = lambda n: raw["servers"][n]["address"]  # noqa: E731
-    dbms = databases.dbms_name(c.dbms)
-    port = databases.PORT[dbms]
+    hosts = {n: Host(name=n, address=s["address"]) for n, s in raw["servers"].items()}
+    hosts[name] = host
+    layout = assembly.point_layout(c, hosts, workdir)
+    soft = assembly.point_soft(c)
+    system = assembly.RunningSystem(services=served.services, servers=served.server_map)
+    tiers = {"db": layout.db, "middleware": layout.middleware, "app": layout.app, "web": layout.web}
+    if tier not in tiers:
+        raise ValueError(f"unknown tier {tier!r} for {name}")
+    server = next(s for s in tiers[tier] if s.name == name)
     if tier == "db":
         data_dir = app.prepare_data(c, workdir.parent.parent / "data", lambda m: print(m, flush=True))
-        db, _ = app.database_server(
-            dbms,
-            host,
-            port,
-            workdir / name,
-            cache=f"{max(16, c.soft.db.cache // 2**20)}M",
-            max_connections=c.soft.db.max_connections,
-            name=name,
-            fsync=c.soft.db.fsync,
-        )
-        app.restore(data_dir, db)
-        served.services.append(db)
-        db.start()
-        if c.soft.db.warm:
-            size = read_through(host, db.table_files())
+        _, _, warmed = assembly.start_database(app, layout.dbms, server, soft, system, data_dir=data_dir)
+        if warmed is not None:
             served.notes.append(
-                f"{name}: read its {size / 2**20:.0f} MiB of table files before the load (soft.db.warm)"
+                f"{name}: read its {warmed[0] / 2**20:.0f} MiB of table files before the load (soft.db.warm)"
             )
-        served.server_map.append([db.address, "db", name, databases.PROTOCOL[dbms]])
         return
-    cfg = _db_config(app, point, raw, workdir / "peer-config")
-    mws = c.tier_servers("middleware")
+    # the database configuration the app servers use, built as the db host builds it (not started)
+    first = layout.db[0]
+    _, cfg = assembly.database_server(
+        app, layout.dbms, replace(first, workdir=workdir / "peer-config" / str(first.name)), soft
+    )
     if tier == "middleware":
-        soft = c.soft.middleware
-        mw = Middleware(
-            host,
-            MIDDLEWARE_PORT,
-            workdir / name,
-            backends=[f"{addr(s.name)}:{port}" for s in c.tier_servers("db")],
-            database=cfg.database,
-            user=cfg.user,
-            pool=soft.pool,
-            policy=soft.policy,
-            wait=soft.wait,
-            weights=soft.weights,
-            name=name,
-        )
-        served.services.append(mw)
-        mw.start()
-        served.server_map.append([mw.address, "middleware", name, "postgres"])
-        return
-    if tier == "app":
-        from dataclasses import replace
-
-        cfgs = [cfg]  # as Middleware.db_config makes it for the app servers behind a middleware
-        if mws:
-            cfgs = [replace(cfg, dbms="postgresql", host=addr(m.name), port=MIDDLEWARE_PORT, password="") for m in mws]
-        i = [s.name for s in c.tier_servers("app")].index(name)
-        server = app.app_server(
-            host,
-            APP_PORT,
-            workdir / name,
-            db=cfgs[i % len(cfgs)],
-            soft=c.soft.app,
-            events_dir=workdir / "app-events" / name,
-            name=name,
-        )
-        served.services.append(server)
-        server.start()
-        served.server_map.append([server.address, "app", name, "http"])
-        return
-    if tier == "web":
-        root = app.static_root(workdir / "www", c)
-        web = Nginx(
-            host,
-            WEB_PORT,
-            workdir / name,
-            root=root,
-            upstreams=[f"{addr(s.name)}:{APP_PORT}" for s in c.tier_servers("app")],
-            workers=c.soft.web.workers,
-            worker_connections=c.soft.web.connections,
-            name=name,
-        )
-        served.services.append(web)
-        web.start()
-        served.server_map.append([web.address, "web", name, "http"])
-        return
-    raise ValueError(f"unknown tier {tier!r} for {name}")
+        assembly.start_middleware(server, [s.address for s in layout.db], cfg, soft, system)
+    elif tier == "app":
+        cfgs = assembly.app_db_configs(layout, cfg, soft)  # behind a middleware: pointing at it
+        i = layout.app.index(server)
+        assembly.start_app_server(app, server, cfgs[i % len(cfgs)], soft, system)
+    else:
+        root = app.static_root(layout.static_dir, c)
+        assembly.start_web(server, root, [s.address for s in layout.app], soft, system)
 
 
 def serve(point_file: str, name: str, workdir: Path) -> int:
@@ -307,6 +234,7 @@ def serve(point_file: str, name: str, workdir: Path) -> int:
 def _stop_served(served: Served, workdir: Path) -> None:
     import shutil
 
+    from tierscope.assembly import RunningSystem
     from tierscope.testbed import cgroups
 
     for what in ("monitor", "capture"):
@@ -317,11 +245,10 @@ def _stop_served(served: Served, workdir: Path) -> None:
             except Exception as err:
                 served.notes.append(f"stopping the {what}: {err}")
             setattr(served, what, None)
-    for svc in reversed(served.services):
-        try:
-            svc.stop()
-        except Exception as err:
-            served.notes.append(f"stopping {svc.name}: {err}")
+    RunningSystem(services=served.services).stop(
+        on_error=lambda svc, err: served.notes.append(f"stopping {svc.name}: {err}")
+    )
+    for svc in served.services:
         for log, path in svc.logs().items():
             (workdir / "logs" / svc.name).mkdir(parents=True, exist_ok=True)
             try:

@@ -1,13 +1,16 @@
-"""The application server: gunicorn with gthread workers running a WSGI application (RUBBoS unless
-`app` names another, e.g. the log service; `app_env` is its configuration as environment).
+"""The application server: gunicorn with gthread workers running a WSGI application: `app` is a
+`tierscope.apps.WsgiApp` run against the database `db` (without `app`, the lab's default one,
+`apps.default_wsgi_app`), or an entry point "module:factory()" configured by `app_env` alone (e.g.
+the log service, the bookstore). This module knows no application: what an app reads from its
+environment and where its events are come from its `WsgiApp`.
 
 The soft resources the seed papers turn are parameters: `workers` (processes), `threads` per
 worker (like Tomcat's maxThreads: requests in service at once per worker) and `pool_size`, the
 bounded database connection pool of each worker (like the servlets' connection pool). `connections`
 bounds the open client connections per worker (gthread's worker_connections: accepted requests
 beyond `threads` wait for a thread, like Tomcat's acceptCount) and `backlog` the kernel's accept
-queue. The app records its GC pauses and injected pauses as `events` rows in
-`events_dir` (one JSON-lines file per worker; `events()` reads them as one table).
+queue. An app may record its own events (GC pauses, injected pauses) as `events` rows in
+`events_dir`; `events()` reads them as one table (its `WsgiApp.events`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from tierscope.apps.dal import DbConfig
 from tierscope.services.base import Service
 from tierscope.testbed.host import Host
 
-APP = "tierscope.apps.rubbos.app:create_app()"
+if TYPE_CHECKING:
+    from tierscope.apps import WsgiApp
 
 
 def _has_setting(name: str) -> bool:
@@ -32,7 +38,7 @@ def _has_setting(name: str) -> bool:
 
 
 class AppServer(Service):
-    """gunicorn (gthread) serving RUBBoS on host:port."""
+    """gunicorn (gthread) serving a WSGI application on host:port."""
 
     kind = "appserver"
     start_timeout = 60.0
@@ -44,9 +50,9 @@ class AppServer(Service):
         workdir: str | Path,
         *,
         db: DbConfig | None = None,
-        app: str = APP,
+        app: "str | WsgiApp | None" = None,
         app_env: dict[str, str] | None = None,
-        health_path: str = "/rubbos/health",
+        health_path: str | None = None,
         workers: int = 2,
         threads: int = 8,
         pool_size: int | None = None,
@@ -69,9 +75,14 @@ class AppServer(Service):
         self.workers = int(workers)
         self.threads = int(threads)
         self.db = replace(db, pool_size=int(pool_size or threads), pool_timeout_s=pool_timeout_s) if db else None
-        self.app = app
+        if app is None:
+            from tierscope.apps import default_wsgi_app
+
+            app = default_wsgi_app()
+        self.wsgi: WsgiApp | None = None if isinstance(app, str) else app
+        self.app = app if isinstance(app, str) else app.entry
         self.app_env = dict(app_env or {})
-        self.health_path = health_path
+        self.health_path = health_path or (self.wsgi.health_path if self.wsgi else "/health")
         self.backlog = backlog
         self.connections = int(connections)
         self.keepalive_s = keepalive_s
@@ -98,25 +109,9 @@ class AppServer(Service):
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.app_env, PYTHONUNBUFFERED="1")
-        d = self.db
-        if d is None:
+        if self.db is None or self.wsgi is None:
             return env
-        env.update(
-            RUBBOS_DBMS=d.dbms,
-            RUBBOS_DB_HOST=d.host,
-            RUBBOS_DB_PORT=str(d.port),
-            RUBBOS_DB_USER=d.user,
-            RUBBOS_DB_PASSWORD=d.password,
-            RUBBOS_DB_NAME=d.database,
-            RUBBOS_POOL_SIZE=str(d.pool_size),
-            RUBBOS_POOL_TIMEOUT_S=str(d.pool_timeout_s),
-            RUBBOS_HOST_NAME=self.server_name,
-            RUBBOS_EVENTS_DIR=str(self.events_dir),
-            RUBBOS_ALLOW_PAUSE="1" if self.allow_pause else "0",
-            RUBBOS_PAUSE_EVERY_S=str(self.pause_every_s),
-            RUBBOS_PAUSE_MS=str(self.pause_ms),
-            PYTHONUNBUFFERED="1",
-        )
+        env.update(self.wsgi.env(self), PYTHONUNBUFFERED="1")
         return env
 
     def prepare(self) -> None:
@@ -181,7 +176,9 @@ class AppServer(Service):
         return out
 
     def events(self):
-        """The `events` table (GC and injected pauses) of every worker so far."""
-        from tierscope.apps.rubbos.events import collect
+        """The `events` table the app's workers recorded so far (none for an app without a reader)."""
+        if self.wsgi is None:
+            from tierscope import tables
 
-        return collect(self.events_dir)
+            return tables.empty("events")
+        return self.wsgi.events(self.events_dir)

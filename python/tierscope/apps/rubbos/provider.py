@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tierscope.apps import WsgiApp
 from tierscope.apps.loaded import LoadedDatabaseApp
 
 
@@ -25,6 +26,38 @@ def scale_name(scale: float | str) -> str:
     return "paper"
 
 
+def server_env(server: Any) -> dict[str, str]:
+    """The RUBBoS app's configuration (`app.AppConfig.from_env`) for the app server `server` (a
+    `services.appserver.AppServer` with a database `db`)."""
+    d = server.db
+    return dict(
+        RUBBOS_DBMS=d.dbms,
+        RUBBOS_DB_HOST=d.host,
+        RUBBOS_DB_PORT=str(d.port),
+        RUBBOS_DB_USER=d.user,
+        RUBBOS_DB_PASSWORD=d.password,
+        RUBBOS_DB_NAME=d.database,
+        RUBBOS_POOL_SIZE=str(d.pool_size),
+        RUBBOS_POOL_TIMEOUT_S=str(d.pool_timeout_s),
+        RUBBOS_HOST_NAME=server.server_name,
+        RUBBOS_EVENTS_DIR=str(server.events_dir),
+        RUBBOS_ALLOW_PAUSE="1" if server.allow_pause else "0",
+        RUBBOS_PAUSE_EVERY_S=str(server.pause_every_s),
+        RUBBOS_PAUSE_MS=str(server.pause_ms),
+    )
+
+
+def collect_events(events_dir: Path) -> pa.Table:
+    """The GC and injected-pause events the app's workers wrote under `events_dir`."""
+    from tierscope.apps.rubbos import events
+
+    return events.collect(events_dir)
+
+
+#: the RUBBoS app as the app server runs it
+WSGI_APP = WsgiApp("tierscope.apps.rubbos.app:create_app()", "/rubbos/health", server_env, collect_events)
+
+
 class RubbosProvider(LoadedDatabaseApp):
     name = "rubbos"
     snapshots = "rubbos"
@@ -39,7 +72,7 @@ class RubbosProvider(LoadedDatabaseApp):
         return datagen
 
     def app_server(
-        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str
+        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str | None
     ) -> Any:
         from tierscope.services.appserver import AppServer
 
@@ -48,6 +81,7 @@ class RubbosProvider(LoadedDatabaseApp):
             port,
             workdir,
             db=self.client_config(db),
+            app=WSGI_APP,
             workers=soft.workers,
             threads=soft.threads,
             pool_size=soft.db_pool,
@@ -69,9 +103,7 @@ class RubbosProvider(LoadedDatabaseApp):
         return path
 
     def events(self, events_dir: Path) -> pa.Table:
-        from tierscope.apps.rubbos import events
-
-        return events.collect(events_dir)
+        return collect_events(events_dir)
 
 
 PROVIDER = RubbosProvider()

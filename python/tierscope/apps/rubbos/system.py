@@ -2,7 +2,8 @@
 loaded scale, N gunicorn application servers, and nginx in front.
 
 `bring_up()` starts everything (restoring the scale's snapshot when a fresh one exists, otherwise
-loading and snapshotting) and writes `state.json` in the run directory; `bring_down()` (a later,
+loading and snapshotting) through the lab's one assembly (`tierscope.assembly`, as `tierscope run`
+does in its hosts) and writes `state.json` in the run directory; `bring_down()` (a later,
 separate process) stops every process listed there. Used by `tierscope rubbos up/down/load` and
 by bench/rubbos.
 """
@@ -16,9 +17,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from types import SimpleNamespace
+from typing import Callable
+
+from tierscope import assembly
 from tierscope.apps import snapshot
-from tierscope.apps.rubbos import datagen, pages
+from tierscope.apps.rubbos import datagen
+from tierscope.apps.rubbos.provider import PROVIDER
 from tierscope.apps.dal import DbConfig
+from tierscope.assembly import Server, Soft
 from tierscope.services.appserver import AppServer
 from tierscope.services.base import Service, ServiceError, tcp_answers
 from tierscope.testbed.host import Host
@@ -65,11 +72,18 @@ class System:
         return [self.db, *self.apps, *([self.web] if self.web else [])]
 
     def stop(self) -> None:
-        for s in reversed(self.services()):
-            try:
-                s.stop()
-            except Exception:
-                pass
+        """Stop every service, the last started first (the assembly's stop path)."""
+        assembly.RunningSystem(services=self.services()).stop()
+
+
+def _soft(o: Options) -> Soft:
+    """The options as the assembly's soft resources (nginx: one worker, its default connections)."""
+    app = SimpleNamespace(workers=o.workers, threads=o.threads, db_pool=o.pool_size)
+    return Soft(db_cache=o.db_memory, fsync=o.fsync, app=app, balance=o.balance)
+
+
+def _db_server(o: Options, workdir: Path) -> Server:
+    return Server(None, Host.loopback("db"), o.db_port or DEFAULT_DB_PORT[o.dbms], workdir)
 
 
 def make_db(
@@ -87,36 +101,31 @@ def make_db(
     `memory` is the cache (shared_buffers / innodb_buffer_pool_size) as "<n>M"; `host` defaults to
     loopback.
     """
-    from tierscope.services.databases import database_server
-
-    return database_server(
-        dbms,
-        host or Host.loopback("db"),
-        port,
-        workdir,
-        database="rubbos",
-        fsync=fsync,
-        cache=memory,
-        max_connections=max_connections,
-        name=name,
+    server = Server(name, host or Host.loopback("db"), port, workdir)
+    return assembly.database_server(
+        PROVIDER, dbms, server, Soft(db_cache=memory, db_max_connections=max_connections, fsync=fsync)
     )
 
 
-def start_loaded_db(
-    o: Options, workdir: Path, say=print
-) -> tuple[Service, DbConfig, datagen.LoadReport | None, Path | None]:
-    """A database server with the scale loaded: restored from a fresh snapshot, or loaded now
-    (and snapshotted for next time)."""
-    port = o.db_port or DEFAULT_DB_PORT[o.dbms]
-    db, cfg = make_db(o.dbms, port, workdir, o.fsync, o.db_memory)
+@dataclass
+class _Data:
+    """Where the database's data comes from: a fresh snapshot (`data_dir`), else `load` fills the
+    started server and snapshots it (`report`: what it loaded)."""
+
+    data_dir: Path | None = None
+    restored_from: Path | None = None
+    report: datagen.LoadReport | None = None
+    load: Callable[[Service, DbConfig], None] | None = None
+
+
+def _data(o: Options, say: Callable[[str], None]) -> _Data:
     snap = snapshot.snapshot_for("rubbos", o.dbms, o.scale, o.seed, datagen.GENERATOR_VERSION, o.snapshots)
     if not o.fresh and snap.fresh():
         say(f"restoring {o.dbms} {o.scale} from snapshot {snap.path} (loaded {snap.age_s() / 3600:.1f} h ago)")
-        snapshot.copy_tree(snap.data, db.data_dir)
-        db.start()
-        return db, cfg, None, snap.path
-    db.start()
-    try:
+        return _Data(data_dir=snap.data, restored_from=snap.path)
+    data = _Data()
+
+    def load(db: Service, cfg: DbConfig) -> None:
         say(f"loading scale {o.scale} into {o.dbms} ...")
         report = datagen.load(cfg, o.scale, o.seed, progress=lambda m: say("  " + m))
         for line in report.lines():
@@ -135,15 +144,32 @@ def start_loaded_db(
             },
         )
         say(f"snapshot saved in {snap.path}")
+        data.report = report
+
+    data.load = load
+    return data
+
+
+def start_loaded_db(
+    o: Options, workdir: Path, say=print
+) -> tuple[Service, DbConfig, datagen.LoadReport | None, Path | None]:
+    """A database server with the scale loaded: restored from a fresh snapshot, or loaded now
+    (and snapshotted for next time)."""
+    data = _data(o, say)
+    running = assembly.RunningSystem()
+    try:
+        db, cfg, _ = assembly.start_database(
+            PROVIDER, o.dbms, _db_server(o, workdir), _soft(o), running, data_dir=data.data_dir, load=data.load
+        )
     except BaseException:
-        db.stop()
+        running.stop()
         raise
-    return db, cfg, report, None
+    return db, cfg, data.report, data.restored_from
 
 
 def bring_up(o: Options, say=print) -> System:
-    from tierscope.services.nginx import Nginx
-
+    """Start the system `o` describes on loopback (`tierscope.assembly`: the database from the
+    scale's snapshot or loaded now, the app servers, nginx) and write `state.json`."""
     run = Path(o.run_dir)
     state = run / "state.json"
     if state.exists() and any(_alive(p["pid"]) for p in json.loads(state.read_text()).get("processes", [])):
@@ -159,38 +185,32 @@ def bring_up(o: Options, say=print) -> System:
     shutil.rmtree(run / "events", ignore_errors=True)
     for old in (run / "nginx" / "access.log", run / "nginx" / "error.log"):
         old.unlink(missing_ok=True)
-    db, cfg, report, restored = start_loaded_db(o, run / o.dbms, say)
-    system = System(o, db, cfg, load_report=report, restored_from=restored)
-    try:
-        for i in range(o.app_servers):
-            app = AppServer(
-                Host.loopback(f"app{i + 1}"),
-                o.app_port + i,
-                run / f"app{i + 1}",
-                db=cfg,
-                workers=o.workers,
-                threads=o.threads,
-                pool_size=o.pool_size,
-                name=f"app{i + 1}",
-                events_dir=run / "events",
-            )
-            app.start()
-            system.apps.append(app)
-            say(f"app server app{i + 1} on {app.url} ({o.workers} workers x {o.threads} threads)")
-        root = pages.write_static(run / "www")
-        web = Nginx(
-            Host.loopback("web"),
-            o.port,
-            run / "nginx",
-            root=root,
-            upstreams=[a.address for a in system.apps],
-            balance=o.balance,
-        )
-        web.start()
-        system.web = web
-    except BaseException:
-        system.stop()
-        raise
+    layout = assembly.Layout(
+        dbms=o.dbms,
+        db=[_db_server(o, run / o.dbms)],
+        app=[
+            Server(f"app{i + 1}", Host.loopback(f"app{i + 1}"), o.app_port + i, run / f"app{i + 1}", run / "events")
+            for i in range(o.app_servers)
+        ],
+        web=[Server(None, Host.loopback("web"), o.port, run / "nginx")],
+        static_dir=run / "www",
+    )
+
+    def started(tier: str, svc: Service) -> None:
+        if tier == "app":
+            say(f"app server {svc.name} on {svc.url} ({o.workers} workers x {o.threads} threads)")  # type: ignore[attr-defined]
+
+    data = _data(o, say)
+    running = assembly.assemble(PROVIDER, layout, _soft(o), data_dir=data.data_dir, load=data.load, on_start=started)
+    system = System(
+        o,
+        running.tier("db")[0],
+        running.db_config,
+        apps=running.tier("app"),
+        web=running.tier("web")[0],
+        load_report=data.report,
+        restored_from=data.restored_from,
+    )
     write_state(system)
     return system
 
