@@ -317,6 +317,8 @@ def test_errors_pass_through_with_their_mysql_codes(pair):
             assert e.value.args[0] == 1062
             cur.execute("SELECT v FROM probe_errors")  # the session goes on
             assert cur.fetchall() == (("row1",),)
+            cur.execute("SELECT @@socket")  # answered here: no backend's socket to go around the middleware
+            assert cur.fetchall() == (("",),)
             conn.ping()
             conn.select_db(DB)
             with pytest.raises(pymysql.err.OperationalError) as e:

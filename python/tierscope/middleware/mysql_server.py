@@ -8,7 +8,9 @@ policy, writes broadcast under the write lock, a transaction pinned to one conne
 with the lock held until it ends). COM_PING, COM_INIT_DB (the served database only),
 COM_RESET_CONNECTION, COM_SET_OPTION and COM_QUIT are answered here, and so are `USE <the served
 database>` and `SET NAMES utf8mb4` (what every backend connection has from its login; PyMySQL
-sends it on connect): neither takes the write lock.
+sends it on connect): neither takes the write lock. `SELECT @@socket` is answered with an empty
+string: the Rust mysql driver asks it on a loopback address to switch to the server's unix socket,
+and a backend's answer would take the client around the middleware.
 
 Prepared statements (the binary protocol): COM_STMT_PREPARE runs on one backend (chosen like a
 read) and the client gets the session's own statement id; COM_STMT_EXECUTE is a unit of work like a
@@ -51,6 +53,9 @@ _session_ids = itertools.count(1)
 #: statements kept prepared per backend connection at most (the oldest is closed beyond)
 STMT_CACHE = 256
 _USE = re.compile(r"^\s*USE\s+`?([A-Za-z0-9_$]+)`?\s*;?\s*$", re.IGNORECASE)
+#: asked by the Rust mysql driver to switch to the server's unix socket on a loopback address: the
+#: middleware has none (a backend's would send the client around the middleware)
+_SOCKET = re.compile(r"^\s*SELECT\s+@@socket\s*;?\s*$", re.IGNORECASE)
 #: what every backend connection already has (its login asks for utf8mb4): PyMySQL sends it on connect
 _SET_NAMES = re.compile(r"^\s*SET\s+NAMES\s+'?utf8mb4'?(\s+COLLATE\s+'?utf8mb4_general_ci'?)?\s*;?\s*$", re.IGNORECASE)
 #: time functions fixed by SET timestamp (SYSDATE is not: it reads the clock)
@@ -374,6 +379,9 @@ class MySQLSession(RoutingSession):
             return
         if _SET_NAMES.match(text):
             self.reply(my.ok(status=self.status_flags()))
+            return
+        if _SOCKET.match(text):
+            self.writer.write(my.text_result("@@socket", [""], self.status_flags()))
             return
         kind = self.m.classify(text)
         try:

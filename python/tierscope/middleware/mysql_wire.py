@@ -280,6 +280,25 @@ def eof(status: int = STATUS_AUTOCOMMIT, warnings: int = 0) -> bytes:
     return b"\xfe" + struct.pack("<HH", warnings, status)
 
 
+def lenenc_str(b: bytes) -> bytes:
+    return lenenc(len(b)) + b
+
+
+def text_result(column: str, values: list[str], status: int = STATUS_AUTOCOMMIT) -> bytes:
+    """A whole text-protocol answer (packets from sequence id 1): one VARCHAR column, one row per value."""
+    coldef = (
+        lenenc_str(b"def")
+        + lenenc_str(b"") * 3
+        + lenenc_str(column.encode())
+        + lenenc_str(b"")
+        + b"\x0c"
+        + struct.pack("<HIBHB", UTF8MB4_GENERAL_CI, 1024, 0xFD, 0, 0)
+        + b"\0\0"
+    )
+    payloads = [lenenc(1), coldef, eof(status)] + [lenenc_str(v.encode()) for v in values] + [eof(status)]
+    return b"".join(packet(i + 1, p) for i, p in enumerate(payloads))
+
+
 def parse_ok(payload: bytes) -> tuple[int, int, int]:
     """(affected rows, last insert id, status flags) of an OK packet."""
     affected, pos = lenenc_int(payload, 1)
