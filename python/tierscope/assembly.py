@@ -5,8 +5,9 @@ and nginx, started in that order from a layout, for any application and DBMS.
 host, port and working directory) for the application `app` (its provider, `tierscope.apps`): the
 database servers from loaded data (`data_dir`, restored before each starts) or filled once started
 (`load`), the middleware servers with every database server as a backend, the app servers spread
-over the middleware servers round robin (without middleware, all on the first database server), and
-nginx over all app servers. It returns the `RunningSystem`: its services in start order, the
+over the middleware servers round robin (without middleware, all on the first database server's
+configuration, which the provider widens to every node of a Galera cluster), and nginx over all app
+servers. It returns the `RunningSystem`: its services in start order, the
 servers as the tracer names them, the URL, and `stop()`. `tierscope run` (`runner.start_tiers`, in
 the hosts of a testbed) and `tierscope rubbos up` (`apps.rubbos.system.bring_up`, on loopback)
 both assemble their system here; the remote agent starts its one server with the same per-tier
