@@ -289,6 +289,11 @@ def test_psycopg_prepared_statements_and_the_extended_protocol(servers):
                 assert conn.execute("SELECT count(*) FROM probe_rust_ps WHERE id > %s", (0,)).fetchone() == (3,)
             cur = conn.execute("SELECT id, n FROM rps WHERE id < %s ORDER BY id", (3,))
             assert [d.name for d in cur.description] == ["id", "n"] and cur.fetchall() == [(0, 1), (1, 2), (2, 5)]
+            # the middleware keeps executed statements prepared on its backend connections; DDL through
+            # it makes them prepared again (a kept plan would fail: "cached plan must not change result type")
+            conn.execute("ALTER TABLE rps ALTER COLUMN n TYPE bigint")
+            for i in range(4):
+                assert conn.execute("SELECT n FROM rps WHERE id = %s", (i,)).fetchone() == (i * i + 1,)
             conn.execute("DEALLOCATE ALL")
             assert conn.execute("SELECT sum(n) FROM rps").fetchone() == (sum(i * i + 1 for i in range(6)),)
             with pytest.raises(psycopg.errors.UndefinedTable):

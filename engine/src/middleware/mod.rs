@@ -16,7 +16,7 @@ pub mod wire;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -179,6 +179,8 @@ pub struct Manager {
     pub write_lock: Arc<tokio::sync::Mutex<()>>,
     pub st: Mutex<State>,
     pub parameters: OnceLock<Vec<(String, String)>>,
+    /// bumped by every write that may invalidate statements prepared on backend connections
+    pub statement_epoch: AtomicU64,
     started: Instant,
     /// writes still running on slower backends (after their client was answered)
     inflight: watch::Sender<usize>,
@@ -218,6 +220,7 @@ impl Manager {
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             st: Mutex::new(State { counts: Counts::default(), b, rr_next: 0, wrr_current: vec![0.0; n] }),
             parameters: OnceLock::new(),
+            statement_epoch: AtomicU64::new(0),
             started: Instant::now(),
             inflight: watch::Sender::new(0),
             series: Mutex::new(Series::default()),
@@ -478,8 +481,10 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
             return Ok(2);
         }
     };
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if args.threads > 0 {
+    // one thread: tokio's current-thread runtime (every task on one thread, as the Python middleware's
+    // event loop: no wakeups between workers); more: the multi-threaded runtime
+    let mut rt = if args.threads == 1 { tokio::runtime::Builder::new_current_thread() } else { tokio::runtime::Builder::new_multi_thread() };
+    if args.threads > 1 {
         rt.worker_threads(args.threads);
     }
     let rt = rt.enable_all().build().context("starting the tokio runtime")?;
@@ -503,7 +508,7 @@ async fn serve(m: Arc<Manager>, args: MiddlewareArgs, host: String, port: u16) -
             return Ok(1);
         }
     };
-    let threads = tokio::runtime::Handle::current().metrics().num_workers();
+    let threads = if args.threads == 1 { 1 } else { tokio::runtime::Handle::current().metrics().num_workers() };
     log(&format!(
         "listening on {}; backends {}; policy {}; wait {}; pool {}; runtime tokio ({threads} threads)",
         args.listen,

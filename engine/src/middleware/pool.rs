@@ -1,5 +1,6 @@
 //! Connections to one database server (a backend) and their bounded pool.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,8 +31,16 @@ pub struct Conn {
     pub broken: bool,
     /// taken from the idle list (not opened for this use)
     pub reused: bool,
+    /// statements prepared on this connection by the proxy: text -> (parameter types, server name)
+    pub stmts: HashMap<String, (Vec<u8>, String)>,
+    stmt_seq: u64,
+    /// the manager's statement epoch these were prepared in
+    pub stmts_epoch: u64,
     permit: Option<OwnedSemaphorePermit>,
 }
+
+/// statements kept prepared on one backend connection at most
+pub const STMTS_MAX: usize = 256;
 
 impl Conn {
     async fn open(host: &str, port: u16, user: &str, database: &str, timeout: Duration) -> Result<Conn, BackendError> {
@@ -49,6 +58,9 @@ impl Conn {
             status: b'I',
             broken: false,
             reused: false,
+            stmts: HashMap::new(),
+            stmt_seq: 0,
+            stmts_epoch: 0,
             permit: None,
         };
         match tokio::time::timeout(timeout, conn.startup(user, database)).await {
@@ -118,6 +130,12 @@ impl Conn {
             return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the backend closed the connection"));
         }
         Ok(())
+    }
+
+    /// A new server-side statement name on this connection (never reused).
+    pub fn next_statement_name(&mut self) -> String {
+        self.stmt_seq += 1;
+        format!("_tierscope_{}", self.stmt_seq)
     }
 
     /// Mark it broken: the pool closes it instead of keeping it.

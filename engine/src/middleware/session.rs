@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::pool::{Conn, RECV_SIZE};
+use super::pool::{Conn, RECV_SIZE, STMTS_MAX};
 use super::replies::{Mode, ReplyPlan};
 use super::sql::{self, Kind, Micros};
 use super::wire::{self, Message, Parse, ProtocolError};
@@ -57,6 +57,16 @@ pub struct Outgoing {
     plan: Vec<Step>,
     /// the Parse the backend's unnamed statement holds afterwards
     unnamed: Option<Arc<Parse>>,
+    /// it may drop statements the proxy prepared on the connection (DISCARD, DEALLOCATE)
+    resets: bool,
+}
+
+/// Whether a statement text may make statements prepared before it wrong or gone: DDL, session
+/// settings (a search_path), DISCARD and DEALLOCATE (the statements' first words).
+fn resets_statements(text: &str) -> bool {
+    const RESETS: [&str; 7] = ["CREATE", "ALTER", "DROP", "SET", "RESET", "DISCARD", "DEALLOCATE"];
+    let toks = sql::tokens(text);
+    sql::statements(&toks).iter().any(|st| RESETS.contains(&st[0].text.as_str()))
 }
 
 impl Outgoing {
@@ -184,6 +194,9 @@ async fn run_all(lease: Vec<(usize, Conn, ReplyPlan)>, out: Arc<Outgoing>) -> Ve
         set.spawn(async move {
             let mut sink = Sink::collect();
             let x = execute(&mut conn, &out, &mut sink, &mut plan).await;
+            if out.resets {
+                conn.stmts.clear();
+            }
             (pos, b, conn, plan, x, sink.held)
         });
     }
@@ -267,11 +280,14 @@ struct Loader<'a> {
     slot: Option<Arc<Parse>>,
     macros_at: Option<Micros>,
     rewritten: &'a mut usize,
+    /// a statement run on the write path may invalidate prepared statements
+    resets: bool,
 }
 
 impl Loader<'_> {
     fn load(&mut self, p: Option<Arc<Parse>>, data: &mut Vec<u8>, plan: &mut Vec<Step>) {
         if let Some(p) = p {
+            self.resets = self.resets || (self.macros_at.is_some() && resets_statements(&p.sql));
             if !ptr_eq(&self.slot, &p) {
                 let new = macro_text(&p, self.macros_at, self.rewritten);
                 p.encode_as("", new.as_deref(), data);
@@ -627,10 +643,12 @@ impl Session {
         let mut plan = Vec::with_capacity(unit.len() + 1);
         let mut rewritten = 0usize;
         let mut named = 0u64;
-        let mut ld = Loader { slot, macros_at, rewritten: &mut rewritten };
+        let mut resets = false;
+        let mut ld = Loader { slot, macros_at, rewritten: &mut rewritten, resets: false };
         for msg in unit {
             match msg.kind {
                 wire::QUERY => {
+                    resets = resets || (macros_at.is_some() && resets_statements(&String::from_utf8_lossy(&msg.body)));
                     match macros_at {
                         None => msg.encode_into(&mut data),
                         Some(at) => {
@@ -651,6 +669,7 @@ impl Session {
                         named += 1;
                         plan.push(Step::Here(wire::frame(wire::PARSE_COMPLETE, b"")));
                     } else {
+                        resets = resets || (macros_at.is_some() && resets_statements(&p.sql));
                         self.unnamed = Some(p.clone());
                         match macro_text(&p, macros_at, ld.rewritten) {
                             None => msg.encode_into(&mut data),
@@ -710,13 +729,83 @@ impl Session {
             }
         }
         let slot = ld.slot;
+        let resets = resets || ld.resets;
         if rewritten > 0 || named > 0 {
             self.m.count(|c| {
                 c.macros_rewritten += rewritten as u64;
                 c.named_statements += named;
             });
         }
-        Ok(Outgoing { data, plan, unnamed: slot })
+        Ok(Outgoing { data, plan, unnamed: slot, resets })
+    }
+
+    /// For a read that executes a named statement (Bind, Describe portal, Execute, Sync, as libpq's
+    /// PQexecPrepared sends): the unit for `conn` with the statement prepared there under a name of
+    /// the proxy's (prepared first when the connection does not have it yet), so the backend does
+    /// not parse and plan it again for every execution. None: the unit is of another shape.
+    fn prepared_variant(&self, unit: &[Message], conn: &mut Conn) -> Option<(Outgoing, Option<String>)> {
+        let epoch = self.m.statement_epoch.load(std::sync::atomic::Ordering::Acquire);
+        if conn.stmts_epoch != epoch {
+            // DDL or settings ran since these were prepared: prepare again (the old ones stay unused)
+            conn.stmts.clear();
+            conn.stmts_epoch = epoch;
+        }
+        let mut data = Vec::with_capacity(unit.iter().map(|m| m.body.len() + 5).sum::<usize>() + 64);
+        let mut plan = Vec::with_capacity(unit.len() + 1);
+        let mut added = None;
+        let mut bound = false;
+        for msg in unit {
+            match msg.kind {
+                wire::BIND if !bound => {
+                    bound = true;
+                    let b = wire::Bind::decode(&msg.body).ok()?;
+                    if b.statement.is_empty() {
+                        return None;
+                    }
+                    let p = self.statements.get(&b.statement)?;
+                    let name = match conn.stmts.get(&p.sql) {
+                        Some((types, name)) if *types == p.types => name.clone(),
+                        _ => {
+                            if conn.stmts.len() >= STMTS_MAX {
+                                return None;
+                            }
+                            let name = conn.next_statement_name();
+                            p.encode_as(&name, None, &mut data);
+                            plan.push(Step::Sent(wire::PARSE, Mode::Hide, 0));
+                            conn.stmts.insert(p.sql.clone(), (p.types.clone(), name.clone()));
+                            added = Some(p.sql.clone());
+                            name
+                        }
+                    };
+                    b.encode_for(&name, &mut data);
+                    plan.push(Step::Sent(wire::BIND, Mode::Pass, 0));
+                }
+                wire::DESCRIBE => {
+                    if msg.body.first() != Some(&b'P') {
+                        return None;
+                    }
+                    msg.encode_into(&mut data);
+                    plan.push(Step::Sent(wire::DESCRIBE, Mode::Pass, b'P'));
+                }
+                wire::EXECUTE | wire::SYNC => {
+                    msg.encode_into(&mut data);
+                    plan.push(Step::Sent(msg.kind, Mode::Pass, 0));
+                }
+                _ => {
+                    if let Some(sql) = added {
+                        conn.stmts.remove(&sql);
+                    }
+                    return None;
+                }
+            }
+        }
+        if !bound || unit.last().map(|m| m.kind) != Some(wire::SYNC) {
+            if let Some(sql) = added {
+                conn.stmts.remove(&sql);
+            }
+            return None;
+        }
+        Some((Outgoing { data, plan, unnamed: None, resets: false }, added))
     }
 
     // --- reads ---------------------------------------------------------------------------------
@@ -742,11 +831,16 @@ impl Session {
                     continue;
                 }
             };
+            let variant = self.prepared_variant(unit, &mut conn);
             let mut sink = Sink { held: Vec::new(), client: Some(&mut self.wr), saw: false, client_failed: false };
             let t0 = Instant::now();
             let mut plan = ReplyPlan::default();
-            out.reply_plan(&mut plan);
-            let mut x = execute(&mut conn, &out, &mut sink, &mut plan).await;
+            let this = variant.as_ref().map_or(&out, |v| &v.0);
+            this.reply_plan(&mut plan);
+            let mut x = execute(&mut conn, this, &mut sink, &mut plan).await;
+            if let (false, Some((_, Some(sql)))) = (x.ok, &variant) {
+                conn.stmts.remove(sql); // its Parse may have failed: prepare it again next time
+            }
             let reused = conn.reused;
             backend.pool.release(conn);
             if !x.broken {
@@ -834,6 +928,9 @@ impl Session {
         let lease = self.lease_for_write().await?;
         let pinned = lease.pinned;
         let out = Arc::new(self.outgoing(unit, Some(sql::now_micros()), None)?);
+        if out.resets {
+            self.m.statement_epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         self.m.count(|c| c.writes += 1);
         let (tx, rx) = oneshot::channel();
         self.m.inflight_add(1);
@@ -907,6 +1004,9 @@ impl Session {
             }
         };
         ou.slot = out.unnamed.clone();
+        if out.resets {
+            self.m.statement_epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         let mut lease = Vec::new();
         let mut positions = Vec::new();
         for (pos, s) in ou.slots.iter_mut().enumerate() {
@@ -972,6 +1072,9 @@ async fn broadcast(m: Arc<Manager>, lease: Lease, out: Arc<Outgoing>, tx: onesho
             let mut plan = ReplyPlan::default();
             out.reply_plan(&mut plan);
             let x = execute(&mut conn, &out, &mut sink, &mut plan).await;
+            if out.resets {
+                conn.stmts.clear();
+            }
             m.writes_end(b);
             if x.ok {
                 // reads waiting for this write on b may go; after a failure, settle first
@@ -1061,4 +1164,21 @@ fn settle(m: &Manager, mut results: Vec<Res>, chosen: Option<usize>, guard: Owne
     }
     let txn = if in_txn { Some(Txn { lease, guard }) } else { None };
     (c, results, txn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resets_statements;
+
+    #[test]
+    fn ddl_and_settings_reset_prepared_statements() {
+        for text in
+            ["CREATE TABLE t (id int)", "alter table t add c int", "SELECT 1; DROP TABLE t", "SET search_path = x", "DISCARD ALL", "deallocate all"]
+        {
+            assert!(resets_statements(text), "{text}");
+        }
+        for text in ["INSERT INTO t VALUES (1)", "UPDATE t SET created = 1", "BEGIN", "SELECT 'DROP TABLE t'", "-- DROP\nCOMMIT"] {
+            assert!(!resets_statements(text), "{text}");
+        }
+    }
 }
