@@ -112,3 +112,18 @@ def test_port_in_use_is_a_clear_error(tmp_path):
         port = s.getsockname()[1]
         with pytest.raises(ServiceError, match="already in use"):
             Nginx(Host.loopback(), port, tmp_path / "n").start()
+
+
+def test_missing_packages_name_what_a_host_lacks_for_each_dbms(monkeypatch, tmp_path):
+    """What a remote agent reports before it installs: per DBMS, the packages whose programs are
+    absent (the galera provider library is what galera-4 adds to mariadb-server)."""
+    from tierscope.services import databases, galera
+
+    have_pg = databases.server_binaries()["postgres"] is not None
+    have_maria = bool(shutil.which("mariadbd") or shutil.which("mysqld"))
+    assert databases.missing_packages("postgresql") == ([] if have_pg else ["postgresql-15"])
+    assert databases.missing_packages("mariadb") == ([] if have_maria else ["mariadb-server"])
+    monkeypatch.setattr(galera, "PROVIDER_LIBRARY", str(tmp_path / "no-libgalera_smm.so"))
+    assert databases.missing_packages("galera") == ([] if have_maria else ["mariadb-server"]) + ["galera-4"]
+    with pytest.raises(ValueError, match="dbms: expected one of postgresql, mariadb, galera"):
+        databases.missing_packages("oracle")

@@ -31,13 +31,8 @@ from pathlib import Path
 
 CGROUP_TOP = "tierscope-remote"
 #: Debian packages of the programs a tier needs
-PACKAGES = {
-    "nginx": "nginx-light",
-    "tcpdump": "tcpdump",
-    "postgresql": "postgresql-15",
-    "mariadb": "mariadb-server",
-    "galera": "galera-4",
-}
+#: the packages of the programs an agent needs besides its database servers (those: services.databases)
+PACKAGES = {"nginx": "nginx-light", "tcpdump": "tcpdump"}
 
 
 def _read_point(path: str):
@@ -67,23 +62,17 @@ def missing(point, raw: dict, servers: list[str]) -> list[str]:
     from tierscope.services import databases
 
     need = {"tcpdump"}
+    out = []
     for name in servers:
         tier = raw["servers"][name]["tier"]
         if tier == "web":
             need.add("nginx")
         elif tier == "db":
-            need.add(databases.dbms_name(point.config.dbms))
-    out = []
+            out += databases.missing_packages(databases.dbms_name(point.config.dbms))
     for prog in sorted(need):
-        if prog == "postgresql":
-            found = databases.server_binaries().get("postgres")
-        elif prog in ("mariadb", "galera"):
-            found = shutil.which("mariadbd") or shutil.which("mysqld")
-        else:
-            found = shutil.which(prog) or (Path(f"/usr/sbin/{prog}").exists() and f"/usr/sbin/{prog}")
-        if not found:
-            out.append(PACKAGES.get(prog, prog))
-    return out
+        if not (shutil.which(prog) or Path(f"/usr/sbin/{prog}").exists()):
+            out.append(PACKAGES[prog])
+    return sorted(set(out))
 
 
 # --- serve --------------------------------------------------------------------------------------

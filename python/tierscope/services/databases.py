@@ -9,6 +9,7 @@ bootstraps it and the others join as they start (tierscope.services.galera). Its
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from tierscope.apps.dal import DbConfig
@@ -97,10 +98,27 @@ def database_server(
     raise ValueError(f"dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
 
 
+#: the Debian packages each DBMS's server comes from (what `make setup` installs)
+PACKAGES = {"postgresql": ["postgresql-15"], "mariadb": ["mariadb-server"], "galera": ["mariadb-server", "galera-4"]}
+
+
+def missing_packages(dbms: str) -> list[str]:
+    """The packages of `PACKAGES[dbms]` whose programs this host lacks (empty: it can run the DBMS)."""
+    from tierscope.services.galera import PROVIDER_LIBRARY
+
+    if dbms not in DBMS:
+        raise ValueError(f"dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
+    binaries = server_binaries()
+    have = {
+        "postgresql-15": binaries["postgres"] is not None and Path(binaries["postgres"]).exists(),
+        "mariadb-server": bool(shutil.which("mariadbd") or shutil.which("mysqld")),
+        "galera-4": Path(PROVIDER_LIBRARY).exists(),
+    }
+    return [p for p in PACKAGES[dbms] if not have[p]]
+
+
 def server_binaries() -> dict[str, str | None]:
     """The server program of each DBMS by the manifest's name for it (None when not installed)."""
-    import shutil
-
     try:
         from tierscope.services.postgres import pg_bindir
 
