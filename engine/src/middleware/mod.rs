@@ -76,8 +76,9 @@ pub struct MiddlewareArgs {
     /// (the last hour at 50 ms; 0: off).
     #[arg(long, default_value_t = 0.05, value_name = "S")]
     pub series_interval: f64,
-    /// Worker threads of the tokio runtime (0: one per CPU).
-    #[arg(long, default_value_t = 0)]
+    /// Threads of the tokio runtime: 1 = every session on one thread (the current-thread runtime,
+    /// the least CPU per transaction); N > 1 = N worker threads; 0 = one worker per CPU.
+    #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Accepted for command-line compatibility with the Python middleware (ignored: tokio).
     #[arg(long = "loop", hide = true, value_parser = ["auto", "asyncio", "uvloop"])]

@@ -188,6 +188,15 @@ impl Pool {
         Ok(conn)
     }
 
+    /// An idle connection at once, when one is idle and a slot is free (no waiting, no opening).
+    pub fn try_acquire_idle(&self) -> Option<Conn> {
+        let permit = self.slots.clone().try_acquire_owned().ok()?;
+        let mut conn = self.idle.lock().expect("pool lock").pop()?;
+        conn.reused = true;
+        conn.permit = Some(permit);
+        Some(conn)
+    }
+
     pub fn release(&self, mut conn: Conn) {
         let permit = conn.permit.take();
         if !conn.broken && conn.status == b'I' && conn.pos == conn.buf.len() {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -582,6 +583,10 @@ impl Session {
 
     /// DEALLOCATE of a statement the proxy keeps is answered here.
     fn deallocate(&mut self, text: &str) -> bool {
+        let t = text.trim_start().as_bytes();
+        if t.len() < 10 || !t[..10].eq_ignore_ascii_case(b"DEALLOCATE") {
+            return false; // (the regex's own start, checked cheaply)
+        }
         let Some(c) = DEALLOCATE.captures(text) else {
             return false;
         };
@@ -904,12 +909,18 @@ impl Session {
         if targets.is_empty() {
             return Err(Fail::NoBackend("no database backend is enabled".into()));
         }
+        let mut conns = Vec::new();
         let mut set = JoinSet::new();
         for &b in &targets {
-            let m = self.m.clone();
-            set.spawn(async move { (b, m.backends[b].pool.acquire().await) });
+            // an idle connection at once (the usual case), else wait or open one, all at once
+            match self.m.backends[b].pool.try_acquire_idle() {
+                Some(c) => conns.push((b, c)),
+                None => {
+                    let m = self.m.clone();
+                    set.spawn(async move { (b, m.backends[b].pool.acquire().await) });
+                }
+            }
         }
-        let mut conns = Vec::new();
         while let Some(j) = set.join_next().await {
             match j {
                 Ok((b, Ok(c))) => conns.push((b, c)),
@@ -1064,14 +1075,15 @@ async fn broadcast(m: Arc<Manager>, lease: Lease, out: Arc<Outgoing>, tx: onesho
     let idx: Vec<usize> = lease.conns.iter().map(|c| c.0).collect();
     m.writes_begin(&idx);
     let n = idx.len();
-    let mut set = JoinSet::new();
+    // the backends' executions as futures of this task (no task per backend)
+    let mut running = FuturesUnordered::new();
     for (pos, (b, mut conn)) in lease.conns.into_iter().enumerate() {
-        let (m, out) = (m.clone(), out.clone());
-        set.spawn(async move {
+        let (m, out) = (&m, &out);
+        running.push(async move {
             let mut sink = Sink::collect();
             let mut plan = ReplyPlan::default();
             out.reply_plan(&mut plan);
-            let x = execute(&mut conn, &out, &mut sink, &mut plan).await;
+            let x = execute(&mut conn, out, &mut sink, &mut plan).await;
             if out.resets {
                 conn.stmts.clear();
             }
@@ -1087,8 +1099,7 @@ async fn broadcast(m: Arc<Manager>, lease: Lease, out: Arc<Outgoing>, tx: onesho
     let mut finished_here = vec![false; n];
     let mut chosen: Option<usize> = None;
     let mut tx = Some(tx);
-    while let Some(j) = set.join_next().await {
-        let Ok((pos, r)) = j else { continue };
+    while let Some((pos, r)) = running.next().await {
         if r.x.ok {
             finished_here[pos] = true;
             if !m.wait_all && chosen.is_none() {
@@ -1101,15 +1112,11 @@ async fn broadcast(m: Arc<Manager>, lease: Lease, out: Arc<Outgoing>, tx: onesho
         }
         results[pos] = Some(r);
     }
+    drop(running);
     let results: Vec<Res> = results
         .into_iter()
         .enumerate()
-        .map(|(pos, r)| {
-            r.unwrap_or_else(|| {
-                m.writes_end(idx[pos]);
-                Res { b: idx[pos], conn: None, replies: Vec::new(), x: panicked() }
-            })
-        })
+        .map(|(pos, r)| r.unwrap_or_else(|| Res { b: idx[pos], conn: None, replies: Vec::new(), x: panicked() }))
         .collect();
     let (c, results, txn) = settle(&m, results, chosen, lease.guard);
     for (pos, &b) in idx.iter().enumerate() {

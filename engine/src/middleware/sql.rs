@@ -108,12 +108,17 @@ fn number_end(s: &[u8], i: usize) -> usize {
 
 /// Words, punctuation, numbers and literals of `sql`; comments and whitespace skipped.
 pub fn tokens(sql: &str) -> Vec<Token> {
+    tokens_upto(sql, usize::MAX)
+}
+
+/// The first `limit` tokens of `sql`.
+fn tokens_upto(sql: &str, limit: usize) -> Vec<Token> {
     let s = sql.as_bytes();
     let n = s.len();
     let mut out = Vec::new();
     let text = |a: usize, b: usize| String::from_utf8_lossy(&s[a..b]).into_owned();
     let mut i = 0;
-    while i < n {
+    while i < n && out.len() < limit {
         let c = s[i];
         if is_space(c) {
             i += 1;
@@ -305,8 +310,7 @@ pub fn strip_trailing_comment(sql: &str) -> &str {
 }
 
 pub fn first_word(sql: &str) -> String {
-    // only the first token matters: tokenize a short prefix when the text is long
-    match tokens(sql).into_iter().next() {
+    match tokens_upto(sql, 1).into_iter().next() {
         Some(t) if t.kind == TokKind::Word => t.text,
         _ => String::new(),
     }
@@ -497,6 +501,9 @@ mod tests {
         assert_eq!(classify("SELECT (SELECT 1) FROM t"), Kind::Read);
         assert_eq!(kind_of("COPY t FROM STDIN"), Kind::Copy);
         assert_eq!(kind_of("copy t to stdout /* x */"), Kind::Copy);
+        assert_eq!(first_word(" /* c */ select 1"), "SELECT");
+        assert_eq!(first_word("'x' select"), "");
+        assert_eq!(tokens_upto("a b c", 2).len(), 2);
     }
 
     #[test]
