@@ -214,6 +214,75 @@ fn panicked() -> Exec {
     Exec { ok: false, error: Some("the task running the unit failed".into()), status: b'I', broken: true, ..Default::default() }
 }
 
+/// For a read that executes a named statement (Bind, Describe portal, Execute, Sync, as libpq's
+/// PQexecPrepared sends): the unit for `conn` with the statement prepared there under a name of
+/// the proxy's (prepared first when the connection does not have it yet), so the backend does
+/// not parse and plan it again for every execution. None: the unit is of another shape.
+fn prepared_variant(m: &Manager, statements: &HashMap<String, Arc<Parse>>, unit: &[Message], conn: &mut Conn) -> Option<(Outgoing, Option<String>)> {
+    let epoch = m.statement_epoch.load(std::sync::atomic::Ordering::Acquire);
+    if conn.stmts_epoch != epoch {
+        // DDL or settings ran since these were prepared: prepare again (the old ones stay unused)
+        conn.stmts.clear();
+        conn.stmts_epoch = epoch;
+    }
+    let mut data = Vec::with_capacity(unit.iter().map(|m| m.body.len() + 5).sum::<usize>() + 64);
+    let mut plan = Vec::with_capacity(unit.len() + 1);
+    let mut added = None;
+    let mut bound = false;
+    for msg in unit {
+        match msg.kind {
+            wire::BIND if !bound => {
+                bound = true;
+                let b = wire::Bind::decode(&msg.body).ok()?;
+                if b.statement.is_empty() {
+                    return None;
+                }
+                let p = statements.get(&b.statement)?;
+                let name = match conn.stmts.get(&p.sql) {
+                    Some((types, name)) if *types == p.types => name.clone(),
+                    _ => {
+                        if conn.stmts.len() >= STMTS_MAX {
+                            return None;
+                        }
+                        let name = conn.next_statement_name();
+                        p.encode_as(&name, None, &mut data);
+                        plan.push(Step::Sent(wire::PARSE, Mode::Hide, 0));
+                        conn.stmts.insert(p.sql.clone(), (p.types.clone(), name.clone()));
+                        added = Some(p.sql.clone());
+                        name
+                    }
+                };
+                b.encode_for(&name, &mut data);
+                plan.push(Step::Sent(wire::BIND, Mode::Pass, 0));
+            }
+            wire::DESCRIBE => {
+                if msg.body.first() != Some(&b'P') {
+                    return None;
+                }
+                msg.encode_into(&mut data);
+                plan.push(Step::Sent(wire::DESCRIBE, Mode::Pass, b'P'));
+            }
+            wire::EXECUTE | wire::SYNC => {
+                msg.encode_into(&mut data);
+                plan.push(Step::Sent(msg.kind, Mode::Pass, 0));
+            }
+            _ => {
+                if let Some(sql) = added {
+                    conn.stmts.remove(&sql);
+                }
+                return None;
+            }
+        }
+    }
+    if !bound || unit.last().map(|m| m.kind) != Some(wire::SYNC) {
+        if let Some(sql) = added {
+            conn.stmts.remove(&sql);
+        }
+        return None;
+    }
+    Some((Outgoing { data, plan, unnamed: None, resets: false }, added))
+}
+
 /// An explicit transaction: its connections (one per backend still in it) and the write lock.
 pub struct Txn {
     lease: Vec<(usize, Conn)>,
@@ -617,16 +686,16 @@ impl Session {
                 wire::QUERY => kinds.push(sql::kind_of(&wire::query_text(&msg.body)?)),
                 wire::PARSE => {
                     let p = Parse::decode(&msg.body)?;
-                    kinds.push(sql::kind_of(&p.sql));
+                    kinds.push(p.kind());
                     if p.name.is_empty() {
                         unnamed = Some(Arc::new(p));
                     }
                 }
                 wire::BIND => {
                     let b = wire::Bind::decode(&msg.body)?;
-                    let p = if b.statement.is_empty() { unnamed.clone() } else { self.statements.get(&b.statement).cloned() };
+                    let p = if b.statement.is_empty() { unnamed.as_ref() } else { self.statements.get(&b.statement) };
                     if let Some(p) = p {
-                        kinds.push(sql::kind_of(&p.sql));
+                        kinds.push(p.kind()); // classified once per statement object
                     }
                 }
                 _ => {}
@@ -744,78 +813,22 @@ impl Session {
         Ok(Outgoing { data, plan, unnamed: slot, resets })
     }
 
-    /// For a read that executes a named statement (Bind, Describe portal, Execute, Sync, as libpq's
-    /// PQexecPrepared sends): the unit for `conn` with the statement prepared there under a name of
-    /// the proxy's (prepared first when the connection does not have it yet), so the backend does
-    /// not parse and plan it again for every execution. None: the unit is of another shape.
-    fn prepared_variant(&self, unit: &[Message], conn: &mut Conn) -> Option<(Outgoing, Option<String>)> {
-        let epoch = self.m.statement_epoch.load(std::sync::atomic::Ordering::Acquire);
-        if conn.stmts_epoch != epoch {
-            // DDL or settings ran since these were prepared: prepare again (the old ones stay unused)
-            conn.stmts.clear();
-            conn.stmts_epoch = epoch;
-        }
-        let mut data = Vec::with_capacity(unit.iter().map(|m| m.body.len() + 5).sum::<usize>() + 64);
-        let mut plan = Vec::with_capacity(unit.len() + 1);
-        let mut added = None;
-        let mut bound = false;
-        for msg in unit {
-            match msg.kind {
-                wire::BIND if !bound => {
-                    bound = true;
-                    let b = wire::Bind::decode(&msg.body).ok()?;
-                    if b.statement.is_empty() {
-                        return None;
-                    }
-                    let p = self.statements.get(&b.statement)?;
-                    let name = match conn.stmts.get(&p.sql) {
-                        Some((types, name)) if *types == p.types => name.clone(),
-                        _ => {
-                            if conn.stmts.len() >= STMTS_MAX {
-                                return None;
-                            }
-                            let name = conn.next_statement_name();
-                            p.encode_as(&name, None, &mut data);
-                            plan.push(Step::Sent(wire::PARSE, Mode::Hide, 0));
-                            conn.stmts.insert(p.sql.clone(), (p.types.clone(), name.clone()));
-                            added = Some(p.sql.clone());
-                            name
-                        }
-                    };
-                    b.encode_for(&name, &mut data);
-                    plan.push(Step::Sent(wire::BIND, Mode::Pass, 0));
-                }
-                wire::DESCRIBE => {
-                    if msg.body.first() != Some(&b'P') {
-                        return None;
-                    }
-                    msg.encode_into(&mut data);
-                    plan.push(Step::Sent(wire::DESCRIBE, Mode::Pass, b'P'));
-                }
-                wire::EXECUTE | wire::SYNC => {
-                    msg.encode_into(&mut data);
-                    plan.push(Step::Sent(msg.kind, Mode::Pass, 0));
-                }
-                _ => {
-                    if let Some(sql) = added {
-                        conn.stmts.remove(&sql);
-                    }
-                    return None;
-                }
-            }
-        }
-        if !bound || unit.last().map(|m| m.kind) != Some(wire::SYNC) {
-            if let Some(sql) = added {
-                conn.stmts.remove(&sql);
-            }
-            return None;
-        }
-        Some((Outgoing { data, plan, unnamed: None, resets: false }, added))
+    // --- reads ---------------------------------------------------------------------------------
+    /// A unit that executes a named statement the session keeps, as `prepared_variant` takes it.
+    fn executes_named(&self, unit: &[Message]) -> bool {
+        let Some((first, rest)) = unit.split_first() else {
+            return false;
+        };
+        first.kind == wire::BIND
+            && wire::Bind::decode(&first.body).is_ok_and(|b| !b.statement.is_empty() && self.statements.contains_key(&b.statement))
+            && rest.last().is_some_and(|m| m.kind == wire::SYNC)
+            && rest.iter().all(|m| m.kind == wire::EXECUTE || m.kind == wire::SYNC || (m.kind == wire::DESCRIBE && m.body.first() == Some(&b'P')))
     }
 
-    // --- reads ---------------------------------------------------------------------------------
     async fn read(&mut self, unit: &[Message]) -> SResult<()> {
-        let out = self.outgoing(unit, None, None)?;
+        // a unit executing a named statement usually runs as prepared on the connection: the
+        // general form (no side effects on the session for such a unit) only when needed
+        let mut general = if self.executes_named(unit) { None } else { Some(self.outgoing(unit, None, None)?) };
         let m = self.m.clone();
         loop {
             let (b, started) = m.choose_read()?;
@@ -836,11 +849,26 @@ impl Session {
                     continue;
                 }
             };
-            let variant = self.prepared_variant(unit, &mut conn);
+            let variant = prepared_variant(&self.m, &self.statements, unit, &mut conn);
+            if variant.is_none() && general.is_none() {
+                match self.outgoing(unit, None, None) {
+                    Ok(o) => general = Some(o),
+                    Err(e) => {
+                        backend.pool.release(conn);
+                        m.state().b[b].pending -= 1;
+                        return Err(e);
+                    }
+                }
+            }
+            let out = general.as_ref();
             let mut sink = Sink { held: Vec::new(), client: Some(&mut self.wr), saw: false, client_failed: false };
             let t0 = Instant::now();
             let mut plan = ReplyPlan::default();
-            let this = variant.as_ref().map_or(&out, |v| &v.0);
+            let this = match (&variant, out) {
+                (Some(v), _) => &v.0,
+                (None, Some(o)) => o,
+                (None, None) => unreachable!("the general form is built when no variant is"),
+            };
             this.reply_plan(&mut plan);
             let mut x = execute(&mut conn, this, &mut sink, &mut plan).await;
             if let (false, Some((_, Some(sql)))) = (x.ok, &variant) {
@@ -858,9 +886,20 @@ impl Session {
                 backend.pool.drop_idle();
                 sink.held.clear();
                 if let Ok(mut conn) = backend.pool.acquire().await {
-                    let mut plan = ReplyPlan::default();
-                    out.reply_plan(&mut plan);
-                    x = execute(&mut conn, &out, &mut sink, &mut plan).await;
+                    // a new connection: the variant for it, or the general form
+                    let again = prepared_variant(&self.m, &self.statements, unit, &mut conn);
+                    let this = match (&again, out) {
+                        (Some(v), _) => Some(&v.0),
+                        (None, o) => o,
+                    };
+                    if let Some(this) = this {
+                        let mut plan = ReplyPlan::default();
+                        this.reply_plan(&mut plan);
+                        x = execute(&mut conn, this, &mut sink, &mut plan).await;
+                    }
+                    if let (false, Some((_, Some(sql)))) = (x.ok, &again) {
+                        conn.stmts.remove(sql);
+                    }
                     backend.pool.release(conn);
                 }
             }
