@@ -754,7 +754,8 @@ def test_rubbos_pages_through_the_middleware(pair):
 
 @needs_root
 @pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed")
-def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path):
+@pytest.mark.parametrize("implementation", ["python", "rust"])
+def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path, implementation):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -766,6 +767,7 @@ def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path):
     raw["mix"] = "read_write"  # writes too: each must reach both database servers
     raw["workload"]["users"] = [10]
     raw["workload"]["run"] = "5s"
+    raw.setdefault("soft", {}).setdefault("middleware", {})["implementation"] = implementation
     spec = spec_from_dict(raw, where="mw", name="mw")
     result = run_experiment(spec, tmp_path, report=False)
     assert result.failed == [] and len(result.done) == 1
@@ -780,6 +782,7 @@ def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path):
     assert servers == {"db1", "db2"}
     stats = json.loads((d / "mw1" / "middleware.stats.json").read_text())
     assert stats["reads"] > 0 and stats["disabled"] == []
+    assert stats["implementation"] == implementation
     assert not any("disabled database backend" in n for n in manifest.get("notes", []))
     # what the tracer saw: every statement at the middleware reached at least one database server
     # (a browse-only mix has no writes, which would reach both)

@@ -234,6 +234,7 @@ def middleware_server(s: Server, backends: list[str], db_cfg: Any, resources: So
         policy=soft.policy,
         wait=soft.wait,
         weights=soft.weights,
+        implementation=soft.implementation,
         name=s.name,
     )
     return mw

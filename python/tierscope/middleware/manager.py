@@ -313,6 +313,7 @@ class RequestManager:
     def stats(self) -> dict:
         return {
             "protocol": self.protocol,
+            "implementation": "python",
             "policy": self.policy,
             "wait": self.wait,
             "uptime_s": round(time.time() - self.started, 3),

@@ -27,6 +27,19 @@ PROTOCOLS = {"postgresql": "postgres", "postgres": "postgres", "mariadb": "mysql
 PASSWORD_ENV = "TIERSCOPE_MIDDLEWARE_PASSWORD"
 
 
+def _engine_middleware() -> list[str]:
+    from tierscope.engine import engine_path
+
+    return [str(engine_path()), "middleware"]
+
+
+#: the program of each implementation (the same flags, rules and stats; docs/middleware.md)
+IMPLEMENTATIONS = {
+    "python": lambda: [sys.executable, "-m", "tierscope.middleware"],
+    "rust": _engine_middleware,
+}
+
+
 class Middleware(Service):
     """The RAIDb-1 middleware process, speaking the PostgreSQL or the MySQL protocol (`dbms`)."""
 
@@ -48,6 +61,7 @@ class Middleware(Service):
         policy: str = "lprf",
         wait: str = "first",
         weights: list[float] | None = None,
+        implementation: str = "python",
         name: str | None = None,
     ):
         from tierscope.middleware.balance import POLICIES
@@ -70,6 +84,13 @@ class Middleware(Service):
             raise ValueError(f"middleware pool: expected >= 1, got {pool}")
         if dbms not in PROTOCOLS:
             raise ValueError(f"middleware dbms: expected one of {', '.join(PROTOCOLS)}, got {dbms!r}")
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"middleware implementation: expected python or rust, got {implementation!r}")
+        if implementation == "rust" and (PROTOCOLS[dbms] != "postgres" or policy == "aware"):
+            raise ValueError(
+                "middleware implementation rust: PostgreSQL only and no policy aware "
+                f"(got {dbms}, {policy}); use implementation python"
+            )
         self.backends = list(backends)
         self.database = database
         self.user = user
@@ -80,6 +101,7 @@ class Middleware(Service):
         self.policy = policy
         self.wait = wait
         self.weights = list(weights) if weights is not None else None
+        self.implementation = implementation
 
     @property
     def stats_path(self) -> Path:
@@ -108,9 +130,7 @@ class Middleware(Service):
 
     def command(self) -> list[str]:
         argv = [
-            sys.executable,
-            "-m",
-            "tierscope.middleware",
+            *IMPLEMENTATIONS[self.implementation](),
             "--listen",
             self.address,
             "--db",

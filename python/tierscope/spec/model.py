@@ -170,6 +170,9 @@ class MiddlewareSoft(_Model):
     policy: Literal["lprf", "rr", "wrr", "lrt", "aware"] = "lprf"  # read balancing (docs/middleware.md)
     weights: list[Annotated[float, Field(ge=0)]] | None = None  # wrr: one per database server
     wait: Literal["first", "all"] = "first"  # a write is answered after the first / all backends
+    # python: `python -m tierscope.middleware` (every policy, both protocols); rust: `tierscope-engine
+    # middleware`, the same rules at a third of the CPU per transaction (PostgreSQL; not `aware`)
+    implementation: Literal["python", "rust"] = "python"
 
 
 class DbSoft(_Model):
@@ -400,6 +403,17 @@ class PointConfig(_Model):
             )
         if mw.weights is not None and mw.policy != "wrr":
             raise ValueError(f'soft.middleware.weights: only with policy = "wrr" (policy is {mw.policy!r})')
+        if mw.implementation == "rust" and self.topology.middleware.count:
+            if mw.policy == "aware":
+                raise ValueError(
+                    'soft.middleware.implementation: "rust" has no policy "aware" (use "python" for it, '
+                    "or policy lprf, rr, wrr or lrt)"
+                )
+            if self.topology.db.dbms != "postgres":
+                raise ValueError(
+                    f'soft.middleware.implementation: "rust" speaks the PostgreSQL protocol only, the database '
+                    f'tier is {self.topology.db.dbms} (use "python" for it)'
+                )
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")
