@@ -131,3 +131,31 @@ def test_alternating_point_report_renders_fine_grained_sections(tmp_path):
     assert len([d for d in lines if len(d) > 100]) >= 6  # load and throughput of 3 servers (legend lines are short)
     assert dom.count('class="point"') >= 100  # main-sequence dots
     assert dom.count("<image") >= 2  # strip chart and correlation heatmaps rasterised by Plotly
+
+
+def _older_simulator_manifest(path) -> None:
+    """Rewrite a simulator manifest in the shape simulators wrote before the typed manifest: the run
+    interval at the top level, `rows` for `tables`, the workload level only inside `spec`."""
+    m = json.loads(path.read_text())
+    run = m.pop("phases")["run"]
+    old = {"kind": "simulation", "spec": m["spec"], "start_ns": run["start_ns"], "end_ns": run["end_ns"]}
+    old["rows"] = m["tables"]
+    path.write_text(json.dumps(old, indent=2))
+
+
+def test_simulation_directories_written_before_the_typed_manifest_read_the_same(sweep, tmp_path):
+    import shutil
+
+    old_root = tmp_path / "grid"
+    shutil.copytree(sweep / "A-1db-core", old_root / "A-1db-core")
+    for m in old_root.glob("*/*/manifest.json"):
+        _older_simulator_manifest(m)
+    assert "phases" not in json.loads(next(old_root.glob("*/*/manifest.json")).read_text())
+    new, old = analyze_run(sweep), analyze_run(old_root)
+    bb_new, bb_old = new.blackbox["A-1db-core"], old.blackbox["A-1db-core"]
+    assert bb_old.curve.num_rows == len(LEVELS)
+    assert (bb_old.max_throughput, bb_old.max_throughput_users) == (bb_new.max_throughput, bb_new.max_throughput_users)
+    assert bb_old.curve.column("seconds").to_pylist() == bb_new.curve.column("seconds").to_pylist()
+    assert bb_old.knee == bb_new.knee
+    assert old.whitebox["A-1db-core"].saturated == new.whitebox["A-1db-core"].saturated
+    assert not any("no load curve" in n for n in old.notes)

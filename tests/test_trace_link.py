@@ -235,3 +235,37 @@ def test_cli_live_capture_and_file_mode(tmp_path):
     bad.write_text("not a capture")
     res3 = CliRunner().invoke(cli, ["trace", str(bad), "-o", str(tmp_path / "x.parquet")])
     assert res3.exit_code == 2 and "not a capture file" in res3.output
+
+
+def test_a_table_linked_by_an_older_tierscope_is_found_and_linked_again(tmp_path):
+    """Before ids were unique per row, linking kept every row's carried id and pointed a child's
+    `parent_id` at that same id, which its parent and its siblings carry too: ambiguous links."""
+    from tierscope.analysis.experiment import _point_requests
+    from tierscope.analysis.points import LazyTables, Point
+    from tierscope.trace.link import parents_of_shared_ids
+
+    rows = []
+    for k in range(3):  # page k: web -> app -> db, all carrying id p<k>
+        t0 = 1000 * k
+        rows += [
+            row("web", "10.0.0.2", "10.0.0.1", t0, t0 + 100, rid=f"p{k}", conn=k),
+            row("app", "10.0.0.3", "10.0.0.2", t0 + 10, t0 + 90, rid=f"p{k}", conn=k),
+            row("db", "10.0.0.4", "10.0.0.3", t0 + 20, t0 + 30, rid=f"p{k}", conn=k),
+        ]
+    fresh = link_transactions(table(rows))
+    assert parents_of_shared_ids(fresh) == 0 and parents_of_shared_ids(table(rows)) == 0
+    older = table(rows)
+    older = older.set_column(
+        older.column_names.index("parent_id"),
+        "parent_id",
+        pa.array([None if r["tier"] == "web" else r["request_id"] for r in rows], pa.string()),
+    )
+    assert parents_of_shared_ids(older) == 6  # every app and db row
+    point = Point(path=tmp_path, name="old-point", tables=LazyTables())
+    point.tables["requests"] = older
+    notes: list[str] = []
+    relinked = _point_requests(point, notes)
+    assert relinked.column("request_id").to_pylist() == fresh.column("request_id").to_pylist()
+    assert relinked.column("parent_id").to_pylist() == fresh.column("parent_id").to_pylist()
+    assert len(notes) == 1 and "linked by an older tierscope (6 rows" in notes[0]
+    assert _point_requests(point, notes) is relinked and len(notes) == 1  # linked once, noted once

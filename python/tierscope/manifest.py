@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class _Model(BaseModel):
@@ -59,6 +59,9 @@ class Server(_Model):
 
 
 class Manifest(_Model):
+    """A point's manifest. Simulator manifests written before this model (top-level `start_ns` and
+    `end_ns`, `rows`, the workload level only inside `spec`) are read as the same fields."""
+
     kind: Literal["run", "simulation"] = "run"
     status: Literal["done", "failed"] = "done"
     #: why a failed point failed
@@ -77,6 +80,32 @@ class Manifest(_Model):
     seconds: float | None = None
     #: program -> its version line
     versions: dict[str, str | None] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_simulator_shape(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict) or raw.get("kind") != "simulation" or "phases" in raw:
+            return raw
+        raw = dict(raw)
+        if isinstance(raw.get("start_ns"), int) and isinstance(raw.get("end_ns"), int):
+            raw["phases"] = {"run": {"start_ns": raw.pop("start_ns"), "end_ns": raw.pop("end_ns")}}
+        if "tables" not in raw and isinstance(raw.get("rows"), dict):
+            raw["tables"] = raw.pop("rows")
+        spec = raw.get("spec")
+        spec = spec if isinstance(spec, dict) else {}
+        workload = spec.get("workload")
+        workload = workload if isinstance(workload, dict) else {}
+        if "point" not in raw and "users" in workload:
+            raw["point"] = {
+                "users": workload["users"],
+                "think_time_s": workload.get("think_time_s"),
+                "seed": spec.get("seed"),
+            }
+        if "tiers" not in raw and isinstance(spec.get("tier"), list):
+            raw["tiers"] = {
+                t["name"]: t["servers"] for t in spec["tier"] if isinstance(t, dict) and "name" in t and "servers" in t
+            }
+        return raw
 
     def configuration(self) -> str | None:
         """The point's configuration: its topology plus every swept value but the workload level,

@@ -120,8 +120,23 @@ def analyze_files(
     return data
 
 
-def _point_requests(point: Point) -> pa.Table | None:
-    return point.tables["requests"] if point.tables.rows("requests") else None
+def _point_requests(point: Point, notes: list[str]) -> pa.Table | None:
+    """The point's requests; a table linked by an older tierscope (parent ids naming ids that several
+    rows carry) is linked again, once, and `notes` says so."""
+    from tierscope.trace.link import link_transactions, parents_of_shared_ids
+
+    if not point.tables.rows("requests"):
+        return None
+    reqs = point.tables["requests"]
+    ambiguous = parents_of_shared_ids(reqs)
+    if ambiguous:
+        reqs = link_transactions(reqs)
+        point.tables["requests"] = reqs
+        notes.append(
+            f"point {point.name}: requests.parquet was linked by an older tierscope ({ambiguous} rows name a "
+            "parent id that several rows carry); linked again for this analysis"
+        )
+    return reqs
 
 
 def analyze_run(
@@ -212,7 +227,7 @@ def analyze_run(
             chosen = max(with_requests, key=lambda p: (p.users or 0, p.name))
     if chosen is not None:
         data.focus_config = chosen.config or "(this system)"
-        reqs = _point_requests(chosen)
+        reqs = _point_requests(chosen, data.notes)
         if reqs is None:
             data.notes.append(f"point {chosen.name} has no requests table: no fine-grained analysis")
         else:
@@ -232,7 +247,7 @@ def _level(p: Point) -> float:
     return p.users
 
 
-def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[str, float]:
+def service_hints(chosen: Point, points: list[Point], notes: list[str], limit: int = 3) -> dict[str, float]:
     """Per server, its service time measured at the nearest lower workload levels of the same
     configuration (requests that found it idle): the slope of the main sequence of a server that
     was saturated during the whole analysed point and so never found idle there."""
@@ -253,7 +268,7 @@ def service_hints(chosen: Point, points: list[Point], limit: int = 3) -> dict[st
     )
     hints: dict[str, float] = {}
     for p in lower[:limit]:
-        reqs = _point_requests(p)
+        reqs = _point_requests(p, notes)
         if reqs is None:
             continue
         reqs = reqs.filter(pc.not_equal(reqs.column("tier"), "client"))
@@ -288,7 +303,7 @@ def _analyse_point(
         and points
         and any("found the server idle" not in ns.method for ns in data.fine.n_star.values())
     ):
-        hints = service_hints(chosen, points)
+        hints = service_hints(chosen, points, data.notes)
         if hints:
             data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns, service_hints=hints)
     if why:
@@ -314,7 +329,7 @@ def _past_a_quiet_knee(data: Analysis, chosen: Point, points: list[Point], windo
         key=_level,
     )
     for p in higher:
-        reqs = _point_requests(p)
+        reqs = _point_requests(p, data.notes)
         if reqs is None:
             continue
         _analyse_point(data, p, reqs, window_ns, points)

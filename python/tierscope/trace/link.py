@@ -25,6 +25,7 @@ import heapq
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tierscope import tiers
 
@@ -143,6 +144,19 @@ def link_transactions(table: pa.Table) -> pa.Table:
         else:
             out = out.append_column(name, arr_)
     return out
+
+
+def parents_of_shared_ids(table: pa.Table) -> int:
+    """Rows whose `parent_id` names a `request_id` that several rows carry: a table linked by a
+    tierscope from before ids were unique per row (its links are ambiguous; `link_transactions`
+    links it again). 0 for a table linked here, or not linked."""
+    if not {"request_id", "parent_id"} <= set(table.column_names) or table.num_rows == 0:
+        return 0
+    counts = pc.value_counts(table.column("request_id").combine_chunks().drop_null())
+    shared = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+    if len(shared) == 0:
+        return 0
+    return int(pc.sum(pc.is_in(table.column("parent_id"), value_set=shared)).as_py() or 0)
 
 
 def link_file(path: str | Path) -> dict[str, int]:
