@@ -213,6 +213,10 @@ users = 5
             't.toml: soft.middleware.implementation: "rust" speaks the PostgreSQL protocol only, the database tier is mariadb',
         ),
         (
+            'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "rust"\nlabels = true\n',
+            't.toml: soft.middleware.labels: only with implementation = "python"',
+        ),
+        (
             'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "java"\n',
             "t.toml: soft.middleware.implementation: Input should be 'python' or 'rust'",
         ),

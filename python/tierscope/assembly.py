@@ -235,6 +235,7 @@ def middleware_server(s: Server, backends: list[str], db_cfg: Any, resources: So
         wait=soft.wait,
         weights=soft.weights,
         implementation=soft.implementation,
+        labels=soft.labels,
         name=s.name,
     )
     return mw

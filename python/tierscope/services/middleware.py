@@ -62,6 +62,7 @@ class Middleware(Service):
         wait: str = "first",
         weights: list[float] | None = None,
         implementation: str = "python",
+        labels: bool = False,
         name: str | None = None,
     ):
         from tierscope.middleware.balance import POLICIES
@@ -86,10 +87,10 @@ class Middleware(Service):
             raise ValueError(f"middleware dbms: expected one of {', '.join(PROTOCOLS)}, got {dbms!r}")
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"middleware implementation: expected python or rust, got {implementation!r}")
-        if implementation == "rust" and (PROTOCOLS[dbms] != "postgres" or policy == "aware"):
+        if implementation == "rust" and (PROTOCOLS[dbms] != "postgres" or policy == "aware" or labels):
             raise ValueError(
-                "middleware implementation rust: PostgreSQL only and no policy aware "
-                f"(got {dbms}, {policy}); use implementation python"
+                "middleware implementation rust: PostgreSQL only, no policy aware and no labels "
+                f"(got {dbms}, {policy}, labels={labels}); use implementation python"
             )
         self.backends = list(backends)
         self.database = database
@@ -102,6 +103,7 @@ class Middleware(Service):
         self.wait = wait
         self.weights = list(weights) if weights is not None else None
         self.implementation = implementation
+        self.labels = bool(labels)
 
     @property
     def stats_path(self) -> Path:
@@ -152,6 +154,8 @@ class Middleware(Service):
             argv += ["--backend", b]
         if self.weights is not None:
             argv += ["--weights", ",".join(f"{w:g}" for w in self.weights)]
+        if self.labels:
+            argv.append("--labels")
         return argv
 
     def stats(self) -> dict:

@@ -173,6 +173,9 @@ class MiddlewareSoft(_Model):
     # python: `python -m tierscope.middleware` (every policy, both protocols); rust: `tierscope-engine
     # middleware`, the same rules at a third of the CPU per transaction (PostgreSQL; not `aware`)
     implementation: Literal["python", "rust"] = "python"
+    # keep per-statement service times and heavy reads per backend under any policy (`--labels`;
+    # `aware` always does): the 50 ms series then shows where the heavy reads went (python only)
+    labels: bool = False
 
 
 class DbSoft(_Model):
@@ -414,6 +417,8 @@ class PointConfig(_Model):
                     f'soft.middleware.implementation: "rust" speaks the PostgreSQL protocol only, the database '
                     f'tier is {self.topology.db.dbms} (use "python" for it)'
                 )
+            if mw.labels:
+                raise ValueError('soft.middleware.labels: only with implementation = "python"')
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")
