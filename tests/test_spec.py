@@ -424,3 +424,10 @@ def test_scale_is_a_fraction_or_a_preset_the_data_generator_knows():
     from tierscope.apps.rubbos import datagen
 
     assert set(SCALE_PRESETS["rubbos"]) == set(datagen.PRESETS)
+
+
+def test_the_middleware_implementations_example_runs_both_at_1_2_1_2():
+    pts = expand(load_spec(EXAMPLES / "middleware-implementations.toml"))
+    got = sorted((p.config.soft.middleware.implementation, p.config.workload.users[0]) for p in pts)
+    assert got == sorted((impl, u) for impl in ("python", "rust") for u in (50, 100, 150))
+    assert {p.config.topology.middleware.count for p in pts} == {1} and {p.config.topology.db.count for p in pts} == {2}
