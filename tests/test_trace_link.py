@@ -242,7 +242,7 @@ def test_a_table_linked_by_an_older_tierscope_is_found_and_linked_again(tmp_path
     `parent_id` at that same id, which its parent and its siblings carry too: ambiguous links."""
     from tierscope.analysis.experiment import _point_requests
     from tierscope.analysis.points import LazyTables, Point
-    from tierscope.trace.link import parents_of_shared_ids
+    from tierscope.trace.link import rows_linked_to_their_own_id
 
     rows = []
     for k in range(3):  # page k: web -> app -> db, all carrying id p<k>
@@ -253,14 +253,14 @@ def test_a_table_linked_by_an_older_tierscope_is_found_and_linked_again(tmp_path
             row("db", "10.0.0.4", "10.0.0.3", t0 + 20, t0 + 30, rid=f"p{k}", conn=k),
         ]
     fresh = link_transactions(table(rows))
-    assert parents_of_shared_ids(fresh) == 0 and parents_of_shared_ids(table(rows)) == 0
+    assert rows_linked_to_their_own_id(fresh) == 0 and rows_linked_to_their_own_id(table(rows)) == 0
     older = table(rows)
     older = older.set_column(
         older.column_names.index("parent_id"),
         "parent_id",
         pa.array([None if r["tier"] == "web" else r["request_id"] for r in rows], pa.string()),
     )
-    assert parents_of_shared_ids(older) == 6  # every app and db row
+    assert rows_linked_to_their_own_id(older) == 6  # every app and db row
     point = Point(path=tmp_path, name="old-point", tables=LazyTables())
     point.tables["requests"] = older
     notes: list[str] = []

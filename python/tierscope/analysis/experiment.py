@@ -121,20 +121,20 @@ def analyze_files(
 
 
 def _point_requests(point: Point, notes: list[str]) -> pa.Table | None:
-    """The point's requests; a table linked by an older tierscope (parent ids naming ids that several
-    rows carry) is linked again, once, and `notes` says so."""
-    from tierscope.trace.link import link_transactions, parents_of_shared_ids
+    """The point's requests; a table linked by an older tierscope (rows naming their own request id as
+    parent) is linked again, once, and `notes` says so."""
+    from tierscope.trace.link import link_transactions, rows_linked_to_their_own_id
 
     if not point.tables.rows("requests"):
         return None
     reqs = point.tables["requests"]
-    ambiguous = parents_of_shared_ids(reqs)
+    ambiguous = rows_linked_to_their_own_id(reqs)
     if ambiguous:
         reqs = link_transactions(reqs)
         point.tables["requests"] = reqs
         notes.append(
-            f"point {point.name}: requests.parquet was linked by an older tierscope ({ambiguous} rows name a "
-            "parent id that several rows carry); linked again for this analysis"
+            f"point {point.name}: requests.parquet was linked by an older tierscope ({ambiguous} rows name "
+            "their own request id as parent, which their parent and siblings carry too); linked again for this analysis"
         )
     return reqs
 

@@ -146,17 +146,14 @@ def link_transactions(table: pa.Table) -> pa.Table:
     return out
 
 
-def parents_of_shared_ids(table: pa.Table) -> int:
-    """Rows whose `parent_id` names a `request_id` that several rows carry: a table linked by a
-    tierscope from before ids were unique per row (its links are ambiguous; `link_transactions`
-    links it again). 0 for a table linked here, or not linked."""
+def rows_linked_to_their_own_id(table: pa.Table) -> int:
+    """Rows whose `parent_id` is their own `request_id`: what a tierscope from before ids were unique
+    per row wrote when it linked a row by the id it carried (its parent and siblings carry that id
+    too, so the link is ambiguous; `link_transactions` links such a table again). Linking here
+    never makes a row its own parent: 0 for a table linked here, or not linked."""
     if not {"request_id", "parent_id"} <= set(table.column_names) or table.num_rows == 0:
         return 0
-    counts = pc.value_counts(table.column("request_id").combine_chunks().drop_null())
-    shared = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
-    if len(shared) == 0:
-        return 0
-    return int(pc.sum(pc.is_in(table.column("parent_id"), value_set=shared)).as_py() or 0)
+    return int(pc.sum(pc.equal(table.column("parent_id"), table.column("request_id"))).as_py() or 0)
 
 
 def link_file(path: str | Path) -> dict[str, int]:
