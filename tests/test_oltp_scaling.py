@@ -194,10 +194,14 @@ def test_galera_every_write_is_applied_on_every_node(galera_rows):
     assert per_op[3] >= 2.5 * per_op[1], per_op
 
 
+@pytest.mark.slow  # in `make fidelity`, not `make test`: see the docstring
 @pytest.mark.fidelity
 @needs_root("MariaDB runs as its own OS user")
 @needs_galera
 def test_galera_write_heavy_throughput_per_node_falls_faster_than_read_heavy(galera_rows):
+    """Alone on a quiet machine YCSB-A falls to 0.154 of its 1-node rate per node and YCSB-B to
+    0.206-0.214 (2026-11-26); inside the whole suite the two came out 0.184 / 0.175 and 0.173 /
+    0.172 in two runs in a row, with 8 s runs: too close to decide in `make test`."""
     fall = {
         w: galera_rows[(3, w)]["throughput_per_node"] / galera_rows[(1, w)]["throughput_per_node"]
         for w in ("ycsb-a", "ycsb-b")
