@@ -20,7 +20,6 @@ from tierscope.apps.logservice.app import BadRecord, LogServiceConfig, parse_rec
 from tierscope.apps.logservice.driver import CONNECTION_ERROR, OUTCOMES, TIMEOUT, Load
 from tierscope.apps.logservice.experiment import Service, count, run_mode
 from tierscope.apps.logservice.preset import PresetError, load_preset
-from tierscope.apps.logservice.schema import token
 from conftest import needs_root
 
 needs_root = needs_root("PostgreSQL runs as its own OS user")
@@ -40,7 +39,9 @@ def test_counts_of_outcomes_against_the_stored_ids():
         ("f", 3, 7, 9, 400),
     ]
     t = pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(zip(*rows), OUTCOMES)], schema=OUTCOMES)
-    n = count(t, stored={"a", "d", "zz"})  # b acknowledged but missing; d timed out but stored
+    # b acknowledged but missing (client 2 holds an "b": another client's record does not count);
+    # d timed out but stored
+    n = count(t, stored={(1, "a"), (2, "d"), (9, "zz"), (2, "b")})
     assert (n["sent"], n["acknowledged"], n["refused"], n["timed_out"], n["connection_errors"], n["other"]) == (
         6,
         2,
@@ -52,6 +53,8 @@ def test_counts_of_outcomes_against_the_stored_ids():
     assert n["stored"] == 2 and n["lost"] == 4 and n["lost_acknowledged"] == 1 and n["timed_out_stored"] == 1
     assert n["load_s"] == pytest.approx(5.000000005)
     assert n["p90_ms"] == pytest.approx((10 + 0.9 * (20 - 10)) / 1e6)
+    unknown = count(t, stored=None)  # the database could not be read: the counts that need it are None
+    assert unknown["acknowledged"] == 2 and unknown["stored"] is None and unknown["lost_acknowledged"] is None
 
 
 @pytest.mark.parametrize(
@@ -64,6 +67,15 @@ def test_counts_of_outcomes_against_the_stored_ids():
         (b'{"id": "a", "level": 9, "message": "m"}', "level: expected an integer 0..7"),
         (b'{"id": "a", "level": true, "message": "m"}', "level: expected an integer 0..7"),
         (b'{"id": "a"}', "message: expected a string"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deep"),
+        (b'{"id": "a", "message": ' + b'{"x": ' * 5000 + b"1" + b"}" * 5000 + b"}", "nested too deep"),
+        (b'{"id": "a", "level": 6.0, "message": "m"}', "level: expected an integer"),
+        (b'{"id": "a", "message": ["m"]}', "message: expected a string"),
+        (b'{"id": 7, "message": "m"}', "id: expected a string"),
+        (b'{"id": "a", "message": "nul \\u0000 inside"}', "message: NUL characters"),
+        (b'{"id": "a", "message": "half \\ud800 a pair"}', "unpaired surrogates"),
+        (b'{"id": "a\\u0000", "message": "m"}', "id: expected a string"),
+        (b'\xff\xfe{"id": "a"}', "body is not JSON"),
     ],
 )
 def test_a_malformed_record_says_what_is_wrong(body, needle):
@@ -73,7 +85,9 @@ def test_a_malformed_record_says_what_is_wrong(body, needle):
 
 
 def test_config_goes_through_the_environment_unchanged():
-    c = LogServiceConfig(mode="queue", db_port=6543, auth_cache=False, batch_ms=12.5, redis_url="redis://x:1/0")
+    c = LogServiceConfig(
+        mode="queue", db_port=6543, auth_cache=False, batch_ms=12.5, redis_url="redis://x:1/0", redis_password="p w"
+    )
     assert LogServiceConfig.from_env(c.env()) == c
     with pytest.raises(ValueError, match="mode durable needs redis_url"):
         LogServiceConfig(mode="durable")
@@ -84,13 +98,14 @@ def test_the_shipped_preset_loads_and_bad_ones_name_the_key(tmp_path):
 
     modes, load, service, _ = load_preset(preset("ingest"))
     assert modes == ["direct", "queue", "durable"] and load.total == load.clients * load.records
-    assert service.db_cpu and service.fsync
+    assert service.db_cpu and service.fsync and service.broker_fsync == "always" and service.supervise
     for text, needle in (
         ("[load]\nclients = 0\n", "clients and records: expected >= 1"),
         ("[load]\nclient = 3\n", "load.client: unknown key"),
         ('[service]\ndb_cpu = "x"\n', "service.db_cpu: expected float"),
         ('modes = ["batch"]\n', "modes: expected a list of direct, queue, durable"),
         ('[service]\ndbms = "oracle"\n', "dbms: expected one of"),
+        ('[service]\nbroker_fsync = "sometimes"\n', "broker_fsync: expected one of always"),
     ):
         p = tmp_path / "p.toml"
         p.write_text(text)
@@ -103,39 +118,50 @@ def test_the_shipped_preset_loads_and_bad_ones_name_the_key(tmp_path):
 
 @pytest.fixture
 def postgres(tmp_path):
-    from tierscope.apps.dal import Database, DbConfig
+    """A PostgreSQL with the log service's tables and 3 clients: (server, Database, DbConfig, tokens)."""
+    from tierscope.apps.dal import Database
     from tierscope.apps.logservice import schema
     from tierscope.services.base import free_port
-    from tierscope.services.postgres import Postgres
+    from tierscope.services.databases import database_server
     from tierscope.testbed.host import Host
 
-    with Postgres(Host.loopback(), free_port(), tmp_path / "pg", fsync=False) as pg:
+    pg, cfg = database_server("postgresql", Host.loopback(), free_port(), tmp_path / "pg", database="logs")
+    with pg:
         pg.create_database("logs")
-        db = Database(DbConfig(host="127.0.0.1", port=pg.port, database="logs"))
-        schema.create(db, clients=3)
-        yield pg, db
+        db = Database(cfg)
+        tokens = schema.create(db, clients=3)
+        yield pg, db, cfg, tokens
         db.close()
 
 
-def _app(tmp_path, pg, mode: str, **kw):
+def _app(tmp_path, cfg, mode: str, workers: int = 2, **kw):
     from tierscope.services.appserver import AppServer
     from tierscope.services.base import free_port
     from tierscope.testbed.host import Host
 
-    cfg = LogServiceConfig(mode=mode, db_port=pg.port, db_name="logs", **kw)
+    conf = LogServiceConfig(
+        mode=mode,
+        db_host=cfg.host,
+        db_port=cfg.port,
+        db_user=cfg.user,
+        db_password=cfg.password,
+        db_name=cfg.database,
+        **kw,
+    )
     return AppServer(
         Host.loopback(),
         free_port(),
         tmp_path / f"app-{mode}",
         app="tierscope.apps.logservice.app:create_app()",
-        app_env=cfg.env(),
+        app_env=conf.env(),
         health_path="/health",
-        workers=2,
+        workers=workers,
         threads=4,
     )
 
 
 def _post(url: str, body: bytes, tok: str | None) -> int:
+    """The status of POST /log (an error status too)."""
     headers = {"Content-Type": "application/json"}
     if tok is not None:
         headers["Authorization"] = f"Bearer {tok}"
@@ -152,45 +178,147 @@ def _post(url: str, body: bytes, tok: str | None) -> int:
 def test_each_acknowledged_record_is_stored_once_and_bad_requests_store_nothing(tmp_path, postgres, mode):
     from tierscope.apps.logservice import schema
 
-    pg, db = postgres
-    app = _app(tmp_path, pg, mode, auth_cache=mode == "queue", max_body=1000).start()
+    pg, db, cfg, token = postgres
+    app = _app(tmp_path, cfg, mode, auth_cache=mode == "queue", max_body=4000).start()
     try:
         codes = [
-            _post(app.url, json.dumps({"id": f"r{i}", "message": "hello"}).encode(), token(1 + i % 3))
+            _post(app.url, json.dumps({"id": f"r{i}", "message": "hello"}).encode(), token[1 + i % 3])
             for i in range(60)
         ]
         assert codes == [201] * 60
-        assert _post(app.url, json.dumps({"id": "r0", "message": "again"}).encode(), token(1)) == 201  # one row
-        assert _post(app.url, b'{"id": "bad-token", "message": "m"}', token(99)) == 401
+        assert _post(app.url, json.dumps({"id": "r0", "message": "again"}).encode(), token[1]) == 201  # one row
+        assert _post(app.url, b'{"id": "bad-token", "message": "m"}', "x" + token[1]) == 401
         assert _post(app.url, b'{"id": "no-token", "message": "m"}', None) == 401
-        assert _post(app.url, b'{"id": "x", "message": 7}', token(1)) == 400
-        assert _post(app.url, b"{", token(1)) == 400
-        assert _post(app.url, json.dumps({"id": "big", "message": "m" * 2000}).encode(), token(1)) == 413
+        assert _post(app.url, b'{"id": "x", "message": 7}', token[1]) == 400
+        assert _post(app.url, b"{", token[1]) == 400
+        assert _post(app.url, b"[" * 1900 + b"]" * 1900, token[1]) == 400  # nested too deep: 400, not 500
+        assert _post(app.url, b'{"id": "n", "message": "a\\u0000b"}', token[1]) == 400  # would poison a batch
+        assert _post(app.url, json.dumps({"id": "big", "message": "m" * 5000}).encode(), token[1]) == 413
     finally:
         app.stop()  # a clean stop writes what the queue still holds
-    assert schema.stored_ids(db) == {f"r{i}" for i in range(60)}
+    assert schema.stored_keys(db) == {(1 + i % 3, f"r{i}") for i in range(60)}
     with db.session() as s:
         rows = s.query("SELECT client_id, count(*) AS n FROM logs GROUP BY client_id ORDER BY client_id")
     assert [(r["client_id"], r["n"]) for r in rows] == [(1, 20), (2, 20), (3, 20)]
 
 
 @needs_root
-@needs_redis
-def test_durable_mode_loses_no_acknowledged_record_when_the_app_is_killed(tmp_path):
+@pytest.mark.parametrize("mode", ["direct", "queue"])
+def test_a_client_cannot_take_over_another_clients_record_ids(tmp_path, postgres, mode):
+    """The hijack: client 1 posts the ids client 2 will send; client 2's records are still its own."""
+    pg, db, cfg, token = postgres
+    app = _app(tmp_path, cfg, mode).start()
+    try:
+        for i in range(5):
+            assert _post(app.url, json.dumps({"id": f"b-{i}", "message": "from 1"}).encode(), token[1]) == 201
+        for i in range(5):
+            assert _post(app.url, json.dumps({"id": f"b-{i}", "message": "from 2"}).encode(), token[2]) == 201
+        assert _post(app.url, json.dumps({"id": "b-0", "message": "again 1"}).encode(), token[1]) == 201
+    finally:
+        app.stop()
+    with db.session() as s:
+        rows = s.query("SELECT client_id, id, message FROM logs ORDER BY client_id, id")
+    assert [(r["client_id"], r["id"], r["message"]) for r in rows] == [
+        *((1, f"b-{i}", "from 1") for i in range(5)),
+        *((2, f"b-{i}", "from 2") for i in range(5)),
+    ]
+
+
+def _stats(url: str) -> dict:
+    with urllib.request.urlopen(url + "/stats", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def _clients_scans(cfg) -> int:
+    """Scans of the clients table so far (every token lookup or load is one), on a connection of its
+    own (it reports no scan of its own)."""
+    import psycopg
+
+    with psycopg.connect(
+        host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password or None, dbname=cfg.database
+    ) as conn:
+        row = conn.execute(
+            "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'clients'"
+        ).fetchone()
+    return int(row[0])
+
+
+@needs_root
+def test_unknown_tokens_are_answered_from_memory_without_a_database_query(tmp_path, postgres):
+    """With the authentication cache, 200 unknown tokens cost no query (the worker's one load of the
+    clients table is the only scan of it); without it, each costs one. Counted by the worker and by
+    PostgreSQL (a backend reports its scans when it exits: the app is stopped before reading)."""
+    pg, db, cfg, token = postgres
+    db.close()  # its connections report what they did (making the tables) as they close
+    for cache, unknown in ((True, 200), (False, 20)):
+        before = _clients_scans(cfg)
+        app = _app(tmp_path, cfg, "direct", workers=1, auth_cache=cache, auth_refresh_s=600.0).start()
+        try:
+            codes = {_post(app.url, b'{"id": "u", "message": "m"}', f"guess-{i}") for i in range(unknown)}
+            assert codes == {401}
+            assert _post(app.url, b'{"id": "k", "message": "m"}', token[3]) == 201
+            stats = _stats(app.url)
+        finally:
+            app.stop()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _clients_scans(cfg) - before < (1 if cache else unknown):
+            time.sleep(0.2)
+        time.sleep(0.5)
+        scans = _clients_scans(cfg) - before
+        if cache:
+            assert stats["auth_queries"] == 0 and stats["auth_loads"] == 1 and stats["unauthorized"] == unknown
+            assert scans == 1, scans  # the load when the worker started, nothing per unknown token
+        else:
+            assert stats["auth_queries"] == unknown + 1 and scans >= unknown + 1
+
+
+DRILL_LOAD = Load(clients=100, records=40, timeout_s=2.0, start_spread_s=0.2)
+
+
+def _drill(tmp_path, victim: str):
+    """The durable mode under load with `victim` (app, broker, db) killed with SIGKILL (its whole
+    process group) 1.5 s into the load; the supervisor brings it back."""
     killed = {}
 
-    def crash(app, hosts):
+    def fault(servers, hosts):
         time.sleep(1.5)  # the load is under way
-        killed["pid"] = app.proc.pid
-        os.killpg(app.proc.pid, signal.SIGKILL)
+        svc = servers[victim]
+        killed["name"] = svc.name
+        os.killpg(svc.proc.pid, signal.SIGKILL)
 
-    load = Load(clients=100, records=40, timeout_s=2.0, start_spread_s=0.2, run="crash")
-    r = run_mode("durable", Service(db_cpu=None, fsync=False, app_threads=16), load, tmp_path / "durable", crash=crash)
-    assert killed and r.sent == 4000
+    load = Load(**{**DRILL_LOAD.__dict__, "run": victim})
+    service = Service(db_cpu=None, fsync=False, app_threads=16)
+    r = run_mode("durable", service, load, tmp_path / victim, fault=fault)
+    assert killed and r.sent == load.total
+    assert any(n.startswith(f"{killed['name']} restarted by the supervisor") for n in r.notes), r.notes
+    assert r.error == ""
+    assert r.lost_acknowledged == 0, r  # counted by (client, id) in the database
+    assert r.stored >= r.acknowledged
+    return r
+
+
+@needs_root
+@needs_redis
+def test_kill_drill_app(tmp_path):
+    r = _drill(tmp_path, "app")
     assert r.acknowledged > 100  # some were taken before the kill...
     assert r.connection_errors + r.timed_out > 0  # ...and the kill was felt
-    assert r.lost_acknowledged == 0
-    assert r.stored >= r.acknowledged
+
+
+@needs_root
+@needs_redis
+def test_kill_drill_broker(tmp_path):
+    r = _drill(tmp_path, "broker")
+    assert r.acknowledged > 100
+    assert r.refused + r.connection_errors + r.timed_out > 0  # records offered while it was down: not acknowledged
+
+
+@needs_root
+@needs_redis
+def test_kill_drill_database(tmp_path):
+    r = _drill(tmp_path, "db")
+    assert r.acknowledged > 100
+    assert r.refused == 0  # the broker keeps taking records while the database is down
 
 
 @needs_root

@@ -19,15 +19,22 @@ def results_table(results: list) -> Table:
     t.add_column("")
     for r in results:
         t.add_column(r.mode, justify="right")
+
+    def known(v) -> str:
+        return "unknown" if v is None else str(v)
+
     rows = [
         ("records sent", lambda r: str(r.sent)),
         ("acknowledged (201)", lambda r: str(r.acknowledged)),
         ("refused (503)", lambda r: str(r.refused)),
-        ("timed out", lambda r: f"{r.timed_out} ({r.timed_out_stored} stored)"),
+        ("timed out", lambda r: f"{r.timed_out} ({known(r.timed_out_stored)} stored)"),
         ("connection errors", lambda r: str(r.connection_errors + r.other)),
-        ("stored", lambda r: str(r.stored)),
-        ("lost (sent, not stored)", lambda r: f"{r.lost} ({100 * r.lost / max(1, r.sent):.1f} %)"),
-        ("lost though acknowledged", lambda r: str(r.lost_acknowledged)),
+        ("stored", lambda r: known(r.stored)),
+        (
+            "lost (sent, not stored)",
+            lambda r: "unknown" if r.lost is None else f"{r.lost} ({100 * r.lost / max(1, r.sent):.1f} %)",
+        ),
+        ("lost though acknowledged", lambda r: known(r.lost_acknowledged)),
         ("stored rows/s", lambda r: f"{r.stored_per_s:.0f}"),
         ("p90 of acknowledged, ms", lambda r: f"{r.p90_ms:.0f}" if r.p90_ms is not None else "-"),
         ("bottleneck (share > 95 %)", lambda r: r.bottleneck or "-"),
@@ -56,9 +63,12 @@ def ingest(
     records with unique ids and a timeout. After each mode the service is drained and every id is
     looked up in the database. Prints, per mode: records sent, acknowledged, refused (503),
     timed out, stored, lost (sent, not stored), lost though acknowledged (must be 0), stored
-    rows/s, p90 latency and the most saturated resource. Tables in OUT/ingest-<time>/<mode>/.
+    rows/s, p90 latency and the most saturated resource, and the servers the supervisor restarted;
+    the counts are printed even when the database could not be read at the end ("unknown").
+    Tables in OUT/ingest-<time>/<mode>/.
 
-    Exit status: 0 done, 1 a mode failed or lost an acknowledged record, 2 bad preset.
+    Exit status: 0 done, 1 a mode failed, lost an acknowledged record or could not be counted,
+    2 bad preset.
 
     Example: [bold]tierscope ingest[/bold]   or   [bold]tierscope ingest --mode direct --clients 500[/bold]
     """
@@ -107,7 +117,9 @@ def ingest(
         console.print(results_table(results))
     for r in results:
         for note in r.notes:
-            console.print(f"[dim]{r.mode}: {note}[/dim]")
+            console.print(f"[dim]{r.mode}: {note}[/dim]", highlight=False, soft_wrap=True)
+        if r.error:
+            err.print(f"[red]{r.mode}[/red]: {r.error}", highlight=False, soft_wrap=True)
     for mode, reason in failed:
         err.print(f"[red]failed[/red] {mode}: {reason}", highlight=False, soft_wrap=True)
     (run_dir).mkdir(parents=True, exist_ok=True)
@@ -115,7 +127,7 @@ def ingest(
         json.dumps({"results": [r.as_dict() for r in results], "failed": failed}, indent=2) + "\n"
     )
     console.print(f"tables: {run_dir}")
-    raise typer.Exit(1 if failed or any(r.lost_acknowledged for r in results) else 0)
+    raise typer.Exit(1 if failed or any(r.lost_acknowledged is None or r.lost_acknowledged for r in results) else 0)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,14 +1,27 @@
 """Redis (Debian's redis-server): a server of its own (data directory, port, append-only file)
 under the `redis` OS user. The log service's `durable` mode keeps its queue in a Redis stream, so a
-record acknowledged by the app survives a crash of the app (the broker is another process); with
-`appendfsync = "always"` it also survives a crash of the broker's host.
+record acknowledged by the app survives a crash of the app (the broker is another process).
+
+Durability (`appendfsync`): with `always` (the default) Redis writes and fsyncs its append-only
+file before it answers a write, so an acknowledged XADD survives a kill -9 of the broker and a crash
+of its host (Redis groups the writes of one event-loop turn into one fsync). With `everysec` the
+append-only file is fsynced once a second, and a write may be postponed up to 2 s while an fsync
+is still running: a crash of the host loses up to the last 2 s of acknowledged writes.
+
+Access: the server listens on its host's address only and requires a password (`requirepass`),
+a secret generated per server (per run) unless given. It is kept in `redis.conf` (0600, owned by
+the redis user) and in `password_file` (0600, owned by whoever runs the lab), never on a command
+line. Clients take `url` (which carries it) or `password`.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 import socket
 from pathlib import Path
+from urllib.parse import quote
 
 from tierscope.services._accounts import give_to, run_as
 from tierscope.services.base import Service, ServiceError
@@ -24,20 +37,40 @@ def redis_server() -> str:
     return path
 
 
+def write_secret(path: Path, text: str) -> None:
+    """Write `text` to `path` readable by its owner only (0600 from the start, no symlink followed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 class Redis(Service):
-    """redis-server on host:port with an append-only file in `workdir/data`."""
+    """redis-server on host:port with an append-only file in `workdir/data` and a password."""
 
     kind = "redis"
     user = "redis"
     start_timeout = 30.0
 
     def __init__(
-        self, host: Host, port: int, workdir: str | Path, *, appendfsync: str = "everysec", name: str | None = None
+        self,
+        host: Host,
+        port: int,
+        workdir: str | Path,
+        *,
+        appendfsync: str = "always",
+        password: str | None = None,
+        name: str | None = None,
     ):
         if appendfsync not in APPENDFSYNC:
             raise ValueError(f"appendfsync: expected one of {', '.join(APPENDFSYNC)}, got {appendfsync!r}")
         super().__init__(host, port, workdir, name)
         self.appendfsync = appendfsync
+        self.password = password or secrets.token_urlsafe(32)
 
     @property
     def data_dir(self) -> Path:
@@ -48,18 +81,24 @@ class Redis(Service):
         return self.workdir / "redis.conf"
 
     @property
+    def password_file(self) -> Path:
+        """The password alone (0600, the lab's user): what a user of the lab is pointed to."""
+        return self.workdir / "redis.password"
+
+    @property
     def log_file(self) -> Path:
         return self.workdir / "redis.log"
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host.address}:{self.port}/0"
+        return f"redis://:{quote(self.password, safe='')}@{self.host.address}:{self.port}/0"
 
     def conf(self) -> str:
         opts = {
             "bind": self.host.address,
             "port": str(self.port),
-            "protected-mode": "no",
+            "protected-mode": "yes",
+            "requirepass": self.password,
             "daemonize": "no",
             "dir": str(self.data_dir),
             "logfile": str(self.log_file),
@@ -72,8 +111,10 @@ class Redis(Service):
 
     def prepare(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.conf_path.write_text(self.conf())
+        write_secret(self.conf_path, self.conf())
         give_to(self.user, self.workdir)
+        os.chmod(self.workdir, 0o700)
+        write_secret(self.password_file, self.password + "\n")  # after give_to: stays the lab's
 
     def command(self) -> list[str]:
         return run_as(self.user, [redis_server(), str(self.conf_path)])
@@ -81,8 +122,15 @@ class Redis(Service):
     def healthy(self) -> bool:
         try:
             with socket.create_connection((self.host.address, self.port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
+                pw = self.password.encode()
+                s.sendall(b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\nPING\r\n" % (len(pw), pw))
+                got = b""
+                while got.count(b"\r\n") < 2:
+                    chunk = s.recv(64)
+                    if not chunk:
+                        break
+                    got += chunk
+                return got.startswith(b"+OK\r\n+PONG")
         except OSError:
             return False
 

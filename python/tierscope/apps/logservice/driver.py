@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from tierscope.apps.logservice.schema import token
 
 TIMEOUT, CONNECTION_ERROR = 0, -1
 
@@ -66,9 +65,11 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
-async def _client(n: int, load: Load, host: str, port: int, delay: float, out: list, done: Callable[[], None]) -> None:
+async def _client(
+    n: int, load: Load, host: str, port: int, token: str, delay: float, out: list, done: Callable[[], None]
+) -> None:
     await asyncio.sleep(delay)
-    auth = f"Bearer {token(n)}"
+    auth = f"Bearer {token}"
     message = "x" * load.message_bytes
     conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
     for i in range(load.records):
@@ -97,7 +98,7 @@ async def _client(n: int, load: Load, host: str, port: int, delay: float, out: l
         conn[1].close()
 
 
-async def _drive(load: Load, host: str, port: int, tick: Callable[[int], None]) -> list:
+async def _drive(load: Load, host: str, port: int, tokens: dict[int, str], tick: Callable[[int], None]) -> list:
     out: list = []
     counter = [0]
 
@@ -108,21 +109,27 @@ async def _drive(load: Load, host: str, port: int, tick: Callable[[int], None]) 
 
     step = load.start_spread_s / load.clients
     await asyncio.gather(
-        *(_client(n, load, host, port, i * step, out, done) for i, n in enumerate(range(1, load.clients + 1)))
+        *(
+            _client(n, load, host, port, tokens[n], i * step, out, done)
+            for i, n in enumerate(range(1, load.clients + 1))
+        )
     )
     tick(counter[0])
     return out
 
 
-def drive(load: Load, host: str, port: int, tick: Callable[[int], None] = lambda n: None) -> pa.Table:
-    """Post `load.total` records to host:port; one outcome row per record (OUTCOMES)."""
+def drive(
+    load: Load, host: str, port: int, tokens: dict[int, str], tick: Callable[[int], None] = lambda n: None
+) -> pa.Table:
+    """Post `load.total` records to host:port, client n with `tokens[n]`; one outcome row per
+    record (OUTCOMES)."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, load.clients * 2 + 256))
     if want > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    rows = asyncio.run(_drive(load, host, port, tick))
+    rows = asyncio.run(_drive(load, host, port, tokens, tick))
     cols = list(zip(*rows)) if rows else [[]] * 5
     return pa.Table.from_arrays([pa.array(c, t.type) for c, t in zip(cols, OUTCOMES)], schema=OUTCOMES)
 
@@ -135,8 +142,9 @@ def acknowledged(outcomes: pa.Table) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tierscope.apps.logservice.driver --host H --port P --out F --load JSON` (the
-    experiment runs it inside the client host)."""
+    """`python -m tierscope.apps.logservice.driver --host H --port P --out F --tokens FILE --load JSON`
+    (the experiment runs it inside the client host; the tokens come in a file, never on the
+    command line, which every user can read)."""
     import argparse
     import pyarrow.parquet as pq
 
@@ -144,10 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--out", required=True, help="Parquet file of the outcomes")
+    ap.add_argument("--tokens", required=True, help='the clients\' tokens, a JSON file {"1": "<token>", ...}')
     ap.add_argument("--load", default="{}", help='the Load as JSON, e.g. \'{"clients": 100, "records": 10}\'')
     args = ap.parse_args(argv)
     load = Load(**json.loads(args.load))
-    table = drive(load, args.host, args.port)
+    from tierscope.apps.logservice.schema import read_tokens
+
+    table = drive(load, args.host, args.port, read_tokens(args.tokens))
     pq.write_table(table, args.out)
     return 0
 

@@ -2,14 +2,20 @@
 
 Hosts (namespaces with cgroups when the machine allows, else loopback): `app1` (gunicorn running
 the log service), `db1` (PostgreSQL or MariaDB, its CPU limited by `db_cpu` cores), `broker1`
-(Redis, durable mode only) and `client1` (the driver, `python -m tierscope.apps.logservice.driver`).
-The resource monitor samples every namespaced host. After the load, the service is drained (what
-its queue still holds is written) and stopped cleanly, then every record id is looked up in the
-database:
+(Redis, durable mode only, `appendfsync always` and a password made for the run) and `client1`
+(the driver, `python -m tierscope.apps.logservice.driver`, given the clients' tokens, random per
+run, in a 0600 file). A supervisor (`supervisor.Supervisor`) restarts the database, the broker and
+the app server when one dies. The resource monitor samples every namespaced host. After the load,
+the service is drained (what its queue still holds is written) and stopped cleanly, then every
+record is looked up in the database by (client, id):
 
 - sent: records the driver posted; acknowledged: answered 201; refused: 503 (not taken);
   timed out: no answer within the timeout (the record may still be stored);
 - lost = sent but not stored; lost_acknowledged = acknowledged but not stored (must be 0).
+
+Once the driver has finished, the counts are always returned: a drain or a stop that fails is
+noted (`notes`), and when the database cannot be read after 60 s `stored`, `lost` and
+`lost_acknowledged` are None (unknown) with the reason in `error`.
 """
 
 from __future__ import annotations
@@ -50,10 +56,16 @@ class Service:
     batch_rows: int = 1000
     batch_ms: float = 50.0
     queue_max: int = 200_000
+    broker_fsync: str = "always"  # the broker's appendfsync: always, everysec or no
+    supervise: bool = True  # restart the database, the broker and the app server when they die
 
     def __post_init__(self):
+        from tierscope.services.redis import APPENDFSYNC
+
         if self.dbms not in PORT:
             raise ValueError(f"dbms: expected one of {', '.join(PORT)}, got {self.dbms!r}")
+        if self.broker_fsync not in APPENDFSYNC:
+            raise ValueError(f"broker_fsync: expected one of {', '.join(APPENDFSYNC)}, got {self.broker_fsync!r}")
 
 
 @dataclass
@@ -65,28 +77,35 @@ class ModeResult:
     timed_out: int
     connection_errors: int
     other: int
-    stored: int
-    lost: int
-    lost_acknowledged: int
-    timed_out_stored: int
+    stored: int | None  # None: the database could not be read (see `error`)
+    lost: int | None
+    lost_acknowledged: int | None
+    timed_out_stored: int | None
     load_s: float
     stored_per_s: float
     p90_ms: float | None
     bottleneck: str = ""  # the most saturated resource during the load, "db1 CPU quota 71 %"
     testbed: str = ""
     notes: list[str] = field(default_factory=list)
+    error: str = ""  # why the stored records could not be counted
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def count(outcomes: pa.Table, stored: set[str]) -> dict:
-    """The counts of a mode's outcomes against the ids in the database (pure)."""
+def count(outcomes: pa.Table, stored: set[tuple[int, str]] | None) -> dict:
+    """The counts of a mode's outcomes against the (client, id) keys in the database (pure);
+    `stored` None: the database could not be read, the stored and lost counts are None."""
     status = outcomes["status"]
-    ids = outcomes["id"].to_pylist()
-    sent = set(ids)
-    acked = set(outcomes.filter(pc.equal(status, 201))["id"].to_pylist())
-    timed = set(outcomes.filter(pc.equal(status, TIMEOUT))["id"].to_pylist())
+    keys = list(zip(outcomes["client"].to_pylist(), outcomes["id"].to_pylist()))
+    sent = set(keys)
+
+    def keyset(mask) -> set:
+        t = outcomes.filter(mask)
+        return set(zip(t["client"].to_pylist(), t["id"].to_pylist()))
+
+    acked = keyset(pc.equal(status, 201))
+    timed = keyset(pc.equal(status, TIMEOUT))
     n = {
         k: int(pc.sum(pc.equal(status, v)).as_py() or 0)
         for k, v in (
@@ -96,21 +115,21 @@ def count(outcomes: pa.Table, stored: set[str]) -> dict:
             ("connection_errors", CONNECTION_ERROR),
         )
     }
-    span = (pc.max(outcomes["done_ns"]).as_py() - pc.min(outcomes["sent_ns"]).as_py()) / 1e9 if ids else 0.0
+    span = (pc.max(outcomes["done_ns"]).as_py() - pc.min(outcomes["sent_ns"]).as_py()) / 1e9 if keys else 0.0
     ok = outcomes.filter(pc.equal(status, 201))
     lat = pc.subtract(ok["done_ns"], ok["sent_ns"])
     p90 = pc.quantile(lat, 0.9)[0].as_py() / 1e6 if ok.num_rows else None
-    stored_here = len(sent & stored)
+    stored_here = len(sent & stored) if stored is not None else None
     return dict(
-        sent=len(ids),
+        sent=len(keys),
         **n,
-        other=len(ids) - sum(n.values()),
+        other=len(keys) - sum(n.values()),
         stored=stored_here,
-        lost=len(sent - stored),
-        lost_acknowledged=len(acked - stored),
-        timed_out_stored=len(timed & stored),
+        lost=len(sent - stored) if stored is not None else None,
+        lost_acknowledged=len(acked - stored) if stored is not None else None,
+        timed_out_stored=len(timed & stored) if stored is not None else None,
         load_s=round(span, 3),
-        stored_per_s=round(stored_here / span, 1) if span > 0 else 0.0,
+        stored_per_s=round(stored_here / span, 1) if span > 0 and stored_here is not None else 0.0,
         p90_ms=p90,
     )
 
@@ -144,13 +163,16 @@ def run_mode(
     *,
     testbed_mode: str = "auto",
     phase: Callable[[str], None] = lambda s: None,
-    crash: Callable | None = None,
+    fault: Callable[[dict, dict], None] | None = None,
 ) -> ModeResult:
     """Run `mode` under `load`; tables in `workdir` (outcomes.parquet, resources.parquet, result.json).
 
-    `crash(app, hosts)`: called once the load has started (tests kill the app with it)."""
+    `fault(servers, hosts)`: called once the load has started, with the running servers by role
+    ({"app": AppServer, "db": the database, "broker": Redis in durable mode}); the kill drills
+    kill one of them with it, and the supervisor brings it back."""
     from tierscope.apps.dal import Database
     from tierscope.apps.logservice import schema
+    from tierscope.apps.logservice.supervisor import Supervisor
     from tierscope.services.appserver import AppServer
     from tierscope.services.redis import Redis
     from tierscope.spec import NodeType
@@ -159,8 +181,15 @@ def run_mode(
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
     workdir.mkdir(parents=True, exist_ok=True)
+    secrets_dir = workdir / "secrets"
+    secrets_dir.mkdir(mode=0o700, exist_ok=True)
+    secrets_dir.chmod(0o700)
     db_nt = NodeType(cpu=service.db_cpu) if service.db_cpu else None
     services: list = []
+    notes: list[str] = []
+    supervisor: Supervisor | None = None
+    stored: set | None = None
+    error = ""
     with Testbed(lab=free_lab(), workdir=workdir / "testbed", mode=testbed_mode) as tb:
         phase("building hosts")
         hosts = tb.up_hosts([("app1", None), ("db1", db_nt), ("broker1", None), ("client1", None)])
@@ -179,6 +208,11 @@ def run_mode(
             )
             services.append(dbs.start())
             dbs.create_database("logs")
+            broker = None
+            if mode == "durable":
+                broker = Redis(
+                    hosts["broker1"], REDIS_PORT, workdir / "broker1", appendfsync=service.broker_fsync, name="broker1"
+                )
             cfg = LogServiceConfig(
                 mode=mode,
                 dbms=service.dbms,
@@ -194,16 +228,18 @@ def run_mode(
                 batch_rows=service.batch_rows,
                 batch_ms=service.batch_ms,
                 queue_max=service.queue_max,
-                redis_url=f"redis://{hosts['broker1'].address}:{REDIS_PORT}/0" if mode == "durable" else "",
+                redis_url=f"redis://{hosts['broker1'].address}:{REDIS_PORT}/0" if broker else "",
+                redis_password=broker.password if broker else "",
             )
             db = Database(cfg.db())
             try:
-                schema.create(db, load.clients)
+                tokens = schema.create(db, load.clients)
             finally:
                 db.close()
-            if mode == "durable":
+            tokens_path = schema.write_tokens(secrets_dir / "tokens.json", tokens)
+            if broker is not None:
                 phase("starting the broker")
-                services.append(Redis(hosts["broker1"], REDIS_PORT, workdir / "broker1", name="broker1").start())
+                services.append(broker.start())
             phase("starting the log service")
             app = AppServer(
                 hosts["app1"],
@@ -219,6 +255,9 @@ def run_mode(
                 name="app1",
             )
             services.append(app.start())
+            roles = {"db": dbs, "app": app, **({"broker": broker} if broker else {})}
+            if service.supervise:
+                supervisor = Supervisor({s.name: s for s in roles.values()}).start()
             monitor = tb.start_monitor(0.25, workdir / "resources.parquet")
             phase(f"{mode}: {load.clients} clients x {load.records} records")
             outcomes_path = workdir / "outcomes.parquet"
@@ -232,48 +271,96 @@ def run_mode(
                 str(APP_PORT),
                 "--out",
                 str(outcomes_path),
+                "--tokens",
+                str(tokens_path),
                 "--load",
                 json.dumps(asdict(load)),
             ]
             proc = subprocess.Popen(
                 hosts["client1"].wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
-            if crash is not None:
-                crash(app, hosts)
+            if fault is not None:
+                fault(roles, hosts)
             out, err = proc.communicate(timeout=load.records * load.timeout_s + load.start_spread_s + 120)
             if proc.returncode != 0:
                 raise RuntimeError(f"driver failed ({proc.returncode}): {err.strip()[-2000:]}")
             outcomes = pq.read_table(outcomes_path)
+            # from here on, the counts are always returned: what fails is noted
             phase(f"{mode}: draining")
-            if not app.running():
-                app.start()  # the crashed app's replacement claims what its predecessor left pending
-            _drain(app, mode, deadline_s=60 if mode == "durable" else 20)
-            app.stop()
-            monitor.stop()
-            db = Database(cfg.db())
             try:
-                stored = schema.stored_ids(db)
-            finally:
-                db.close()
+                _wait_back(supervisor, deadline_s=90)
+                if not _drain(app, mode, deadline_s=90 if mode == "durable" else 30):
+                    notes.append("drain: the queue was not empty within the deadline")
+            except Exception as e:
+                notes.append(f"drain failed: {type(e).__name__}: {e}")
+            if supervisor is not None:
+                supervisor.stop()
+                notes.extend(supervisor.summary())
+            try:
+                app.stop()
+            except Exception as e:
+                notes.append(f"stopping the app failed: {type(e).__name__}: {e}")
+            monitor.stop()
+            stored, error = _stored(cfg, deadline_s=60)
         finally:
+            if supervisor is not None:
+                supervisor.stop()
             for s in reversed(services):
-                s.stop()
+                try:
+                    s.stop()
+                except Exception as e:
+                    notes.append(f"stopping {s.name} failed: {type(e).__name__}: {e}")
         resources = pq.read_table(workdir / "resources.parquet") if (workdir / "resources.parquet").exists() else None
         counts = count(outcomes, stored)
         start, end = pc.min(outcomes["sent_ns"]).as_py(), pc.max(outcomes["done_ns"]).as_py()
-        result = ModeResult(mode=mode, **counts, bottleneck=bottleneck(resources, start, end), testbed=tb.mode or "")
+        try:
+            neck = bottleneck(resources, start, end)
+        except Exception as e:
+            neck = ""
+            notes.append(f"bottleneck: {type(e).__name__}: {e}")
+        result = ModeResult(mode=mode, **counts, bottleneck=neck, testbed=tb.mode or "", notes=notes, error=error)
         if tb.lost:
             result.notes.append("loopback testbed: no CPU limit on the database, " + "; ".join(tb.lost))
     (workdir / "result.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
     return result
 
 
-def _drain(app, mode: str, deadline_s: float) -> None:
-    """Wait until the service's queues are empty (every worker's /stats says so twice running)."""
+def _stored(cfg: LogServiceConfig, deadline_s: float) -> tuple[set | None, str]:
+    """The stored (client, id) keys, asking again until `deadline_s` passes; (None, why) then."""
+    from tierscope.apps.dal import Database
+    from tierscope.apps.logservice import schema
+
+    end, why = time.monotonic() + deadline_s, ""
+    while True:
+        try:
+            db = Database(cfg.db())
+            try:
+                return schema.stored_keys(db), ""
+            finally:
+                db.close()
+        except Exception as e:
+            why = f"{type(e).__name__}: {e}"
+        if time.monotonic() > end:
+            return None, f"stored records not counted: the database did not answer within {deadline_s:.0f} s ({why})"
+        time.sleep(1.0)
+
+
+def _wait_back(supervisor, deadline_s: float) -> None:
+    """Wait until the supervisor has brought back every server that died (or the deadline)."""
+    if supervisor is None:
+        return
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end and any(r.back_s is None for r in supervisor.restarts):
+        time.sleep(0.2)
+
+
+def _drain(app, mode: str, deadline_s: float) -> bool:
+    """Wait until the service's queues are empty (every worker's /stats says so twice running);
+    False when they were not within `deadline_s`."""
     import urllib.request
 
     if mode == "direct":
-        return
+        return True
     end, quiet = time.monotonic() + deadline_s, 0
     while time.monotonic() < end and quiet < 6:
         try:
@@ -283,3 +370,4 @@ def _drain(app, mode: str, deadline_s: float) -> None:
             queued = None
         quiet = quiet + 1 if queued == 0 else 0
         time.sleep(0.25)
+    return quiet >= 6

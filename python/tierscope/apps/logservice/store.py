@@ -15,8 +15,11 @@
   `claim_idle_ms`; writes are idempotent by record id, so a redelivered record is one row.
 
 A batch is one statement: PostgreSQL `INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO
-NOTHING`, MariaDB `INSERT IGNORE ... VALUES (...), (...)`. A failed batch is retried (with a
-pause) until it is written or the store is closed with a deadline.
+NOTHING`, MariaDB `INSERT IGNORE ... VALUES (...), (...)`, keyed by (client_id, id). A batch that
+fails because the database is down or busy is retried (pauses growing to 2 s) until it is written
+or the store is closed with a deadline; a batch the database refuses for its data is split until
+the offending record is alone, which is set aside (`dead_letter`) so it cannot block the others.
+A collector thread that dies is replaced.
 """
 
 from __future__ import annotations
@@ -50,9 +53,27 @@ class Refused(RuntimeError):
 COLUMNS = "(id, client_id, level, message, received_ns)"
 
 
+def data_error(err: BaseException) -> bool:
+    """True when the database refused a statement for its data (not for being down or busy)."""
+    cause = err.__cause__
+    name = type(cause).__name__ if cause is not None else ""
+    if name in ("DataError", "IntegrityError", "CharacterNotInRepertoire", "UntranslatableCharacter"):
+        return True
+    mod = type(cause).__module__ if cause is not None else ""
+    if mod.startswith("psycopg"):
+        import psycopg
+
+        return isinstance(cause, (psycopg.DataError, psycopg.IntegrityError))
+    if mod.startswith("pymysql"):
+        import pymysql
+
+        return isinstance(cause, (pymysql.err.DataError, pymysql.err.IntegrityError))
+    return False
+
+
 def insert_one(db: Database, r: Record) -> None:
     verb = "INSERT IGNORE" if db.dbms == "mariadb" else "INSERT"
-    tail = "" if db.dbms == "mariadb" else " ON CONFLICT (id) DO NOTHING"
+    tail = "" if db.dbms == "mariadb" else " ON CONFLICT (client_id, id) DO NOTHING"
     with db.session(r.id) as s:
         s.execute(
             f"{verb} INTO logs {COLUMNS} VALUES (%s, %s, %s, %s, %s){tail}",
@@ -61,14 +82,20 @@ def insert_one(db: Database, r: Record) -> None:
 
 
 def insert_batch(db: Database, rows: list[Record]) -> None:
-    """Write `rows` in one statement (idempotent by id)."""
+    """Write `rows` in one statement (idempotent by (client, id)), returning once the commit is in
+    the database's log: a PostgreSQL configured with `synchronous_commit = off` (the lab's
+    `fsync=False`) would answer before, and a crash of the database would then lose a batch the
+    collector has already deleted from its queue. (MariaDB's non-durable setting,
+    `innodb_flush_log_at_trx_commit = 2`, writes the log at each commit: a crash of the server
+    process loses nothing; a crash of the host can.)"""
     if not rows:
         return
     with db.session() as s:
         if db.dbms == "postgresql":
+            s.execute("SET synchronous_commit = on")
             s.execute(
                 f"INSERT INTO logs {COLUMNS} SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::smallint[], "
-                "%s::text[], %s::bigint[]) ON CONFLICT (id) DO NOTHING",
+                "%s::text[], %s::bigint[]) ON CONFLICT (client_id, id) DO NOTHING",
                 (
                     [r.id for r in rows],
                     [r.client_id for r in rows],
@@ -117,23 +144,65 @@ class _Collectors:
         if collectors < 1 or batch_rows < 1 or batch_ms <= 0:
             raise ValueError("collectors and batch_rows must be >= 1 and batch_ms > 0")
         self.db, self.batch_rows, self.batch_s = db, batch_rows, batch_ms / 1000
-        self.stored = self.batches = self.retries = 0
+        self.stored = self.batches = self.retries = self.dead = self.restarted = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._deadline = float("inf")
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"collector-{i}", daemon=True) for i in range(collectors)
-        ]
+        self._threads = [self._thread(i) for i in range(collectors)]
+        self._next_watch = 0.0
+
+    def _thread(self, i: int) -> threading.Thread:
+        return threading.Thread(target=self._loop, name=f"collector-{i}", daemon=True)
 
     def start(self) -> None:
         for t in self._threads:
             t.start()
 
+    def watch(self) -> None:
+        """Replace collector threads that died (checked at most once a second, from the requests)."""
+        now = time.monotonic()
+        if now < self._next_watch or self._stop.is_set():
+            return
+        with self._lock:
+            if now < self._next_watch:
+                return
+            self._next_watch = now + 1.0
+            for i, t in enumerate(self._threads):
+                if not t.is_alive():
+                    log.error("collector-%d died; starting a new one", i)
+                    self._threads[i] = self._thread(i)
+                    self._threads[i].start()
+                    self.restarted += 1
+
+    def _insert(self, rows: list) -> None:
+        """Write `rows`; a batch refused for its data is split until the bad record is alone,
+        which goes to `dead_letter` (the others are written)."""
+        try:
+            insert_batch(self.db, [r for r, _ in rows])
+        except DatabaseError as err:
+            if not data_error(err):
+                raise
+            if len(rows) == 1:
+                log.error(
+                    "collector: record %s of client %s refused by the database: %s",
+                    rows[0][0].id,
+                    rows[0][0].client_id,
+                    err,
+                )
+                self.dead_letter(rows[0], str(err))
+                with self._lock:
+                    self.dead += 1
+                return
+            half = len(rows) // 2
+            self._insert(rows[:half])
+            self._insert(rows[half:])
+
     def _write(self, rows: list) -> bool:
         """Write until it works or the close deadline passes; True when written."""
+        pause = 0.1
         while True:
             try:
-                insert_batch(self.db, [r for r, _ in rows])
+                self._insert(rows)
                 break
             except Exception as err:  # the database or the pool: keep the batch, try again
                 with self._lock:
@@ -141,8 +210,9 @@ class _Collectors:
                 if time.monotonic() > self._deadline:
                     log.error("collector: %d records not written at shutdown: %s", len(rows), err)
                     return False
-                log.warning("collector: batch of %d failed (%s), retrying", len(rows), err)
-                time.sleep(0.2)
+                log.warning("collector: batch of %d failed (%s), retrying in %.1f s", len(rows), err, pause)
+                time.sleep(pause)
+                pause = min(2.0, pause * 2)
         self.written(rows)
         with self._lock:
             self.stored += len(rows)
@@ -166,6 +236,9 @@ class _Collectors:
 
     def written(self, rows: list) -> None:
         """Called once `rows` are in the database."""
+
+    def dead_letter(self, row, reason: str) -> None:
+        """Called for a record the database refused for its data (it is not retried)."""
 
     def close(self, deadline_s: float) -> None:
         self._deadline = time.monotonic() + deadline_s
@@ -193,6 +266,7 @@ class QueueStore(_Collectors):
     def put(self, r: Record) -> str:
         if self._stop.is_set():
             raise Refused("shutting down")
+        self.watch()
         try:
             self.queue.put_nowait((r, None))
         except queue.Full:
@@ -225,10 +299,11 @@ class QueueStore(_Collectors):
             "stored": self.stored,
             "batches": self.batches,
             "retries": self.retries,
+            "dead": self.dead,
         }
 
 
-STREAM, GROUP = "logs", "collectors"
+STREAM, GROUP, DEAD = "logs", "collectors", "logs-dead"
 
 
 class DurableStore(_Collectors):
@@ -239,6 +314,7 @@ class DurableStore(_Collectors):
         db: Database,
         redis_url: str,
         *,
+        password: str | None = None,
         collectors: int = 2,
         batch_rows: int = 1000,
         batch_ms: float = 50,
@@ -250,28 +326,46 @@ class DurableStore(_Collectors):
         super().__init__(db, collectors, batch_rows, batch_ms)
         # requests wait for one of a bounded set of broker connections (rather than fail)
         pool = redis.BlockingConnectionPool.from_url(
-            redis_url, max_connections=64, timeout=10, socket_timeout=10, socket_connect_timeout=5
+            redis_url,
+            password=password or None,
+            max_connections=64,
+            timeout=10,
+            socket_timeout=10,
+            socket_connect_timeout=2,
         )
         self.redis = redis.Redis(connection_pool=pool)
         self.claim_idle_ms = claim_idle_ms
         self.stream_max = stream_max
         self.consumer = f"{socket.gethostname()}-{os.getpid()}"
+        self._group = False
         try:
-            self.redis.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-        except redis.ResponseError as err:
-            if "BUSYGROUP" not in str(err):
-                raise
+            self._ensure_group()
+        except redis.RedisError as err:  # the broker is down: the collectors try again
+            log.warning("durable store: broker unavailable at start (%s)", err)
         self._local = threading.local()
         self._claim_lock = threading.Lock()
         self._next_claim = 0.0
         self._backlog, self._backlog_at = 0, 0.0
         self.start()
 
+    def _ensure_group(self) -> None:
+        import redis
+
+        try:
+            self.redis.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as err:
+            if "BUSYGROUP" not in str(err):
+                raise
+        self._group = True
+
     def put(self, r: Record) -> str:
+        """Acknowledged (returns) only once the broker has the record; with the broker's
+        `appendfsync always`, once it is in the broker's append-only file on disk."""
         import redis
 
         if self._stop.is_set():
             raise Refused("shutting down")
+        self.watch()
         try:
             now = time.monotonic()
             if now >= self._backlog_at:  # the stream's length, read at most every 100 ms
@@ -295,6 +389,8 @@ class DurableStore(_Collectors):
         if name is None:
             name = self._local.name = f"{self.consumer}-{threading.get_ident()}"
         try:
+            if not self._group:
+                self._ensure_group()
             entries = self._claim(name, n)
             if not entries and not self._stop.is_set():
                 got = self.redis.xreadgroup(GROUP, name, {STREAM: ">"}, count=n, block=max(1, int(within_s * 1000)))
@@ -302,6 +398,12 @@ class DurableStore(_Collectors):
             elif not entries:  # closing: whatever is still unread, without waiting
                 got = self.redis.xreadgroup(GROUP, name, {STREAM: ">"}, count=n)
                 entries = got[0][1] if got else []
+        except redis.ResponseError as err:
+            if "NOGROUP" in str(err):
+                self._group = False
+            log.warning("collector: broker refused (%s)", err)
+            time.sleep(0.2)
+            return []
         except redis.RedisError as err:
             log.warning("collector: broker unavailable (%s)", err)
             time.sleep(0.2)
@@ -327,6 +429,13 @@ class DurableStore(_Collectors):
         pipe.xdel(STREAM, *ids)
         pipe.execute()
 
+    def dead_letter(self, row, reason: str) -> None:
+        r, eid = row
+        self.redis.xadd(
+            DEAD, {"id": r.id, "c": r.client_id, "l": r.level, "m": r.message, "t": r.received_ns, "why": reason[:500]}
+        )
+        self.written([row])
+
     def stats(self) -> dict:
         try:
             backlog = self.redis.xlen(STREAM)
@@ -338,4 +447,5 @@ class DurableStore(_Collectors):
             "stored": self.stored,
             "batches": self.batches,
             "retries": self.retries,
+            "dead": self.dead,
         }
