@@ -52,6 +52,18 @@ $(VENV)/.installed: $(VENV)/bin/python $(ENGINE_SOURCES) $(PY_META)
 	$(BIN)/pip install -q -e '.[test]'
 	@touch $@
 
+# The diagnosis corpus (bench/diagnosis): the Python extra `diagnosis` (without rebuilding the
+# package) and the Express shop's npm packages (npm ci, only when node_modules is missing or the lock changed).
+DIAG_NODE := bench/diagnosis_corpus/express_shop
+APT_PACKAGES += nodejs
+setup: $(VENV)/.diagnosis $(DIAG_NODE)/node_modules/.installed
+$(VENV)/.diagnosis: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install -q $$($(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["diagnosis"])')
+	@touch $@
+$(DIAG_NODE)/node_modules/.installed: $(DIAG_NODE)/package-lock.json $(DIAG_NODE)/package.json
+	cd $(DIAG_NODE) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 demo: setup
 	$(BIN)/tierscope demo
 
