@@ -343,3 +343,33 @@ def test_seed_003_direct_inserts_lose_records_the_queue_stores_them_all(tmp_path
         assert direct.bottleneck.startswith("db1 CPU"), direct.bottleneck
     assert queue.lost == 0 and durable.lost == 0
     assert queue.stored_per_s > direct.stored_per_s
+
+
+@needs_root
+@needs_redis
+def test_the_broker_requires_its_per_run_password_kept_in_0600_files(tmp_path):
+    import stat
+    import socket as sk
+
+    from tierscope.services.base import free_port
+    from tierscope.services.redis import Redis
+    from tierscope.testbed.host import Host
+
+    def ask(port: int, *commands: bytes) -> bytes:
+        with sk.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"".join(c + b"\r\n" for c in commands))
+            time.sleep(0.3)
+            return s.recv(4096)
+
+    a, b = Redis(Host.loopback(), free_port(), tmp_path / "a"), Redis(Host.loopback(), free_port(), tmp_path / "b")
+    assert a.password != b.password and len(a.password) >= 40  # random per server (per run)
+    with a:
+        assert ask(a.port, b"CONFIG GET dir").startswith(b"-NOAUTH")
+        assert ask(a.port, b"AUTH wrong", b"XLEN logs").startswith(b"-WRONGPASS")
+        assert ask(a.port, b"AUTH " + a.password.encode(), b"PING") == b"+OK\r\n+PONG\r\n"
+        assert a.password_file.read_text().strip() == a.password
+        for f in (a.password_file, a.conf_path):
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+        assert stat.S_IMODE(a.workdir.stat().st_mode) == 0o700
+        assert "appendfsync always" in a.conf_path.read_text() and "bind 127.0.0.1" in a.conf_path.read_text()
+        assert a.password not in " ".join(a.command())  # never on a command line
