@@ -57,6 +57,22 @@ def test_counts_of_outcomes_against_the_stored_ids():
     assert unknown["acknowledged"] == 2 and unknown["stored"] is None and unknown["lost_acknowledged"] is None
 
 
+def test_the_results_table_is_printed_when_the_database_could_not_be_counted():
+    from rich.console import Console
+
+    from tierscope.apps.logservice.experiment import ModeResult
+    from tierscope.cli.ingest import results_table
+
+    t = pa.Table.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(zip(("a", 1, 0, 10, 201)), OUTCOMES)], schema=OUTCOMES
+    )
+    r = ModeResult(mode="durable", **count(t, stored=None), error="the database did not answer")
+    console = Console(width=120, record=True)
+    console.print(results_table([r]))
+    text = console.export_text()
+    assert "acknowledged (201)" in text and "unknown" in text
+
+
 @pytest.mark.parametrize(
     "body, needle",
     [

@@ -127,6 +127,13 @@ def ingest(
         json.dumps({"results": [r.as_dict() for r in results], "failed": failed}, indent=2) + "\n"
     )
     console.print(f"tables: {run_dir}")
+    if any((run_dir / m / "secrets").exists() for m in chosen):
+        console.print(
+            f"credentials (0600, made for this run): {run_dir}/<mode>/secrets/tokens.json (the clients' tokens), "
+            f"{run_dir}/durable/broker1/redis.password (the broker's password)",
+            highlight=False,
+            soft_wrap=True,
+        )
     raise typer.Exit(1 if failed or any(r.lost_acknowledged is None or r.lost_acknowledged for r in results) else 0)
 
 
