@@ -240,6 +240,25 @@ def test_a_client_cannot_take_over_another_clients_record_ids(tmp_path, postgres
     ]
 
 
+@needs_root
+def test_a_record_the_database_refuses_does_not_block_the_others(postgres):
+    """A poison record (one the 400 checks would have stopped: a NUL in the message) put straight into
+    the queue is set aside; the batch around it is written, nothing is retried forever."""
+    from tierscope.apps.logservice import schema
+    from tierscope.apps.logservice.store import QueueStore, Record
+
+    pg, db, cfg, token = postgres
+    store = QueueStore(db, collectors=1, batch_rows=100, batch_ms=200)
+    for i in range(20):
+        store.put(Record(f"q{i}", 1, 6, "nul \x00 here" if i == 7 else "fine", 0))
+    deadline = time.monotonic() + 20
+    while store.stored < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    store.close(5)
+    assert store.dead == 1 and store.stored == 20  # 19 written, 1 set aside, as one batch
+    assert schema.stored_keys(db) == {(1, f"q{i}") for i in range(20) if i != 7}
+
+
 def _stats(url: str) -> dict:
     with urllib.request.urlopen(url + "/stats", timeout=5) as r:
         return json.loads(r.read())
