@@ -140,11 +140,8 @@ def read(path: Path, sink: RequestSink, **_options) -> None:
         for where, trace in _json.stream_items(path, "", sink, "Jaeger JSON"):
             read_trace(trace, where, sink)
         return
-    if first == b"{" and _json.find_array(path, ("spans",)) == "spans":
-        import json
-
-        with open(path, "rb") as f:  # one trace object: small by nature
-            read_trace(json.load(f), f"{path}:$", sink)
+    if first == b"{" and _json.find_array(path, ("spans",)) == "spans":  # one trace object: small by nature
+        read_trace(_json.load_document(path, "Jaeger JSON"), f"{path}:$", sink)
         return
     raise FormatError(
         f'{path}: not Jaeger JSON: expected {{"data": [traces]}}, a list of traces, or one trace '

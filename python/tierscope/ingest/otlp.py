@@ -331,8 +331,8 @@ def _read_document(path: Path, prefix: str, sink: RequestSink) -> None:
             return f"{elem}.scopeSpans[{j}]"
         return f"{elem}.scopeSpans[{j}].spans[{k if depth else k + 1}]"
 
-    with open(path, "rb") as f:
-        events = ijson.parse(f, use_float=True)
+    with _json.guarded(path) as f:  # nesting bounded, strings read in linear time
+        events = ijson.parse(f, buf_size=f.buf_size, use_float=True)
         try:
             for pfx, event, value in events:
                 if event != "start_array" or pfx != prefix:
@@ -445,6 +445,7 @@ def _read_document(path: Path, prefix: str, sink: RequestSink) -> None:
                     elif level == _TOP:  # a skipped element that was not an object
                         elements += 1
         except ijson.JSONError as err:
+            err = f.syntax_error(err)
             if not spans_read and not elements:
                 raise FormatError(
                     f"{path}: not OTLP JSON: JSON syntax error before the first complete span ({err})"
