@@ -124,6 +124,6 @@ def build_lab_case(case: Case, out: Path, cache: Path, src: str, log) -> None:
     result = {
         "measured": measured,
         "forms": {"capture": [os.path.relpath(point, out)]},
-        "role_map": {"web": "web", "app": "app", "db": "db"},
+        "role_map": {"web": "web", "app": "app", "db": "db", "web1": "web", "app1": "app", "db1": "db"},
     }
     save(out, case, result, out.name.rsplit("-", 1)[1], 0.0)
