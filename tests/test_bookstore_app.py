@@ -85,7 +85,12 @@ class Rig:
             import psycopg
 
             with psycopg.connect(
-                host=self.cfg.host, port=self.cfg.port, user=self.cfg.user, dbname=self.cfg.database, autocommit=True
+                host=self.cfg.host,
+                port=self.cfg.port,
+                user=self.cfg.user,
+                password=self.cfg.password,
+                dbname=self.cfg.database,
+                autocommit=True,
             ) as conn:
                 cur = conn.execute(statement, params)
                 return cur.fetchall() if cur.description else []
@@ -135,15 +140,12 @@ def rig(request):
     if dbms == "postgresql":
         from tierscope.services.postgres import Postgres
 
-        server = Postgres(host, free_port(), work / "pg", fsync=False)
-        cfg = DbConfig("postgresql", host=host.address, port=server.port, user="postgres", database="tpcw")
+        server = Postgres(host, free_port(), work / "pg", fsync=False, database="tpcw")
     else:
-        from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
+        from tierscope.services.mariadb import MariaDB
 
-        server = MariaDB(host, free_port(), work / "maria", durable=False)
-        cfg = DbConfig(
-            "mariadb", host=host.address, port=server.port, user=LAB_USER, password=LAB_PASSWORD, database="tpcw"
-        )
+        server = MariaDB(host, free_port(), work / "maria", durable=False, database="tpcw")
+    cfg = server.db_config("tpcw")
     server.start()
     app = None
     try:

@@ -27,7 +27,8 @@ from tierscope.apps.dal import Database, DbConfig, hosts_of
 from tierscope.services.base import ServiceError, free_port, tcp_answers
 from tierscope.services.databases import client_config, data_dbms, dbms_name
 from tierscope.services.galera import GaleraCluster, cluster_serving, provider_library
-from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
+from tierscope.services.credentials import LAB_USER
+from tierscope.services.mariadb import MariaDB
 from tierscope.spec import SpecError, db_topology_problem, parse_notation, spec_from_dict
 from tierscope.testbed.host import Host
 
@@ -157,8 +158,8 @@ def _connect(node, db="lab", **kw):
     return pymysql.connect(
         host=node.host.address,
         port=node.port,
-        user=LAB_USER,
-        password=LAB_PASSWORD,
+        user=node.credentials.user,
+        password=node.credentials.password,
         database=db,
         autocommit=True,
         connect_timeout=5,
@@ -262,16 +263,14 @@ class TestThreeNodes:
 
     def test_the_app_pool_spreads_sessions_over_every_node(self, cluster):
         n1 = cluster.nodes[0]
-        base = DbConfig(
-            "mariadb", host=n1.host.address, port=n1.port, user=LAB_USER, password=LAB_PASSWORD, database="lab"
-        )
+        base = n1.db_config("lab")
         assert cluster_serving(n1.host.address, n1.port) is None  # made by hand, not by the factory
         cfg = DbConfig(
             "mariadb",
             host=cluster.client_hosts(),
             port=n1.port,
-            user=LAB_USER,
-            password=LAB_PASSWORD,
+            user=n1.credentials.user,
+            password=n1.credentials.password,
             database="lab",
             pool_size=2,
         )

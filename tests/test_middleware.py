@@ -336,7 +336,7 @@ def middleware(pair, policy="lprf", wait="first", db=DB, name="mw", stats=None, 
 
 
 def dsn(mw, **kw) -> str:
-    return f"host={mw.host.address} port={mw.port} user=postgres dbname={mw.database}"
+    return mw.dsn()
 
 
 def on_each(pgs, statement, params=None):
@@ -635,7 +635,7 @@ def test_copy_and_unknown_databases_get_clear_errors(pair):
                     cp.write_row((1,))
             assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
         with pytest.raises(psycopg.OperationalError, match='database "other" does not exist'):
-            psycopg.connect(f"host={mw.host.address} port={mw.port} user=postgres dbname=other")
+            psycopg.connect(psycopg.conninfo.make_conninfo(mw.dsn(), dbname="other"))
 
 
 def test_a_stale_pooled_connection_does_not_disable_its_backend(pair):
@@ -689,7 +689,6 @@ def test_a_backend_that_goes_away_is_disabled_and_reads_go_on(pair):
 
 def test_rubbos_pages_through_the_middleware(pair):
     from tierscope.apps.rubbos import datagen
-    from tierscope.apps.dal import DbConfig
     from tierscope.services.appserver import AppServer
     from tierscope.services.base import free_port
     from tierscope.testbed.host import Host
@@ -698,9 +697,7 @@ def test_rubbos_pages_through_the_middleware(pair):
     now = datetime.now().replace(microsecond=0)
     for p in pgs:  # the same rows on both: same seed, scale and load time
         p.create_database("rubbos")
-        datagen.load(
-            DbConfig("postgresql", host=p.host.address, port=p.port, database="rubbos"), "tiny", seed=3, now=now
-        )
+        datagen.load(p.db_config("rubbos"), "tiny", seed=3, now=now)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def get(path, data=None):

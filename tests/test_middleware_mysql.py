@@ -167,7 +167,6 @@ def pair():
 def middleware(pair, policy="lprf", name="mw", stats=None, wait="first"):
     """The middleware (MySQL protocol) in front of both servers; `stats` receives its counts after it stops."""
     from tierscope.services.base import free_port
-    from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER
     from tierscope.services.middleware import Middleware
     from tierscope.testbed.host import Host
 
@@ -178,8 +177,8 @@ def middleware(pair, policy="lprf", name="mw", stats=None, wait="first"):
         work / name,
         backends=[d.address for d in dbs],
         database=DB,
-        user=LAB_USER,
-        password=LAB_PASSWORD,
+        user=dbs[0].credentials.user,
+        password=dbs[0].credentials.password,
         dbms="mariadb",
         pool=4,
         policy=policy,

@@ -26,6 +26,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import ROOT, needs_postgres, needs_root
 
+from tierscope.services.middleware import PASSWORD_ENV
+
 import test_middleware
 from test_middleware import DB, fresh_table, on_each, seq_scans
 
@@ -69,15 +71,25 @@ def rust_middleware(servers, policy="lprf", wait="first", stats=None, weights=No
     port = free_port()
     stats_path = work / f"rust-mw-{port}.stats.json"
     log_path = work / f"rust-mw-{port}.log"
-    argv = [str(ENGINE), "middleware", "--listen", f"127.0.0.1:{port}", "--db", DB, "--user", "postgres"]
+    creds = pgs[0].credentials  # the lab's user and password: the backends' and the clients'
+    argv = [str(ENGINE), "middleware", "--listen", f"127.0.0.1:{port}", "--db", DB, "--user", creds.user]
     argv += ["--pool", str(pool), "--policy", policy, "--wait", wait, "--stats", str(stats_path), *extra]
     for p in pgs:
         argv += ["--backend", p.address]
     if weights is not None:
         argv += ["--weights", ",".join(f"{w:g}" for w in weights)]
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=log)
-    mw = SimpleNamespace(host="127.0.0.1", port=port, database=DB, proc=proc, log=log_path, stats_path=stats_path)
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, env={**os.environ, PASSWORD_ENV: creds.password})
+    mw = SimpleNamespace(
+        host="127.0.0.1",
+        port=port,
+        database=DB,
+        proc=proc,
+        log=log_path,
+        stats_path=stats_path,
+        user=creds.user,
+        password=creds.password,
+    )
     try:
         deadline = time.monotonic() + 20
         while "listening on" not in log_path.read_text():
@@ -97,8 +109,11 @@ def rust_middleware(servers, policy="lprf", wait="first", stats=None, weights=No
             stats.update(json.loads(stats_path.read_text()))
 
 
-def dsn(mw) -> str:
-    return f"host={mw.host} port={mw.port} user=postgres dbname={mw.database}"
+def dsn(mw, **kw) -> str:
+    import psycopg
+
+    params = {"host": mw.host, "port": mw.port, "user": mw.user, "password": mw.password, "dbname": mw.database}
+    return psycopg.conninfo.make_conninfo(**{**params, **kw})
 
 
 def db_counts(pgs, query, params, expected, timeout=10.0) -> list[int]:
@@ -323,7 +338,7 @@ def test_pipeline_mode_copy_and_unknown_database(servers):
                     cp.write_row((1,))
             assert conn.execute("SELECT 1").fetchone() == (1,)
         with pytest.raises(psycopg.OperationalError, match='database "other" does not exist'):
-            psycopg.connect(f"host={mw.host} port={mw.port} user=postgres dbname=other")
+            psycopg.connect(dsn(mw, dbname="other"))
     assert on_each(pgs, "SELECT count(*) FROM rpl") == [[(5,)], [(5,)]]
     assert stats["disabled"] == [] and stats["errors_to_clients"] >= 1
 
@@ -427,9 +442,23 @@ def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
         pgbench = Path(shutil.which("pgbench") or "/nonexistent")
     for p in pgs:
         subprocess.run(
-            [str(pgbench), "-i", "-q", "-s", "1", "-h", p.host.address, "-p", str(p.port), "-U", "postgres", DB],
+            [
+                str(pgbench),
+                "-i",
+                "-q",
+                "-s",
+                "1",
+                "-h",
+                p.host.address,
+                "-p",
+                str(p.port),
+                "-U",
+                p.credentials.user,
+                DB,
+            ],
             check=True,
             capture_output=True,
+            env={**os.environ, **p.credentials.env()},
         )
     stats: dict = {}
 
@@ -442,7 +471,7 @@ def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
                 "-p",
                 str(mw.port),
                 "-U",
-                "postgres",
+                mw.user,
                 "-n",
                 "-c",
                 "2",
@@ -454,6 +483,7 @@ def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
             capture_output=True,
             text=True,
             timeout=120,
+            env={**os.environ, "PGPASSWORD": mw.password},
         )
         assert out.returncode == 0, out.stdout + out.stderr
         return int(re.search(r"number of transactions actually processed: (\d+)", out.stdout).group(1))

@@ -64,7 +64,12 @@ class Rig:
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode("utf-8", "replace"), dict(e.headers)
 
-    def sql(self, statement: str, params: tuple = ()) -> list[tuple]:
+    def sql(self, statement: str, params: tuple = (), admin: bool = False) -> list[tuple]:
+        """As the lab user over TCP, or with `admin` as the server's superuser over its socket."""
+        if admin and self.dbms == "postgresql":
+            return self.db.sql(statement, "rubbos", params or None, admin=True)
+        if admin:
+            return self.db.sql(statement, "rubbos", params or None)
         if self.dbms == "postgresql":
             import psycopg
 
@@ -609,15 +614,15 @@ def test_sql_injection_in_every_text_parameter_changes_nothing(rig):
 def test_request_id_reaches_the_sql_as_a_sqlcommenter_comment(rig):
     rid = f"test-{rig.dbms}-{time.time_ns()}"
     if rig.dbms == "postgresql":
-        rig.sql("ALTER SYSTEM SET log_statement = 'all'")
-        rig.sql("SELECT pg_reload_conf()")
+        rig.sql("ALTER SYSTEM SET log_statement = 'all'", admin=True)
+        rig.sql("SELECT pg_reload_conf()", admin=True)
         deadline = time.monotonic() + 5
         while rig.one("SHOW log_statement") != "all" and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(0.3)  # the app's pooled backends take the new setting at their next command
     else:
-        rig.sql("SET GLOBAL log_output = 'TABLE'")
-        rig.sql("SET GLOBAL general_log = 1")
+        rig.sql("SET GLOBAL log_output = 'TABLE'", admin=True)
+        rig.sql("SET GLOBAL general_log = 1", admin=True)
     try:
         status, body, headers = rig.get("/rubbos/StoriesOfTheDay", headers={"X-Request-Id": rid}, via_app=True)
         assert_ok(status, body)
@@ -637,6 +642,7 @@ def test_request_id_reaches_the_sql_as_a_sqlcommenter_comment(rig):
                 for r in rig.sql(
                     "SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log WHERE argument LIKE %s",
                     (f"%{rid}%",),
+                    admin=True,
                 )
             ]
             statements = [s for s in statements if "general_log" not in s]  # not this query itself
@@ -646,10 +652,10 @@ def test_request_id_reaches_the_sql_as_a_sqlcommenter_comment(rig):
         assert sum("FROM users" in s for s in statements) == 10
     finally:
         if rig.dbms == "postgresql":
-            rig.sql("ALTER SYSTEM RESET log_statement")
-            rig.sql("SELECT pg_reload_conf()")
+            rig.sql("ALTER SYSTEM RESET log_statement", admin=True)
+            rig.sql("SELECT pg_reload_conf()", admin=True)
         else:
-            rig.sql("SET GLOBAL general_log = 0")
+            rig.sql("SET GLOBAL general_log = 0", admin=True)
     # through nginx: the id nginx made is the one the app and the access log carry
     status, body, headers = rig.get("/rubbos/ViewStory?storyId=2")
     rid = headers["X-Request-Id"]

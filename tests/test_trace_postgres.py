@@ -43,12 +43,16 @@ LABELS = {
 }
 
 
+CREDENTIALS: dict[str, str] = {}
+
+
 @pytest.fixture(scope="module")
 def postgres(tmp_path_factory):
     from tierscope.services.postgres import Postgres
 
     base = tmp_path_factory.mktemp("trace-pg")
     with Postgres(Host.loopback(), PORT, base / "pg", fsync=False) as pg:
+        CREDENTIALS.update(pg.credentials.env())  # pgbench's user and password: PGUSER, PGPASSWORD
         pg.create_database(DB)
         pg.sql("CREATE TABLE tiny (aid int PRIMARY KEY, abalance int NOT NULL DEFAULT 0)", DB)
         pg.sql("INSERT INTO tiny SELECT g, 0 FROM generate_series(1, 100) g", DB)
@@ -66,8 +70,6 @@ def pgbench(tmp_path: Path, mode: str, script: str, clients: int, tx: int) -> su
             "127.0.0.1",
             "-p",
             str(PORT),
-            "-U",
-            "postgres",
             "-M",
             mode,
             "-c",
@@ -81,6 +83,7 @@ def pgbench(tmp_path: Path, mode: str, script: str, clients: int, tx: int) -> su
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, **CREDENTIALS},
     )
 
 

@@ -6,10 +6,15 @@
 //! write lock, held by an autocommit write until every backend has executed it and by an explicit
 //! transaction until it ends. A backend that fails a write another backend executed is disabled
 //! and never used again in this process. The counts go to `--stats` (JSON) on SIGTERM/SIGINT.
+//!
+//! Authentication: the middleware logs in to the backends as `--user` with the password in
+//! $TIERSCOPE_MIDDLEWARE_PASSWORD (scram-sha-256), and asks its clients for the same user and
+//! password (scram-sha-256); without a password it does not start.
 
 pub mod balance;
 pub mod pool;
 pub mod replies;
+pub mod scram;
 pub mod session;
 pub mod sql;
 pub mod wire;
@@ -34,8 +39,11 @@ statement is broadcast to all enabled backends under one database-wide write loc
 fails a write another backend executed is disabled. Counts go to --stats on exit (the same JSON as
 `python -m tierscope.middleware`). The `aware` policy is only in the Python middleware.
 
+The password (the backends', and what clients must log in with, scram-sha-256) is read from
+$TIERSCOPE_MIDDLEWARE_PASSWORD, never from the command line.
+
 Example: tierscope-engine middleware --listen 127.0.0.1:25322 --backend 127.0.0.1:5433 \\
-    --backend 127.0.0.1:5434 --db rubbos --user postgres --pool 16 --policy lprf --stats mw.json";
+    --backend 127.0.0.1:5434 --db rubbos --user tierscope --pool 16 --policy lprf --stats mw.json";
 
 #[derive(Args, Debug, Clone)]
 #[command(after_help = EPILOG)]
@@ -49,8 +57,10 @@ pub struct MiddlewareArgs {
     /// The database served.
     #[arg(long, default_value = "rubbos", value_name = "NAME")]
     pub db: String,
-    /// The user the middleware connects to the backends as (trust authentication).
-    #[arg(long, default_value = "postgres")]
+    /// The user the middleware connects to the backends as, with the password in
+    /// $TIERSCOPE_MIDDLEWARE_PASSWORD (scram-sha-256), and the only user its clients may log in
+    /// as, with the same password.
+    #[arg(long, default_value = "tierscope")]
     pub user: String,
     /// Connections to each backend at most.
     #[arg(long, default_value_t = 16)]
@@ -177,6 +187,10 @@ pub struct Manager {
     pub policy: Policy,
     pub wait_all: bool,
     pub database: String,
+    /// the only user clients may log in as
+    pub user: String,
+    /// the SCRAM verifier of the password clients must prove they know (the backends')
+    pub verifier: scram::Verifier,
     pub write_lock: Arc<tokio::sync::Mutex<()>>,
     pub st: Mutex<State>,
     pub parameters: OnceLock<Vec<(String, String)>>,
@@ -189,9 +203,11 @@ pub struct Manager {
 }
 
 impl Manager {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         addresses: &[String],
         user: &str,
+        password: &str,
         database: &str,
         pool: usize,
         policy: Policy,
@@ -206,7 +222,7 @@ impl Manager {
             }
             backends.push(Backend {
                 name: a.clone(),
-                pool: Pool::new(&host, port, user, database, pool),
+                pool: Pool::new(&host, port, user, password, database, pool),
                 enabled: AtomicBool::new(true),
                 progress: watch::Sender::new(0),
             });
@@ -218,6 +234,8 @@ impl Manager {
             policy,
             wait_all,
             database: database.to_string(),
+            user: user.to_string(),
+            verifier: scram::Verifier::new(password),
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             st: Mutex::new(State { counts: Counts::default(), b, rr_next: 0, wrr_current: vec![0.0; n] }),
             parameters: OnceLock::new(),
@@ -442,6 +460,9 @@ fn usage_error(message: &str) -> Result<i32> {
     Ok(2)
 }
 
+/// the environment variable carrying the backends' password (the clients' too)
+pub const PASSWORD_ENV: &str = "TIERSCOPE_MIDDLEWARE_PASSWORD";
+
 pub fn run(args: MiddlewareArgs) -> Result<i32> {
     let policy = match args.policy.as_str() {
         "lprf" => Policy::Lprf,
@@ -475,7 +496,14 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
         }
         weights = parsed;
     }
-    let manager = match Manager::new(&args.backend, &args.user, &args.db, args.pool, policy, args.wait == "all", &weights) {
+    let password = std::env::var(PASSWORD_ENV).unwrap_or_default();
+    if password.is_empty() {
+        log(&format!(
+            "no password: set {PASSWORD_ENV} to the backends' password (the middleware asks its clients for the same user and password, and lets no one in without one)"
+        ));
+        return Ok(2);
+    }
+    let manager = match Manager::new(&args.backend, &args.user, &password, &args.db, args.pool, policy, args.wait == "all", &weights) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             log(&e);
@@ -601,7 +629,7 @@ mod tests {
     #[test]
     fn the_manager_routes_reads_by_policy_and_skips_disabled_backends() {
         let addrs = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
-        let m = Manager::new(&addrs, "postgres", "db", 1, Policy::Rr, false, &[1.0, 1.0]).unwrap();
+        let m = Manager::new(&addrs, "postgres", "pw", "db", 1, Policy::Rr, false, &[1.0, 1.0]).unwrap();
         let seq: Vec<usize> = (0..3).map(|_| m.choose_read().unwrap().0).collect();
         assert_eq!(seq, [0, 1, 0]);
         m.disable(0, "test");
@@ -612,9 +640,9 @@ mod tests {
         let s = m.stats();
         assert_eq!(s["disabled"].as_array().unwrap().len(), 2);
         assert_eq!(s["backends"][0]["disabled_reason"], "test");
-        let m = Manager::new(&addrs, "postgres", "db", 1, Policy::Lprf, false, &[1.0, 1.0]).unwrap();
+        let m = Manager::new(&addrs, "postgres", "pw", "db", 1, Policy::Lprf, false, &[1.0, 1.0]).unwrap();
         let seq: Vec<usize> = (0..4).map(|_| m.choose_read().unwrap().0).collect();
         assert_eq!(seq, [0, 1, 0, 1]); // none finishes: pending decides
-        assert!(Manager::new(&[addrs[0].clone(), addrs[0].clone()], "u", "d", 1, Policy::Lprf, false, &[1.0, 1.0]).is_err());
+        assert!(Manager::new(&[addrs[0].clone(), addrs[0].clone()], "u", "pw", "d", 1, Policy::Lprf, false, &[1.0, 1.0]).is_err());
     }
 }

@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::wire;
+use super::{scram, wire};
 
 /// bytes asked for per read from a socket (at least)
 pub const RECV_SIZE: usize = 65536;
@@ -43,7 +43,7 @@ pub struct Conn {
 pub const STMTS_MAX: usize = 256;
 
 impl Conn {
-    async fn open(host: &str, port: u16, user: &str, database: &str, timeout: Duration) -> Result<Conn, BackendError> {
+    async fn open(host: &str, port: u16, user: &str, password: &str, database: &str, timeout: Duration) -> Result<Conn, BackendError> {
         let stream = match tokio::time::timeout(timeout, TcpStream::connect((host, port))).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(BackendError(format!("cannot connect to {host}:{port}: {e}"))),
@@ -63,26 +63,61 @@ impl Conn {
             stmts_epoch: 0,
             permit: None,
         };
-        match tokio::time::timeout(timeout, conn.startup(user, database)).await {
+        match tokio::time::timeout(timeout, conn.startup(user, password, database)).await {
             Ok(Ok(())) => Ok(conn),
             Ok(Err(e)) => Err(BackendError(format!("{host}:{port}: startup failed: {e}"))),
             Err(_) => Err(BackendError(format!("{host}:{port}: startup failed: timed out"))),
         }
     }
 
-    async fn startup(&mut self, user: &str, database: &str) -> Result<(), BackendError> {
+    /// Log in as `user` with `password` (scram-sha-256, what the lab's servers require; cleartext
+    /// when a server asks for it) and read the session's parameters up to ReadyForQuery.
+    async fn startup(&mut self, user: &str, password: &str, database: &str) -> Result<(), BackendError> {
         let msg = wire::startup_message(&[("user", user), ("database", database), ("client_encoding", "UTF8")]);
         self.stream.write_all(&msg).await.map_err(|e| BackendError(e.to_string()))?;
+        let mut client: Option<scram::Client> = None;
+        let scram_err = |e: scram::ScramError| BackendError(format!("SCRAM: {e}"));
         loop {
             let (kind, body) = self.read_message().await?;
             match kind {
                 wire::AUTH => {
                     let code = body.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(u32::MAX);
-                    if code != 0 {
-                        return Err(BackendError(format!(
-                            "the backend asks for authentication method {code}; the middleware connects with trust authentication only"
-                        )));
-                    }
+                    let data = body.get(4..).unwrap_or(&[]);
+                    let reply = match code {
+                        0 => continue,
+                        wire::AUTH_CLEARTEXT | scram::SASL if password.is_empty() => {
+                            return Err(BackendError(format!("the backend asks for a password (method {code}) and the middleware has none")));
+                        }
+                        wire::AUTH_CLEARTEXT => {
+                            let mut p = password.as_bytes().to_vec();
+                            p.push(0);
+                            wire::frame(wire::PASSWORD, &p)
+                        }
+                        scram::SASL => {
+                            let offered = wire::sasl_mechanisms(data);
+                            if !offered.iter().any(|m| m == scram::MECHANISM) {
+                                return Err(BackendError(format!("the backend offers {offered:?}, not {}", scram::MECHANISM)));
+                            }
+                            let c = scram::Client::new(password);
+                            let m = wire::sasl_initial(scram::MECHANISM, &c.first());
+                            client = Some(c);
+                            m
+                        }
+                        scram::SASL_CONTINUE if client.is_some() => {
+                            let c = client.as_mut().expect("checked");
+                            wire::frame(wire::PASSWORD, &c.finish(data).map_err(scram_err)?)
+                        }
+                        scram::SASL_FINAL if client.is_some() => {
+                            client.as_ref().expect("checked").verify(data).map_err(scram_err)?;
+                            continue;
+                        }
+                        _ => {
+                            return Err(BackendError(format!(
+                                "the backend asks for authentication method {code}, which the middleware lacks (it speaks scram-sha-256 and cleartext)"
+                            )));
+                        }
+                    };
+                    self.stream.write_all(&reply).await.map_err(|e| BackendError(e.to_string()))?;
                 }
                 wire::PARAMETER_STATUS => {
                     let (name, p) = wire::cstring(&body, 0).map_err(|e| BackendError(e.0))?;
@@ -149,6 +184,7 @@ pub struct Pool {
     pub host: String,
     pub port: u16,
     pub user: String,
+    password: String,
     pub database: String,
     pub size: usize,
     idle: Mutex<Vec<Conn>>,
@@ -157,11 +193,12 @@ pub struct Pool {
 }
 
 impl Pool {
-    pub fn new(host: &str, port: u16, user: &str, database: &str, size: usize) -> Pool {
+    pub fn new(host: &str, port: u16, user: &str, password: &str, database: &str, size: usize) -> Pool {
         Pool {
             host: host.to_string(),
             port,
             user: user.to_string(),
+            password: password.to_string(),
             database: database.to_string(),
             size,
             idle: Mutex::new(Vec::new()),
@@ -179,7 +216,7 @@ impl Pool {
                 c
             }
             None => {
-                let c = Conn::open(&self.host, self.port, &self.user, &self.database, Duration::from_secs(10)).await?;
+                let c = Conn::open(&self.host, self.port, &self.user, &self.password, &self.database, Duration::from_secs(10)).await?;
                 self.opened.fetch_add(1, Ordering::Relaxed);
                 c
             }

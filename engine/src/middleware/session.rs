@@ -20,7 +20,7 @@ use super::pool::{Conn, RECV_SIZE, STMTS_MAX};
 use super::replies::{Mode, ReplyPlan};
 use super::sql::{self, Kind, Micros};
 use super::wire::{self, Message, Parse, ProtocolError};
-use super::{log, pylist, Manager, NoBackend};
+use super::{log, pylist, scram, Manager, NoBackend};
 
 static DEALLOCATE: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(r#"(?i)^\s*DEALLOCATE\s+(?:PREPARE\s+)?(ALL|"?[A-Za-z0-9_$]+"?)\s*;?\s*$"#).expect("valid regex"));
@@ -512,6 +512,12 @@ impl Session {
             }
             break params;
         };
+        let user = params.get("user").cloned().unwrap_or_default();
+        if !self.authenticate(&user).await? {
+            let msg = format!("password authentication failed for user \"{user}\"");
+            let _ = self.wr.write_all(&wire::error(&msg, "28P01", "FATAL")).await;
+            return Ok(false);
+        }
         let db = params.get("database").filter(|d| !d.is_empty()).or_else(|| params.get("user")).cloned().unwrap_or_default();
         if db != self.m.database {
             let msg = format!("database \"{db}\" does not exist (this middleware serves \"{}\")", self.m.database);
@@ -526,6 +532,42 @@ impl Session {
         self.out.extend_from_slice(&wire::ready(b'I'));
         self.flush().await?;
         Ok(true)
+    }
+
+    /// SCRAM-SHA-256 with the lab's user and password (the backends'): true when the client
+    /// proved it knows them (AuthenticationSASLFinal is then queued in `out`).
+    async fn authenticate(&mut self, user: &str) -> SResult<bool> {
+        let m = self.m.clone();
+        let mut server = scram::Server::new(&m.verifier);
+        self.wr.write_all(&wire::auth_request(scram::SASL, b"SCRAM-SHA-256\0\0")).await.map_err(|_| Fail::End(None))?;
+        let Some(first) = self.sasl_response().await? else { return Ok(false) };
+        let Ok((mechanism, first)) = wire::parse_sasl_initial(&first) else { return Ok(false) };
+        if mechanism != scram::MECHANISM {
+            return Ok(false);
+        }
+        let Ok(server_first) = server.first(&first) else { return Ok(false) };
+        self.wr.write_all(&wire::auth_request(scram::SASL_CONTINUE, &server_first)).await.map_err(|_| Fail::End(None))?;
+        let Some(fin) = self.sasl_response().await? else { return Ok(false) };
+        let proved = match server.finish(&fin) {
+            Ok(server_final) if user == m.user => server_final,
+            _ => return Ok(false), // the user is checked after the exchange: the answer does not say which was wrong
+        };
+        self.out.extend_from_slice(&wire::auth_request(scram::SASL_FINAL, &proved));
+        Ok(true)
+    }
+
+    /// The body of the client's next SASL message (type p, at most 10,000 bytes); None for anything else.
+    async fn sasl_response(&mut self) -> SResult<Option<Vec<u8>>> {
+        self.fill(5).await?;
+        let p = self.inpos;
+        let n = u32::from_be_bytes([self.inbuf[p + 1], self.inbuf[p + 2], self.inbuf[p + 3], self.inbuf[p + 4]]) as usize;
+        if self.inbuf[p] != wire::PASSWORD || !(4..=10000).contains(&n) {
+            return Ok(None);
+        }
+        self.fill(1 + n).await?;
+        let body = self.inbuf[p + 5..p + 1 + n].to_vec();
+        self.inpos += 1 + n;
+        Ok(Some(body))
     }
 
     fn status(&self) -> u8 {

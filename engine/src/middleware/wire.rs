@@ -39,6 +39,46 @@ pub const PARAMETER_DESCRIPTION: u8 = b't';
 pub const EMPTY_QUERY: u8 = b'I';
 pub const PORTAL_SUSPENDED: u8 = b's';
 
+/// AuthenticationRequest code of the cleartext password method (SASL's are in `scram`)
+pub const AUTH_CLEARTEXT: u32 = 3;
+/// the frontend's PasswordMessage / SASLInitialResponse / SASLResponse type
+pub const PASSWORD: u8 = b'p';
+
+/// AuthenticationSASL (10) offering `mechanisms`, or AuthenticationSASLContinue/Final (11/12) with `data`.
+pub fn auth_request(code: u32, data: &[u8]) -> Vec<u8> {
+    let mut body = code.to_be_bytes().to_vec();
+    body.extend_from_slice(data);
+    frame(AUTH, &body)
+}
+
+/// The mechanisms of an AuthenticationSASL body (after its code).
+pub fn sasl_mechanisms(data: &[u8]) -> Vec<String> {
+    data.split(|&b| b == 0).filter(|m| !m.is_empty()).map(|m| String::from_utf8_lossy(m).into_owned()).collect()
+}
+
+/// SASLInitialResponse: the chosen mechanism and the client-first-message.
+pub fn sasl_initial(mechanism: &str, data: &[u8]) -> Vec<u8> {
+    let mut body = mechanism.as_bytes().to_vec();
+    body.push(0);
+    body.extend_from_slice(&(data.len() as i32).to_be_bytes());
+    body.extend_from_slice(data);
+    frame(PASSWORD, &body)
+}
+
+/// (mechanism, client-first-message) of a SASLInitialResponse.
+pub fn parse_sasl_initial(body: &[u8]) -> PResult<(String, Vec<u8>)> {
+    let (mechanism, pos) = cstring(body, 0)?;
+    let Some(len) = body.get(pos..pos + 4) else {
+        return Err(ProtocolError("SASLInitialResponse too short".into()));
+    };
+    let n = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+    let data = &body[pos + 4..];
+    if n < 0 || n as usize != data.len() {
+        return Err(ProtocolError("SASLInitialResponse length does not match".into()));
+    }
+    Ok((mechanism, data.to_vec()))
+}
+
 pub fn is_async(kind: u8) -> bool {
     matches!(kind, NOTICE | PARAMETER_STATUS | NOTIFICATION)
 }

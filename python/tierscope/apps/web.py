@@ -11,6 +11,7 @@ from datetime import datetime
 from urllib.parse import parse_qs
 
 from tierscope.apps.dal import DbConfig
+from tierscope.services.credentials import LAB_USER
 
 
 class BadRequest(Exception):
@@ -94,15 +95,16 @@ class FormRequest:
 
 def db_config_from_env(env: Mapping[str, str], prefix: str, database: str) -> DbConfig:
     """`<prefix>_DBMS` (postgresql|mariadb), `_DB_HOST`, `_DB_PORT`, `_DB_USER`, `_DB_PASSWORD`,
-    `_DB_NAME` (default `database`), `_POOL_SIZE`, `_POOL_TIMEOUT_S`; ValueError when one is bad."""
+    `_DB_NAME` (default `database`), `_POOL_SIZE`, `_POOL_TIMEOUT_S`; ValueError when one is bad.
+    The user defaults to the lab's (`tierscope`); the lab's servers require its password."""
     dbms = env.get(f"{prefix}_DBMS", "postgresql")
     postgres = dbms == "postgresql"
     return DbConfig(
         dbms=dbms,
         host=env.get(f"{prefix}_DB_HOST", "127.0.0.1"),
         port=int(env.get(f"{prefix}_DB_PORT", 5432 if postgres else 3306)),
-        user=env.get(f"{prefix}_DB_USER", "postgres" if postgres else "tierscope"),
-        password=env.get(f"{prefix}_DB_PASSWORD", "" if postgres else "tierscope"),
+        user=env.get(f"{prefix}_DB_USER", LAB_USER),
+        password=env.get(f"{prefix}_DB_PASSWORD", ""),  # the lab's, from its credentials file
         database=env.get(f"{prefix}_DB_NAME", database),
         pool_size=int(env.get(f"{prefix}_POOL_SIZE", "8")),
         pool_timeout_s=float(env.get(f"{prefix}_POOL_TIMEOUT_S", "10")),

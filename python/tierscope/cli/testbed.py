@@ -63,6 +63,15 @@ def up(
     console.print(f"point {p.index} of {n}: {p.id} ({p.config.notation()})")
     console.print(tb.describe(), markup=False, highlight=False)
     console.print(f"state: {tb.state_file}")
+    from tierscope.services.credentials import lab_credentials
+
+    creds = lab_credentials(tb.workdir)
+    console.print(
+        f"database credentials: {creds.path} (user {creds.user}, root only; the database servers and "
+        f"the middleware tierscope starts with their work directories in {tb.workdir} require them)",
+        markup=False,
+        highlight=False,
+    )
 
 
 @testbed_app.command("down")

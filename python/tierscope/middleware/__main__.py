@@ -63,9 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--db", default="rubbos", metavar="NAME", help="the database served (default: rubbos)")
     ap.add_argument(
         "--user",
-        help="the user the middleware connects to the backends as (postgres: trust authentication, default "
-        "postgres; mysql: mysql_native_password with the password in $" + PASSWORD_ENV + ", default "
-        "tierscope, and the only user its clients may log in as)",
+        help="the user the middleware connects to the backends as, with the password in $" + PASSWORD_ENV + " "
+        "(postgres: scram-sha-256; mysql: mysql_native_password), and the only user its clients may "
+        "log in as, with the same password (default tierscope, the lab's user)",
     )
     ap.add_argument("--pool", type=int, default=16, help="connections to each backend at most (default: 16)")
     ap.add_argument(
@@ -120,7 +120,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = ap.parse_args(argv)
     if args.user is None:
-        args.user = "tierscope" if args.protocol == "mysql" else "postgres"
+        from tierscope.services.credentials import LAB_USER
+
+        args.user = LAB_USER
     host, sep, port = args.listen.rpartition(":")
     if not sep or not port.isdigit() or not host:
         ap.error(f"--listen {args.listen!r}: expected ADDR:PORT")
@@ -147,6 +149,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def main_async(args: argparse.Namespace) -> int:
+    if not password_from_env():
+        log(
+            f"no password: set {PASSWORD_ENV} to the backends' password (the middleware asks its "
+            "clients for the same user and password, and lets no one in without one)"
+        )
+        return 2
     try:
         backends = make_backends(
             args.backend, args.user, args.db, args.pool, password=password_from_env(), protocol=args.protocol

@@ -171,7 +171,7 @@ def run(
                 DB,
             )
             p.sql("VACUUM ANALYZE", DB)
-            p.sql("CHECKPOINT", DB)  # the load's dirty pages written now, not during the runs
+            p.sql("CHECKPOINT", DB, admin=True)  # the load's dirty pages written now, not during the runs
             t0 = time.perf_counter()
             p.sql(HEAVY_SQL.rstrip().rstrip(";"), DB)
             p.sql(HEAVY_SQL.rstrip().rstrip(";"), DB)
@@ -215,7 +215,7 @@ def run(
                             "-p",
                             str(mw.port),
                             "-U",
-                            "postgres",
+                            mw.user,
                             "-n",
                             "-c",
                             str(n),
@@ -235,7 +235,12 @@ def run(
                             (
                                 kind,
                                 subprocess.Popen(
-                                    argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work
+                                    argv,
+                                    stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE,
+                                    text=True,
+                                    cwd=work,
+                                    env={**os.environ, "PGPASSWORD": mw.password},
                                 ),
                             )
                         )

@@ -78,6 +78,14 @@ SERIES_MAX = 72000
 
 
 class RequestManager:
+    def scram_verifier(self):
+        """The SCRAM-SHA-256 verifier of `password` that PostgreSQL clients must prove they know."""
+        from tierscope.middleware.scram import ScramVerifier
+
+        if self._scram is None:
+            self._scram = ScramVerifier(self.password)
+        return self._scram
+
     def __init__(
         self,
         backends: list[Backend],
@@ -102,7 +110,8 @@ class RequestManager:
         self.database = database
         self.user = user
         self.protocol = protocol  # the clients' and the backends' wire protocol: postgres | mysql
-        self.password = password  # what MySQL clients log in with (the backends' password)
+        self.password = password  # what clients log in with (the backends' password)
+        self._scram: object = None  # the password's SCRAM verifier, made at the first login
         self.write_lock = asyncio.Lock()
         self._rr_next = 0
         self._wrr_current = [0.0] * len(backends)

@@ -1,14 +1,16 @@
 """Connections to one database server (a backend) and their bounded pool (asyncio I/O).
 
-`BackendConnection` is a PostgreSQL session (trust authentication); with `protocol="mysql"` the
-pool opens `mysql_server.MySQLBackendConnection`s (mysql_native_password) instead."""
+`BackendConnection` is a PostgreSQL session, logged in with the lab's user and password
+(scram-sha-256, what the lab's servers require; md5 and cleartext when a server asks for them);
+with `protocol="mysql"` the pool opens `mysql_server.MySQLBackendConnection`s
+(mysql_native_password) instead."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from tierscope.middleware import wire
+from tierscope.middleware import scram, wire
 
 
 RECV_SIZE = 262144  # bytes asked for per read from a socket
@@ -31,15 +33,17 @@ class BackendConnection:
         self.buf = b""  # bytes received and not consumed yet (replies are read in bulk)
 
     @classmethod
-    async def open(cls, host: str, port: int, user: str, database: str, timeout: float = 10.0) -> BackendConnection:
+    async def open(
+        cls, host: str, port: int, user: str, database: str, timeout: float = 10.0, password: str = ""
+    ) -> BackendConnection:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         except (TimeoutError, OSError) as err:
             raise BackendError(f"cannot connect to {host}:{port}: {err}") from err
         conn = cls(reader, writer)
         try:
-            await asyncio.wait_for(conn._startup(user, database), timeout)
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, wire.ProtocolError) as err:
+            await asyncio.wait_for(conn._startup(user, database, password), timeout)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, wire.ProtocolError, scram.ScramError) as err:
             conn.close()
             raise BackendError(f"{host}:{port}: startup failed: {err!r}") from err
         except BackendError:
@@ -47,18 +51,35 @@ class BackendConnection:
             raise
         return conn
 
-    async def _startup(self, user: str, database: str) -> None:
+    async def _startup(self, user: str, database: str, password: str = "") -> None:
         self.writer.write(wire.startup_message({"user": user, "database": database, "client_encoding": "UTF8"}))
         await self.writer.drain()
+        client: scram.ScramClient | None = None
         while True:
             kind, body = await self.read()
             if kind == wire.AUTH:
                 code = wire.auth_request(body)
-                if code != 0:
-                    raise BackendError(
-                        f"the backend asks for authentication method {code}; the middleware "
-                        "connects with trust authentication only"
-                    )
+                if code == 0:
+                    continue
+                if not password and code in (wire.AUTH_CLEARTEXT, wire.AUTH_MD5, scram.SASL):
+                    raise BackendError(f"the backend asks for a password (method {code}) and the middleware has none")
+                if code == wire.AUTH_CLEARTEXT:
+                    self.send(wire.password_message(password.encode() + b"\0"))
+                elif code == wire.AUTH_MD5:
+                    self.send(wire.password_message(wire.md5_password(user, password, body[4:8]) + b"\0"))
+                elif code == scram.SASL:
+                    if scram.MECHANISM not in wire.sasl_mechanisms(body):
+                        raise BackendError(f"the backend offers {wire.sasl_mechanisms(body)}, not {scram.MECHANISM}")
+                    client = scram.ScramClient(password)
+                    self.send(wire.sasl_initial(scram.MECHANISM, client.first()))
+                elif code == scram.SASL_CONTINUE and client is not None:
+                    self.send(wire.password_message(client.final(body[4:])))
+                elif code == scram.SASL_FINAL and client is not None:
+                    client.verify(body[4:])
+                    continue
+                else:
+                    raise BackendError(f"the backend asks for authentication method {code}, which the middleware lacks")
+                await self.writer.drain()
             elif kind == wire.PARAMETER_STATUS:
                 name, value = wire.parse_parameter_status(body)
                 self.parameters[name] = value
@@ -134,7 +155,9 @@ class BackendPool:
 
                 conn = await MySQLBackendConnection.open(self.host, self.port, self.user, self.password, self.database)
             else:
-                conn = await BackendConnection.open(self.host, self.port, self.user, self.database)
+                conn = await BackendConnection.open(
+                    self.host, self.port, self.user, self.database, password=self.password
+                )
             self.opened += 1
             return conn
         except BaseException:

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from tierscope.middleware import scram, wire
 from tierscope.middleware import sql as sqlmod
-from tierscope.middleware import wire
 from tierscope.middleware.manager import Backend, NoBackend, RequestManager, log
 from tierscope.middleware.pool import RECV_SIZE, BackendConnection, BackendError
 from tierscope.middleware.replies import HIDE, PASS, ReplyPlan
@@ -139,6 +139,8 @@ class Session(RoutingSession):
                 self.writer.write(wire.error(f"unsupported protocol {code >> 16}.{code & 0xFFFF}", "0A000", "FATAL"))
                 return False
             break
+        if not await self.authenticate(params.get("user", "")):
+            return False
         db = params.get("database") or params.get("user")
         if db != self.m.database:
             self.writer.write(
@@ -154,6 +156,42 @@ class Session(RoutingSession):
         out.append(wire.ready(b"I"))
         self.writer.write(b"".join(out))
         await self.writer.drain()
+        return True
+
+    async def authenticate(self, user: str) -> bool:
+        """SCRAM-SHA-256 with the lab's user and password (the backends'): True when the client
+        proved it knows them; otherwise a FATAL 28P01 error is sent and False returned."""
+
+        def refuse() -> bool:
+            self.writer.write(wire.error(f'password authentication failed for user "{user}"', "28P01", "FATAL"))
+            return False
+
+        async def response() -> bytes:
+            kind = await self.reader.readexactly(1)
+            n = int.from_bytes(await self.reader.readexactly(4), "big")
+            if kind != wire.PASSWORD or not 4 <= n <= 10000:
+                raise scram.ScramError(f"expected a SASL response, got message {kind!r}")
+            return await self.reader.readexactly(n - 4)
+
+        if not self.m.password:
+            return refuse()  # a middleware without a password lets no one in
+        server = scram.ScramServer(self.m.scram_verifier())
+        try:
+            self.writer.write(wire.auth_sasl([scram.MECHANISM]))
+            await self.writer.drain()
+            mechanism, first = wire.parse_sasl_initial(await response())
+            if mechanism != scram.MECHANISM:
+                raise scram.ScramError(f"unsupported SASL mechanism {mechanism!r}")
+            self.writer.write(wire.auth_sasl_step(scram.SASL_CONTINUE, server.first(first)))
+            await self.writer.drain()
+            final = server.final(await response())
+        except (scram.ScramError, wire.ProtocolError) as err:
+            log(f"session {self.id}: authentication failed: {err}")
+            return refuse()
+        if user != self.m.user:  # checked after the exchange, so the answer does not tell which was wrong
+            log(f"session {self.id}: authentication failed: user {user!r}")
+            return refuse()
+        self.writer.write(wire.auth_sasl_step(scram.SASL_FINAL, final))
         return True
 
     # --- units of work -----------------------------------------------------------------------

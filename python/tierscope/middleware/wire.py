@@ -194,6 +194,57 @@ def auth_ok() -> bytes:
     return frame(AUTH, struct.pack("!I", 0))
 
 
+#: AuthenticationRequest codes of the password methods (SASL's are in `tierscope.middleware.scram`)
+AUTH_CLEARTEXT, AUTH_MD5 = 3, 5
+#: the frontend's PasswordMessage / SASLInitialResponse / SASLResponse type
+PASSWORD = b"p"
+
+
+def auth_sasl(mechanisms: list[str]) -> bytes:
+    """AuthenticationSASL: the SASL mechanisms the server offers."""
+    return frame(AUTH, struct.pack("!I", 10) + b"".join(cstr(m) for m in mechanisms) + b"\0")
+
+
+def auth_sasl_step(code: int, data: bytes) -> bytes:
+    """AuthenticationSASLContinue (11) or AuthenticationSASLFinal (12) carrying `data`."""
+    return frame(AUTH, struct.pack("!I", code) + data)
+
+
+def sasl_mechanisms(body: bytes) -> list[str]:
+    """The mechanisms of an AuthenticationSASL body (after its code)."""
+    return [m.decode("utf-8", "replace") for m in body[4:].split(b"\0") if m]
+
+
+def sasl_initial(mechanism: str, data: bytes) -> bytes:
+    """SASLInitialResponse: the chosen mechanism and the client-first-message."""
+    return frame(PASSWORD, cstr(mechanism) + struct.pack("!i", len(data)) + data)
+
+
+def parse_sasl_initial(body: bytes) -> tuple[str, bytes]:
+    """(mechanism, client-first-message) of a SASLInitialResponse."""
+    mechanism, pos = cstring(body)
+    if pos + 4 > len(body):
+        raise ProtocolError("SASLInitialResponse too short")
+    n = struct.unpack_from("!i", body, pos)[0]
+    data = body[pos + 4 :]
+    if n != len(data):
+        raise ProtocolError("SASLInitialResponse length does not match")
+    return mechanism, data
+
+
+def password_message(data: bytes) -> bytes:
+    """PasswordMessage / SASLResponse carrying `data` as is."""
+    return frame(PASSWORD, data)
+
+
+def md5_password(user: str, password: str, salt: bytes) -> bytes:
+    """The md5 method's answer: "md5" + md5(md5(password + user) + salt) in hex."""
+    import hashlib
+
+    inner = hashlib.md5((password + user).encode()).hexdigest().encode()
+    return b"md5" + hashlib.md5(inner + salt).hexdigest().encode()
+
+
 def parameter_status(name: str, value: str) -> bytes:
     return frame(PARAMETER_STATUS, cstr(name) + cstr(value))
 

@@ -353,7 +353,7 @@ def galera_seed(root: Path, preset: ScalePreset, say: Callable[[str], None]):
     """A stopped MariaDB server holding the loaded data (the snapshot the nodes copy)."""
     from tierscope.oltp import dsn_of
     from tierscope.services.base import free_port
-    from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
+    from tierscope.services.mariadb import MariaDB
     from tierscope.testbed.host import Host
 
     seed = MariaDB(
@@ -367,7 +367,8 @@ def galera_seed(root: Path, preset: ScalePreset, say: Callable[[str], None]):
     with seed:
         seed.create_database(DATABASE)
         say("loading the MariaDB seed (copied into every Galera node) ...")
-        loaded = _load(dsn_of("mariadb", "127.0.0.1", seed.port, LAB_USER, LAB_PASSWORD, DATABASE), preset)
+        c = seed.credentials
+        loaded = _load(dsn_of("mariadb", "127.0.0.1", seed.port, c.user, c.password, DATABASE), preset)
     return seed, loaded
 
 
@@ -399,7 +400,6 @@ def run_galera(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str
     from tierscope.oltp import dsn_of
     from tierscope.services.base import free_port
     from tierscope.services.galera import GaleraCluster
-    from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER
     from tierscope.testbed.host import Host
 
     host = Host.loopback()
@@ -425,7 +425,8 @@ def run_galera(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str
         cluster.start()
         cluster.wait_for_size(n, timeout=60)
         say(f"galera: {n} node(s) synced in {time.monotonic() - t0:.1f} s")
-        dsns = [dsn_of("mariadb", "127.0.0.1", node.port, LAB_USER, LAB_PASSWORD, DATABASE) for node in nodes]
+        c = nodes[0].credentials  # the lab's, beside the nodes' workdirs: one for the cluster
+        dsns = [dsn_of("mariadb", "127.0.0.1", node.port, c.user, c.password, DATABASE) for node in nodes]
         for w in preset.workloads:
             clients = preset.terminals_per_node if w == "tpcc" else preset.threads_per_node
             logs = [where / f"{w}-db{i + 1}.parquet" for i in range(n)]
@@ -499,7 +500,7 @@ def run_middleware(n: int, seed, root: Path, preset: ScalePreset, say: Callable[
                 mw.start()
                 summary = _run_workload(
                     w,
-                    f"host=127.0.0.1 port={mw.port} user=postgres dbname={DATABASE}",
+                    mw.dsn(),
                     preset,
                     clients,
                     log,

@@ -104,6 +104,12 @@ def start_server(point, raw: dict, name: str, workdir: Path, host, served: Serve
     c = point.config
     app = provider(c.benchmark)
     tier = raw["servers"][name]["tier"]
+    if "credentials" in raw:  # the controller's secret for the point: every host's servers share it
+        from tierscope.services.credentials import Credentials, save_credentials
+
+        creds = Credentials(raw["credentials"]["user"], raw["credentials"]["password"])
+        save_credentials(workdir, creds)  # beside the servers' workdirs
+        save_credentials(workdir / "peer-config", creds)  # beside the peer configuration's
     hosts = {n: Host(name=n, address=s["address"]) for n, s in raw["servers"].items()}
     hosts[name] = host
     layout = assembly.point_layout(c, hosts, workdir)

@@ -118,7 +118,11 @@ def point_playbooks(
                 {"name": "the point's directory", "ansible.builtin.file": {"path": "{{ pd }}", "state": "directory"}},
                 {
                     "name": "the point (configuration of every server)",
-                    "ansible.builtin.copy": {"src": str(point_file.resolve()), "dest": "{{ pd }}/point.json"},
+                    "ansible.builtin.copy": {
+                        "src": str(point_file.resolve()),
+                        "dest": "{{ pd }}/point.json",
+                        "mode": "0600",  # it carries the point's database password
+                    },
                 },
                 {
                     "name": "which programs are missing",

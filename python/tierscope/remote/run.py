@@ -11,6 +11,7 @@ link, events) and manifest, with `clock_offsets_ns` added.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tarfile
@@ -139,9 +140,23 @@ def run_remote_point(
     }
     ctx.testbed = SimpleNamespace(mode="remote", lost=[])
     point_file = pdir / "remote" / "point.json"
-    point_file.write_text(
-        json.dumps({"point": point.model_dump(mode="json"), "servers": servers, "tag": f"{run_id}-{point.id}"})
-    )
+    from tierscope.services.credentials import lab_credentials
+
+    # the point's secret, for every host's servers: the file (and its copies) are root's alone
+    creds = lab_credentials(pdir)
+    point_file.unlink(missing_ok=True)
+    fd = os.open(point_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(
+            json.dumps(
+                {
+                    "point": point.model_dump(mode="json"),
+                    "servers": servers,
+                    "tag": f"{run_id}-{point.id}",
+                    "credentials": {"user": creds.user, "password": creds.password},
+                }
+            )
+        )
     web = c.tier_servers("web")[0].name
     url = f"http://{servers[web]['address']}:{WEB_PORT}"
     w = c.workload

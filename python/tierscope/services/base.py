@@ -65,6 +65,39 @@ def socket_dir(workdir: Path, socket_name: str) -> Path:
     return Path(tempfile.gettempdir()) / "tierscope-sock" / digest
 
 
+def private_dir(path: Path, user: str | None = None) -> Path:
+    """Make `path` a directory only its owner can enter (0700), owned by the OS user `user` when we
+    are root: where a server puts its unix socket, so no other local user can reach the socket.
+    A parent we made ourselves (the shared short directory of `socket_dir`) must not belong to
+    anyone else or be writable by others: ServiceError if it does (it may have been planted)."""
+    import stat
+
+    from tierscope.services._accounts import account
+
+    acct = account(user) if os.geteuid() == 0 and user else None
+    if os.geteuid() == 0 and user and acct is None:
+        raise ServiceError(f"OS user {user!r} does not exist (is its Debian package installed?)")
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(parents=True, mode=0o755, exist_ok=True)
+    st = os.lstat(parent)
+    owners = {0, os.geteuid()} | ({acct.pw_uid} if acct else set())
+    if st.st_uid not in owners or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+        raise ServiceError(
+            f"{parent}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}; a socket "
+            "directory's parent must be ours and not writable by others (remove it)"
+        )
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        if path.is_symlink() or not path.is_dir():
+            raise ServiceError(f"{path}: exists and is not a directory") from None
+    if acct is not None:
+        os.chown(path, acct.pw_uid, acct.pw_gid)
+    os.chmod(path, 0o700)
+    return path
+
+
 def drop_socket_dir(path: Path, workdir: Path) -> None:
     """Remove a socket directory `socket_dir` put outside `workdir` (nothing left in /tmp)."""
     if workdir in path.parents:

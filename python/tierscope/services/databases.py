@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tierscope.apps.dal import DbConfig
 from tierscope.services.base import Service
+from tierscope.services.credentials import Credentials
 from tierscope.testbed.host import Host
 
 #: the DBMS names of the services and of `DbConfig` (a spec's "postgres" is "postgresql" here)
@@ -60,15 +61,22 @@ def database_server(
     cache: str = "256M",
     max_connections: int = 300,
     name: str | None = None,
+    credentials: Credentials | None = None,
 ) -> tuple[Service, DbConfig]:
     """The server of `dbms` (not started) and the app's configuration to reach `database` on it.
 
     `cache` is shared_buffers / innodb_buffer_pool_size as "<n>M". A `galera` server is a new node
-    of the cluster of the servers whose workdirs are beside `workdir` (`galera.node_of`)."""
+    of the cluster of the servers whose workdirs are beside `workdir` (`galera.node_of`).
+    `credentials`: the lab user and password the server requires and the configuration carries
+    (default: the lab's file beside `workdir`, `credentials.lab_credentials(workdir.parent)`, so
+    the servers of one point or lab share them)."""
+    from tierscope.services.credentials import lab_credentials
+
+    creds = credentials or lab_credentials(Path(workdir).absolute().parent)
     if dbms == "postgresql":
         from tierscope.services.postgres import Postgres
 
-        svc = Postgres(
+        svc: Service = Postgres(
             host,
             port,
             workdir,
@@ -76,25 +84,47 @@ def database_server(
             shared_buffers=cache.replace("M", "MB"),
             max_connections=max_connections,
             name=name,
+            credentials=creds,
+            database=database,
         )
-        return svc, DbConfig(
-            "postgresql", host=host.address, port=port, user="postgres", password="", database=database
-        )
-    if dbms == "mariadb":
-        from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER, MariaDB
+    elif dbms == "mariadb":
+        from tierscope.services.mariadb import MariaDB
 
-        svc = MariaDB(host, port, workdir, durable=fsync, buffer_pool=cache, max_connections=max_connections, name=name)
-        return svc, DbConfig(
-            "mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD, database=database
+        svc = MariaDB(
+            host,
+            port,
+            workdir,
+            durable=fsync,
+            buffer_pool=cache,
+            max_connections=max_connections,
+            name=name,
+            credentials=creds,
+            database=database,
         )
-    if dbms == "galera":
+    elif dbms == "galera":
         from tierscope.services.galera import node_of
-        from tierscope.services.mariadb import LAB_PASSWORD, LAB_USER
 
-        svc = node_of(host, port, workdir, durable=fsync, buffer_pool=cache, max_connections=max_connections, name=name)
-        return svc, DbConfig(
-            "mariadb", host=host.address, port=port, user=LAB_USER, password=LAB_PASSWORD, database=database
+        svc = node_of(
+            host,
+            port,
+            workdir,
+            durable=fsync,
+            buffer_pool=cache,
+            max_connections=max_connections,
+            name=name,
+            credentials=creds,
+            database=database,
         )
+    else:
+        raise ValueError(f"dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
+    return svc, DbConfig(
+        "postgresql" if dbms == "postgresql" else "mariadb",
+        host=host.address,
+        port=port,
+        user=creds.user,
+        password=creds.password,
+        database=database,
+    )
     raise ValueError(f"dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
 
 

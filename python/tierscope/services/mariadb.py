@@ -1,8 +1,12 @@
 """MariaDB (Debian's mariadb-server): a server of its own (data directory, port, socket) under the
 service's workdir, run in the foreground as the `mysql` OS user.
 
-After start, a lab account `tierscope`/`tierscope` with all privileges from any address is created
-(over the unix socket as root) so clients in other network namespaces can connect.
+Authentication: root logs in by unix_socket only (the OS user root, the lab's admin connection
+over the socket; no password, not over TCP), and the socket is in a directory only the `mysql` OS
+user can enter (0700). The server listens on its host's address only (`bind-address`). After start
+the lab user (`credentials`, see `tierscope.services.credentials`) is (re)made from any address with
+the lab's password (mysql_native_password) and privileges on the lab's `database` only (and on the
+databases made with `create_database`), so clients in other network namespaces can connect.
 """
 
 from __future__ import annotations
@@ -10,13 +14,17 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tierscope.services._accounts import give_to
-from tierscope.services.base import Service, ServiceError, drop_socket_dir, socket_dir
+from tierscope.services.base import Service, ServiceError, drop_socket_dir, private_dir, socket_dir
+from tierscope.services.credentials import LAB_USER, Credentials, lab_credentials
 from tierscope.testbed.host import Host
 
-LAB_USER = "tierscope"
-LAB_PASSWORD = "tierscope"
+if TYPE_CHECKING:
+    from tierscope.apps.dal import DbConfig
+
+__all__ = ["LAB_USER", "MariaDB"]
 
 
 def _binary(*names: str) -> str:
@@ -45,12 +53,25 @@ class MariaDB(Service):
         durable: bool = True,
         settings: dict[str, str] | None = None,
         name: str | None = None,
+        credentials: Credentials | None = None,
+        database: str | None = None,
     ):
         super().__init__(host, port, workdir, name)
         self.max_connections = max_connections
         self.buffer_pool = buffer_pool
         self.durable = durable
         self.settings = dict(settings or {})
+        self._credentials = credentials
+        #: the lab's database on this server: the lab user's privileges are on it (and on the
+        #: databases made with `create_database`)
+        self.database = database
+
+    @property
+    def credentials(self) -> Credentials:
+        """The lab's user and password (default: the lab's file above the workdir, `lab_credentials`)."""
+        if self._credentials is None:
+            self._credentials = lab_credentials(self.workdir.parent)
+        return self._credentials
 
     @property
     def data_dir(self) -> Path:
@@ -99,9 +120,9 @@ class MariaDB(Service):
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.conf_path.write_text(self.conf())
-        self.socket.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.socket.parent, self.user)
         give_to(self.user, self.workdir)
-        give_to(self.user, self.socket.parent)
+        _ = self.credentials  # made before the server starts, beside the workdir
         if not self.initialised():
             out = subprocess.run(
                 [
@@ -109,7 +130,7 @@ class MariaDB(Service):
                     f"--defaults-file={self.conf_path}",
                     f"--datadir={self.data_dir}",
                     f"--user={self.user}",
-                    "--auth-root-authentication-method=normal",
+                    "--auth-root-authentication-method=socket",
                     "--skip-test-db",
                 ],
                 capture_output=True,
@@ -153,15 +174,52 @@ class MariaDB(Service):
             return False
 
     def after_start(self) -> None:
-        for stmt in (
-            f"CREATE USER IF NOT EXISTS '{LAB_USER}'@'%' IDENTIFIED BY '{LAB_PASSWORD}'",
-            f"GRANT ALL PRIVILEGES ON *.* TO '{LAB_USER}'@'%' WITH GRANT OPTION",
+        """Root by unix_socket only (a data directory of an older snapshot had root without a
+        password, also over TCP); the lab user with the lab's password and privileges on the lab's
+        database only."""
+        self.lock_root()
+        c = self.credentials
+        self.sql("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s", params=(c.user, c.password))
+        self.sql("ALTER USER %s@'%%' IDENTIFIED BY %s", params=(c.user, c.password))
+        # no global privilege (older snapshots gave it ALL ON *.* WITH GRANT OPTION); the grants on
+        # databases this lab made (`grant`) stay
+        self.sql("REVOKE ALL PRIVILEGES ON *.* FROM %s@'%%'", params=(c.user,))
+        self.sql("REVOKE GRANT OPTION ON *.* FROM %s@'%%'", params=(c.user,))
+        if self.database:
+            self.create_database(self.database)
+
+    def lock_root(self) -> None:
+        """Leave root@localhost by unix_socket only and no other root, anonymous or test account."""
+        for user, host in self.sql(
+            "SELECT user, host FROM mysql.global_priv WHERE (user = 'root' AND host <> 'localhost') OR user = ''"
         ):
-            self.sql(stmt)
+            self.sql("DROP USER %s@%s", params=(user, host))
+        self.sql("ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket")
+
+    def grant(self, database: str) -> None:
+        """Give the lab user every privilege on `database` (none on any other, none to grant)."""
+        _check_name(database)
+        self.sql(f"GRANT ALL PRIVILEGES ON `{database}`.* TO %s@'%%'", params=(self.credentials.user,))
+
+    def db_config(self, database: str, **kwargs) -> "DbConfig":
+        """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
+        from tierscope.apps.dal import DbConfig
+
+        c = self.credentials
+        return DbConfig(
+            "mariadb",
+            host=self.host.address,
+            port=self.port,
+            user=c.user,
+            password=c.password,
+            database=database,
+            **kwargs,
+        )
 
     def connect_args(self, db: str | None = None) -> dict:
-        """Keyword arguments for `pymysql.connect` reaching this server over TCP."""
-        args = dict(host=self.host.address, port=self.port, user=LAB_USER, password=LAB_PASSWORD)
+        """Keyword arguments for `pymysql.connect` reaching this server over TCP as the lab user."""
+        c = self.credentials
+        args = dict(host=self.host.address, port=self.port, user=c.user, password=c.password)
         if db:
             args["database"] = db
         return args
@@ -173,12 +231,18 @@ class MariaDB(Service):
             return list(cur.fetchall()) if cur.description else []
 
     def create_database(self, name: str) -> None:
-        if not name.replace("_", "").isalnum():
-            raise ValueError(f"database name {name!r}: letters, digits and _ only")
+        """Create database `name` (no error if it exists) and give the lab user its privileges."""
+        _check_name(name)
         self.sql(f"CREATE DATABASE IF NOT EXISTS `{name}`")
+        self.grant(name)
 
     def logs(self) -> dict[str, Path]:
         out = super().logs()
         if self.error_log.exists():
             out["error"] = self.error_log
         return out
+
+
+def _check_name(name: str) -> None:
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"database name {name!r}: letters, digits and _ only")

@@ -4,9 +4,11 @@ in LPRF order), with `pool` connections to each, read policy `policy` ("lprf" | 
 `weights` | "lrt", see `tierscope.middleware.balance`) and write completion `wait` ("first" | "all"). The counts it writes on exit are `stats()`.
 
 `dbms` is the backends' DBMS as `DbConfig` names it: "postgresql" (the PostgreSQL protocol on both
-sides, trust authentication) or "mariadb" (the MySQL protocol on both sides; the middleware logs in
-to the backends as `user`/`password` with mysql_native_password and accepts the same credentials
-from the app servers).
+sides) or "mariadb" (the MySQL protocol on both sides). Either way the middleware logs in to the
+backends as `user`/`password` (scram-sha-256 / mysql_native_password) and asks its clients for the
+same credentials (scram-sha-256 / mysql_native_password): by default the lab's
+(`tierscope.services.credentials`, the file above the workdir). The password reaches the process
+in its environment (`PASSWORD_ENV`), not on its command line.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ class Middleware(Service):
         *,
         backends: list[str],
         database: str = "rubbos",
-        user: str = "postgres",
-        password: str = "",
+        user: str | None = None,
+        password: str | None = None,
         dbms: str = "postgresql",
         pool: int = 16,
         policy: str = "lprf",
@@ -94,6 +96,12 @@ class Middleware(Service):
             )
         self.backends = list(backends)
         self.database = database
+        if user is None or password is None:
+            from tierscope.services.credentials import lab_credentials
+
+            lab = lab_credentials(self.workdir.parent)
+            user = lab.user if user is None else user
+            password = lab.password if password is None else password
         self.user = user
         self.password = password
         self.dbms = "mariadb" if PROTOCOLS[dbms] == "mysql" else "postgresql"
@@ -110,15 +118,21 @@ class Middleware(Service):
         return self.workdir / "middleware.stats.json"
 
     def db_config(self, base: DbConfig | None = None) -> DbConfig:
-        """The app's database configuration pointing at this middleware (its protocol's driver; with
-        MariaDB, the same user and password as the backends)."""
+        """The app's database configuration pointing at this middleware (its protocol's driver, the
+        same user and password as the backends)."""
         from dataclasses import replace
 
-        if self.protocol == "mysql":
-            base = base or DbConfig("mariadb", user=self.user, password=self.password, database=self.database)
-            return replace(base, dbms="mariadb", host=self.host.address, port=self.port, password=self.password)
-        base = base or DbConfig("postgresql", user=self.user, password="", database=self.database)
-        return replace(base, dbms="postgresql", host=self.host.address, port=self.port, password="")
+        dbms = "mariadb" if self.protocol == "mysql" else "postgresql"
+        base = base or DbConfig(dbms, user=self.user, password=self.password, database=self.database)
+        return replace(base, dbms=dbms, host=self.host.address, port=self.port, user=self.user, password=self.password)
+
+    def dsn(self) -> str:
+        """A libpq connection string to this (PostgreSQL-protocol) middleware, the password included."""
+        import psycopg
+
+        return psycopg.conninfo.make_conninfo(
+            host=self.host.address, port=self.port, user=self.user, password=self.password, dbname=self.database
+        )
 
     def env(self) -> dict[str, str]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -1,8 +1,17 @@
 """PostgreSQL 15 (Debian binaries): a cluster of its own (data directory, port, socket directory)
 under the service's workdir, run in the foreground as the `postgres` OS user.
 
-Authentication is `trust` for every connection: it is a lab database on an isolated network.
-Connect as the superuser `postgres` with `dsn(dbname)`.
+Authentication (pg_hba.conf, rewritten at every start, also over a restored snapshot):
+- TCP, on the host's own address only (`listen_addresses`): the lab user (`credentials`, see
+  `tierscope.services.credentials`) with its password, scram-sha-256; nobody else, no `trust`.
+- the unix socket, in a directory only the `postgres` OS user can enter (0700): the superuser
+  `postgres` by peer authentication, for the OS users postgres and root (the lab's admin
+  connection, `admin_dsn()`); nobody else.
+
+After start the lab user is (re)made a non-superuser with the lab's password, and `database` (when
+given) is created owned by it. Apps, loaders and benchmarks connect with `dsn(dbname)` or
+`db_config(dbname)` (the lab user over TCP, password included); `sql()` runs as the lab user too,
+`sql(..., admin=True)` and `create_database()` as the superuser over the socket.
 """
 
 from __future__ import annotations
@@ -11,10 +20,15 @@ import glob
 import os
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tierscope.services._accounts import give_to, run_as
-from tierscope.services.base import Service, ServiceError, drop_socket_dir, socket_dir
+from tierscope.services.base import Service, ServiceError, drop_socket_dir, private_dir, socket_dir
+from tierscope.services.credentials import Credentials, lab_credentials
 from tierscope.testbed.host import Host
+
+if TYPE_CHECKING:
+    from tierscope.apps.dal import DbConfig
 
 
 def pg_bindir() -> Path:
@@ -46,12 +60,24 @@ class Postgres(Service):
         fsync: bool = True,
         settings: dict[str, str] | None = None,
         name: str | None = None,
+        credentials: Credentials | None = None,
+        database: str | None = None,
     ):
         super().__init__(host, port, workdir, name)
         self.max_connections = max_connections
         self.shared_buffers = shared_buffers
         self.fsync = fsync
         self.settings = dict(settings or {})
+        self._credentials = credentials
+        #: the lab's database on this server, made (owned by the lab user) once it answers
+        self.database = database
+
+    @property
+    def credentials(self) -> Credentials:
+        """The lab's user and password (default: the lab's file above the workdir, `lab_credentials`)."""
+        if self._credentials is None:
+            self._credentials = lab_credentials(self.workdir.parent)
+        return self._credentials
 
     @property
     def data_dir(self) -> Path:
@@ -70,14 +96,59 @@ class Postgres(Service):
         return self.workdir / "postgres.log"
 
     def dsn(self, dbname: str = "postgres") -> str:
-        """A libpq connection string to this cluster as the superuser."""
-        return f"host={self.host.address} port={self.port} user=postgres dbname={dbname}"
+        """A libpq connection string to `dbname` on this cluster as the lab user, over TCP (the
+        password included: keep it out of command lines, pass it as PGPASSWORD, `credentials.env()`)."""
+        import psycopg
+
+        c = self.credentials
+        return psycopg.conninfo.make_conninfo(
+            host=self.host.address, port=self.port, user=c.user, password=c.password, dbname=dbname
+        )
+
+    def db_config(self, database: str, **kwargs) -> "DbConfig":
+        """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
+        from tierscope.apps.dal import DbConfig
+
+        c = self.credentials
+        return DbConfig(
+            "postgresql",
+            host=self.host.address,
+            port=self.port,
+            user=c.user,
+            password=c.password,
+            database=database,
+            **kwargs,
+        )
+
+    def admin_dsn(self, dbname: str = "postgres") -> str:
+        """A libpq connection string as the superuser over the unix socket (peer authentication:
+        for the OS users root and postgres only)."""
+        return f"host={self.socket_dir} port={self.port} user=postgres dbname={dbname}"
+
+    def hba(self) -> str:
+        """pg_hba.conf: the lab user by scram-sha-256 over TCP; the superuser by peer over the socket."""
+        user = self.credentials.user
+        return (
+            "# written by tierscope: no trust; see tierscope.services.postgres\n"
+            "local all postgres peer map=admin\n"
+            f"host all {user} 0.0.0.0/0 scram-sha-256\n"
+            f"host all {user} ::/0 scram-sha-256\n"
+        )
+
+    def ident(self) -> str:
+        """pg_ident.conf: the OS users allowed to be the superuser over the socket."""
+        import pwd
+
+        users = {"postgres", "root", pwd.getpwuid(os.geteuid()).pw_name}
+        return "# written by tierscope\n" + "".join(f"admin {u} postgres\n" for u in sorted(users))
 
     def conf(self) -> str:
         lines = {
             "listen_addresses": f"'{self.host.address}'",
             "port": str(self.port),
             "unix_socket_directories": f"'{self.socket_dir}'",
+            "unix_socket_permissions": "0700",
+            "password_encryption": "'scram-sha-256'",
             "max_connections": str(self.max_connections),
             "shared_buffers": f"'{self.shared_buffers}'",
             "fsync": "on" if self.fsync else "off",
@@ -94,9 +165,9 @@ class Postgres(Service):
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.socket_dir, self.user)
         give_to(self.user, self.workdir)
-        give_to(self.user, self.socket_dir)
+        _ = self.credentials  # made before the server starts, beside the workdir
         if not self.initialised():
             out = subprocess.run(
                 run_as(
@@ -107,7 +178,8 @@ class Postgres(Service):
                         str(self.data_dir),
                         "-U",
                         "postgres",
-                        "--auth=trust",
+                        "--auth-local=peer",
+                        "--auth-host=scram-sha-256",
                         "--encoding=UTF8",
                         "--locale=C",
                         "--no-sync",
@@ -118,8 +190,9 @@ class Postgres(Service):
             )
             if out.returncode != 0:
                 raise ServiceError(f"{self.name}: initdb failed:\n{out.stdout}\n{out.stderr}")
-            hba = self.data_dir / "pg_hba.conf"
-            hba.write_text("local all all trust\nhost all all 0.0.0.0/0 trust\nhost all all ::/0 trust\n")
+        # also over a restored snapshot's (older snapshots trusted everyone)
+        (self.data_dir / "pg_hba.conf").write_text(self.hba())
+        (self.data_dir / "pg_ident.conf").write_text(self.ident())
         (self.data_dir / "postgresql.auto.conf").write_text(self.conf())
         give_to(self.user, self.workdir)
 
@@ -130,11 +203,28 @@ class Postgres(Service):
         try:
             import psycopg
 
-            with psycopg.connect(self.dsn(), connect_timeout=1) as conn:
+            with psycopg.connect(self.admin_dsn(), connect_timeout=1) as conn:
                 conn.execute("select 1")
             return True
         except Exception:
             return False
+
+    def after_start(self) -> None:
+        """(Re)make the lab user, a non-superuser with the lab's password, and the lab's database
+        owned by it."""
+        from psycopg import sql as q
+
+        c = self.credentials
+        role = q.Identifier(c.user)
+        exists = self.sql("select 1 from pg_roles where rolname = %s", params=(c.user,), admin=True)
+        self.sql(
+            q.SQL(
+                "{} ROLE {} WITH LOGIN NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS CREATEDB PASSWORD {}"
+            ).format(q.SQL("ALTER" if exists else "CREATE"), role, q.Literal(c.password)),
+            admin=True,
+        )
+        if self.database:
+            self.create_database(self.database)
 
     def stop(self, timeout: float = 30.0) -> None:
         # SIGINT = "fast" shutdown: abort sessions, checkpoint, exit.
@@ -144,22 +234,49 @@ class Postgres(Service):
         super().stop(timeout)
         drop_socket_dir(self.socket_dir, self.workdir)
 
-    def sql(self, statement: str, db: str = "postgres", params: tuple | None = None) -> list[tuple]:
-        """Run one statement (autocommit) and return its rows ([] when it returns none)."""
+    def sql(self, statement, db: str = "postgres", params: tuple | None = None, *, admin: bool = False) -> list[tuple]:
+        """Run one statement (autocommit) as the lab user over TCP, or as the superuser over the
+        socket with `admin` (CHECKPOINT, roles, databases), and return its rows ([] when none)."""
         import psycopg
 
-        with psycopg.connect(self.dsn(db), autocommit=True) as conn:
+        with psycopg.connect(self.admin_dsn(db) if admin else self.dsn(db), autocommit=True) as conn:
             cur = conn.execute(statement, params)
             return cur.fetchall() if cur.description else []
 
     def create_database(self, name: str) -> None:
-        """Create database `name` (no error if it exists)."""
-        if not self.sql("select 1 from pg_database where datname = %s", params=(name,)):
-            from psycopg import sql as q
-            import psycopg
+        """Create database `name` owned by the lab user (no error if it exists; one of an older
+        snapshot, made by the superuser, is given to the lab user with its tables)."""
+        from psycopg import sql as q
 
-            with psycopg.connect(self.dsn(), autocommit=True) as conn:
-                conn.execute(q.SQL("create database {}").format(q.Identifier(name)))
+        user = self.credentials.user
+        owner = self.sql(
+            "select pg_get_userbyid(datdba) from pg_database where datname = %s", params=(name,), admin=True
+        )
+        if not owner:
+            self.sql(q.SQL("create database {} owner {}").format(q.Identifier(name), q.Identifier(user)), admin=True)
+            return
+        if owner[0][0] != user:
+            self.sql(q.SQL("alter database {} owner to {}").format(q.Identifier(name), q.Identifier(user)), admin=True)
+        self.sql(_GIVE_TABLES.replace("LAB_USER", user), db=name, admin=True)
 
     def logs(self) -> dict[str, Path]:
         return super().logs()
+
+
+#: gives the lab user (LAB_USER) every table, view and free-standing sequence of schema public it
+#: does not own yet (a database made by the superuser before the lab had its own user)
+_GIVE_TABLES = """
+DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+             AND pg_get_userbyid(c.relowner) <> 'LAB_USER'
+             AND NOT (c.relkind = 'S' AND EXISTS (
+                 SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                 AND d.deptype IN ('a', 'i')))
+  LOOP
+    EXECUTE format('ALTER %s public.%I OWNER TO %I',
+      CASE r.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+      r.relname, 'LAB_USER');
+  END LOOP;
+END $$
+"""

@@ -212,6 +212,12 @@ def bring_up(o: Options, say=print) -> System:
         restored_from=data.restored_from,
     )
     write_state(system)
+    creds = getattr(system.db, "credentials", None)
+    if creds is not None and creds.path is not None:
+        say(
+            f"database credentials: {creds.path} (user {creds.user}; root only: every server of this "
+            "system, the database's and the middleware's, requires them)"
+        )
     return system
 
 
