@@ -28,7 +28,12 @@ def up(
     db_port: int = typer.Option(0, help="database port (0 = 25432 for PostgreSQL, 23306 for MariaDB)"),
     seed: int = typer.Option(42, help="data generator seed"),
     fresh: bool = typer.Option(False, help="reload the data even if a fresh snapshot exists"),
-    run_dir: Path = typer.Option(None, help="where configs, logs and state go (default /tmp/tierscope-rubbos)"),
+    run_dir: Path = typer.Option(
+        None,
+        help="where configs, logs and state go (default /run/tierscope/rubbos as root, else "
+        "$XDG_RUNTIME_DIR/tierscope/rubbos or ~/.local/state/tierscope/rubbos); refused when another user "
+        "owns it or can write to it",
+    ),
     snapshots: Path = typer.Option(None, help="snapshot directory (default ~/.cache/tierscope/rubbos/snapshots)"),
 ) -> None:
     """Start the database (restoring or loading the scale), N app servers and nginx; print the URL.
@@ -77,11 +82,21 @@ def up(
 def down(run_dir: Path = typer.Option(None, help="the run directory given to `up`")) -> None:
     """Stop everything `tierscope rubbos up` started.
 
+    Only processes whose pid, start time and command line still match what `up` recorded are
+    signalled. A state directory or file another user owns or can write to, or a symbolic link, is
+    refused (exit 1, nothing stopped); a recorded process that is no longer the one `up` started is
+    left alone and named (exit 1).
+
     Example: tierscope rubbos down
     """
     from tierscope.apps.rubbos import system
+    from tierscope.services.base import ServiceError
 
-    system.bring_down(run_dir or system.DEFAULT_RUN_DIR, say=typer.echo)
+    try:
+        system.bring_down(run_dir or system.DEFAULT_RUN_DIR, say=typer.echo)
+    except ServiceError as err:
+        typer.echo(f"rubbos down: {err}", err=True)
+        raise typer.Exit(1)
 
 
 @rubbos_app.command("load")
@@ -90,7 +105,9 @@ def load(
     scale: str = typer.Option("tiny", help="tiny, small or paper"),
     seed: int = typer.Option(42),
     db_port: int = typer.Option(0, help="database port (0 = default)"),
-    run_dir: Path = typer.Option(None, help="scratch directory for the database server"),
+    run_dir: Path = typer.Option(
+        None, help="scratch directory for the database server (default rubbos-load next to up's run directory)"
+    ),
     snapshots: Path = typer.Option(None, help="snapshot directory (default ~/.cache/tierscope/rubbos/snapshots)"),
 ) -> None:
     """Generate and bulk-load a scale into a fresh database server, report rows per table and the
@@ -110,12 +127,19 @@ def load(
         seed=seed,
         db_port=db_port or None,
         fresh=True,
-        run_dir=run_dir or system.DEFAULT_RUN_DIR.with_name("tierscope-rubbos-load"),
+        run_dir=run_dir or system.DEFAULT_RUN_DIR.with_name("rubbos-load"),
     )
     if snapshots:
         o.snapshots = snapshots
     import shutil
 
+    from tierscope.statedir import StateError, secure_dir
+
+    try:
+        secure_dir(o.run_dir)
+    except StateError as err:
+        typer.echo(f"rubbos load failed: {err}", err=True)
+        raise typer.Exit(1)
     work = Path(o.run_dir) / dbms
     if work.exists():
         shutil.rmtree(work)

@@ -4,13 +4,15 @@ loaded scale, N gunicorn application servers, and nginx in front.
 `bring_up()` starts everything (restoring the scale's snapshot when a fresh one exists, otherwise
 loading and snapshotting) through the lab's one assembly (`tierscope.assembly`, as `tierscope run`
 does in its hosts) and writes `state.json` in the run directory; `bring_down()` (a later,
-separate process) stops every process listed there. Used by `tierscope rubbos up/down/load` and
-by bench/rubbos.
+separate process) stops every process listed there whose start time and command line still match
+the record. The run directory (default `/run/tierscope/rubbos` as root, else a directory of the
+user's own: `tierscope.statedir`) is refused when another user owns it or can write to it, and
+the state file is written atomically and never through a symbolic link. Used by
+`tierscope rubbos up/down/load` and by bench/rubbos.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -20,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-from tierscope import assembly
+from tierscope import assembly, statedir
 from tierscope.apps import snapshot
 from tierscope.apps.rubbos import datagen
 from tierscope.apps.rubbos.provider import PROVIDER
@@ -30,7 +32,7 @@ from tierscope.services.appserver import AppServer
 from tierscope.services.base import Service, ServiceError, tcp_answers
 from tierscope.testbed.host import Host
 
-DEFAULT_RUN_DIR = Path(os.environ.get("TIERSCOPE_RUBBOS_DIR", "/tmp/tierscope-rubbos"))
+DEFAULT_RUN_DIR = Path(os.environ.get("TIERSCOPE_RUBBOS_DIR") or statedir.default_dir("rubbos"))
 DEFAULT_DB_PORT = {"postgresql": 25432, "mariadb": 23306}
 
 
@@ -170,15 +172,20 @@ def start_loaded_db(
 def bring_up(o: Options, say=print) -> System:
     """Start the system `o` describes on loopback (`tierscope.assembly`: the database from the
     scale's snapshot or loaded now, the app servers, nginx) and write `state.json`."""
-    run = Path(o.run_dir)
+    run = Path(o.run_dir).absolute()
     state = run / "state.json"
-    if state.exists() and any(_alive(p["pid"]) for p in json.loads(state.read_text()).get("processes", [])):
+    try:  # before starting anything: a directory or state file not ours is refused
+        statedir.secure_dir(run)
+        statedir.check_writable(state)
+        old = statedir.read_json(state) or {}
+    except statedir.StateError as err:
+        raise ServiceError(str(err)) from None
+    if any(statedir.same_process(p)[0] for p in old.get("processes", []) if isinstance(p, dict)):
         raise ServiceError(f"a RUBBoS system is already running from {run} (run `tierscope rubbos down` first)")
     ports = [o.port] + [o.app_port + i for i in range(o.app_servers)]
     for p in ports:
         if tcp_answers("127.0.0.1", p, timeout=0.2):
             raise ServiceError(f"port {p} is already in use (choose another with --port/--app-port)")
-    run.mkdir(parents=True, exist_ok=True)
     # logs and events of an earlier run in the same directory would mix with this one's
     import shutil
 
@@ -225,11 +232,14 @@ def write_state(system: System) -> Path:
     o = system.options
     procs = []
     for s in system.services():
+        who = statedir.identity(s.proc.pid) if s.proc else None  # pid, start time, command line
         procs.append(
             {
                 "name": s.name,
                 "kind": s.kind,
                 "pid": s.proc.pid if s.proc else None,
+                "start_time": who["start_time"] if who else None,
+                "cmdline": who["cmdline"] if who else None,
                 "stop_signal": int(s.stop_signal if s.kind != "postgres" else signal.SIGINT),
                 "address": s.address,
                 "logs": {k: str(v) for k, v in s.logs().items()},
@@ -251,9 +261,7 @@ def write_state(system: System) -> Path:
         "events_dir": str(Path(o.run_dir) / "events"),
         "processes": procs,
     }
-    path = Path(o.run_dir) / "state.json"
-    path.write_text(json.dumps(state, indent=1))
-    return path
+    return statedir.write_json(Path(o.run_dir).absolute() / "state.json", state)
 
 
 def _alive(pid: int | None) -> bool:
@@ -267,17 +275,34 @@ def _alive(pid: int | None) -> bool:
 
 
 def bring_down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 30.0, say=print) -> int:
-    """Stop every process `bring_up` recorded in run_dir/state.json (reverse start order);
-    return how many were running."""
-    state_path = Path(run_dir) / "state.json"
-    if not state_path.exists():
+    """Stop every process `bring_up` recorded in run_dir/state.json (reverse start order) that is
+    still the process recorded (same pid, start time and command line); return how many it stopped.
+
+    Raises ServiceError for a state directory or file tierscope does not trust (another user's, a
+    symbolic link) and, after stopping what matched, when a recorded process could not be checked
+    (it is left alone: a pid reused by another process, or a planted record).
+    """
+    state_path = Path(run_dir).absolute() / "state.json"
+    if not Path(run_dir).exists():
         say(f"nothing to stop: no {state_path}")
         return 0
-    state = json.loads(state_path.read_text())
+    try:
+        state = statedir.read_json(state_path)
+    except statedir.StateError as err:
+        raise ServiceError(str(err)) from None
+    if state is None:
+        say(f"nothing to stop: no {state_path}")
+        return 0
     stopped = 0
+    refused = []
     for p in reversed(state.get("processes", [])):
-        pid = p.get("pid")
-        if not _alive(pid):
+        if not isinstance(p, dict) or not p.get("pid"):
+            continue
+        pid = p["pid"]
+        same, why = statedir.same_process(p)
+        if not same:
+            if statedir.identity(pid) is not None:  # a live process that is not the one recorded
+                refused.append(f"{p.get('name', '?')}: {why}")
             continue
         stopped += 1
         try:
@@ -291,10 +316,15 @@ def bring_down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 30.0, say=print
         deadline = time.monotonic() + timeout
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        try:  # leftovers of its session (workers, helpers)
+        try:  # leftovers of its session (workers, helpers): the group the recorded process leads
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         say(f"stopped {p['name']} (pid {pid})")
+    if refused:
+        raise ServiceError(
+            f"{state_path}: not stopping {len(refused)} recorded process(es) that are not the ones `rubbos up` "
+            f"started: {'; '.join(refused)}; the state file is kept (remove it yourself once you have checked)"
+        )
     state_path.unlink()
     return stopped
