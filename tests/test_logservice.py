@@ -310,16 +310,19 @@ def test_unknown_tokens_are_answered_from_memory_without_a_database_query(tmp_pa
 DRILL_LOAD = Load(clients=100, records=40, timeout_s=2.0, start_spread_s=0.2)
 
 
-def _drill(tmp_path, victim: str):
+def _drill(tmp_path, victim: str, down_s: float = 0.0):
     """The durable mode under load with `victim` (app, broker, db) killed with SIGKILL (its whole
-    process group) 1.5 s into the load; the supervisor brings it back."""
+    process group) 1.5 s into the load; the supervisor brings it back (`down_s` later at the
+    earliest: the drill holds the supervisor's lock that long)."""
     killed = {}
 
-    def fault(servers, hosts):
+    def fault(servers, hosts, supervisor):
         time.sleep(1.5)  # the load is under way
         svc = servers[victim]
         killed["name"] = svc.name
-        os.killpg(svc.proc.pid, signal.SIGKILL)
+        with supervisor.lock:
+            os.killpg(svc.proc.pid, signal.SIGKILL)
+            time.sleep(down_s)
 
     load = Load(**{**DRILL_LOAD.__dict__, "run": victim})
     service = Service(db_cpu=None, fsync=False, app_threads=16)
@@ -351,9 +354,10 @@ def test_kill_drill_broker(tmp_path):
 @needs_root
 @needs_redis
 def test_kill_drill_database(tmp_path):
-    r = _drill(tmp_path, "db")
+    r = _drill(tmp_path, "db", down_s=4.0)  # down 4 s: the collectors retry, then resume
     assert r.acknowledged > 100
     assert r.refused == 0  # the broker keeps taking records while the database is down
+    assert any(n.startswith("db1 restarted by the supervisor, down") for n in r.notes)
 
 
 @needs_root

@@ -163,13 +163,14 @@ def run_mode(
     *,
     testbed_mode: str = "auto",
     phase: Callable[[str], None] = lambda s: None,
-    fault: Callable[[dict, dict], None] | None = None,
+    fault: Callable[..., None] | None = None,
 ) -> ModeResult:
     """Run `mode` under `load`; tables in `workdir` (outcomes.parquet, resources.parquet, result.json).
 
-    `fault(servers, hosts)`: called once the load has started, with the running servers by role
-    ({"app": AppServer, "db": the database, "broker": Redis in durable mode}); the kill drills
-    kill one of them with it, and the supervisor brings it back."""
+    `fault(servers, hosts, supervisor)`: called once the load has started, with the running servers
+    by role ({"app": AppServer, "db": the database, "broker": Redis in durable mode}) and the
+    supervisor (None when `service.supervise` is off; holding its `lock` delays its restarts); the
+    kill drills kill one of the servers with it, and the supervisor brings it back."""
     from tierscope.apps.dal import Database
     from tierscope.apps.logservice import schema
     from tierscope.apps.logservice.supervisor import Supervisor
@@ -280,7 +281,7 @@ def run_mode(
                 hosts["client1"].wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
             if fault is not None:
-                fault(roles, hosts)
+                fault(roles, hosts, supervisor)
             out, err = proc.communicate(timeout=load.records * load.timeout_s + load.start_spread_s + 120)
             if proc.returncode != 0:
                 raise RuntimeError(f"driver failed ({proc.returncode}): {err.strip()[-2000:]}")
