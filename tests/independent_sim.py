@@ -79,6 +79,9 @@ class Span:
     name: str
     start_s: float
     end_s: float
+    # when its caller took the reply: the caller got a core to go on after the call (in-process
+    # instrumentation stamps a CLIENT span's end then); None at the front
+    picked_s: float | None = None
 
 
 class _Node:
@@ -131,13 +134,17 @@ def simulate(system: System, duration_s: float, warmup_s: float = 5.0) -> Result
         return f"{rng.getrandbits(bits):0{bits // 4}x}"
 
     def cpu(node: _Node, mean: float):
+        """Run `mean` seconds (exponential) of CPU on one of the node's cores; returns when the
+        core was taken."""
         work = rng.expovariate(1.0 / mean) if mean > 0 else 0.0
         with node.cores.request() as req:
             asked = env.now
             yield req
             if env.now > asked:
                 waits[node.server.name].append((asked, env.now))
+            got = env.now
             yield env.timeout(node.finish(env.now, work) - env.now)
+        return got
 
     def visit(level: int, page: Page, trace: str, parent: str | None):
         tier = system.tiers[level]
@@ -152,19 +159,25 @@ def simulate(system: System, duration_s: float, warmup_s: float = 5.0) -> Result
         yield env.timeout(node.thaw(env.now) - env.now)
         mean = page.cpu.get(tier, 0.0)
         yield from cpu(node, mean / 2)
+        child = None
         for _ in range(page.calls.get(tier, 0)):
             conn = node.connections.request() if node.connections else None
             if conn is not None:
                 yield conn
-            yield env.process(visit(level + 1, page, trace, span_id))
+            child = yield env.process(visit(level + 1, page, trace, span_id))
             if conn is not None:
                 node.connections.release(conn)
             yield env.timeout(node.thaw(env.now) - env.now)  # a frozen caller cannot take the reply
-        yield from cpu(node, mean / 2)
+            child.picked_s = env.now
+        got = yield from cpu(node, mean / 2)
+        if child is not None:
+            child.picked_s = max(child.picked_s or got, got)  # the last reply: taken with a core
         if thread is not None:
             node.threads.release(thread)
         name = (page.labels or {}).get(tier, page.name)
-        spans.append(Span(trace, span_id, parent, tier, node.server.name, name, start, env.now))
+        span = Span(trace, span_id, parent, tier, node.server.name, name, start, env.now)
+        spans.append(span)
+        return span
 
     def user():
         while True:
@@ -195,6 +208,90 @@ def write_otlp(spans: list[Span], path: Path) -> Path:
             "kind": 2,
             "startTimeUnixNano": str(ns(s.start_s)),
             "endTimeUnixNano": str(ns(s.end_s)),
+            "status": {},
+        }
+        if s.parent_id:
+            body["parentSpanId"] = s.parent_id
+        groups.setdefault((s.tier, s.server), []).append(body)
+    doc = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [
+                        {"key": "service.name", "value": {"stringValue": tier}},
+                        {"key": "service.instance.id", "value": {"stringValue": server}},
+                    ]
+                },
+                "scopeSpans": [{"scope": {"name": "independent-sim"}, "spans": body}],
+            }
+            for (tier, server), body in sorted(groups.items())
+        ]
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _thaw_of(system: System) -> dict[str, "callable"]:
+    """Per server: the instant its process can stamp something happening at t (t, or the end of
+    the freeze t falls in: a frozen process stamps nothing)."""
+
+    def thaw(freezes: list[tuple[float, float]]):
+        def at(t: float) -> float:
+            for a, b in freezes:
+                if a <= t < b:
+                    return b
+            return t
+
+        return at
+
+    return {s.name: thaw(sorted(s.freezes)) for s in system.servers}
+
+
+def write_otlp_inprocess(
+    spans: list[Span], system: System, path: Path, uninstrumented: tuple[str, ...] = (), db_system: str = "postgresql"
+) -> Path:
+    """OTLP/JSON as in-process instrumentation (an OpenTelemetry SDK) would record the run: every
+    time is stamped by the process that records it, so an event falling in a freeze of that
+    process is stamped at the thaw (a request arriving during the freeze starts its span then; a
+    call whose reply came during the freeze ends then). The servers of the `uninstrumented` tiers
+    export nothing: they appear only as CLIENT spans (kind 3, `db.system`, `server.address`,
+    `server.port`, `db.statement`) in their caller's resource, stamped by the caller: such a span
+    ends when the caller took the reply (`Span.picked_s`: it had a core again), not when the callee
+    sent it, as a thread waiting for the GIL or a busy event loop stamps it."""
+    thaw = _thaw_of(system)
+    by_id = {s.span_id: s for s in spans}
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for s in spans:
+        if s.tier in uninstrumented:
+            caller = by_id.get(s.parent_id or "")
+            if caller is None:
+                continue
+            rec = caller
+            body = {
+                "traceId": s.trace_id,
+                "spanId": s.span_id,
+                "parentSpanId": s.parent_id,
+                "name": s.name,
+                "kind": 3,
+                "startTimeUnixNano": str(ns(thaw[rec.server](s.start_s))),
+                "endTimeUnixNano": str(ns(thaw[rec.server](s.picked_s if s.picked_s is not None else s.end_s))),
+                "attributes": [
+                    {"key": "db.system", "value": {"stringValue": db_system}},
+                    {"key": "server.address", "value": {"stringValue": s.server}},
+                    {"key": "server.port", "value": {"intValue": "5432"}},
+                    {"key": "db.statement", "value": {"stringValue": s.name}},
+                ],
+                "status": {},
+            }
+            groups.setdefault((rec.tier, rec.server), []).append(body)
+            continue
+        body = {
+            "traceId": s.trace_id,
+            "spanId": s.span_id,
+            "name": s.name,
+            "kind": 2,
+            "startTimeUnixNano": str(ns(thaw[s.server](s.start_s))),
+            "endTimeUnixNano": str(ns(thaw[s.server](s.end_s))),
             "status": {},
         }
         if s.parent_id:

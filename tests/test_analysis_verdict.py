@@ -269,7 +269,10 @@ def test_a_server_never_idle_takes_its_service_time_from_a_lower_level():
     # N* = TPmax x S = 400/s x 2.5 ms = 1; the load of 40 is 40 x N*: saturated throughout
     assert ns.n_star == pytest.approx(1.0, rel=0.05)
     assert "lower workload level" in ns.method and "saturated throughout" in ns.method
-    assert fg.verdict.text == "single bottleneck at db"
+    # a trace of one tier cannot tell the tier's own saturation from that of what is behind it
+    assert fg.verdict.kind == "single" and fg.verdict.tiers == ["db"]
+    assert fg.verdict.text == "single bottleneck at db or behind it (one tier in the trace: cannot tell which)"
+    assert fg.verdict.confidence <= 0.45 and "one tier only (db)" in fg.verdict.evidence
     assert fg.saturated_share["db"] > 0.95
 
 

@@ -116,7 +116,8 @@ def test_alternating_point_report_renders_fine_grained_sections(tmp_path):
     data = analyze_run(tmp_path / "alt")
     assert data.fine.verdict.kind == "alternating" and sorted(data.fine.verdict.tiers) == ["app", "db"]
     summary = build_summary(data)
-    assert summary.headline.startswith("Bottleneck alternating between app and db")
+    assert summary.headline.startswith("Transient bottlenecks alternating between app (paused"), summary.headline
+    assert "db (saturated by the burst after each pause)" in summary.headline
     assert any("app1 was paused" in line for line in summary.look_at)  # the freezes, from the events table
     path = write_report(data, tmp_path / "alt.html", summary)
     page = path.read_text()

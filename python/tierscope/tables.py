@@ -39,6 +39,11 @@ REQUESTS = pa.schema(
         # Filled by cross-tier linking (tierscope.trace.link):
         pa.field("link", pa.string()),  # how parent_id was found: request_id, time_containment, ...
         pa.field("transaction", pa.string()),  # the root request's id (or row key) of this row's tree
+        # Whose clock stamped arrival_ns and departure_ns: the process itself for its own requests
+        # (SERVER spans, access logs: recorder == server), the calling process for a CLIENT span
+        # standing for an uninstrumented callee; null when an outside observer stamped them (the
+        # passive tracer on the wire, a simulator). A paused recorder stamps nothing (issue 26).
+        pa.field("recorder", pa.string()),
     ]
 )
 

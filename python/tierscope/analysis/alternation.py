@@ -51,6 +51,9 @@ PARTIAL_CAP = 0.6
 NEAR = 0.5
 #: ...and caps the verdict's confidence: a small error in its share would change the verdict
 NEAR_CAP = 0.75
+#: confidence cap of a verdict that dropped a caller as inherited (rule 2) from a callee seen only
+#: through that caller's own stamps (CLIENT spans): the callee's times include the caller's delays
+BLIND_CAP = 0.45
 #: confidence cap of a verdict that dropped a tier as inherited (rule 2): the caller's own
 #: saturation, if any, hides inside the callee's windows
 INHERITED_CAP = 0.75
@@ -133,7 +136,7 @@ def switches_per_second(tiers: list[str], saturated: dict[str, np.ndarray], wind
     return changes / (n_windows * window_ns / 1e9)
 
 
-def _data_weight(n_windows: int) -> float:
+def data_weight(n_windows: int) -> float:
     """Confidence scale for the amount of data: full from FULL_CONFIDENCE_WINDOWS windows on."""
     return min(1.0, n_windows / FULL_CONFIDENCE_WINDOWS)
 
@@ -143,7 +146,7 @@ def verdict(tiers: list[str], saturated: dict[str, np.ndarray], switches: float,
     options as `_verdict`). When partial inheritance (rule 2) changed the verdict, it is said with
     at most PARTIAL_CAP: the windows given to the callee may have been the caller's own too; when
     it did not, with no more confidence than the verdict without it."""
-    found = _verdict(tiers, saturated, switches, **options)
+    found = _stable(_verdict(tiers, saturated, switches, **options), tiers, saturated, switches, options)
     if "windows are" not in found.evidence:
         return found
     whole = _verdict(tiers, saturated, switches, **{**options, "partial": False})
@@ -154,6 +157,37 @@ def verdict(tiers: list[str], saturated: dict[str, np.ndarray], switches: float,
         found,
         confidence=min(found.confidence, PARTIAL_CAP),
         evidence=found.evidence + f"; counting those windows for both tiers would say: {whole.text}",
+    )
+
+
+#: A verdict that the thirds of the trace do not all give is said with at most this confidence.
+UNSTABLE_CAP = 0.6
+
+
+def _stable(found: Verdict, tiers: list[str], saturated: dict[str, np.ndarray], switches: float, options) -> Verdict:
+    """`found`, with at most UNSTABLE_CAP when one of the trace's thirds (each of at least
+    MIN_WINDOWS windows) gives another verdict: the evidence does not agree across the windows."""
+    n_windows = max((saturated[t].size for t in tiers), default=0)
+    if found.kind not in ("single", "several", "alternating") or n_windows < 3 * MIN_WINDOWS:
+        return found
+    cuts = np.linspace(0, n_windows, 4).astype(int)
+    own = options.get("own")
+    other = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        part = _verdict(
+            tiers,
+            {t: saturated[t][lo:hi] for t in tiers},
+            switches,
+            **{**options, "own": {t: v[lo:hi] for t, v in own.items()} if own else own},
+        )
+        if (part.kind, sorted(part.tiers)) != (found.kind, sorted(found.tiers)):
+            other.append(f"{part.text} in windows {lo}-{hi}")
+    if not other:
+        return found
+    return dataclasses.replace(
+        found,
+        confidence=min(found.confidence, UNSTABLE_CAP),
+        evidence=found.evidence + "; not the same verdict in every third of the trace: " + "; ".join(other),
     )
 
 
@@ -172,6 +206,7 @@ def _verdict(
     uncertain: list[str] | None = None,
     partial: bool = True,
     own: dict[str, np.ndarray] | None = None,
+    observed_by: dict[str, str] | None = None,
 ) -> Verdict:
     """The verdict (see `verdict`).
 
@@ -186,7 +221,10 @@ def _verdict(
     caller was slow after its last calls (`after_calls`), saturated on its own whatever its callee
     did; rule 2 leaves those windows to the caller. `uncertain` lists servers without N*
     that held more than one request for half of a window often enough to matter (were their N* 1,
-    they would take part): "no saturated tier" is then said with at most medium confidence."""
+    they would take part): "no saturated tier" is then said with at most medium confidence.
+    `observed_by` (callee tier -> caller tier): tiers seen only through the times their one caller
+    stamped (an uninstrumented database behind the app's CLIENT spans): dropping that caller as
+    inherited from it leaves a verdict the trace cannot back (at most BLIND_CAP)."""
     shares = {t: float(saturated[t].mean()) if saturated[t].size else 0.0 for t in tiers}
     n_windows = max((saturated[t].size for t in tiers), default=0)
     ranked = sorted(tiers, key=lambda t: -shares[t])
@@ -194,6 +232,7 @@ def _verdict(
     part = [t for t in ranked if shares[t] >= min_share and shares[t] >= RELATIVE_SHARE * lead]
     inherited = []
     dropped = set()
+    blind: list[str] = []
     for a in list(part):
         for b in part:
             if a != b and calls and (a, b) in calls:
@@ -203,6 +242,14 @@ def _verdict(
                     inherited.append(f"{a}'s saturation lies {inside:.0%} inside that of {b}, which it calls")
                     part.remove(a)
                     dropped.add(a)
+                    if observed_by and observed_by.get(b) == a:
+                        blind.append(
+                            f"{b} is seen only through the calls {a} stamped, and {a} was saturated at the same "
+                            f"time: those calls' times include {a}'s own delay in taking the replies (a busy "
+                            f"event loop, a thread waiting for the GIL or a core), so the trace cannot tell "
+                            f"{a}'s saturation from {b}'s; the resources of both (CPU, or {b}'s own "
+                            f"traces) would"
+                        )
                     break
                 if partial and inside > 0:
                     # partly inherited: the windows in which the callee was saturated are
@@ -245,7 +292,7 @@ def _verdict(
                 "; no saturation point estimated for servers that held more than one request often "
                 "(with N* = 1 they would be saturated): " + ", ".join(uncertain)
             )
-        return Verdict("none", [], "no saturated tier", _clip(conf) * _data_weight(n_windows), evidence)
+        return Verdict("none", [], "no saturated tier", _clip(conf) * data_weight(n_windows), evidence)
     weight = min((n_star_weight or {}).get(t, 1.0) for t in part)
     cap = 1.0
     if unexplained:
@@ -255,6 +302,9 @@ def _verdict(
         )
     if dropped:
         cap = min(cap, INHERITED_CAP)
+    if blind and any(t in part for t in (observed_by or {})):
+        cap = min(cap, BLIND_CAP)
+        evidence += "; " + "; ".join(blind)
     if uncertain and not unexplained:
         cap = min(cap, UNCERTAIN_ANY)
         evidence += (
@@ -275,7 +325,7 @@ def _verdict(
             "single",
             [t],
             f"single bottleneck at {t}",
-            min(cap, _clip(conf) * weight) * _data_weight(n_windows),
+            min(cap, _clip(conf) * weight) * data_weight(n_windows),
             evidence,
         )
     a = part[0]
@@ -298,7 +348,7 @@ def _verdict(
         names = sorted(alternating, key=tiers.index)
         text = "bottleneck alternating between " + _join(names)
         return Verdict(
-            "alternating", names, text, min(cap, _clip(0.5 + 0.5 * conf) * weight) * _data_weight(n_windows), evidence
+            "alternating", names, text, min(cap, _clip(0.5 + 0.5 * conf) * weight) * data_weight(n_windows), evidence
         )
     names = sorted(part, key=tiers.index)
     best = min(r for _, r in together_ratios)
@@ -307,7 +357,7 @@ def _verdict(
         "several",
         names,
         "several tiers saturated at once: " + _join(names),
-        min(cap, _clip(conf) * weight) * _data_weight(n_windows),
+        min(cap, _clip(conf) * weight) * data_weight(n_windows),
         evidence,
     )
 

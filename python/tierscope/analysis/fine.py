@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import after_calls, alternation, pauses, saturation, stalls
+from . import after_calls, alternation, pauses, saturation, silences, stalls
 from .alternation import Verdict
 from .saturation import NStar
 from .windows import (
@@ -70,6 +70,7 @@ class FineGrained:
     exclusive: bool = False  # whether the saturation decisions used exclusive load
     tiers: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was skipped or could not be matched
+    events: pa.Table | None = None  # the events analysed: those given plus the recorders' silences
 
     def tier_saturated(self) -> dict[str, np.ndarray]:
         """Per tier: bool per window, saturated when at least half of its servers are."""
@@ -122,6 +123,11 @@ def _signature(
 #: A server is pinned at a ceiling when its largest number of requests is the same in this share of
 #: the windows in which it held any (and it held some in that share of all windows).
 CEILING_SHARE = 0.9
+
+
+#: The confidence factor of a verdict naming a server saturated at a ceiling: a pool's size is a
+#: limit of the configuration, not the server's capacity (its N* is unknown): at most "low".
+CEILING_WEIGHT = 0.45
 
 
 def _ceiling(peak: np.ndarray) -> int | None:
@@ -195,6 +201,36 @@ def _tier_calls(requests: pa.Table, parent_row: np.ndarray) -> set[tuple[str, st
     return {(a, b) for a, b in zip(pairs.column("a").to_pylist(), pairs.column("b").to_pylist()) if a != b}
 
 
+def _observed_only(requests: pa.Table, keys: list[tuple[str, str]]) -> list[int]:
+    """Codes of the servers every row of which another process stamped (`recorder`)."""
+    if "recorder" not in requests.column_names or requests.column("recorder").null_count == requests.num_rows:
+        return []
+    pairs = requests.select(["tier", "server", "recorder"]).group_by(["tier", "server", "recorder"]).aggregate([])
+    own, seen = set(), set()
+    for r in pairs.to_pylist():
+        seen.add((r["tier"], r["server"]))
+        if r["recorder"] is None or r["recorder"] == r["server"]:
+            own.add((r["tier"], r["server"]))
+    return [i for i, key in enumerate(keys) if key in seen and key not in own]
+
+
+def _observed_by(requests: pa.Table) -> dict[str, str]:
+    """Tiers whose every row was stamped by servers of one other tier (`recorder`): callee -> that
+    caller tier (an uninstrumented database seen through the app's CLIENT spans)."""
+    if "recorder" not in requests.column_names or requests.column("recorder").null_count == requests.num_rows:
+        return {}
+    pairs = requests.select(["tier", "server", "recorder"]).group_by(["tier", "server", "recorder"]).aggregate([])
+    rows = pairs.to_pylist()
+    tier_of_server = {r["server"]: r["tier"] for r in rows if r["recorder"] == r["server"]}
+    out: dict[str, str] = {}
+    for tier in {r["tier"] for r in rows}:
+        callers = {tier_of_server.get(r["recorder"]) for r in rows if r["tier"] == tier}
+        caller = callers.pop() if len(callers) == 1 else None
+        if caller is not None and caller != tier:
+            out[tier] = caller
+    return out
+
+
 def idle_service_times(requests: pa.Table, events: pa.Table | None = None) -> dict[str, tuple[float, int]]:
     """Per server: the mean own residence (seconds; exclusive of time downstream when links
     exist) of the requests that found it idle and met no pause, and how many there were — the
@@ -230,6 +266,14 @@ def analyze_fine(
         raise ValueError(f"window_ns must be a positive number of nanoseconds, got {window_ns}")
     if requests.num_rows == 0:
         raise ValueError("requests: the table is empty; nothing to analyse")
+    # pauses of the processes that stamped the times (their silences, their pause events) are
+    # theirs: a call they stamped ends, for the callee, when its caller stopped
+    requests, events, moved = silences.charge_recorder_pauses(requests, events)
+    if moved:
+        notes.append(
+            f"{moved} call(s) stamped by a caller that was paused end, for their callee, when the pause "
+            "began (the caller held them, not the callee)"
+        )
     arrival = requests.column("arrival_ns")
     base_ns = floor_base(pc.min(arrival).as_py(), window_ns)
     end_ns = int(pc.max(requests.column("departure_ns")).as_py()) + 1
@@ -273,6 +317,7 @@ def analyze_fine(
     thr = np.asarray(series.column("throughput"), np.float64)
     saturated_col = np.zeros(series.num_rows, bool)
     n_star: dict[str, NStar] = {}
+    service_of: dict[int, float] = {}  # server code -> service time (s) from requests that found it idle
     ep: dict[str, list] = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
     starts = np.asarray(series.column("window_start_ns"), np.int64)
     load_by_key = {}
@@ -301,6 +346,8 @@ def analyze_fine(
         idle = (parts[0].server == i) & unpaused & (level <= 0)
         count = int(idle.sum())
         service_s = float(own[idle].mean()) / 1e9 if count >= MIN_IDLE_ARRIVALS else None
+        if service_s is not None:
+            service_of[i] = service_s
         hinted = service_s is None and bool(service_hints) and (service_hints or {}).get(server, 0) > 0
         if hinted and service_hints:
             service_s = float(service_hints[server])
@@ -353,8 +400,9 @@ def analyze_fine(
                     confidence="low",
                     method=f"ceiling: held {pinned} requests, never more, in {CEILING_SHARE:.0%} or more of the windows "
                     "with flat throughput: its callers cannot send more (their pool of connections or threads "
-                    "to it is full) and queue for it; saturated when full (low confidence: the capacity behind "
-                    f"the pool is not in the trace); the main sequence alone: {ns.method}",
+                    "to it is full) and queue for it; saturated when full (low confidence: a pool's size is a "
+                    "limit of the configuration, not the server's capacity, which is unknown: the curve has no "
+                    f"rise); the main sequence alone: {ns.method}",
                 )
     # a window is saturated when the server held more than N* requests for at least half of it
     # the level is an integer: more than round(N*) requests present means some wait (at a
@@ -368,6 +416,13 @@ def analyze_fine(
         ]
     )
     above = share_above(parts, thresholds, n_servers, n_windows, window_ns)
+    # a server seen only through its callers' stamps (CLIENT spans) holds their calls until they
+    # take the replies: where the work it completed cannot fill half of the window on one core
+    # (completions x its service time), its queue above N* was its callers' delay, not its own
+    for i in _observed_only(requests, keys):
+        if i in service_of:
+            work = thr[i * n_windows : (i + 1) * n_windows] * service_of[i]
+            above[i][work < SATURATED_SHARE] = 0.0
     series = series.append_column("share_above_n_star", pa.array(above.ravel()))
     # the second pass: a stall holds more requests than the server can work on (N* + 1, at least 2)
     crowd = np.where(np.isfinite(thresholds), thresholds + 1, 2).astype(np.int64)
@@ -435,7 +490,8 @@ def analyze_fine(
     for i, (t, s) in enumerate(keys):
         ns = n_star[s]
         if math.isfinite(ns.n_star):
-            weights[t] = min(weights.get(t, 1.0), alternation.N_STAR_WEIGHT.get(ns.confidence, 0.6))
+            weight = CEILING_WEIGHT if ns.basis == "ceiling" else alternation.N_STAR_WEIGHT.get(ns.confidence, 0.6)
+            weights[t] = min(weights.get(t, 1.0), weight)
         elif float(np.median(used[i * n_windows : (i + 1) * n_windows])) >= UNEXPLAINED_LOAD:
             unexplained.append(f"{s} (median load {float(np.median(used[i * n_windows : (i + 1) * n_windows])):.1f})")
     # servers without N* that, were their N* 1, would be saturated often enough to take part
@@ -461,7 +517,12 @@ def analyze_fine(
         own=_tier_own_after_calls(requests, parent_row, series, tiers, base_ns, window_ns, n_windows)
         if exclusive
         else None,
+        observed_by=_observed_by(requests),
     )
+    unsure = {t for t, s in keys if any(x.startswith(f"{s} (") for x in unexplained + uncertain)}
+    verdict = _in_pause_words(verdict, spans, tier_sat, base_ns, window_ns, unsure)
+    if len(tiers) == 1 and verdict.kind in ("single", "several", "alternating"):
+        verdict = _one_tier_cannot_tell(verdict, tiers[0])
     return FineGrained(
         series=series,
         n_star=n_star,
@@ -477,4 +538,119 @@ def analyze_fine(
         exclusive=exclusive,
         tiers=tiers,
         notes=notes,
+        events=events,
     )
+
+
+#: The most confidence a verdict naming the only tier of a trace can have.
+ONE_TIER_CAP = 0.45
+
+
+def _one_tier_cannot_tell(verdict: Verdict, tier: str) -> Verdict:
+    """A trace of one tier (an access log alone, one service's spans) cannot say whether a saturation
+    is that tier's own or that of anything behind it: its times include the calls it made. At most
+    ONE_TIER_CAP ("low"), and why."""
+    why = (
+        f"the trace holds one tier only ({tier}), whose times include everything behind it: a saturation "
+        "there may be its own or that of any tier it calls; add the traces (spans) of the tiers behind it "
+        "to tell"
+    )
+    return dataclasses.replace(
+        verdict,
+        text=f"{verdict.text} or behind it (one tier in the trace: cannot tell which)",
+        confidence=min(verdict.confidence, ONE_TIER_CAP),
+        evidence=verdict.evidence + "; " + why,
+    )
+
+
+#: A tier saturated mostly within this long (ns) after the end of another tier's pauses is
+#: "saturated by the burst after each pause" (the requests held during the pause, released at once).
+BURST_AFTER_NS = 500_000_000
+#: A pause-driven verdict (a tier paused at least PAUSES_SEEN times, the others saturated mostly in
+#: the burst after its pauses) is said with at least this confidence: the pattern repeated itself.
+PAUSE_CONFIDENCE = 0.85
+PAUSES_SEEN = 5
+#: ...while the verdict's evidence has none of these reservations.
+_RESERVATIONS = ("near the",)
+
+
+def _in_pause_words(
+    verdict: Verdict,
+    spans: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
+    tier_sat: dict[str, np.ndarray],
+    base_ns: int,
+    window_ns: int,
+    unsure_tiers: set[str] | None = None,
+) -> Verdict:
+    """The verdict in the seeds' words when a tier it names was paused (events or silences):
+    "transient bottlenecks alternating between app (paused 50 times, median 170 ms) and db
+    (saturated by the burst after each pause)"; "single bottleneck at app (paused ...)". When the
+    pattern repeated (PAUSES_SEEN pauses, every other tier named saturated mostly right after
+    them) and no server outside the paused tiers lacks an N* (`unsure_tiers`: the tiers of those
+    that do), the confidence is at least PAUSE_CONFIDENCE (scaled by the amount of data)."""
+    if verdict.kind not in ("single", "alternating") or not spans:
+        return verdict
+    n_windows = next(iter(tier_sat.values())).size if tier_sat else 0
+    end_ns = base_ns + n_windows * window_ns
+    paused: dict[str, tuple[int, np.ndarray]] = {}
+    ends: list[np.ndarray] = []
+    for (tier, _server), (a, b) in spans.items():
+        inside = (b > base_ns) & (a < end_ns)
+        if not inside.any():
+            continue
+        count, lengths = paused.get(tier, (0, np.zeros(0)))
+        paused[tier] = (count + int(inside.sum()), np.concatenate([lengths, (b - a)[inside] / 1e6]))
+        if tier in verdict.tiers:
+            ends.append(b[inside])
+    named = [t for t in verdict.tiers if t in paused]
+    if not named:
+        return verdict
+
+    def pause_text(t: str) -> str:
+        count, lengths = paused[t]
+        return f"{t} (paused {count} time{'s' if count != 1 else ''}, median {float(np.median(lengths)):.0f} ms)"
+
+    # servers without N* are a reservation only outside the paused tiers (a paused server's
+    # saturation is its pauses', whatever its N*)
+    repeated = (
+        all(paused[t][0] >= PAUSES_SEEN for t in named)
+        and not (unsure_tiers or set()) - set(named)
+        and not any(r in verdict.evidence for r in _RESERVATIONS)
+    )
+    if verdict.kind == "single":
+        (t,) = verdict.tiers
+        conf = verdict.confidence
+        if repeated:
+            conf = max(conf, PAUSE_CONFIDENCE * alternation.data_weight(n_windows))
+        return dataclasses.replace(verdict, text=f"single bottleneck at {pause_text(t)}", confidence=conf)
+    thaw = np.sort(np.concatenate(ends))
+    parts, after_shares = [], []
+    for t in verdict.tiers:
+        if t in paused:
+            parts.append(pause_text(t))
+            continue
+        sat = np.flatnonzero(tier_sat[t])
+        if sat.size == 0:
+            parts.append(t)
+            continue
+        at = base_ns + sat.astype(np.int64) * window_ns  # window starts
+        k = np.searchsorted(thaw, at + window_ns, "right") - 1  # the last thaw before the window ends
+        after = float(((k >= 0) & (at - thaw[np.maximum(k, 0)] <= BURST_AFTER_NS)).mean())
+        after_shares.append(after)
+        if after >= 0.5:
+            parts.append(f"{t} (saturated by the burst after each pause)")
+        else:
+            parts.append(f"{t} (saturated in {tier_sat[t].mean():.0%} of the windows)")
+    text = "transient bottlenecks alternating between " + (
+        " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    )
+    conf = verdict.confidence
+    evidence = verdict.evidence
+    if after_shares:
+        evidence += (
+            f"; of the other tiers' saturated windows, {min(after_shares):.0%} or more began within "
+            f"{BURST_AFTER_NS / 1e6:.0f} ms after a pause ended"
+        )
+    if repeated and min(after_shares, default=0.0) >= 0.5:
+        conf = max(conf, PAUSE_CONFIDENCE * alternation.data_weight(n_windows))
+    return dataclasses.replace(verdict, text=text, confidence=conf, evidence=evidence)

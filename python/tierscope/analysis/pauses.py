@@ -17,7 +17,7 @@ from .alternation import pearson
 from .windows import interval_ratio
 
 #: Event kinds that stop a server's work.
-PAUSE_KINDS = ("gc", "injected_pause", "pause", "freeze")
+PAUSE_KINDS = ("gc", "injected_pause", "pause", "freeze", "silence")  # silence: `analysis.silences`
 
 
 def pause_ratio_by_server(

@@ -188,6 +188,7 @@ def _read(
                 bytes_out=_int(g.get("bytes_sent") or g.get("body_bytes_sent")),
                 client=f"{addr}:{port}" if addr and port and port != "-" else addr,
                 conn=_int(g.get("connection")),
+                recorder=server,
             )
     if matched == 0 and seen > 0:
         raise FormatError(

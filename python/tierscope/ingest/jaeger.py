@@ -116,6 +116,8 @@ def _span(span: dict, processes: dict, service_of: dict, sink: RequestSink) -> N
         label=span.get("operationName"),
         status=str(status),
         kind=kind,
+        recorder=str(server) if kind == "server" else str(ptags.get("hostname") or ptags.get("ip") or service),
+        process=f"{service}\x1f{ptags.get('hostname') or ptags.get('ip')}",
     )
 
 

@@ -16,7 +16,11 @@ Mapping to `requests` (one row per request at one server):
 - a CLIENT span is a request at the *downstream* tier only when no SERVER span answers it (an
   uninstrumented database, say): tier = ``peer.service``, else ``db.system.name``/``db.system``,
   else ``server.address``; server = ``server.address[:port]`` (or ``net.peer.name[:port]``);
-- INTERNAL, PRODUCER and CONSUMER spans are not requests but still link parents to children;
+- INTERNAL, PRODUCER and CONSUMER spans are not requests but still link parents to children,
+  nor is a database CLIENT span named for a pool or a connection that sent no operation (a pool
+  checkout such as ``pg-pool.connect``: the caller waiting for its own pool, not the database's work);
+- ``recorder`` (whose clock stamped the times) is the server itself for a SERVER span, and the
+  calling process for a CLIENT span (named as that process's SERVER rows are);
 - ``parent_id`` is the nearest ancestor span that is itself a row (the upstream request).
 
 A single document is read span by span, so a file cut part way (a truncated write, a full disk)
@@ -193,6 +197,9 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
         )
         tier = service
     elif kind == "client":
+        if _not_the_callees_work(attrs, span.get("name")):
+            sink.note_seen()
+            return
         tier = (
             attrs.get("peer.service")
             or attrs.get("db.system.name")
@@ -227,7 +234,32 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
         if kind == "server"
         else None,
         kind=kind,
+        recorder=str(server) if kind == "server" else str(instance or service or tier),
+        process=f"{service}\x1f{instance}",
     )
+
+
+#: Attributes that carry the operation a database CLIENT span sent (both generations of the
+#: semantic conventions). A database span with none of them is connection or pool management.
+_DB_OPERATION_KEYS = (
+    "db.statement",
+    "db.query.text",
+    "db.operation",
+    "db.operation.name",
+    "db.query.summary",
+    "db.stored_procedure.name",
+)
+
+
+def _not_the_callees_work(attrs: dict, name: Any) -> bool:
+    """A database CLIENT span named for a pool or a connection that sent no operation
+    (`pg-pool.connect`, a pool checkout: the caller waiting for one of its own connections;
+    `pg.connect`: opening one) is not a request the database served: it is not a row (it still
+    links its children)."""
+    if not (attrs.get("db.system") or attrs.get("db.system.name")):
+        return False
+    words = str(name or "").lower()
+    return ("pool" in words or "connect" in words) and not any(attrs.get(k) for k in _DB_OPERATION_KEYS)
 
 
 def sniff(head: bytes) -> bool:

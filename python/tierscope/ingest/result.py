@@ -23,6 +23,8 @@ MAX_LOCATIONS = 5
 #: Internal columns carried until `finish`: the span kind ("server"/"client"/"" for logs) and span id.
 _KIND = "_kind"
 _SPAN = "_span"
+#: ...and the emitting process (an OpenTelemetry resource), whose SERVER rows name its recorder.
+_PROCESS = "_process"
 
 
 class FormatError(ValueError):
@@ -77,9 +79,11 @@ _FILLED = (
     "client",
     "conn",
     "source",
+    "recorder",
 )
 _WORK_SCHEMA = pa.schema(
-    [REQUESTS.field(n) for n in _FILLED] + [pa.field(_KIND, pa.string()), pa.field(_SPAN, pa.string())]
+    [REQUESTS.field(n) for n in _FILLED]
+    + [pa.field(_KIND, pa.string()), pa.field(_SPAN, pa.string()), pa.field(_PROCESS, pa.string())]
 )
 
 
@@ -114,8 +118,13 @@ class RequestSink:
         client: str | None = None,
         conn: int | None = None,
         kind: str = "",
+        recorder: str | None = None,
+        process: str | None = None,
     ) -> None:
-        """One request at one server. `kind` is "server" or "client" for spans, "" otherwise."""
+        """One request at one server. `kind` is "server" or "client" for spans, "" otherwise.
+        `recorder`: whose clock stamped the times (docs/tables.md); `process`: a key of the process
+        that emitted the span (its resource): at `finish`, every row of a process that has SERVER
+        rows gets the server name of those rows as recorder, so one process has one name."""
         self.records += 1
         c = self._cols
         c["tier"].append(tier)
@@ -131,6 +140,8 @@ class RequestSink:
         c["client"].append(client)
         c["conn"].append(conn)
         c["source"].append(self.source)
+        c["recorder"].append(recorder)
+        c[_PROCESS].append(process)
         c[_KIND].append(kind)
         c[_SPAN].append(request_id)
         if len(c["tier"]) >= self.batch_rows:
@@ -193,7 +204,8 @@ class RequestSink:
             table = table.set_column(
                 table.schema.get_field_index("parent_id"), "parent_id", pa.array(resolved, pa.string())
             )
-        table = conform(table.drop_columns([_KIND, _SPAN]), "requests")
+        table = _name_recorders(table)
+        table = conform(table.drop_columns([_KIND, _SPAN, _PROCESS]), "requests")
         if self._tables:
             table = pa.concat_tables([table, *self._tables])
             self._tables = []
@@ -204,3 +216,23 @@ class RequestSink:
             skipped=self.skipped,
             skipped_at=list(self.skipped_at),
         )
+
+
+def _name_recorders(table: pa.Table) -> pa.Table:
+    """Every row of a process (`_PROCESS`) that has SERVER rows records under the server name most of
+    those rows carry (the process's own requests and the CLIENT rows it stamped for its callees)."""
+    if table.num_rows == 0 or table.column(_PROCESS).null_count == table.num_rows:
+        return table
+    own = table.filter(pc.and_(pc.equal(table.column(_KIND), "server"), pc.is_valid(table.column(_PROCESS))))
+    if own.num_rows == 0:
+        return table
+    counts = own.group_by([_PROCESS, "server"]).aggregate([([], "count_all")]).to_pylist()
+    name: dict[str, tuple[int, str]] = {}
+    for r in counts:
+        best = name.get(r[_PROCESS])
+        if best is None or (r["count_all"], r["server"]) > best:
+            name[r[_PROCESS]] = (r["count_all"], r["server"])
+    processes = table.column(_PROCESS).to_pylist()
+    recorders = table.column("recorder").to_pylist()
+    named = [name[p][1] if p in name else r for p, r in zip(processes, recorders)]
+    return table.set_column(table.schema.get_field_index("recorder"), "recorder", pa.array(named, pa.string()))

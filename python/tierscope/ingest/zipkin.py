@@ -76,6 +76,8 @@ def read_span(span: Any, where: str, sink: RequestSink) -> None:
             label=span.get("name"),
             status=str(status),
             kind=kind,
+            recorder=str(server) if kind == "server" else str(addr or service or tier),
+            process=f"{service}\x1f{addr}",
         )
     except (ValueError, TypeError, KeyError) as err:
         sink.skip(where, str(err))

@@ -1,0 +1,242 @@
+"""Pauses without events: the silences of a process that stamps its own times (issue 26).
+
+A trace recorded inside the processes it describes (OpenTelemetry SDKs, access logs) is stamped by
+those processes' clocks: the `recorder` column of `requests` names, for every row, the process
+whose clock stamped its arrival and departure — the server itself for its own requests, the
+*calling* process for a CLIENT span standing for an uninstrumented callee (a database seen only
+through the app's spans). A process that stops (a stop-the-world collection, SIGSTOP, a busy single
+event loop) stamps nothing while it is stopped: requests that reach it wait in the socket backlog
+and start no span; spans open across the stop, its CLIENT spans included, end only after it. Then
+a burst: the waiting requests all start at the thaw.
+
+So, per recorder: a **silence** is a gap between two consecutive stamps (any arrival or departure
+the recorder stamped) at least `factor` times its typical gap while busy (holding a request of its
+own) and at least `min_ns` long, followed by a **burst**: at least `burst_share` of the arrivals
+its mean rate would bring during the gap (and at least 3) stamped within `burst_ns` (or a tenth of
+the gap, if longer) after it, the gap and the burst together rarer than e^`log_p` by chance at that
+rate (Poisson arrivals). One slow request of a running process is not a silence: arrivals go on
+being stamped meanwhile, and none pile up at its end. A recorder whose requests come from
+upstream (they have parent rows) must also have held a request of its own when the gap began: a
+callee left idle while its caller was stopped, then hit by the caller's backlog, was not paused.
+
+What the silences (and known pause events of a recorder) change (`charge_recorder_pauses`):
+
+* they are pauses of the recorder's server: a stopped server holding requests has zero capacity,
+  which the fine-grained analysis counts as saturated time (`events` kind ``silence``);
+* a row the recorder stamped for another server (its callee) and whose departure falls inside one
+  of its pauses (or within the burst after it) ends, as far as the callee is concerned, when the
+  pause began: the callee cannot have held it longer than that on the evidence, and a paused caller
+  must not make its callee look slow. Its departure is moved to the pause's start (never before its
+  arrival);
+* a request of the recorder's own first stamped in the burst after a pause waited in its backlog:
+  its arrival is moved to the pause's start (never before its parent's arrival), so the caller
+  upstream does not seem to hold it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tierscope.tables import conform
+
+from .pauses import PAUSE_KINDS
+from .windows import parent_rows
+
+#: A silence is at least this many times the recorder's typical gap between stamps while busy...
+FACTOR = 20.0
+#: ...and at least this long (ns).
+MIN_NS = 20_000_000
+#: The burst after a silence: arrivals stamped within this long (ns) after it, or a tenth of it...
+BURST_NS = 5_000_000
+#: ...at least this share of those the recorder's mean arrival rate brings during the silence.
+BURST_SHARE = 0.25
+#: ...and the silence and the burst together are rarer than e^LOG_P at the mean arrival rate.
+LOG_P = math.log(1e-6)
+#: The event kind of a silence in the `events` table (one of `pauses.PAUSE_KINDS`).
+KIND = "silence"
+
+
+def _own_and_observed(requests: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(recorder codes, own-row mask, recorder names) or None when no row names a recorder."""
+    if "recorder" not in requests.column_names or requests.column("recorder").null_count == requests.num_rows:
+        return None
+    enc = requests.column("recorder").combine_chunks().dictionary_encode()
+    codes = np.asarray(enc.indices.fill_null(-1), np.int64)
+    names = enc.dictionary.to_pylist()
+    server = requests.column("server").to_numpy(zero_copy_only=False)
+    recorder = requests.column("recorder").to_numpy(zero_copy_only=False)
+    own = (codes >= 0) & (server == recorder)
+    return codes, own, names
+
+
+def _log_tail(count: int, mean: float) -> float:
+    """log P(N >= count) for N ~ Poisson(mean)."""
+    if count <= 0:
+        return 0.0
+    if mean <= 0:
+        return -math.inf
+    # log of sum_{k >= count} e^-mean mean^k / k!, from its largest terms on
+    terms = [k * math.log(mean) - mean - math.lgamma(k + 1) for k in range(count, count + 200)]
+    top = max(terms)
+    return top + math.log(sum(math.exp(t - top) for t in terms))
+
+
+def recorder_silences(
+    requests: pa.Table,
+    factor: float = FACTOR,
+    min_ns: int = MIN_NS,
+    burst_ns: int = BURST_NS,
+    burst_share: float = BURST_SHARE,
+    log_p: float = LOG_P,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per recorder: its silences as sorted (start_ns, end_ns) epoch arrays (module docstring)."""
+    found = _own_and_observed(requests)
+    if found is None:
+        return {}
+    codes, own, names = found
+    arrival = np.asarray(requests.column("arrival_ns"), np.int64)
+    departure = np.asarray(requests.column("departure_ns"), np.int64)
+    parents: np.ndarray | None = None  # the links, looked up only when a silence needs them
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for code, name in enumerate(names):
+        mine = codes == code
+        mine_own = mine & own
+        if mine_own.sum() < 2:
+            continue
+        stamps = np.unique(np.concatenate([arrival[mine], departure[mine]]))
+        if stamps.size < 3:
+            continue
+        ups = np.sort(arrival[mine_own])
+        downs = np.sort(departure[mine_own])
+        # requests of its own held just after each stamp
+        held = np.searchsorted(ups, stamps, "right") - np.searchsorted(downs, stamps, "right")
+        gap = np.diff(stamps)
+        busy = held[:-1] >= 1
+        if not busy.any():
+            continue
+        typical = float(np.median(gap[busy]))
+        idx = np.flatnonzero(gap >= max(factor * typical, float(min_ns)))
+        if idx.size == 0:
+            continue
+        span = float(stamps[-1] - stamps[0])
+        rate = ups.size / span if span > 0 else 0.0  # own arrivals per ns
+        start, end = stamps[idx], stamps[idx + 1]
+        window = np.maximum(burst_ns, (end - start) // 10)
+        burst = np.searchsorted(ups, end + window, "right") - np.searchsorted(ups, end, "left")
+        # a silence that began with no request of its own held is a pause only where nobody upstream
+        # could have held back the burst: the recorder is a front (its requests have no parent row)
+        front: bool | None = None
+        keep = np.zeros(idx.size, bool)
+        for j in range(idx.size):
+            length = float(end[j] - start[j])
+            if burst[j] < max(3.0, burst_share * rate * length):
+                continue
+            if held[idx[j]] < 1:
+                if front is None:
+                    parents = parent_rows(requests) if parents is None else parents
+                    front = not bool((parents[mine_own] >= 0).any())
+                if not front:
+                    continue
+            # no arrival stamped for `length`, then `burst` of them at once: by chance, at the
+            # recorder's mean rate, this is rarer than e^log_p
+            chance = -rate * length + _log_tail(int(burst[j]), rate * float(window[j]))
+            keep[j] = chance <= log_p
+        if keep.any():
+            out[name] = (start[keep], end[keep])
+    return out
+
+
+def silence_events(silences: dict[str, tuple[np.ndarray, np.ndarray]]) -> pa.Table:
+    """The silences as an `events` table (kind ``silence``, host = the recorder)."""
+    hosts = [h for h, (a, _) in silences.items() for _ in range(a.size)]
+    start = np.concatenate([a for a, _ in silences.values()]) if silences else np.zeros(0, np.int64)
+    end = np.concatenate([b for _, b in silences.values()]) if silences else np.zeros(0, np.int64)
+    return conform(
+        pa.table(
+            {
+                "start_ns": pa.array(start, pa.int64()),
+                "end_ns": pa.array(end, pa.int64()),
+                "host": pa.array(hosts, pa.string()),
+                "kind": pa.array([KIND] * len(hosts), pa.string()),
+                "detail": pa.array(["no stamp while holding requests, then a burst"] * len(hosts), pa.string()),
+            }
+        ),
+        "events",
+    )
+
+
+def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
+    if start.size == 0:
+        return start, end
+    new = np.r_[True, start[1:] > end[:-1]]
+    first = np.flatnonzero(new)
+    return start[first], np.maximum.reduceat(end, first)
+
+
+def charge_recorder_pauses(
+    requests: pa.Table, events: pa.Table | None, burst_ns: int = BURST_NS
+) -> tuple[pa.Table, pa.Table | None, int]:
+    """The requests with the pauses of their recorders charged to the recorders (module docstring),
+    the events with the silences added (kind ``silence``), and how many rows were moved.
+
+    A recorder's pauses are its silences and the pause events whose host names it."""
+    found = _own_and_observed(requests)
+    if found is None:
+        return requests, events, 0
+    silences = recorder_silences(requests)
+    extra = silence_events(silences) if silences else None
+    merged = events
+    if extra is not None:
+        merged = (
+            extra if events is None or events.num_rows == 0 else pa.concat_tables([conform(events, "events"), extra])
+        )
+    if merged is None or merged.num_rows == 0:
+        return requests, merged, 0
+    pauses = merged.filter(pc.is_in(merged.column("kind"), value_set=pa.array(PAUSE_KINDS)))
+    codes, own, names = found
+    arrival = np.asarray(requests.column("arrival_ns"), np.int64).copy()
+    departure = np.asarray(requests.column("departure_ns"), np.int64).copy()
+    hosts = pauses.column("host").to_numpy(zero_copy_only=False)
+    p_start = np.asarray(pauses.column("start_ns"), np.int64)
+    p_end = np.asarray(pauses.column("end_ns"), np.int64)
+    moved_dep = np.zeros(requests.num_rows, bool)
+    moved_arr = np.zeros(requests.num_rows, bool)
+    for code, name in enumerate(names):
+        sel = hosts == name
+        if not sel.any():
+            continue
+        a, b = _merged(p_start[sel], p_end[sel])
+        reach = b + np.maximum(burst_ns, (b - a) // 10)
+        # calls it stamped for a callee, ending in a pause or in the burst after it
+        rows = np.flatnonzero((codes == code) & ~own)
+        k = np.searchsorted(a, departure[rows], "left") - 1  # the last pause starting before
+        hit = (k >= 0) & (departure[rows] <= reach[np.maximum(k, 0)])
+        rows, k = rows[hit], k[hit]
+        new = np.maximum(arrival[rows], a[k])
+        moved_dep[rows[new < departure[rows]]] = True
+        departure[rows] = np.minimum(departure[rows], new)
+        # its own requests first stamped in the burst after a pause: they waited in its backlog
+        rows = np.flatnonzero((codes == code) & own)
+        k = np.searchsorted(a, arrival[rows], "left") - 1
+        hit = (k >= 0) & (arrival[rows] >= b[np.maximum(k, 0)]) & (arrival[rows] <= reach[np.maximum(k, 0)])
+        rows, k = rows[hit], k[hit]
+        moved_arr[rows] = True
+        arrival[rows] = a[k]
+    if not moved_dep.any() and not moved_arr.any():
+        return requests, merged, 0
+    if moved_arr.any():
+        # not before the request that sent it arrived at its caller
+        parent = parent_rows(requests)
+        up = moved_arr & (parent >= 0)
+        arrival[up] = np.maximum(arrival[up], arrival[parent[up]])
+    out = requests
+    for column, values in (("arrival_ns", arrival), ("departure_ns", departure)):
+        i = out.schema.get_field_index(column)
+        out = out.set_column(i, out.schema.field(i), pa.array(values, pa.int64()))
+    return out, merged, int(moved_dep.sum() + moved_arr.sum())
