@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -111,6 +112,7 @@ def test_truncated_file_keeps_what_came_before_the_cut(tmp_path):
     assert len(unanswered) == 1 and "no_response" in unanswered[0]["flags"] and unanswered[0]["inferred"]
     assert "truncated at byte" in res.stopped_early
     assert "truncated at byte" in res.messages
+    assert not res.damaged  # a file cut short (a killed tcpdump) is not damage
 
 
 def test_not_a_capture_is_a_clear_error(tmp_path):
@@ -150,6 +152,43 @@ def test_corrupted_record_header_stops_with_partial_results(tmp_path):
     res = trace_bytes(tmp_path, p.bytes())
     assert len([x for x in rows(res) if x["status"] == "200"]) == 4
     assert "corrupted packet record" in res.stopped_early
+    assert res.damaged and res.packets == k
+
+
+def test_corrupt_record_fails_the_cli_with_the_packets_kept(tmp_path):
+    """A record header claiming 0xFFFFFFF0 captured bytes: the rows before it are written, and
+    `tierscope trace` exits non-zero saying how many packets it kept (it used to exit 0 with a
+    warning). A file merely cut short at the end stays a warning with status 0."""
+    p = conversation(10)
+    k = 3 + 3 * 6  # the request of exchange 6
+    before = 24 + sum(len(r) for r in p.records[:k])
+    rec = bytearray(p.records[k])
+    rec[8:12] = struct.pack("<I", 0xFFFFFFF0)
+    p.records[k] = bytes(rec)
+    f = tmp_path / "bad.pcap"
+    f.write_bytes(p.bytes())
+    out = tmp_path / "out.parquet"
+    engine = subprocess.run([str(engine_path()), "trace", str(f), "-o", str(out)], capture_output=True, text=True)
+    assert engine.returncode == 3, engine.stderr
+    assert f"kept the {k} packets read before it" in engine.stderr
+    cli = subprocess.run(
+        [str(Path(sys.executable).parent / "tierscope"), "trace", str(f), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    err = " ".join(cli.stderr.split())
+    assert f"corrupted packet record at byte {before} (captured length 4294967280" in err, err
+    assert f"only the {k} packets before the damage were traced" in err, err
+    assert len([x for x in pq.read_table(out).to_pylist() if x["status"] == "200"]) == 6
+    # cut short inside the last record: a warning, status 0
+    f.write_bytes(conversation(10).bytes()[:-7])
+    cli = subprocess.run(
+        [str(Path(sys.executable).parent / "tierscope"), "trace", str(f), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 0 and "truncated at byte" in cli.stderr, cli.stderr
 
 
 def test_capture_starting_mid_connection(tmp_path):

@@ -369,7 +369,11 @@ def trace_point_capture(ctx: PointContext, pcap: Path) -> int:
         ctx.notes.append(f"tracing the capture failed: {err}")
         return 0
     (ctx.dir / "trace.json").write_text(json.dumps(result.stats, indent=1))
-    if result.stopped_early:
+    if result.damaged:
+        ctx.notes.append(
+            f"the capture is damaged part way: {result.stopped_early}; only its first {result.packets} packets were traced"
+        )
+    elif result.stopped_early:
         ctx.notes.append(f"the capture was read partly: {result.stopped_early}")
     link_point_requests(ctx)
     return pq.read_metadata(ctx.dir / "requests.parquet").num_rows

@@ -39,7 +39,9 @@ mod tests;
 pub mod fuzzing;
 
 #[derive(Args, Debug)]
-#[command(after_help = "Example: tierscope-engine trace capture.pcap -o requests.parquet --server-map servers.txt --stats")]
+#[command(
+    after_help = "Exit status: 0 traced (a file cut short at the end is a warning), 2 not readable at all, 3 damaged part way (a corrupt record or block, a read error): the rows before the damage are written.\n\nExample: tierscope-engine trace capture.pcap -o requests.parquet --server-map servers.txt --stats"
+)]
 pub struct TraceArgs {
     /// Capture file written by tcpdump (pcap or pcapng); `-` reads standard input.
     pub capture: PathBuf,
@@ -84,12 +86,18 @@ pub fn run(args: TraceArgs) -> anyhow::Result<i32> {
     let summary = trace(reader, map, sink)?;
     let secs = t0.elapsed().as_secs_f64();
     report(&summary, secs, &args);
-    Ok(0)
+    // Damage inside the capture (not a file merely cut short) fails the run once the packets
+    // before it are traced and written: status 3, partial output.
+    Ok(if summary.damaged { EXIT_DAMAGED } else { 0 })
 }
+
+/// Exit status when the capture is damaged part way: the rows before the damage are written.
+pub const EXIT_DAMAGED: i32 = 3;
 
 pub struct Summary {
     reader: pcap::ReaderStats,
     stop_reason: Option<String>,
+    damaged: bool,
     ts_precision_ns: u64,
     skipped: Skipped,
     tcp: tcp::TcpStats,
@@ -130,6 +138,7 @@ fn trace<R: Read>(mut reader: pcap::CaptureReader<R>, map: servermap::ServerMap,
     Ok(Summary {
         reader: reader.stats.clone(),
         stop_reason: reader.stop_reason.clone(),
+        damaged: reader.damaged,
         ts_precision_ns: reader.ts_precision_ns,
         skipped: sk,
         tcp: tcp_stats,
@@ -181,7 +190,16 @@ fn report(s: &Summary, secs: f64, args: &TraceArgs) {
         );
     }
     if let Some(w) = &s.stop_reason {
-        eprintln!("trace: warning: {w}");
+        if s.damaged {
+            eprintln!(
+                "trace: error: damaged capture: {w}; kept the {} packets read before it ({} exchanges written to {})",
+                s.reader.packets,
+                s.rows,
+                args.output.display()
+            );
+        } else {
+            eprintln!("trace: warning: {w}");
+        }
     }
     if s.reader.packets > 0 && k.link_type == s.reader.packets {
         eprintln!("trace: warning: no packet had a supported link type (Ethernet, Linux cooked SLL/SLL2, raw IP, loopback)");
@@ -196,6 +214,7 @@ fn report(s: &Summary, secs: f64, args: &TraceArgs) {
             "bytes": s.reader.bytes,
             "timestamp_precision_ns": s.ts_precision_ns,
             "stopped_early": s.stop_reason,
+            "damaged": s.damaged,
             "skipped_blocks": s.reader.skipped_blocks,
             "skipped": {
                 "unsupported_link_type": k.link_type,

@@ -90,6 +90,10 @@ pub struct CaptureReader<R: Read> {
     pub stats: ReaderStats,
     /// Why reading stopped before the end of the file (truncation, corruption, I/O error).
     pub stop_reason: Option<String>,
+    /// Reading stopped at damage inside the file (a corrupt record or block, an I/O error), not at
+    /// a file merely cut short (what a killed tcpdump leaves): the caller should fail, keeping
+    /// the packets before it.
+    pub damaged: bool,
     /// Timestamp resolution of the file in nanoseconds (1000 for microsecond pcap).
     pub ts_precision_ns: u64,
     name: String,
@@ -129,6 +133,7 @@ impl<R: Read> CaptureReader<R> {
             interfaces: Vec::new(),
             stats: ReaderStats::default(),
             stop_reason: None,
+            damaged: false,
             ts_precision_ns: 1000,
             name: name.to_string(),
         };
@@ -192,6 +197,14 @@ impl<R: Read> CaptureReader<R> {
         Ok(())
     }
 
+    /// Stop at damage inside the file (see `damaged`).
+    fn corrupt(&mut self, why: String) {
+        if self.stop_reason.is_none() {
+            self.damaged = true;
+        }
+        self.stop(why);
+    }
+
     fn stop(&mut self, why: String) {
         if self.stop_reason.is_none() {
             self.stop_reason = Some(format!("{}: {}", self.name, why));
@@ -213,7 +226,7 @@ impl<R: Read> CaptureReader<R> {
     #[cold]
     fn need_slow(&mut self, n: usize, what: &str) -> bool {
         if let Err(e) = self.fill(n) {
-            self.stop(format!("read error at byte {}: {e}", self.offset));
+            self.corrupt(format!("read error at byte {}: {e}", self.offset));
             return false;
         }
         let avail = self.end - self.start;
@@ -246,7 +259,7 @@ impl<R: Read> CaptureReader<R> {
         let mut orig = u32_at(&h[12..16], swapped);
         if caplen > MAX_RECORD || (!nanos && frac >= 1_000_000) || (nanos && frac >= 1_000_000_000) {
             let at = self.offset;
-            self.stop(format!(
+            self.corrupt(format!(
                 "corrupted packet record at byte {} (captured length {}, fraction {}): cannot find the next \
                  record; packets before it are kept",
                 at, caplen, frac
@@ -283,7 +296,7 @@ impl<R: Read> CaptureReader<R> {
                     0x4d3c2b1a => true,
                     _ => {
                         let at = self.offset;
-                        self.stop(format!("corrupted pcapng section header at byte {at}: byte-order magic {bom:08x}"));
+                        self.corrupt(format!("corrupted pcapng section header at byte {at}: byte-order magic {bom:08x}"));
                         return None;
                     }
                 };
@@ -294,7 +307,7 @@ impl<R: Read> CaptureReader<R> {
             let blen = u32_at(&self.buf[self.start + 4..self.start + 8], swapped) as usize;
             if blen < 12 || !blen.is_multiple_of(4) || blen > MAX_RECORD + 64 {
                 let at = self.offset;
-                self.stop(format!("corrupted pcapng block at byte {at} (type {btype:#x}, length {blen}); packets before it are kept"));
+                self.corrupt(format!("corrupted pcapng block at byte {at} (type {btype:#x}, length {blen}); packets before it are kept"));
                 return None;
             }
             if !self.need(blen, "a pcapng block") {
@@ -311,7 +324,7 @@ impl<R: Read> CaptureReader<R> {
                     let b = &self.buf[body.clone()];
                     if b.len() < 8 {
                         let at = self.offset;
-                        self.stop(format!("corrupted pcapng interface block at byte {at}"));
+                        self.corrupt(format!("corrupted pcapng interface block at byte {at}"));
                         return None;
                     }
                     let linktype = u16_at(&b[0..2], swapped) as u32;
@@ -349,7 +362,7 @@ impl<R: Read> CaptureReader<R> {
                     let b = &self.buf[body.clone()];
                     if b.len() < 20 {
                         let at = self.offset;
-                        self.stop(format!("corrupted pcapng packet block at byte {at}"));
+                        self.corrupt(format!("corrupted pcapng packet block at byte {at}"));
                         return None;
                     }
                     let iface = if btype == 6 { u32_at(&b[0..4], swapped) } else { u16_at(&b[0..2], swapped) as u32 } as usize;
@@ -359,7 +372,7 @@ impl<R: Read> CaptureReader<R> {
                     let mut orig = u32_at(&b[16..20], swapped);
                     if 20 + caplen > b.len() {
                         let at = self.offset;
-                        self.stop(format!("corrupted pcapng packet block at byte {at}: captured length {caplen} exceeds the block"));
+                        self.corrupt(format!("corrupted pcapng packet block at byte {at}: captured length {caplen} exceeds the block"));
                         return None;
                     }
                     let Some(ifc) = self.interfaces.get(iface).copied() else {
@@ -459,6 +472,7 @@ mod tests {
         assert!(r.next_packet().is_none());
         let why = r.stop_reason.clone().unwrap();
         assert!(why.contains("truncated at byte 43"), "{why}");
+        assert!(!r.damaged); // a file cut short (a killed tcpdump) is not damage
     }
 
     #[test]
@@ -474,7 +488,22 @@ mod tests {
         let mut r = CaptureReader::new(&f[..], "t").unwrap();
         assert!(r.next_packet().is_some());
         assert!(r.next_packet().is_none());
+        assert!(r.damaged);
         assert!(r.stop_reason.unwrap().contains("corrupted packet record"));
+    }
+
+    #[test]
+    fn caplen_near_u32_max_is_damage_after_the_packets_before_it() {
+        let mut f = pcap_file(false, &[(1, 0, b"abc"), (2, 0, b"de")]);
+        f.extend_from_slice(&[3, 0, 0, 0, 0, 0, 0, 0, 0xf0, 0xff, 0xff, 0xff, 0xf0, 0xff, 0xff, 0xff]);
+        f.extend_from_slice(&[0u8; 64]);
+        let mut r = CaptureReader::new(&f[..], "t").unwrap();
+        assert!(r.next_packet().is_some() && r.next_packet().is_some());
+        assert!(r.next_packet().is_none());
+        assert_eq!(r.stats.packets, 2);
+        assert!(r.damaged);
+        let why = r.stop_reason.unwrap();
+        assert!(why.contains("corrupted packet record at byte 61") && why.contains("4294967280"), "{why}");
     }
 
     #[test]

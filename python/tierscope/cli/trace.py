@@ -30,6 +30,11 @@ def trace(
     every server (HTTP/1.x, PostgreSQL, MySQL/MariaDB), with arrival and departure times from the
     capture's single clock, labels (URL templates, SQL fingerprints), status and bytes.
 
+    Exit status: 0 traced (a capture cut short at the end, as a killed tcpdump leaves it, is a
+    warning); 1 the capture is damaged part way (a corrupt record or block): the rows before the
+    damage are written and the error says how many packets were kept; 2 not a readable capture or
+    bad arguments.
+
     Example: tierscope trace capture.pcap -o requests.parquet --server-map servers.txt
 
     Example: tierscope trace --live lo --filter 'tcp port 8080 or tcp port 5432' --duration 30 -o requests.parquet
@@ -97,6 +102,14 @@ def trace(
     console.print(f"wrote {result.rows} rows to {output}")
     if tmpdir is not None:
         tmpdir.cleanup()
+    if result.damaged:
+        console.print(
+            f"[red]error:[/red] the capture is damaged ({result.stopped_early}); only the {result.packets} "
+            f"packets before the damage were traced",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

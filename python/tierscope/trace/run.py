@@ -14,6 +14,10 @@ class TraceError(RuntimeError):
     """The engine could not trace the capture (not a capture file, unreadable, bad server map)."""
 
 
+#: The engine's exit status for a capture damaged part way (rows before the damage written).
+EXIT_DAMAGED = 3
+
+
 @dataclass
 class TraceResult:
     """What the engine wrote and counted."""
@@ -31,6 +35,17 @@ class TraceResult:
     def stopped_early(self) -> str | None:
         return self.stats.get("stopped_early")
 
+    @property
+    def damaged(self) -> bool:
+        """Reading stopped at damage inside the capture (a corrupt record, a read error), not at a
+        file merely cut short: `stopped_early` says where; the rows before it were written."""
+        return bool(self.stats.get("damaged"))
+
+    @property
+    def packets(self) -> int:
+        """Packets read (before the damage, when `damaged`)."""
+        return int(self.stats.get("packets", 0))
+
 
 def trace_capture(
     capture: str | Path, output: str | Path, server_map: str | Path | None = None, timeout: float | None = None
@@ -38,7 +53,8 @@ def trace_capture(
     """Turn `capture` (pcap/pcapng) into the requests table at `output` (Parquet).
 
     Raises TraceError with the engine's message when the capture cannot be read at all; a cut or
-    damaged capture gives partial results with `stopped_early` set.
+    damaged capture gives partial results with `stopped_early` set (and `damaged` for damage inside
+    the file, which `tierscope trace` turns into a failure).
     """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +62,7 @@ def trace_capture(
     if server_map is not None:
         argv += ["--server-map", str(server_map)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    if out.returncode != 0:
+    if out.returncode not in (0, EXIT_DAMAGED):
         msg = out.stderr.strip() or f"exit code {out.returncode}"
         raise TraceError(msg.removeprefix("tierscope-engine: error: "))
     stats = {}
