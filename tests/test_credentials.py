@@ -293,3 +293,18 @@ def test_mariadb_root_is_socket_only_and_the_lab_user_has_its_database_only(mari
                 assert got in ((), ((None,),)), (statement, got)  # LOAD_FILE without FILE: NULL
     finally:
         conn.close()
+
+
+def test_a_dsns_password_leaves_the_engines_command_line_for_its_environment():
+    from tierscope.oltp import without_password
+
+    assert without_password("host=10.0.0.2 port=5432 user=tierscope password=s3-cr_et dbname=bench") == (
+        "user=tierscope dbname=bench host=10.0.0.2 port=5432",
+        "s3-cr_et",
+    )
+    assert without_password("mysql://tierscope:s3-cr_et@10.0.0.2:3306/bench") == (
+        "mysql://tierscope@10.0.0.2:3306/bench",
+        "s3-cr_et",
+    )
+    for dsn in ("host=127.0.0.1 port=1 user=x dbname=x", "mysql://tierscope@127.0.0.1:3306/bench"):
+        assert without_password(dsn) == (dsn, "")

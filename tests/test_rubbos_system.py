@@ -822,6 +822,7 @@ def test_cli_up_loads_and_snapshots_then_restores_and_down_stops_everything(serv
                 assert f"total {total} rows" in out.stdout and "snapshot saved" in out.stdout
             else:
                 assert "restoring postgresql tiny from snapshot" in out.stdout
+            assert_only_the_secret_lets_in(out.stdout, tmp_path / "run", ports[3])
             with OPENER.open(url, timeout=10) as r:
                 assert r.status == 200 and b"ViewStory?storyId=" in r.read()
             state = json.loads((tmp_path / "run" / "state.json").read_text())
@@ -842,6 +843,27 @@ def test_cli_up_loads_and_snapshots_then_restores_and_down_stops_everything(serv
             assert not tcp_busy(ports[0])
     finally:
         subprocess.run([exe, "rubbos", "down", "--run-dir", str(tmp_path / "run")], capture_output=True, timeout=120)
+
+
+def assert_only_the_secret_lets_in(stdout: str, run: Path, db_port: int) -> None:
+    """During `rubbos up`: it said where the credentials are; as user nobody, psql to its database
+    as the superuser or without the password is refused, and with the password from the file it
+    connects as a user that is no superuser."""
+    from test_credentials import PSQL, RUNUSER, as_nobody
+
+    creds = run / "credentials.json"
+    assert f"database credentials: {creds}" in stdout, stdout[-1500:]
+    secret = json.loads(creds.read_text())
+    assert oct(creds.stat().st_mode & 0o777) == oct(0o600)
+    if RUNUSER is None:
+        return
+    base = [PSQL, "-X", "-w", "-tA", "-h", "127.0.0.1", "-p", str(db_port), "-d", "rubbos", "-c"]
+    query = "select rolsuper from pg_roles where rolname = current_user"
+    for user, env in (("postgres", {}), (secret["user"], {}), (secret["user"], {"PGPASSWORD": "guess"})):
+        out = as_nobody([*base, query, "-U", user], env)
+        assert out.returncode != 0 and out.stdout.strip() == "", (user, env, out.stderr)
+    out = as_nobody([*base, query, "-U", secret["user"]], {"PGPASSWORD": secret["password"]})
+    assert out.returncode == 0 and out.stdout.strip() == "f", out.stderr
 
 
 def tcp_busy(port: int) -> bool:

@@ -135,11 +135,24 @@ pub fn dollar_params(sql: &str) -> String {
     out
 }
 
+/// the environment variable carrying the password of a DSN that has none
+pub const PASSWORD_ENV: &str = "TIERSCOPE_DB_PASSWORD";
+
 impl Conn {
+    /// Connect to `dsn`; a DSN without a password takes $TIERSCOPE_DB_PASSWORD when it is set
+    /// (`PASSWORD_ENV`: how tierscope passes the lab's password, which a command line would show
+    /// to every local user).
     pub fn connect(dsn: &str) -> Result<Conn> {
+        let env_password = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty());
         match Dbms::of_dsn(dsn) {
             Dbms::Postgres => {
-                let client = postgres::Client::connect(dsn, postgres::NoTls).with_context(|| format!("connecting to PostgreSQL at {dsn:?}"))?;
+                let mut config: postgres::Config = dsn.parse().with_context(|| format!("DSN {dsn:?}"))?;
+                if config.get_password().is_none() {
+                    if let Some(p) = &env_password {
+                        config.password(p);
+                    }
+                }
+                let client = config.connect(postgres::NoTls).with_context(|| format!("connecting to PostgreSQL at {dsn:?}"))?;
                 Ok(Conn::Pg { client: Box::new(client), stmts: Vec::new() })
             }
             Dbms::Mysql => {
@@ -149,9 +162,12 @@ impl Conn {
                 // an UPDATE's affected rows are the rows it found (CLIENT_FOUND_ROWS), as in
                 // PostgreSQL, not only those whose value changed: rewriting a field with the value
                 // it had is not "no row found"
-                let opts = mysql::OptsBuilder::from_opts(opts)
-                    .stmt_cache_size(Some(256))
-                    .additional_capabilities(mysql::consts::CapabilityFlags::CLIENT_FOUND_ROWS);
+                let has_password = opts.get_pass().is_some();
+                let mut opts = mysql::OptsBuilder::from_opts(opts);
+                if !has_password {
+                    opts = opts.pass(env_password);
+                }
+                let opts = opts.stmt_cache_size(Some(256)).additional_capabilities(mysql::consts::CapabilityFlags::CLIENT_FOUND_ROWS);
                 let conn = mysql::Conn::new(opts).with_context(|| format!("connecting to MySQL/MariaDB at {dsn:?}"))?;
                 Ok(Conn::My { conn: Box::new(conn), stmts: Vec::new() })
             }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -44,11 +45,42 @@ def dbms_of_dsn(dsn: str) -> str:
     return "mariadb" if dsn.strip().startswith(("mysql://", "mariadb://")) else "postgresql"
 
 
+#: the environment variable the engine takes a DSN's password from (never its command line)
+PASSWORD_ENV = "TIERSCOPE_DB_PASSWORD"
+
+
+def without_password(dsn: str) -> tuple[str, str]:
+    """(`dsn` without its password, the password or ''): the engine gets the password in its
+    environment (`PASSWORD_ENV`), since every local user can read a command line in /proc."""
+    if dbms_of_dsn(dsn) == "mariadb":
+        from urllib.parse import unquote, urlsplit, urlunsplit
+
+        u = urlsplit(dsn.strip())
+        if u.password is None:
+            return dsn, ""
+        netloc = (u.username or "") + "@" + u.netloc.rpartition("@")[2]
+        return urlunsplit(u._replace(netloc=netloc)), unquote(u.password)
+    import psycopg
+
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    password = params.pop("password", None)
+    if not password:
+        return dsn, ""
+    return psycopg.conninfo.make_conninfo(**params), str(password)
+
+
 def run_engine(argv: list[str], timeout: float) -> dict:
-    """Run `tierscope-engine <argv>` and return the JSON summary it prints last on stdout."""
+    """Run `tierscope-engine <argv>` and return the JSON summary it prints last on stdout (a
+    `--dsn`'s password goes to the engine in its environment, not on its command line)."""
+    argv, env = list(argv), None
+    if "--dsn" in argv[:-1]:
+        i = argv.index("--dsn") + 1
+        argv[i], password = without_password(argv[i])
+        if password:
+            env = {**os.environ, PASSWORD_ENV: password}
     cmd = [str(engine_path()), *argv]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as err:
         raise OltpError(f"{' '.join(argv[:2])}: no answer within {timeout:.0f} s", 124) from err
     if out.returncode != 0:
