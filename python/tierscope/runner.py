@@ -547,6 +547,15 @@ def run_point(
 
     pdir = run_dir / point.id
     if pdir.exists():
+        from tierscope.testbed.lab import holders
+
+        held = holders([pdir])
+        if held:  # a killed run's processes still write there: never delete under them
+            who = "; ".join(f"pid {pid} ({what})" for pid, what in sorted(held.items())[:3])
+            return FAILED, (
+                f"not deleting {pdir}: {len(held)} live process(es) still hold it ({who}); "
+                "`tierscope testbed clean --orphans` stops what a killed run left"
+            )
         shutil.rmtree(pdir)
     pdir.mkdir(parents=True)
     ctx = PointContext(point, pdir)
@@ -556,7 +565,7 @@ def run_point(
     interrupted = False
     try:
         progress.phase = "building hosts"
-        ctx.testbed = Testbed(lab=free_lab(), workdir=pdir / "testbed", mode=mode)
+        ctx.testbed = Testbed(lab=free_lab(), workdir=pdir / "testbed", mode=mode, point_dir=pdir)
         ctx.hosts = ctx.testbed.up(point)  # type: ignore[attr-defined]
         url = start_tiers(ctx, data_dirs, progress)
         c = point.config
@@ -603,6 +612,25 @@ def run_point(
     return status, reason
 
 
+def remove_orphaned_labs(say) -> int:
+    """Find the labs a killed run left (their owner is dead), say so one line each and remove them
+    (`tierscope testbed clean --orphans`); returns how many."""
+    from tierscope.testbed.lab import find_orphans, remove_orphan
+
+    try:
+        orphans = find_orphans()
+    except OSError:
+        return 0
+    for o in orphans:
+        gone = remove_orphan(o.lab)
+        say(
+            f"{o}: removed {len(gone['processes'])} processes, {len(gone['netns'])} namespaces, "
+            f"{len(gone['links'])} links, {len(gone['cgroups'])} cgroups"
+            + (f"; could not remove {'; '.join(gone['errors'])}" if gone["errors"] else "")
+        )
+    return len(orphans)
+
+
 def run_experiment(
     spec: Spec,
     out: Path,
@@ -616,6 +644,7 @@ def run_experiment(
     """Run every point of `spec` into `out/<run>/`; then analyse and write report.html."""
     progress = progress or Progress()
     points = expand(spec)
+    remove_orphaned_labs(progress.say)
     run_dir = Path(out) / (run_name or spec.name)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(json.dumps({"started_ns": time.time_ns(), "spec": spec.path}))

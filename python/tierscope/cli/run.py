@@ -46,7 +46,9 @@ def run(
 
     For each point: build the hosts, start the tiers, drive the workload, capture and monitor,
     collect the tables into OUT/<run>/<point>/. Ctrl-C stops cleanly and keeps finished points
-    (continue with --resume).
+    (continue with --resume). First, labs a killed run left (their owner process is dead) are named,
+    one line each ("lab 0: orphaned, owner pid 28923 dead"), and removed like `tierscope testbed
+    clean --orphans`; --resume never deletes a point directory that live processes still hold.
 
     Exit status: 0 all points done, 1 a point failed, 2 bad spec or output, 130 interrupted.
 
@@ -122,6 +124,10 @@ def execute(
         Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
         return _output.BAD_INPUT
     progress = Progress()
+    if hosts is None:  # labs a killed run left on this machine: named (one line each) and removed
+        from tierscope.runner import remove_orphaned_labs
+
+        remove_orphaned_labs(lambda line: Console(stderr=True).print(line, markup=False, highlight=False))
     # Ctrl-C raises KeyboardInterrupt here; the runner stops the current point's generator, tears
     # the point down, drops its unfinished directory and returns with `interrupted` set.
     with LiveDisplay(progress, enabled=sys.stdout.isatty() and json_out != "-"):

@@ -45,13 +45,16 @@ def up(
 ) -> None:
     """Build the hosts of one point of SPEC and leave them up (state in /run/tierscope).
 
-    Run programs in a host with `ip netns exec tierscope<LAB>-<host> ...`.
+    Run programs in a host with `ip netns exec tierscope<LAB>-<host> ...`. Labs orphaned by a run
+    that died (its owner process gone) are named first, one line each; `tierscope testbed clean
+    --orphans` removes them.
 
     Example: tierscope testbed up examples/specs/tiny.toml --point 0
     """
     from tierscope.testbed.lab import Testbed, TestbedError
 
     p, n = _pick_point(spec, point)
+    _say_orphans(Console(stderr=True, highlight=False, soft_wrap=True))
     tb = Testbed(lab=lab, mode=mode)
     try:
         tb.up(p)
@@ -91,9 +94,25 @@ def down(lab: int = LAB_OPTION) -> None:
     Console().print(f"lab {lab} is down")
 
 
+def _say_orphans(console: Console) -> list:
+    """One line per orphaned lab (its owner is dead); returns them."""
+    from tierscope.testbed.lab import find_orphans
+
+    try:
+        orphans = find_orphans()
+    except OSError:
+        return []
+    for o in orphans:
+        console.print(f"{o} (remove with `tierscope testbed clean --orphans`)", markup=False)
+    return orphans
+
+
 @testbed_app.command("status")
 def status() -> None:
     """Show every lab that is up, and anything tierscope left that no lab claims.
+
+    A lab whose owner process is dead (a run that was SIGKILLed) and that was not left up on
+    purpose by `testbed up` is shown as orphaned: "lab 0: orphaned, owner pid 28923 dead".
 
     Example: tierscope testbed status
     """
@@ -104,6 +123,7 @@ def status() -> None:
     from tierscope.testbed.lab import Testbed, state_dir
 
     console = Console(highlight=False, soft_wrap=True)
+    orphaned = {o.lab for o in _say_orphans(console)}
     files = sorted(state_dir().glob("lab*.json")) if state_dir().exists() else []
     claimed_ns: set[str] = set()
     for f in files:
@@ -113,7 +133,10 @@ def status() -> None:
         except Exception as err:
             console.print(f"{f}: unreadable ({err})")
             continue
-        console.print(tb.describe(), markup=False)
+        first, _, rest = tb.describe().partition("\n")
+        console.print(first + (" — ORPHANED (owner dead)" if lab in orphaned else ""), markup=False)
+        if rest:
+            console.print(rest, markup=False)
         for name, h in tb.hosts.items():
             if h.netns:
                 claimed_ns.add(h.netns)
@@ -138,13 +161,26 @@ def status() -> None:
 
 
 @testbed_app.command("clean")
-def clean() -> None:
+def clean(
+    orphans: bool = typer.Option(
+        False,
+        "--orphans",
+        help="Remove only the labs whose owner is dead (a killed run's): their processes, namespaces, "
+        "bridge, veths and cgroups; labs in use and labs left up by `testbed up` are kept.",
+    ),
+) -> None:
     """Remove every namespace, link, cgroup and process tierscope left, and nothing else.
 
-    Example: tierscope testbed clean
+    With --orphans, only the labs whose owner process is dead (`tierscope run` does this at its
+    start).
+
+    Example: tierscope testbed clean   or   tierscope testbed clean --orphans
     """
     from tierscope.testbed.clean import clean as do_clean
     from tierscope.testbed.lab import state_dir
+
+    if orphans:
+        raise typer.Exit(clean_orphans(Console(highlight=False, soft_wrap=True)))
 
     out = do_clean(state_dir())
     console = Console(highlight=False)
@@ -156,6 +192,28 @@ def clean() -> None:
         console.print(f"[red]could not remove:[/red] {e}")
     if out.errors:
         raise typer.Exit(1)
+
+
+def clean_orphans(console: Console) -> int:
+    """Remove every orphaned lab, one line each; returns 1 when something could not be removed."""
+    from tierscope.testbed.lab import find_orphans, remove_orphan
+
+    found = find_orphans()
+    if not found:
+        console.print("no orphaned lab")
+        return 0
+    failed = 0
+    for o in found:
+        gone = remove_orphan(o.lab)
+        console.print(
+            f"{o}: removed {len(gone['processes'])} processes, {len(gone['netns'])} namespaces, "
+            f"{len(gone['links'])} links (bridge and veths), {len(gone['cgroups'])} cgroup directories",
+            markup=False,
+        )
+        for e in gone["errors"]:
+            console.print(f"  could not remove: {e}", markup=False)
+        failed |= bool(gone["errors"])
+    return int(failed)
 
 
 def register(app: typer.Typer) -> None:

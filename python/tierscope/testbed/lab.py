@@ -8,18 +8,24 @@ set from its node type. `down()` removes all of it, also on exceptions, Ctrl-C, 
 Without root, or where `ip netns add` or the cgroup v1 controllers are refused, the testbed falls
 back to loopback: every host gets its own 127.77.<lab>.<n> address on `lo`, with no limits, and
 `lost` says exactly what that costs.
+
+Each lab's state file (`state_dir()`, written atomically, refused when planted: `tierscope.statedir`)
+records its owner: the pid, start time and command line of the process that built it. A lab whose
+owner is dead (a SIGKILLed run) and that was not detached on purpose (`tierscope testbed up`) is
+an orphan: `find_orphans()` names it, `remove_orphan()` removes it (processes in its hosts, in its
+namespaces and holding files in its directories, then namespaces, veths, bridge, cgroups, state).
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Callable
 
+from tierscope import statedir
 from tierscope.spec import NodeType, Point, PointConfig
 from tierscope.testbed import cgroups, network
 from tierscope.testbed.host import Host
@@ -40,11 +46,11 @@ class TestbedError(RuntimeError):
 
 
 def state_dir() -> Path:
-    """Where `tierscope testbed` keeps its state: /run/tierscope as root, else /tmp/tierscope-testbed."""
-    run = Path("/run/tierscope")
+    """Where `tierscope testbed` keeps its state: /run/tierscope as root, else a directory of the
+    user's own ($XDG_RUNTIME_DIR/tierscope/testbed or ~/.local/state/tierscope/testbed)."""
     if os.geteuid() == 0 and Path("/run").is_dir():
-        return run
-    return Path("/tmp/tierscope-testbed")
+        return statedir.ROOT_DIR
+    return statedir.default_dir("testbed")
 
 
 def free_lab(first: int = 0, last: int = 63) -> int:
@@ -69,7 +75,9 @@ class Testbed:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, lab: int = 0, workdir: str | Path | None = None, mode: str = "auto"):
+    def __init__(
+        self, lab: int = 0, workdir: str | Path | None = None, mode: str = "auto", point_dir: str | Path | None = None
+    ):
         if mode not in ("auto", "namespaces", "loopback"):
             raise TestbedError(f"mode must be auto, namespaces or loopback, got {mode!r}")
         network.subnet(lab)  # validates the lab number
@@ -79,6 +87,9 @@ class Testbed:
         #: the default work dir (under the state dir) is disposable and removed by down()
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or state_dir() / f"lab{lab}").absolute()
+        #: the run's directory for this lab (a point's), whose files the lab's processes write:
+        #: an orphan's processes are found by the files they hold there too (tcpdump, the monitor)
+        self.point_dir = Path(point_dir).absolute() if point_dir else None
         self.hosts: dict[str, Host] = {}
         self.node_types: dict[str, NodeType | None] = {}
         self.lost: list[str] = []
@@ -158,36 +169,21 @@ class Testbed:
 
         A lab left up on purpose by `tierscope testbed up` (detached) is never touched.
         """
-        state = None
         if self.state_file.exists():
             try:
-                state = json.loads(self.state_file.read_text())
-            except (OSError, ValueError):
-                state = {}
-            if state.get("detached") or _alive(state.get("pid")):
+                state = statedir.read_json(self.state_file) or {}
+            except statedir.StateError:
+                return  # not ours to remove: building fails below, naming the file
+            if state.get("detached") or owner_alive(state)[0]:
                 return
-            try:
-                Testbed.from_state(self.lab).down()
-            except TestbedError:
-                pass
         elif not network.link_exists(network.bridge_name(self.lab)):
             return
-        prefix = network.netns_name(self.lab, "")
-        for ns in network.marked_netns():
-            if ns.startswith(prefix):
-                network.ip("netns", "del", ns, check=False)
-        network.remove_bridge(self.lab)
-        parent = f"{cgroups.TOP}/{self.lab}"
-        try:
-            cgroups.remove(parent)
-        except cgroups.CgroupError:
-            pass
-        self.state_file.unlink(missing_ok=True)
+        remove_orphan(self.lab)
 
     def _up_namespaces(self, plan: list[tuple[str, NodeType | None]]) -> None:
         import fcntl
 
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        _secure_state_dir()
         with open(self.state_file.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # two processes never build the same lab at once
             self._build_namespaces(plan)
@@ -229,7 +225,7 @@ class Testbed:
             pass
 
     def _save_state(self) -> None:
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        _secure_state_dir()
         state = {
             "lab": self.lab,
             "mode": self.mode,
@@ -237,8 +233,11 @@ class Testbed:
             "lost": self.lost,
             "bridge": self.bridge,
             "workdir": str(self.workdir),
+            "point_dir": str(self.point_dir) if self.point_dir else None,
             "created_ns": time.time_ns(),
             "pid": os.getpid(),
+            # the owner: a lab whose owner is gone (and that was not detached) is an orphan
+            "owner": statedir.identity(os.getpid()),
             "hosts": {
                 n: {
                     "address": h.address,
@@ -252,7 +251,7 @@ class Testbed:
                 for n, h in self.hosts.items()
             },
         }
-        self.state_file.write_text(json.dumps(state, indent=2))
+        statedir.write_json(self.state_file, state)
         self._owns_state = True
 
     @classmethod
@@ -260,10 +259,12 @@ class Testbed:
         """The testbed described by a state file (left up by `tierscope testbed up`)."""
         f = state_dir() / f"lab{lab}.json"
         try:
-            state = json.loads(f.read_text())
-        except (OSError, ValueError) as err:
+            state = statedir.read_json(f)
+        except (OSError, statedir.StateError) as err:
             raise TestbedError(f"no testbed state for lab {lab} ({f}: {err})") from err
-        tb = cls(lab=lab, workdir=state.get("workdir"), mode=state["mode"])
+        if state is None:
+            raise TestbedError(f"no testbed state for lab {lab} ({f} does not exist)")
+        tb = cls(lab=lab, workdir=state.get("workdir"), mode=state["mode"], point_dir=state.get("point_dir"))
         tb._own_workdir = tb.workdir == (state_dir() / f"lab{lab}").absolute()
         tb.mode = state["mode"]
         tb._owns_state = True
@@ -420,9 +421,9 @@ class Testbed:
             self._prev_sigterm = None
         self._cleanups = []
         if self._owns_state and self.state_file.exists():
-            state = json.loads(self.state_file.read_text())
+            state = statedir.read_json(self.state_file) or {}
             state["detached"] = True
-            self.state_file.write_text(json.dumps(state, indent=2))
+            statedir.write_json(self.state_file, state)
         self._owns_state = False
 
     def __enter__(self) -> "Testbed":
@@ -490,3 +491,189 @@ def _alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
+
+
+def _secure_state_dir() -> Path:
+    try:
+        return statedir.secure_dir(state_dir())
+    except statedir.StateError as err:
+        raise TestbedError(str(err)) from None
+
+
+def owner_alive(state: dict) -> tuple[bool, int | None]:
+    """Whether the process that built the lab of `state` still runs (same pid, start time and
+    command line; state files from before owners were recorded: the pid alone), and its pid."""
+    owner = state.get("owner")
+    if isinstance(owner, dict) and owner.get("pid"):
+        return statedir.same_process(owner)[0], owner["pid"]
+    pid = state.get("pid")
+    return _alive(pid if isinstance(pid, int) else None), pid if isinstance(pid, int) else None
+
+
+class Orphan:
+    """A lab whose owner died without taking it down (one line: `str(orphan)`)."""
+
+    def __init__(self, lab: int, pid: int | None, state: dict | None):
+        self.lab, self.pid, self.state = lab, pid, state
+
+    def __str__(self) -> str:
+        if self.state is None:
+            return f"lab {self.lab}: orphaned, bridge {network.bridge_name(self.lab)} with no state file"
+        return f"lab {self.lab}: orphaned, owner pid {self.pid} dead"
+
+
+def _lock_held(lab: int) -> bool:
+    """Whether a process is building lab `lab` right now (it holds the lab's lock file)."""
+    import fcntl
+
+    try:
+        fd = os.open(state_dir() / f"lab{lab}.lock", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def find_orphans() -> list[Orphan]:
+    """Labs whose owner is dead and that were not left up on purpose (`testbed up` detaches), and
+    lab bridges with no state file that no process is building."""
+    out: list[Orphan] = []
+    labs_with_state = set()
+    d = state_dir()
+    for f in sorted(d.glob("lab*.json")) if d.is_dir() else []:
+        try:
+            state = statedir.read_json(f) or {}
+            lab = int(state["lab"])
+        except (OSError, KeyError, TypeError, ValueError, statedir.StateError):
+            continue
+        labs_with_state.add(lab)
+        if state.get("detached"):
+            continue
+        alive, pid = owner_alive(state)
+        if not alive:
+            out.append(Orphan(lab, pid, state))
+    for link in network.marked_links():
+        if link.startswith("tsbr") and link[4:].isdigit():
+            lab = int(link[4:])
+            if lab not in labs_with_state and not _lock_held(lab):
+                out.append(Orphan(lab, None, None))
+    return sorted(out, key=lambda o: o.lab)
+
+
+def _lineage() -> set[int]:
+    """This process and its ancestors (never killed by a clean-up run from them)."""
+    mine = {os.getpid()}
+    p = os.getppid()
+    while p > 1 and p not in mine:
+        mine.add(p)
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                p = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except OSError:
+            break
+    return mine
+
+
+def holders(dirs: list[Path]) -> dict[int, str]:
+    """Processes (pid -> what) whose working directory or an open file is inside one of `dirs`."""
+    roots = [str(Path(d).absolute()) for d in dirs if d]
+    if not roots:
+        return {}
+
+    def inside(target: str) -> bool:
+        return any(target == r or target.startswith(r + "/") for r in roots)
+
+    out: dict[int, str] = {}
+    mine = _lineage()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        pid = int(entry)
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            if inside(cwd):
+                out[pid] = f"working directory {cwd}"
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if inside(target):
+                    out[pid] = f"open file {target}"
+                    break
+        except OSError:
+            continue
+    return out
+
+
+def lab_processes(lab: int, state: dict | None) -> set[int]:
+    """Every process of a lab: in its hosts' cgroups, in its namespaces, and holding files in its
+    work and point directories."""
+    from tierscope.testbed.cgroups import BASE_CONTROLLERS
+
+    pids: set[int] = set()
+    for c in BASE_CONTROLLERS:
+        pids.update(cgroups.procs(f"{cgroups.TOP}/{lab}", c))
+    prefix = network.netns_name(lab, "")
+    for ns in network.marked_netns():
+        if ns.startswith(prefix):
+            pids.update(network.netns_pids(ns))
+    if state:
+        dirs = [Path(x) for x in (state.get("workdir"), state.get("point_dir")) if x]
+        # only a lab's own directories: never "/", /tmp, a home directory or one of its parents
+        home = Path.home().absolute()
+        dirs = [d for d in dirs if d.is_absolute() and len(d.parts) >= 3 and d not in (home, *home.parents)]
+        pids.update(holders(dirs))
+    return pids - _lineage()
+
+
+def remove_orphan(lab: int) -> dict[str, list]:
+    """Remove lab `lab` whatever its owner left: kill its processes, delete its namespaces (and
+    with them the veths' peers), its veths and bridge, its cgroups, its state file and its own work
+    directory. Returns what went: {"processes", "netns", "links", "cgroups", "errors"}."""
+    import shutil
+
+    from tierscope.testbed.clean import _kill
+
+    f = state_dir() / f"lab{lab}.json"
+    try:
+        state = statedir.read_json(f)
+    except statedir.StateError as err:
+        return {"processes": [], "netns": [], "links": [], "cgroups": [], "errors": [str(err)]}
+    out: dict[str, list] = {"processes": [], "netns": [], "links": [], "cgroups": [], "errors": []}
+    out["processes"] = _kill(lab_processes(lab, state))
+    prefix = network.netns_name(lab, "")
+    for ns in network.marked_netns():
+        if ns.startswith(prefix):
+            r = network.ip("netns", "del", ns, check=False)
+            (out["netns"] if r.returncode == 0 else out["errors"]).append(
+                ns if r.returncode == 0 else f"netns {ns}: {r.stderr.strip()}"
+            )
+    veths = [link for link in network.marked_links() if link.startswith(f"ts{lab}-")]
+    for link in [*veths, network.bridge_name(lab)]:
+        if network.link_exists(link):
+            r = network.ip("link", "del", link, check=False)
+            if r.returncode == 0 or not network.link_exists(link):
+                out["links"].append(link)
+            else:
+                out["errors"].append(f"link {link}: {r.stderr.strip()}")
+    parent = f"{cgroups.TOP}/{lab}"
+    before = [str(p) for p in cgroups.existing() if f"/{parent}/" in str(p) + "/"]
+    try:
+        cgroups.remove(parent)
+        out["cgroups"] = before
+    except cgroups.CgroupError as err:
+        out["errors"].append(str(err))
+    cgroups.remove_if_empty(cgroups.TOP)
+    if state is not None:
+        f.unlink(missing_ok=True)
+        workdir = Path(state.get("workdir") or "")
+        if workdir == (state_dir() / f"lab{lab}").absolute():  # the lab's own, not a run's point
+            shutil.rmtree(workdir, ignore_errors=True)
+    return out
