@@ -308,3 +308,53 @@ def test_a_dsns_password_leaves_the_engines_command_line_for_its_environment():
     )
     for dsn in ("host=127.0.0.1 port=1 user=x dbname=x", "mysql://tierscope@127.0.0.1:3306/bench"):
         assert without_password(dsn) == (dsn, "")
+
+
+# --- a namespaced lab: every host reachable through the bridge, none without the secret -----------
+
+NS_SPEC = """
+topology = "1/1/1/1S"
+[node_types.S]
+cpu = 1.0
+memory = "512MiB"
+[workload]
+users = [1]
+"""
+
+
+@needs_root("network namespaces and PostgreSQL's own OS user")
+@needs_postgres
+@as_nobody_possible
+def test_in_a_namespaced_lab_the_database_and_the_middleware_refuse_nobody(work):
+    from tierscope.services.middleware import Middleware
+    from tierscope.services.postgres import Postgres
+    from tierscope.spec import expand, parse_spec
+    from tierscope.testbed.lab import Testbed, free_lab, namespaces_unavailable
+
+    reason = namespaces_unavailable()
+    if reason:
+        pytest.skip(f"namespaced hosts unavailable: {reason}")
+    point = expand(parse_spec(NS_SPEC, where="test"))[0]
+    lab = work / "nslab"
+    with Testbed(lab=free_lab(40), workdir=lab / "testbed", mode="namespaces") as tb:
+        tb.up(point)
+        db_host = tb.hosts["db1"]
+        mw_host = tb.hosts["mw1"]
+        pg = Postgres(db_host, 5432, lab / "db1", fsync=False, shared_buffers="32MB", database="lab")
+        mw = Middleware(mw_host, 25322, lab / "mw1", backends=[pg.address], database="lab", pool=2)
+        with pg, mw:
+            c = pg.credentials
+            assert (mw.user, mw.password) == (c.user, c.password)  # one lab, one secret
+            assert f"listen_addresses = '{db_host.address}'" in (pg.data_dir / "postgresql.auto.conf").read_text()
+
+            def psql(host: str, port: int, user: str, password: str | None) -> subprocess.CompletedProcess:
+                env = {"PGCONNECT_TIMEOUT": "5"} | ({"PGPASSWORD": password} if password is not None else {})
+                argv = [PSQL, "-X", "-w", "-tA", "-h", host, "-p", str(port), "-U", user, "-d", "lab"]
+                return as_nobody([*argv, "-c", "select 42"], env)
+
+            for host, port in ((db_host.address, pg.port), (mw_host.address, mw.port)):
+                for user, password in (("postgres", None), (c.user, None), (c.user, "guess"), ("postgres", c.password)):
+                    out = psql(host, port, user, password)
+                    assert out.returncode != 0 and "42" not in out.stdout, (host, user, out.stderr)
+                ok = psql(host, port, c.user, c.password)
+                assert ok.returncode == 0 and ok.stdout.strip() == "42", (host, ok.stderr)
