@@ -4,6 +4,7 @@ nothing else. Runs after test_testbed.py (whose lab is down by then); needs root
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -44,6 +45,8 @@ def test_up_status_down_by_hand(needs_namespaces):
         assert "point 1 of 2" in up.stdout
         assert f"tierscope{LAB}-db1" in " ".join(netns())
         assert f"10.77.{LAB}.4" in up.stdout and "cpu 0.5 cores" in up.stdout
+        creds = re.search(r"database credentials: (\S+)", up.stdout)  # where the lab's secret is: root's alone
+        assert creds and Path(creds.group(1)).stat().st_mode & 0o777 == 0o600, up.stdout
         again = cli("up", str(TINY), "--lab", str(LAB))
         assert again.returncode == 1 and "already up" in again.stderr
         st = cli("status")
