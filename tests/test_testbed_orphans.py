@@ -6,7 +6,9 @@ processes hold. Real processes and namespaces; needs root."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,3 +152,70 @@ def test_resume_never_deletes_a_point_directory_live_processes_hold(tmp_path):
         holder.kill()
         holder.wait()
     assert holders([pdir]) == {}
+
+
+def _spec(tmp_path: Path, name: str, run: str) -> Path:
+    text = TINY.read_text().replace("users = [5, 10]", "users = [5]").replace('run = "5s"', f'run = "{run}"')
+    text = text.replace('name = "tiny"', f'name = "{name}"')
+    f = tmp_path / f"{name}.toml"
+    f.write_text(text)
+    return f
+
+
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump not installed")
+def test_sigkilled_run_is_reported_and_removed_by_the_next_run(needs_namespaces, tmp_path):
+    """The issue's drill: SIGKILL `tierscope run` mid-point (its database, app server, nginx,
+    generator and tcpdump keep running in their lab); the next `tierscope run` says "lab N:
+    orphaned, owner pid P dead", removes it, and nothing of it remains."""
+    out1, out2 = tmp_path / "out1", tmp_path / "out2"
+    run = subprocess.Popen(
+        [str(BIN / "tierscope"), "run", str(_spec(tmp_path, "killed", "120s")), "-o", str(out1)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    state = None
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and run.poll() is None:  # mid-point: capturing and driving
+            caps = list(out1.glob("killed/*/capture.pcap"))
+            if caps and caps[0].stat().st_size > 0 and list(out1.glob("killed/*/generator.stderr.log")):
+                break
+            time.sleep(0.5)
+        assert run.poll() is None, "the run ended before it could be killed"
+        pdir = caps[0].parent
+        for f in state_dir().glob("lab*.json"):
+            s = json.loads(f.read_text())
+            if s.get("point_dir") == str(pdir):
+                state = s
+        assert state is not None and state["owner"]["pid"] == run.pid
+        lab = state["lab"]
+        run.kill()
+        run.wait()
+        time.sleep(1)
+        left = holders([pdir])
+        assert left, "a killed run leaves processes writing in its point (tcpdump at least)"
+        assert f"tierscope{lab}-db1" in netns()
+
+        again = subprocess.run(
+            [str(BIN / "tierscope"), "run", str(_spec(tmp_path, "next", "1s")), "-o", str(out2)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        err = " ".join(again.stderr.split())
+        assert f"lab {lab}: orphaned, owner pid {run.pid} dead: removed" in err, again.stdout + again.stderr
+        assert again.returncode == 0, again.stdout + again.stderr
+        # nothing of the killed run's lab remains
+        assert not [n for n in netns() if n.startswith(f"tierscope{lab}-")]
+        assert f"tsbr{lab}:" not in links() and f" ts{lab}-" not in links()
+        assert not list(Path("/sys/fs/cgroup").glob(f"*/tierscope/{lab}"))
+        assert not [p for p in left if alive(p)]
+        assert holders([pdir]) == {}
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert str(pdir) not in ps
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        if state is not None and (state_dir() / f"lab{state['lab']}.json").exists():
+            cli("clean", "--orphans")
