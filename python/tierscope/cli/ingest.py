@@ -128,9 +128,10 @@ def ingest(
     )
     console.print(f"tables: {run_dir}")
     if any((run_dir / m / "secrets").exists() for m in chosen):
+        broker = f", {run_dir}/durable/broker1/redis.password (the broker's)" if "durable" in chosen else ""
         console.print(
-            f"credentials (0600, made for this run): {run_dir}/<mode>/secrets/tokens.json (the clients' tokens), "
-            f"{run_dir}/durable/broker1/redis.password (the broker's password)",
+            f"credentials (0600, made for this run): {run_dir}/<mode>/secrets/tokens.json (the clients' tokens)"
+            + broker,
             highlight=False,
             soft_wrap=True,
         )
