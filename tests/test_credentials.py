@@ -358,3 +358,28 @@ def test_in_a_namespaced_lab_the_database_and_the_middleware_refuse_nobody(work)
                     assert out.returncode != 0 and "42" not in out.stdout, (host, user, out.stderr)
                 ok = psql(host, port, c.user, c.password)
                 assert ok.returncode == 0 and ok.stdout.strip() == "42", (host, ok.stderr)
+
+
+def test_scram_both_ends_agree_and_match_rfc7677():
+    import base64
+
+    from tierscope.middleware.scram import ScramClient, ScramError, ScramServer, ScramVerifier
+
+    v = ScramVerifier("s3cret")
+    client, server = ScramClient("s3cret"), ScramServer(v)
+    final = server.final(client.final(server.first(client.first())))
+    client.verify(final)  # the server proved it knows the password too
+    wrong, server = ScramClient("guess"), ScramServer(v)
+    with pytest.raises(ScramError, match="wrong password"):
+        server.final(wrong.final(server.first(wrong.first())))
+    # RFC 7677's example exchange (user "user", password "pencil")
+    rfc = ScramClient("pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    rfc.first_bare = "n=user,r=rOprNGfwEbeRWgbNEkqO"
+    server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    assert rfc.final(server_first) == (
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
+    rfc.verify(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+    # the verifier PostgreSQL stores: SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>
+    secret = ScramVerifier("pencil", salt=base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")).postgres_secret()
+    assert secret.startswith("SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$") and secret.count(":") == 2

@@ -99,6 +99,15 @@ class ScramVerifier:
         self.stored_key = hashlib.sha256(_hmac(salted, b"Client Key")).digest()
         self.server_key = _hmac(salted, b"Server Key")
 
+    def postgres_secret(self) -> str:
+        """The verifier as pg_authid stores it (`ALTER ROLE ... PASSWORD '<this>'` sets the password
+        without the server ever seeing it in clear, nor logging it)."""
+        b64 = base64.b64encode
+        return (
+            f"SCRAM-SHA-256${self.iterations}:{b64(self.salt).decode()}$"
+            f"{b64(self.stored_key).decode()}:{b64(self.server_key).decode()}"
+        )
+
 
 class ScramServer:
     """The server's half for one client: `first(client_first)` -> server-first-message,

@@ -214,13 +214,17 @@ class Postgres(Service):
         owned by it."""
         from psycopg import sql as q
 
-        c = self.credentials
+        from tierscope.middleware.scram import ScramVerifier
+
+        c = self.credentials  # sent as its SCRAM verifier: the password is never in a statement
         role = q.Identifier(c.user)
         exists = self.sql("select 1 from pg_roles where rolname = %s", params=(c.user,), admin=True)
         self.sql(
             q.SQL(
                 "{} ROLE {} WITH LOGIN NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS CREATEDB PASSWORD {}"
-            ).format(q.SQL("ALTER" if exists else "CREATE"), role, q.Literal(c.password)),
+            ).format(
+                q.SQL("ALTER" if exists else "CREATE"), role, q.Literal(ScramVerifier(c.password).postgres_secret())
+            ),
             admin=True,
         )
         if self.database:
