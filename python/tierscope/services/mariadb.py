@@ -178,9 +178,13 @@ class MariaDB(Service):
         password, also over TCP); the lab user with the lab's password and privileges on the lab's
         database only."""
         self.lock_root()
+        import hashlib
+
         c = self.credentials
-        self.sql("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s", params=(c.user, c.password))
-        self.sql("ALTER USER %s@'%%' IDENTIFIED BY %s", params=(c.user, c.password))
+        # as mysql_native_password's hash: the password itself is never in a statement
+        hashed = "*" + hashlib.sha1(hashlib.sha1(c.password.encode()).digest()).hexdigest().upper()
+        self.sql("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY PASSWORD %s", params=(c.user, hashed))
+        self.sql("ALTER USER %s@'%%' IDENTIFIED BY PASSWORD %s", params=(c.user, hashed))
         # no global privilege (older snapshots gave it ALL ON *.* WITH GRANT OPTION); the grants on
         # databases this lab made (`grant`) stay
         self.sql("REVOKE ALL PRIVILEGES ON *.* FROM %s@'%%'", params=(c.user,))
