@@ -187,3 +187,38 @@ def test_default_dirs():
 
     if not os.environ.get("TIERSCOPE_RUBBOS_DIR"):
         assert system.DEFAULT_RUN_DIR == statedir.default_dir("rubbos")
+
+
+@needs_root
+def test_a_user_gets_a_private_default_and_cannot_use_roots(tmp_path):
+    """As user nobody (no $XDG_RUNTIME_DIR): the default run directory is under the user's home,
+    made 0700; root's /run/tierscope (or any directory of another user) is refused by `down`."""
+    home = Path(tempfile.mkdtemp(prefix="tierscope-home-"))
+    try:
+        os.chown(home, NOBODY.pw_uid, NOBODY.pw_gid)
+        as_nobody = ["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups"]
+        env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"} | {"HOME": str(home)}
+        code = "from tierscope.apps.rubbos import system; from tierscope import statedir; "
+        code += "print(statedir.secure_dir(system.DEFAULT_RUN_DIR))"
+        out = subprocess.run([*as_nobody, sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        want = home / ".local" / "state" / "tierscope" / "rubbos"
+        assert out.returncode == 0 and out.stdout.strip() == str(want), out.stderr
+        st = os.lstat(want)
+        assert st.st_uid == NOBODY.pw_uid and stat.S_IMODE(st.st_mode) == 0o700
+        root_dir = Path(tempfile.mkdtemp(prefix="tierscope-roots-"))
+        os.chmod(root_dir, 0o755)
+        try:
+            out = subprocess.run(
+                [*as_nobody, str(BIN / "tierscope"), "rubbos", "down", "--run-dir", str(root_dir)],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
+            assert out.returncode == 1
+            assert f"refusing state directory {root_dir}: it is owned by root (uid 0), not by you (nobody" in " ".join(
+                out.stderr.split()
+            )
+        finally:
+            root_dir.rmdir()
+    finally:
+        shutil.rmtree(home)
