@@ -19,7 +19,8 @@ from conftest import ROOT
 # Measured 2026-11-27, cold cache, the analysis of the working tree at that time:
 #   4 cases (the first version of the subset): accuracy 0.462, high_precision 0.500 (3 of 6 "high" right)
 #   6 cases: accuracy 0.650, high_precision 0.667 (6 of 9), 202 s; the subset is now those 6 less
-#   express-dbcpu-u20 (right at medium) to stay well inside 5 minutes. Stable so far: the light-load
+#   express-dbcpu-u20 (right at medium) to stay well inside 5 minutes; the 5 cases: accuracy 0.588,
+#   high_precision 1.000 (6 of 6), high_share 0.417, 201 s (load average ~15). Stable so far: the light-load
 #   case right in every form, the access log never above "low" for a tier; flask-alternating-u14 is
 #   "single app" at medium in one run and high in the next (so high_precision moves by 0.1-0.2).
 # Raise them as the analysis improves (docs/diagnosis.md has the full corpus' scorecard).
