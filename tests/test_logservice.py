@@ -360,7 +360,7 @@ def test_kill_drill_app(tmp_path):
 @needs_root
 @needs_redis
 def test_kill_drill_broker(tmp_path):
-    r = _drill(tmp_path, "broker")
+    r = _drill(tmp_path, "broker", down_s=2.0)  # longer than the app's retries of a broker command (~1 s)
     assert r.acknowledged > 100
     assert r.refused + r.connection_errors + r.timed_out > 0  # records offered while it was down: not acknowledged
 

@@ -324,10 +324,17 @@ class DurableStore(_Collectors):
         import redis
 
         super().__init__(db, collectors, batch_rows, batch_ms)
-        # requests wait for one of a bounded set of broker connections (rather than fail)
+        from redis.backoff import ExponentialBackoff
+        from redis.retry import Retry
+
+        # requests wait for one of a bounded set of broker connections (rather than fail); a
+        # command that meets a broken connection is tried again 3 times within about a second
+        # (a broker restarting that fast is not felt; a retried XADD that had been applied is a
+        # second entry of the same record: one row), then the request is refused (503)
         pool = redis.BlockingConnectionPool.from_url(
             redis_url,
             password=password or None,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
             max_connections=64,
             timeout=10,
             socket_timeout=10,
