@@ -222,3 +222,26 @@ def test_a_user_gets_a_private_default_and_cannot_use_roots(tmp_path):
             root_dir.rmdir()
     finally:
         shutil.rmtree(home)
+
+
+@needs_root
+def test_ssh_control_dir_planted_in_tmp_is_refused(run_dir):
+    """A remote run's SSH control sockets go to a short /tmp directory named after the run: made
+    0700 by tierscope, refused when another user made it first (they could swap the sockets)."""
+    from tierscope.remote import RemoteError
+    from tierscope.remote.playbooks import close_connections, control_dir, write_config
+
+    inventory = run_dir / "inventory.yml"
+    inventory.write_text("all:\n  hosts: {}\n")
+    cp = Path(control_dir(run_dir / "run"))
+    try:
+        write_config(run_dir / "run", inventory)
+        assert stat.S_IMODE(os.lstat(cp).st_mode) == 0o700 and os.lstat(cp).st_uid == os.geteuid()
+        close_connections(run_dir / "run")
+        assert not cp.exists()
+        cp.mkdir(mode=0o755)
+        os.chown(cp, NOBODY.pw_uid, NOBODY.pw_gid)
+        with pytest.raises(RemoteError, match=f"refusing state directory {cp}: it is owned by nobody"):
+            write_config(run_dir / "run", inventory)
+    finally:
+        shutil.rmtree(cp, ignore_errors=True)

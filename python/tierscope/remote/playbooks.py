@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from tierscope import statedir
 from tierscope.remote import RemoteError
 
 TIER_ORDER = ("db", "middleware", "app", "web")
@@ -50,6 +51,10 @@ def write_config(run_dir: Path, inventory: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     shutil.copy(inventory, d / "inventory.yml")
     cp = control_dir(run_dir)
+    try:  # ssh's control sockets: a 0700 directory of ours, never one another user made first in /tmp
+        statedir.secure_dir(cp)
+    except statedir.StateError as err:
+        raise RemoteError(f"{err} (the SSH control sockets of run {run_dir})") from None
     (d / "ansible.cfg").write_text(
         "[defaults]\n"
         "inventory = inventory.yml\n"
@@ -67,7 +72,8 @@ def write_config(run_dir: Path, inventory: Path) -> Path:
 
 
 def control_dir(run_dir: Path) -> str:
-    """A short directory for the SSH control sockets (a socket path must fit in 107 bytes)."""
+    """A short directory for the SSH control sockets (a socket path must fit in 107 bytes); made
+    0700 by `write_config`, which refuses one another user made first (`tierscope.statedir`)."""
     return f"/tmp/tsa-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:10]}"
 
 
