@@ -318,6 +318,7 @@ def analyze_fine(
     saturated_col = np.zeros(series.num_rows, bool)
     n_star: dict[str, NStar] = {}
     service_of: dict[int, float] = {}  # server code -> service time (s) from requests that found it idle
+    typical_of: dict[int, float] = {}  # ...and their median (s)
     ep: dict[str, list] = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
     starts = np.asarray(series.column("window_start_ns"), np.int64)
     load_by_key = {}
@@ -348,6 +349,7 @@ def analyze_fine(
         service_s = float(own[idle].mean()) / 1e9 if count >= MIN_IDLE_ARRIVALS else None
         if service_s is not None:
             service_of[i] = service_s
+            typical_of[i] = float(np.median(own[idle])) / 1e9
         hinted = service_s is None and bool(service_hints) and (service_hints or {}).get(server, 0) > 0
         if hinted and service_hints:
             service_s = float(service_hints[server])
@@ -419,6 +421,7 @@ def analyze_fine(
     # a server seen only through its callers' stamps (CLIENT spans) holds their calls until they
     # take the replies: where the work it completed cannot fill half of the window on one core
     # (completions x its service time), its queue above N* was its callers' delay, not its own
+    # (its service time: that of the requests that found it idle)
     for i in _observed_only(requests, keys):
         if i in service_of:
             work = thr[i * n_windows : (i + 1) * n_windows] * service_of[i]
@@ -520,7 +523,18 @@ def analyze_fine(
         observed_by=_observed_by(requests),
     )
     unsure = {t for t, s in keys if any(x.startswith(f"{s} (") for x in unexplained + uncertain)}
+    # a tier seen only through its callers' stamps whose saturated windows completed too little work
+    # to fill half of them at its typical (median) service time: its saturation after a pause may
+    # be its callers' delay in taking the replies of their backlog
+    for i in _observed_only(requests, keys):
+        t = keys[i][0]
+        sat_i = saturated_col[i * n_windows : (i + 1) * n_windows]
+        if i in typical_of and sat_i.any():
+            work = thr[i * n_windows : (i + 1) * n_windows][sat_i] * typical_of[i]
+            if float(np.median(work)) < SATURATED_SHARE:
+                unsure.add(t)
     verdict = _in_pause_words(verdict, spans, tier_sat, base_ns, window_ns, unsure)
+    verdict = _stalled_awake(verdict, requests, keys, stalled, pause_col.reshape(n_servers, n_windows), tier_sat)
     if len(tiers) == 1 and verdict.kind in ("single", "several", "alternating"):
         verdict = _one_tier_cannot_tell(verdict, tiers[0])
     return FineGrained(
@@ -539,6 +553,50 @@ def analyze_fine(
         tiers=tiers,
         notes=notes,
         events=events,
+    )
+
+
+#: A verdict naming a tier saturated mostly while its servers stalled awake is said with at most this.
+STALLED_AWAKE_CAP = 0.45
+
+
+def _stalled_awake(
+    verdict: Verdict,
+    requests: pa.Table,
+    keys: list[tuple[str, str]],
+    stalled: np.ndarray,
+    paused: np.ndarray,
+    tier_sat: dict[str, np.ndarray],
+) -> Verdict:
+    """At most STALLED_AWAKE_CAP when a tier the verdict names was saturated mostly (half of its
+    saturated windows or more) while its servers, recording their own times, *stalled awake*:
+    they held requests and handed none on (`stalls`) without being paused (no silence, no pause
+    event): they kept stamping, so they waited on something the trace does not show (an untraced
+    call such as opening a connection, a lock), whose saturation theirs may be."""
+    if verdict.kind not in ("single", "several", "alternating") or "recorder" not in requests.column_names:
+        return verdict
+    pairs = requests.select(["server", "recorder"]).group_by(["server", "recorder"]).aggregate([]).to_pylist()
+    self_recorded = {r["server"] for r in pairs if r["recorder"] == r["server"]}
+    found = []
+    for t in verdict.tiers:
+        rows = [i for i, (tt, s) in enumerate(keys) if tt == t and s in self_recorded]
+        sat = tier_sat.get(t)
+        if not rows or sat is None or not sat.any():
+            continue
+        awake = ((stalled[rows] >= SATURATED_SHARE) & (paused[rows] == 0)).sum(0) >= math.ceil(len(rows) / 2)
+        share = float((awake & sat).sum() / sat.sum())
+        if share >= 0.5:
+            found.append(
+                f"{t} was saturated mostly ({share:.0%} of its saturated windows) while it held requests and handed "
+                f"none on, yet kept stamping (not paused): it waited on something the trace does not show (an "
+                f"untraced call such as opening a connection, a lock), whose saturation this may be"
+            )
+    if not found:
+        return verdict
+    return dataclasses.replace(
+        verdict,
+        confidence=min(verdict.confidence, STALLED_AWAKE_CAP),
+        evidence=verdict.evidence + "; " + "; ".join(found),
     )
 
 
@@ -586,8 +644,9 @@ def _in_pause_words(
     "transient bottlenecks alternating between app (paused 50 times, median 170 ms) and db
     (saturated by the burst after each pause)"; "single bottleneck at app (paused ...)". When the
     pattern repeated (PAUSES_SEEN pauses, every other tier named saturated mostly right after
-    them) and no server outside the paused tiers lacks an N* (`unsure_tiers`: the tiers of those
-    that do), the confidence is at least PAUSE_CONFIDENCE (scaled by the amount of data)."""
+    them) and no tier outside the paused ones is unsure (`unsure_tiers`: tiers with a server
+    without N*, or seen only through stamps that do not show enough work for their saturation),
+    the confidence is at least PAUSE_CONFIDENCE (scaled by the amount of data)."""
     if verdict.kind not in ("single", "alternating") or not spans:
         return verdict
     n_windows = next(iter(tier_sat.values())).size if tier_sat else 0
@@ -595,7 +654,8 @@ def _in_pause_words(
     paused: dict[str, tuple[int, np.ndarray]] = {}
     ends: list[np.ndarray] = []
     for (tier, _server), (a, b) in spans.items():
-        inside = (b > base_ns) & (a < end_ns)
+        # pauses long enough to hold work (a 0 ms event is a mark, not a pause)
+        inside = (b > base_ns) & (a < end_ns) & (b - a >= stalls.MIN_NS)
         if not inside.any():
             continue
         count, lengths = paused.get(tier, (0, np.zeros(0)))
@@ -610,8 +670,9 @@ def _in_pause_words(
         count, lengths = paused[t]
         return f"{t} (paused {count} time{'s' if count != 1 else ''}, median {float(np.median(lengths)):.0f} ms)"
 
-    # servers without N* are a reservation only outside the paused tiers (a paused server's
-    # saturation is its pauses', whatever its N*)
+    # unsure tiers (servers without N*, callees seen only through stamps that do not show their
+    # work) are a reservation only outside the paused tiers (a paused server's saturation is its
+    # pauses', whatever its N*)
     repeated = (
         all(paused[t][0] >= PAUSES_SEEN for t in named)
         and not (unsure_tiers or set()) - set(named)
