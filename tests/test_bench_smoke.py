@@ -198,8 +198,9 @@ def env() -> dict[str, str]:
 
 
 def run(argv: list[str], timeout: float) -> tuple[int, str, float]:
-    """(exit status, stdout + stderr, seconds); on a timeout the bench's process group is
-    terminated (its services stop on SIGTERM), then killed."""
+    """(exit status, stdout + stderr, seconds); on a timeout the bench's process group gets SIGINT
+    (a bench's `finally` blocks stop its services and remove its namespaces), then SIGTERM, then
+    SIGKILL."""
     t0 = time.monotonic()
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -207,12 +208,17 @@ def run(argv: list[str], timeout: float) -> tuple[int, str, float]:
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
+        out = ""
+        for sig, wait in ((signal.SIGINT, 60), (signal.SIGTERM, 20), (signal.SIGKILL, None)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                out, _ = proc.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
         return -1, f"timed out after {timeout:.0f} s\n{out}", time.monotonic() - t0
     return proc.returncode, out, time.monotonic() - t0
 
