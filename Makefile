@@ -93,7 +93,7 @@ test-engine:
 	cd engine && cargo test --release -q
 
 test-python:
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" --durations=15 tests
 
 fidelity: setup
 	$(PY) -m pytest -q -m "slow or fidelity" tests

@@ -640,7 +640,8 @@ def _in_pause_words(
     window_ns: int,
     unsure_tiers: set[str] | None = None,
 ) -> Verdict:
-    """The verdict in the seeds' words when a tier it names was paused (events or silences):
+    """The verdict in the seeds' words when a tier it names was paused (events or silences) in at
+    least half of its saturated windows:
     "transient bottlenecks alternating between app (paused 50 times, median 170 ms) and db
     (saturated by the burst after each pause)"; "single bottleneck at app (paused ...)". When the
     pattern repeated (PAUSES_SEEN pauses, every other tier named saturated mostly right after
@@ -651,18 +652,30 @@ def _in_pause_words(
         return verdict
     n_windows = next(iter(tier_sat.values())).size if tier_sat else 0
     end_ns = base_ns + n_windows * window_ns
+    # pauses long enough to hold work (a 0 ms event is a mark, not a pause), per tier: how many,
+    # how long, when they ended, which windows they touched
     paused: dict[str, tuple[int, np.ndarray]] = {}
-    ends: list[np.ndarray] = []
+    thaws: dict[str, list[np.ndarray]] = {}
+    touched: dict[str, np.ndarray] = {}
     for (tier, _server), (a, b) in spans.items():
-        # pauses long enough to hold work (a 0 ms event is a mark, not a pause)
         inside = (b > base_ns) & (a < end_ns) & (b - a >= stalls.MIN_NS)
         if not inside.any():
             continue
         count, lengths = paused.get(tier, (0, np.zeros(0)))
         paused[tier] = (count + int(inside.sum()), np.concatenate([lengths, (b - a)[inside] / 1e6]))
-        if tier in verdict.tiers:
-            ends.append(b[inside])
-    named = [t for t in verdict.tiers if t in paused]
+        thaws.setdefault(tier, []).append(b[inside])
+        mark = touched.setdefault(tier, np.zeros(n_windows, bool))
+        first = np.clip((a[inside] - base_ns) // window_ns, 0, n_windows - 1)
+        last = np.clip((b[inside] - 1 - base_ns) // window_ns, 0, n_windows - 1)
+        for f, g in zip(first, last):
+            mark[int(f) : int(g) + 1] = True
+    # a tier is paused in the verdict's sense when its pauses touch at least half of its saturated
+    # windows (a few short collections in a tier saturated on its own cores do not explain it)
+    named = [
+        t
+        for t in verdict.tiers
+        if t in paused and tier_sat[t].any() and float((touched[t] & tier_sat[t]).sum() / tier_sat[t].sum()) >= 0.5
+    ]
     if not named:
         return verdict
 
@@ -684,10 +697,10 @@ def _in_pause_words(
         if repeated:
             conf = max(conf, PAUSE_CONFIDENCE * alternation.data_weight(n_windows))
         return dataclasses.replace(verdict, text=f"single bottleneck at {pause_text(t)}", confidence=conf)
-    thaw = np.sort(np.concatenate(ends))
+    thaw = np.sort(np.concatenate([x for t in named for x in thaws[t]]))
     parts, after_shares = [], []
     for t in verdict.tiers:
-        if t in paused:
+        if t in named:
             parts.append(pause_text(t))
             continue
         sat = np.flatnonzero(tier_sat[t])
