@@ -184,10 +184,16 @@ def _stable(found: Verdict, tiers: list[str], saturated: dict[str, np.ndarray], 
             other.append(f"{part.text} in windows {lo}-{hi}")
     if not other:
         return found
+    return capped(found, UNSTABLE_CAP, "not the same verdict in every third of the trace: " + "; ".join(other))
+
+
+def capped(found: Verdict, cap: float, why: str, text: str | None = None) -> Verdict:
+    """`found` said with at most `cap`, `why` added to its evidence (and its text replaced)."""
     return dataclasses.replace(
         found,
-        confidence=min(found.confidence, UNSTABLE_CAP),
-        evidence=found.evidence + "; not the same verdict in every third of the trace: " + "; ".join(other),
+        text=found.text if text is None else text,
+        confidence=min(found.confidence, cap),
+        evidence=found.evidence + "; " + why,
     )
 
 

@@ -593,11 +593,7 @@ def _stalled_awake(
             )
     if not found:
         return verdict
-    return dataclasses.replace(
-        verdict,
-        confidence=min(verdict.confidence, STALLED_AWAKE_CAP),
-        evidence=verdict.evidence + "; " + "; ".join(found),
-    )
+    return alternation.capped(verdict, STALLED_AWAKE_CAP, "; ".join(found))
 
 
 #: The most confidence a verdict naming the only tier of a trace can have.
@@ -613,11 +609,8 @@ def _one_tier_cannot_tell(verdict: Verdict, tier: str) -> Verdict:
         "there may be its own or that of any tier it calls; add the traces (spans) of the tiers behind it "
         "to tell"
     )
-    return dataclasses.replace(
-        verdict,
-        text=f"{verdict.text} or behind it (one tier in the trace: cannot tell which)",
-        confidence=min(verdict.confidence, ONE_TIER_CAP),
-        evidence=verdict.evidence + "; " + why,
+    return alternation.capped(
+        verdict, ONE_TIER_CAP, why, text=f"{verdict.text} or behind it (one tier in the trace: cannot tell which)"
     )
 
 
