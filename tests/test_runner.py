@@ -216,5 +216,11 @@ def test_ctrl_c_stops_cleanly_keeps_finished_points_and_leaves_nothing(tmp_path)
     finished = list(run_dir.glob("*/manifest.json"))
     assert len(finished) == 1 and json.loads(finished[0].read_text())["status"] == DONE
     assert not second[0].exists()  # the unfinished point is not a result
-    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
-    assert left == []
+    def left() -> list[str]:  # every process started for the run, by its command line
+        return subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()
+
+    # the run has exited: whatever it started is gone (one second for a SIGKILLed child's exit)
+    deadline = time.monotonic() + 1.0
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left() == [], out

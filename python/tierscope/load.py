@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tierscope.engine import engine_path
+from tierscope.procs import spawn
 
 
 class LoadError(RuntimeError):
@@ -148,7 +149,7 @@ def run_load(
     it), we keep reading until it has written its summary, and the result says interrupted.
     """
     # the engine runs in its own session so a terminal's Ctrl-C reaches it exactly once: from us
-    proc = subprocess.Popen(
+    proc = spawn(
         list(argv),
         stdout=subprocess.PIPE,
         stderr=stderr_to,
@@ -165,6 +166,7 @@ def run_load(
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
 
 
 def _follow(proc: subprocess.Popen, on_progress, stderr_to) -> LoadResult:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tierscope.procs import descendants, spawn, wait_gone
 from tierscope.testbed.host import Host
 
 
@@ -111,28 +112,6 @@ def drop_socket_dir(path: Path, workdir: Path) -> None:
         pass
 
 
-def descendants(pid: int) -> list[int]:
-    """`pid` and all its live descendant process ids (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        if os.path.exists(f"/proc/{p}"):
-            out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
 def read_through(host: Host, files: list[Path], timeout: float = 600.0) -> int:
     """Read `files` from inside `host` (its namespace and cgroups), so the host's page cache holds
     what its memory limit allows of them, charged to the host, as on a server that has been running
@@ -210,7 +189,7 @@ class Service:
             raise ServiceError(f"{self.name}: port {self.address} is already in use")
         console = open(self._console, "ab")
         try:
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 self.host.wrap(self.command()),
                 stdout=console,
                 stderr=subprocess.STDOUT,
@@ -249,8 +228,9 @@ class Service:
         """Ask the program to stop, wait, then kill its whole process group if it lingers."""
         if self.proc is None:
             return
+        tree = self.pids()
         if self.proc.poll() is None:
-            for pid in self.pids():  # a paused (SIGSTOPped) tier must be able to hear us
+            for pid in tree:  # a paused (SIGSTOPped) tier must be able to hear us
                 try:
                     os.kill(pid, signal.SIGCONT)
                 except ProcessLookupError:
@@ -271,6 +251,12 @@ class Service:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        for pid in wait_gone(tree, timeout=1.0):  # a child that left the session
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_gone(tree)  # stopped means gone from /proc, not only signalled
         self.proc = None
 
     def _log_tail(self) -> str:

@@ -31,8 +31,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-
 from typing import TYPE_CHECKING
+
+from tierscope.procs import spawn
 
 if TYPE_CHECKING:  # the burner process starts fast: no pydantic import on its path
     from tierscope.spec import NoisyNeighbour, Pause
@@ -253,7 +254,7 @@ class NoisyNeighbourProcess:
         ]  # fmt: skip
         env = dict(os.environ, **{MARKER_ENV: "noisy_neighbour"})
         self.bursts.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             self.host.wrap(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, start_new_session=True, env=env,
         )  # fmt: skip

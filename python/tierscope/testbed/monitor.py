@@ -54,6 +54,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tierscope.procs import spawn
+
 CLONE_NEWNET = 0x40000000
 FLUSH_EVERY_S = 5.0
 MARKER_ENV = "TIERSCOPE_MARKER"
@@ -589,7 +591,7 @@ class Monitor:
             )
         )
         env = dict(os.environ, **{MARKER_ENV: "monitor"})
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [sys.executable, "-m", "tierscope.testbed.monitor", str(cfg_path), str(self.out)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierscope.procs import spawn
 from tierscope.testbed.host import Host
 
 
@@ -83,7 +84,7 @@ class LiveCapture:
         """Start tcpdump and wait until it is listening."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self._log, "w")
-        self.proc = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        self.proc = spawn(self.argv(), stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
