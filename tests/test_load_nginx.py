@@ -183,9 +183,13 @@ def test_5xx_and_error_marker_are_counted(nginx, tmp_path):
     assert kinds["marker"] == sum(c["marker"] for c in by_state.values())
 
 
-def test_sigint_leaves_a_readable_log(nginx, tmp_path):
-    """Ctrl-C through `tierscope load`: it forwards SIGINT, the engine flushes its Parquet log,
-    the summary is printed and the exit status is non-zero."""
+def _stop_load_with(sig: int, nginx, tmp_path) -> None:
+    """`tierscope load --json` against nginx, `sig` sent to the Python process only after two
+    progress lines: the engine (in its own session) is gone when tierscope has exited, its Parquet
+    log is complete and matches nginx's count, the summary is printed and the status is
+    128 + `sig`."""
+    from tierscope.procs import descendants, wait_gone
+
     before = access_count(nginx)
     log = tmp_path / "int.parquet"
     argv = [
@@ -208,18 +212,25 @@ def test_sigint_leaves_a_readable_log(nginx, tmp_path):
     ]
     env = dict(os.environ, TIERSCOPE_ENGINE=str(engine_path()))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    engine: list[int] = []
     try:
-        # wait for two progress lines, then interrupt the Python process only
+        # wait for two progress lines, then signal the Python process only
         lines = [proc.stdout.readline(), proc.stdout.readline()]
         assert all(line.startswith("{") for line in lines), lines
+        engine = [p for p in descendants(proc.pid) if p != proc.pid]
+        assert engine, "no tierscope-engine process under tierscope load"
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
+        left = wait_gone(engine, timeout=1.0)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"tierscope-engine still running after {signal.Signals(sig).name}: {left}"
     assert time.monotonic() - t0 < 5
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + sig, err
     summary = json.loads(out.strip().splitlines()[-1])["summary"]
     assert summary["interrupted"] is True
     t = tables.read(log, "client_requests")
@@ -228,6 +239,19 @@ def test_sigint_leaves_a_readable_log(nginx, tmp_path):
     served = access_count(nginx) - before
     cancelled = sum(1 for r in t.column("error").to_pylist() if r == "cancelled")
     assert served - cancelled <= t.num_rows <= served + cancelled
+
+
+def test_sigint_leaves_a_readable_log(nginx, tmp_path):
+    """Ctrl-C through `tierscope load`: it forwards SIGINT, the engine flushes its Parquet log,
+    the summary is printed and the exit status is non-zero."""
+    _stop_load_with(signal.SIGINT, nginx, tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_leaves_a_readable_log(sig, nginx, tmp_path):
+    """SIGTERM (kill, a service manager) or SIGHUP (the terminal closed) to `tierscope load` stops
+    it as Ctrl-C does: the engine is not left running with an empty log."""
+    _stop_load_with(sig, nginx, tmp_path)
 
 
 def test_open_loop_poisson_rate(nginx, tmp_path):

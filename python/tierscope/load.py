@@ -4,7 +4,9 @@ The engine prints one JSON object per second (progress) and a final object with 
 (docs/workload.md, Outputs). `run_load` drives it and hands progress to a callback; `LiveView`
 renders a Rich live display; `summary_table` the final per-page table.
 Ctrl-C is forwarded to the engine, which stops, flushes its Parquet log and still prints the
-summary; the result then says `interrupted` and the exit status is non-zero.
+summary; the result then says `interrupted` and the exit status is non-zero. SIGTERM and SIGHUP
+(when nobody else handles them) do the same: the engine runs in its own session, so without this
+it would outlive us with an empty log.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,39 @@ class LoadResult:
     progress: list[dict[str, Any]] = field(default_factory=list)
     stderr: str = ""
     interrupted: bool = False
+    #: the signal (SIGTERM, SIGHUP) that stopped the run, forwarded to the engine as SIGINT
+    signal: int | None = None
+
+
+#: signals that stop a run as Ctrl-C does (SIGINT arrives as KeyboardInterrupt)
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _forward_signals(state: dict[str, Any]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP are noted in `state["signal"]` and sent on to the engine
+    (`state["proc"]`, once it exists) as SIGINT: it stops, flushes its log and prints its summary,
+    which we still read. Only signals left at their default action are taken over (a caller's own
+    handler, or SIG_IGN under nohup, is kept), and only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, frame: Any) -> None:
+        state.setdefault("signal", signum)
+        proc = state.get("proc")
+        if proc is not None:
+            proc.send_signal(signal.SIGINT)
+
+    previous = {}
+    for s in FORWARDED_SIGNALS:
+        if signal.getsignal(s) == signal.SIG_DFL:
+            previous[s] = signal.signal(s, forward)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def engine_args(
@@ -147,26 +184,36 @@ def run_load(
 
     On KeyboardInterrupt the engine gets SIGINT (once more, in case the terminal did not send
     it), we keep reading until it has written its summary, and the result says interrupted.
+    SIGTERM and SIGHUP are handled the same way (see `_forward_signals`) and named in `signal`.
     """
-    # the engine runs in its own session so a terminal's Ctrl-C reaches it exactly once: from us
-    proc = spawn(
-        list(argv),
-        stdout=subprocess.PIPE,
-        stderr=stderr_to,
-        text=True,
-        bufsize=1,
-        start_new_session=True,
-    )
-    try:
-        return _follow(proc, on_progress, stderr_to)
-    finally:
-        if proc.poll() is None:  # we are failing: stop the engine, it flushes its log
+    state: dict[str, Any] = {}
+    with _forward_signals(state):
+        # the engine runs in its own session so a terminal's Ctrl-C reaches it exactly once: from us
+        proc = spawn(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=stderr_to,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        state["proc"] = proc
+        if "signal" in state:  # it came while the engine was being started
             proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        try:
+            result = _follow(proc, on_progress, stderr_to)
+        finally:
+            if proc.poll() is None:  # we are failing: stop the engine, it flushes its log
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    if "signal" in state:
+        result.signal = state["signal"]
+        result.interrupted = True
+    return result
 
 
 def _follow(proc: subprocess.Popen, on_progress, stderr_to) -> LoadResult:

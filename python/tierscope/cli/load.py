@@ -43,8 +43,8 @@ def load(
 ) -> None:
     """Run a workload against a target: live progress, then a per-page summary of the run phase.
 
-    Ctrl-C stops the run cleanly: the log is flushed and readable, the summary is printed and
-    the exit status is non-zero.
+    Ctrl-C, SIGTERM or SIGHUP stops the run cleanly: the generator stops too, the log is flushed
+    and readable, the summary is printed and the exit status is non-zero (128 + the signal).
 
     Example: tierscope load examples/static-site.toml --target http://127.0.0.1:8080 --log run.parquet --users 50 --duration 20s
     """
@@ -88,8 +88,8 @@ def load(
         raise typer.Exit(2)
     if result.stderr.strip():
         console.print(result.stderr.strip(), style="yellow", markup=False)
-    if result.interrupted:
-        raise typer.Exit(130)
+    if result.interrupted:  # 128 + the signal: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
+        raise typer.Exit(128 + (result.signal or 2))
     if result.returncode != 0:
         raise typer.Exit(result.returncode)
 
