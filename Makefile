@@ -1,6 +1,7 @@
 # tierscope — one install, the demo, the tests, the benchmarks.
 #
-#   make setup     install what is missing (apt as root, Python venv, native engine); idempotent
+#   make setup     install what is missing (apt as root, the lab's system user, Python venv, native
+#                  engine); idempotent
 #   make demo      run the demo (depends on setup)
 #   make test      the lint and the test suite (depends on setup); what CI runs
 #   make lint      the house rules: pyflakes' checks and ruff's formatting over python/, tests/ and bench/,
@@ -23,9 +24,9 @@ APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client
 ENGINE_SOURCES := $(shell find engine/src -name '*.rs' 2>/dev/null) engine/Cargo.toml
 PY_META        := pyproject.toml $(wildcard packaging/data/scripts/*)
 
-.PHONY: setup system-packages demo test lint format test-python test-engine bench fuzz fidelity clean
+.PHONY: setup system-packages system-user demo test lint format test-python test-engine bench fuzz fidelity clean
 
-setup: system-packages $(VENV)/.installed
+setup: system-packages system-user $(VENV)/.installed
 
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -42,6 +43,17 @@ system-packages:
 	@# Debian starts installed daemons; tierscope starts its own, on its own ports and data dirs.
 	@if [ "$$(id -u)" = 0 ]; then \
 	  for s in nginx mariadb postgresql redis-server; do service $$s stop >/dev/null 2>&1 || true; done; fi
+
+# The unprivileged system user nginx's workers and the app servers run as in a root lab (no home,
+# no login shell, a group of its own); tierscope makes it on first use too (services/_accounts.py).
+LAB_OS_USER := tierscope
+system-user:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  getent passwd $(LAB_OS_USER) >/dev/null || { \
+	    echo "setup: making the system user $(LAB_OS_USER) (nginx workers and app servers run as it)"; \
+	    useradd --system --user-group --no-create-home --home-dir /nonexistent \
+	      --shell /usr/sbin/nologin $(LAB_OS_USER); }; \
+	fi
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)

@@ -1,11 +1,22 @@
-"""Running a server as its own unprivileged OS user (postgres, mysql) from a root lab."""
+"""Running a server as an unprivileged OS user from a root lab: the database servers as their own
+(postgres, mysql, redis), nginx's workers and the app servers as the lab's system user
+`LAB_OS_USER` (made by `make setup`, or here on first use: `lab_account`)."""
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
+
+#: the unprivileged system user nginx's workers and the app servers run as in a root lab
+LAB_OS_USER = "tierscope"
+#: login shells that are no login shell
+_NO_LOGIN = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
 
 
 def account(user: str) -> pwd.struct_passwd | None:
@@ -16,11 +27,72 @@ def account(user: str) -> pwd.struct_passwd | None:
         return None
 
 
+class AccountError(RuntimeError):
+    """The lab's system user is missing and cannot be made, or is not fit to run servers as."""
+
+
+def lab_account(user: str = LAB_OS_USER) -> pwd.struct_passwd:
+    """The system user nginx's workers and the app servers run as (root labs only).
+
+    `make setup` makes it; when it is missing (a host that never ran `make setup`, such as a remote
+    run's hosts) it is made now the same way: a system user with a group of its own, no home and no
+    login shell (`useradd --system`). An account of that name that could log in, or is uid 0, is
+    refused: the servers would run as a person, or as root."""
+    acct = account(user)
+    if acct is None:
+        if os.geteuid() != 0:
+            raise AccountError(f"the system user {user!r} does not exist; run `make setup` as root to make it")
+        useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+        done = subprocess.run(
+            [useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent"]
+            + ["--shell", next((s for s in _NO_LOGIN if os.path.exists(s)), "/bin/false"), user],
+            capture_output=True,
+            text=True,
+        )
+        acct = account(user)  # also when another process made it first (useradd exits 9)
+        if acct is None:
+            raise AccountError(
+                f"the system user {user!r} does not exist and `useradd` failed ({done.stderr.strip()}); "
+                "run `make setup` as root to make it"
+            )
+        print(
+            f"tierscope: made the system user {user!r} (uid {acct.pw_uid}) that nginx's workers and the "
+            "app servers run as (`make setup` makes it too)",
+            file=sys.stderr,
+        )
+    if acct.pw_uid == 0 or acct.pw_gid == 0:
+        raise AccountError(f"the system user {user!r} has uid {acct.pw_uid} gid {acct.pw_gid}: it must not be root")
+    if acct.pw_shell not in _NO_LOGIN:
+        raise AccountError(
+            f"the account {user!r} has the login shell {acct.pw_shell}: tierscope runs its servers as a system "
+            f"user without one (`usermod -s /usr/sbin/nologin {user}`, or remove it and run `make setup`)"
+        )
+    return acct
+
+
+def group_name(acct: pwd.struct_passwd) -> str:
+    """The name of the account's primary group."""
+    return grp.getgrgid(acct.pw_gid).gr_name
+
+
 def run_as(user: str, argv: list[str]) -> list[str]:
     """`argv` run as `user` when we are root (setpriv execs, so the pid stays the server's)."""
     if os.geteuid() != 0:
         return argv
     return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
+
+
+def make_traversable(path: Path) -> None:
+    """Give every ancestor of `path` search permission for others (o+x, not read: names must be
+    known), so a server running as another user reaches `path` even under a private directory."""
+    parent = path.absolute().parent
+    while True:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            os.chmod(parent, mode | stat.S_IXOTH)
+        if parent == parent.parent:
+            break
+        parent = parent.parent
 
 
 def give_to(user: str, path: Path) -> None:
@@ -35,11 +107,24 @@ def give_to(user: str, path: Path) -> None:
         os.chown(root, acct.pw_uid, acct.pw_gid)
         for name in dirs + files:
             os.lchown(os.path.join(root, name), acct.pw_uid, acct.pw_gid)
-    parent = path.absolute().parent
-    while True:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            os.chmod(parent, mode | stat.S_IXOTH)
-        if parent == parent.parent:
-            break
-        parent = parent.parent
+    make_traversable(path)
+
+
+def blocked_for(acct: pwd.struct_passwd, path: Path) -> Path | None:
+    """The first directory on the way to `path` (or `path` itself) that `acct` may not search
+    (or, for `path`, read): None when the account can read `path`."""
+    groups = {acct.pw_gid} | {g.gr_gid for g in grp.getgrall() if acct.pw_name in g.gr_mem}
+
+    def allowed(p: Path, bits: tuple[int, int, int]) -> bool:
+        st = p.stat()
+        if st.st_uid == acct.pw_uid:
+            return bool(st.st_mode & bits[0])
+        if st.st_gid in groups:
+            return bool(st.st_mode & bits[1])
+        return bool(st.st_mode & bits[2])
+
+    path = Path(path).resolve()
+    for p in reversed(path.parents):
+        if not allowed(p, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)):
+            return p
+    return None if allowed(path, (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)) else path

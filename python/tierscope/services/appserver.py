@@ -11,6 +11,11 @@ bounds the open client connections per worker (gthread's worker_connections: acc
 beyond `threads` wait for a thread, like Tomcat's acceptCount) and `backlog` the kernel's accept
 queue. An app may record its own events (GC pauses, injected pauses) as `events` rows in
 `events_dir`; `events()` reads them as one table (its `WsgiApp.events`).
+
+In a root lab the whole gunicorn (master and workers) runs as the lab's unprivileged system user
+(`services._accounts.LAB_OS_USER`, `setpriv`, which execs, so the pid stays the server's): the
+work and events directories are given to it, their ancestors made searchable (o+x), and the
+database password reaches it in its environment, which only that user and root can read in /proc.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tierscope.apps.dal import DbConfig
-from tierscope.services.base import Service
+from tierscope.services._accounts import AccountError, blocked_for, give_to, lab_account, run_as
+from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
 if TYPE_CHECKING:
@@ -117,6 +123,33 @@ class AppServer(Service):
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.events_dir.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            acct = self.run_account()
+            for path in self._code_paths():
+                blocked = blocked_for(acct, path)
+                if blocked is not None:
+                    raise ServiceError(
+                        f"{self.name}: the app server runs as the unprivileged user {acct.pw_name!r}, which cannot "
+                        f"reach {path} ({blocked} is closed to it); install tierscope where other users can "
+                        "read it (e.g. not under /root)"
+                    )
+            give_to(acct.pw_name, self.workdir)  # its logs and pid file
+            give_to(acct.pw_name, self.events_dir)  # the events its workers record
+
+    def run_account(self):
+        """The account gunicorn runs as in a root lab: the lab's system user."""
+        try:
+            return lab_account()
+        except AccountError as err:
+            raise ServiceError(f"{self.name}: {err}") from None
+
+    def _code_paths(self) -> list[Path]:
+        """What the unprivileged user must read to run the app: the interpreter, gunicorn, tierscope."""
+        import gunicorn
+
+        import tierscope
+
+        return [Path(sys.executable), Path(gunicorn.__file__), Path(tierscope.__file__)]
 
     def command(self) -> list[str]:
         argv = [
@@ -159,7 +192,8 @@ class AppServer(Service):
                 "--access-logformat",
                 '%(h)s %(t)s "%(r)s" %(s)s %(B)s %(M)s %({x-request-id}i)s',
             ]
-        return argv + [self.app]
+        argv.append(self.app)
+        return run_as(self.run_account().pw_name, argv) if os.geteuid() == 0 else argv
 
     def healthy(self) -> bool:
         try:

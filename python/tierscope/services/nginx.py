@@ -8,6 +8,11 @@ Access log format `tierscope` (one line per request, space separated, see docs/i
 
 `$msec` is the time the response was finished (seconds with ms resolution); the request arrived
 at `$msec - $request_time`.
+
+In a root lab the master runs as root (it binds, opens the logs and writes the pid file) and the
+workers, which serve the requests, as the lab's unprivileged system user (`user` directive,
+`services._accounts.LAB_OS_USER`); the temp directories nginx makes are theirs, and the work
+directory, the document root and their ancestors are made searchable for them (o+x).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import shutil
 import signal
 from pathlib import Path
 
+from tierscope.services._accounts import AccountError, group_name, lab_account, make_traversable
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
@@ -87,7 +93,10 @@ class Nginx(Service):
     def config(self) -> str:
         """The nginx.conf text for these parameters."""
         w = self.workdir
-        user = "user root root;\n" if os.geteuid() == 0 else ""
+        user = ""
+        if os.geteuid() == 0:  # workers as the unprivileged lab user, never root
+            acct = self.worker_account()
+            user = f"user {acct.pw_name} {group_name(acct)};\n"
         access = f"access_log {self.access_log} tierscope;" if self.access_log_enabled else "access_log off;"
         upstream = ""
         fallback = "return 404;"
@@ -141,10 +150,22 @@ http {{
 }}
 """
 
+    def worker_account(self):
+        """The account the workers run as (root labs): the lab's system user."""
+        try:
+            return lab_account()
+        except AccountError as err:
+            raise ServiceError(f"{self.name}: {err}") from None
+
     def prepare(self) -> None:
         for d in ("tmp", "empty"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         self.conf_path.write_text(self.config())
+        if os.geteuid() == 0:  # the workers reach their temp directories and the static files
+            make_traversable(self.workdir / "tmp" / "body")
+            make_traversable(self.workdir / "empty" / "x")
+            if self.root and self.root.is_dir():
+                make_traversable(self.root / "x")
 
     def command(self) -> list[str]:
         return [NGINX, "-p", str(self.workdir), "-c", str(self.conf_path)]
