@@ -282,3 +282,86 @@ def test_cli_engines_write_the_same_window_series(tmp_path, spark_series):
     assert res.exit_code == 2 and "Java runtime" in res.output
     res = runner.invoke(app, ["analyze", str(tmp_path), "--engine", "duckdb", "--report", "-o", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--engine numpy" in res.output
+
+
+def _one_request(directory):
+    t = pa.table(
+        {
+            "tier": ["web"],
+            "server": ["web1"],
+            "request_id": ["w"],
+            "parent_id": pa.nulls(1, pa.string()),
+            "arrival_ns": [BASE],
+            "departure_ns": [BASE + 40 * MS],
+        }
+    )
+    pq.write_table(t, directory / "requests.parquet")
+    return directory / "requests.parquet"
+
+
+def test_a_master_that_cannot_work_is_one_line_before_spark_starts(tmp_path):
+    """A malformed local master, or a standalone master nobody answers at, is refused in one line
+    with exit status 2 before a JVM starts (Spark itself retries for a minute, then prints 300
+    lines of Java and Python stack traces, exit 1)."""
+    import socket
+    import time
+
+    from typer.testing import CliRunner
+
+    from tierscope.cli import app
+    from tierscope.services.base import free_port
+
+    requests = _one_request(tmp_path)
+    runner = CliRunner()
+    nobody = f"spark://127.0.0.1:{free_port()}"
+    for master, says in (
+        ("local[x]", "local[x]: not a Spark master; use local[N]"),
+        ("local[0]", "local[0]: not a Spark master"),
+        (nobody, f"{nobody}: no Spark master answers (127.0.0.1:{nobody.rsplit(':', 1)[1]}: connection refused)"),
+        ("spark://head", "spark://head: a standalone master is spark://HOST:PORT"),
+    ):
+        t0 = time.monotonic()
+        res = runner.invoke(
+            app, ["analyze", str(requests), "--engine", "spark", "--spark-master", master, "-o", str(tmp_path / "o")]
+        )
+        assert time.monotonic() - t0 < 15, master
+        assert res.exit_code == 2, (master, res.output)
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: --spark-master {says}"), (master, res.output)
+        assert "Traceback" not in res.output and "at org.apache" not in res.output
+    for master in ("local", "local[2]", "local[*]", "local[2,3]", "local-cluster[2,1,1024]", "yarn", "k8s://h:443"):
+        assert spark_windows.check_master(master) == master
+    with socket.socket() as listener:  # a standalone master is someone listening at HOST:PORT
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        master = f"spark://127.0.0.1:{free_port()},127.0.0.1:{listener.getsockname()[1]}"
+        assert spark_windows.check_master(master) == master
+
+
+def test_a_master_spark_refuses_is_one_line_and_the_jvm_log_a_file(tmp_path):
+    """A master that passes the check but that Spark refuses (spark-submit: "Master must either be
+    yarn or start with spark, k8s, or local"): one line naming Spark's reason, exit 2; everything
+    the JVM printed is in OUT/spark.log, nothing of it on the terminal."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    requests = _one_request(tmp_path)
+    out = tmp_path / "o"
+    tierscope = str(Path(sys.executable).parent / "tierscope")
+    env = {k: v for k, v in os.environ.items() if k != spark_windows.MASTER_ENV}
+    res = subprocess.run(
+        [tierscope, "analyze", str(requests), "--engine", "spark", "--spark-master", "nonsense", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stdout.strip() == f"window series of {requests} on spark (nonsense)"
+    assert res.stderr.strip().splitlines() == [
+        "error: --spark-master nonsense: Spark did not start: Master must either be yarn or start with spark, k8s, "
+        f"or local (its log: {out / 'spark.log'})"
+    ]
+    assert "at org.apache.spark.deploy.SparkSubmit" in (out / "spark.log").read_text()

@@ -14,15 +14,21 @@ The master is the argument, else $TIERSCOPE_SPARK_MASTER, else ``local[2]`` (Spa
 process's JVM on two cores, no cluster needed). With a cluster master the paths must be readable
 by the executors (HDFS, S3, a shared file system). pyspark is an optional dependency
 (``pip install 'tierscope[spark]'``) and needs Java 17 or later; both are imported or looked for
-only when a Spark function runs.
+only when a Spark function runs. A master is checked before any JVM starts (`check_master`): a
+malformed local master, or a standalone master nobody answers at, is one line
+(`EngineUnavailable`) instead of a minute of retries and a Java stack trace; `error_line` turns
+what Spark raises later into one line too.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -49,8 +55,17 @@ VIEW = "tierscope_requests"
 PANDAS_WARNING = "PySpark does not yet fully support pandas"
 
 
+#: the local masters Spark accepts: local, local[N], local[*], local[N,F], local[*,F], local-cluster[N,C,M]
+_LOCAL_MASTER = re.compile(
+    r"local(\[\s*(\*|[1-9][0-9]*)\s*(,\s*[0-9]+\s*)?\]|-cluster\[\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*\])?"
+)
+#: what `tierscope analyze --spark-master` takes, for messages
+MASTER_FORMS = "local[N], local[*], spark://HOST:PORT, yarn or k8s://URL"
+
+
 class EngineUnavailable(RuntimeError):
-    """The Spark engine cannot run here: pyspark is not installed or no Java runtime was found."""
+    """The Spark engine cannot run here: pyspark is not installed, no Java runtime was found, or
+    the master is malformed or does not answer."""
 
 
 def java_executable() -> str | None:
@@ -83,23 +98,88 @@ def resolve_master(master: str | None = None) -> str:
     return master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
 
 
-def spark_session(master: str | None = None, conf: dict[str, str] | None = None, app_name: str = "tierscope"):
-    """A SparkSession on `master` (see `resolve_master`), offline: no UI, and in local mode bound to
-    the loopback interface only. `conf` adds or overrides Spark settings."""
+def check_master(master: str | None = None, timeout: float = 3.0) -> str:
+    """The master to use (`resolve_master`), checked before Spark starts: a `local...` master must
+    be one of Spark's local forms, and a standalone `spark://HOST:PORT[,HOST:PORT...]` must have a
+    TCP listener at one of its addresses at least (Spark would retry for a minute, then fail with a
+    stack trace). Other masters (yarn, k8s://...) are left to Spark. `EngineUnavailable` (one
+    line) when the master cannot be used."""
+    master = resolve_master(master).strip()
+    if master.startswith("local"):
+        if not _LOCAL_MASTER.fullmatch(master):
+            raise EngineUnavailable(f"{master}: not a Spark master; use {MASTER_FORMS}")
+        return master
+    if master.startswith("spark://"):
+        reasons = []
+        for address in master[len("spark://") :].split(","):
+            host, _, port = address.strip().rpartition(":")
+            host = host.strip("[]")
+            if not host or not port.isdigit():
+                raise EngineUnavailable(f"{master}: a standalone master is spark://HOST:PORT (e.g. spark://head:7077)")
+            try:
+                with socket.create_connection((host, int(port)), timeout=timeout):
+                    return master
+            except OSError as e:
+                reasons.append(f"{address.strip()}: {(e.strerror or str(e) or type(e).__name__).lower()}")
+        raise EngineUnavailable(
+            f"{master}: no Spark master answers ({'; '.join(reasons)}); start one there "
+            "($SPARK_HOME/sbin/start-master.sh) or use local[N]"
+        )
+    return master
+
+
+def error_line(e: BaseException, log: str | Path | None = None) -> str:
+    """One line for an error Spark raised: the Java exception's own message (without its class
+    name) for a Py4JJavaError; when the JVM died before py4j could ask it (spark-submit refusing a
+    master: JAVA_GATEWAY_EXITED), the refusal the JVM wrote to `log`; else the first line of the
+    Python exception's text."""
+    try:
+        text = str(e)
+    except Exception:  # py4j asks the JVM for the text; the JVM may be gone
+        text = ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    java = [line[1:].strip() for line in lines if line.startswith(":")]
+    if not java and log is not None and "JAVA_GATEWAY_EXITED" in text:
+        try:
+            logged = Path(log).read_text(errors="replace").splitlines()
+        except OSError:
+            logged = []
+        java = [m.group(1) for m in map(re.compile(r'(?:Exception in thread "main"|Error:)\s+(.+)').match, logged) if m]
+    line = java[0] if java else lines[0] if lines else type(e).__name__
+    return re.sub(r"^(?:[A-Za-z_$][\w$]*\.)+[A-Za-z_$][\w$]*(?:Exception|Error): ", "", line)
+
+
+def spark_session(
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    app_name: str = "tierscope",
+    log: str | Path | None = None,
+):
+    """A SparkSession on `master` (see `resolve_master`, checked by `check_master`), offline: no UI,
+    and in local mode bound to the loopback interface only. `conf` adds or overrides Spark
+    settings. `log`: a file that gets everything the JVM prints (its log4j log, its warnings and
+    stack traces), when this call starts the JVM (the first session of the process); otherwise
+    the JVM writes to this process's stdout and stderr."""
     check_spark()
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    master = resolve_master(master)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
+    master = check_master(master)
+    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
     if master.startswith("local"):
-        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-    for key, value in (conf or {}).items():
+        settings.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
         builder = builder.config(key, value)
+    if log is not None and SparkContext._gateway is None:
+        from pyspark.java_gateway import launch_gateway
+
+        launch = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+        with open(log, "ab") as out:
+            SparkContext._ensure_initialized(
+                gateway=launch_gateway(launch, popen_kwargs={"stdout": out, "stderr": out})
+            )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=PANDAS_WARNING)
         session = builder.getOrCreate()

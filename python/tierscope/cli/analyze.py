@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -164,24 +165,44 @@ def _analyze_windows(
         sources = _engine_sources(files, engine)
     except (ValueError, OSError) as e:
         fail(_output.printable(str(e)))
+    session = None
     if engine == "spark":
         from tierscope.analysis import spark_windows
 
+        # the option, else the environment variable (either is named in messages), else local[2]
+        named = ""
+        if master:
+            named = "--spark-master "
+        elif os.environ.get(spark_windows.MASTER_ENV):
+            named = f"${spark_windows.MASTER_ENV}="
+        master = spark_windows.resolve_master(master)
         try:
             spark_windows.check_spark()
+            spark_windows.check_master(master)
         except spark_windows.EngineUnavailable as e:
-            fail(str(e))
-        where = f"spark ({spark_windows.resolve_master(master)})"
-
-        def run(exclusive: bool):
-            return spark_windows.window_series_spark(sources, window_ns, exclusive=exclusive, master=master)
+            fail(f"{named}{e}" if str(e).startswith(master) else str(e))
+        where = f"spark ({master})"
     else:
         where = "duckdb"
+    console.print(f"window series of {', '.join(sources)} on {where}", markup=False, highlight=False, soft_wrap=True)
+    if engine == "spark":
+        # the JVM's log and stack traces go to a file; what went wrong is said in one line
+        log = output / "spark.log"
+        try:
+            session = spark_windows.spark_session(master, log=log)
+        except spark_windows.EngineUnavailable as e:
+            fail(str(e))
+        except Exception as e:  # Spark's own refusal (a master it cannot parse, a cluster that says no)
+            why = _output.printable(spark_windows.error_line(e, log))
+            fail(f"{named}{master}: Spark did not start: {why} (its log: {log})")
+
+        def run(exclusive: bool):
+            return spark_windows.window_series_spark(sources, window_ns, exclusive=exclusive, spark=session)
+    else:
 
         def run(exclusive: bool):
             return window_series_sql(sources, window_ns, exclusive=exclusive)
 
-    console.print(f"window series of {', '.join(sources)} on {where}")
     note = None
     try:
         try:
@@ -194,9 +215,24 @@ def _analyze_windows(
     except Exception as e:  # the engine's own errors (a Spark AnalysisException for a bad path, ...)
         if type(e).__name__ == "AnalysisException":
             fail(_output.printable(str(e).splitlines()[0] if str(e) else type(e).__name__))
-        raise
+        if session is None or not type(e).__module__.startswith(("py4j", "pyspark")):
+            raise
+        from rich.markup import escape
+
+        Console(stderr=True).print(
+            f"[red]error:[/red] Spark failed: {escape(_output.printable(spark_windows.error_line(e, output / 'spark.log')))} "
+            f"(its log: {escape(str(output / 'spark.log'))})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(_output.FAILED)
+    finally:
+        if session is not None:
+            session.stop()
     if note:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        from rich.markup import escape
+
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     summary = _series_summary(series, window_ns)
     if not summary:
         console.print("no requests in the input")
