@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -352,7 +353,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
         )
 
     for name, s in sorted(summary.get("pages", {}).items(), key=lambda kv: -kv[1]["count"]):
-        row(name, s)
+        row(escape(name), s)
     if "total" in summary:
         row("total", summary["total"], style="bold")
     return t

@@ -8,6 +8,7 @@ import time
 from rich.console import Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -18,8 +19,8 @@ def render(p: Progress) -> Group:
     head = Table.grid(padding=(0, 2))
     for _ in range(2):
         head.add_column()
-    head.add_row("point", f"{p.point_index}/{p.points_total}  [bold]{p.point_id}[/bold]")
-    head.add_row("phase", p.phase)
+    head.add_row("point", f"{p.point_index}/{p.points_total}  [bold]{escape(p.point_id)}[/bold]")
+    head.add_row("phase", escape(p.phase))
     elapsed = time.monotonic() - p.point_started if p.point_started else 0.0
     left = max(0.0, p.point_seconds - elapsed)
     head.add_row("users", f"{p.active_users}/{p.users}")
@@ -34,7 +35,7 @@ def render(p: Progress) -> Group:
         done = Table("point", "status", "note", box=None, padding=(0, 1))
         for pid, status, note in p.finished[-8:]:
             style = {"done": "green", "failed": "red"}.get(status, "dim")
-            done.add_row(pid, f"[{style}]{status}[/{style}]", note[:80])
+            done.add_row(escape(pid), f"[{style}]{escape(status)}[/{style}]", escape(note[:80]))
         parts.append(done)
     parts += [Text(m, style="dim") for m in p.messages[-4:]]
     return Group(*parts)

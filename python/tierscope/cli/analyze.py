@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tierscope.cli import _output
 
@@ -425,25 +426,25 @@ def analyze(
                 **options,
             )
             requests = data.imported.requests
-            console.print(f"imported {data.imported.summary()}")
+            console.print(f"imported {data.imported.summary()}", markup=False)
     except (FormatError, ValueError, OSError) as e:
         fail(_output.printable(str(e)))
     summary = build_summary(data)
     print_summary(summary, console, verbose=verbose, data=data)
     if verbose:
         for note in data.notes:
-            console.print(f"[dim]note: {note}[/dim]")
+            console.print(f"[dim]note: {escape(note)}[/dim]")
     elif data.notes:
         console.print(f"[dim]{len(data.notes)} note(s): --verbose shows them[/dim]")
     try:
         if requests is not None and requests.num_rows:
-            console.print(f"wrote {tables.write(requests, output / 'requests.parquet', 'requests')}")
+            console.print(f"wrote {tables.write(requests, output / 'requests.parquet', 'requests')}", markup=False)
         if report:
-            console.print(f"wrote {write_report(data, output / 'report.html', summary)}")
+            console.print(f"wrote {write_report(data, output / 'report.html', summary)}", markup=False)
         if json_out is not None:
             where = _output.write_json(data, summary, json_out)
             if where != "stdout":
-                console.print(f"wrote {where}")
+                console.print(f"wrote {where}", markup=False)
     except OSError as e:
         fail(f"writing the results: {e.strerror or e}" + (" (disk full)" if _output.no_space(e) else ""))
     raise typer.Exit(_output.verdict_status(data, summary))

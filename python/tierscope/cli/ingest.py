@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -87,12 +88,13 @@ def ingest(
             chosen = list(dict.fromkeys(modes))
         load = replace(load, clients=clients or load.clients, records=records or load.records)
     except (PresetError, FileNotFoundError, ValueError) as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     run_dir = out / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}"
     console.print(
         f"{description or path}: {load.clients} clients x {load.records} records, timeout "
-        f"{load.timeout_s:g} s; modes {', '.join(chosen)}"
+        f"{load.timeout_s:g} s; modes {', '.join(chosen)}",
+        markup=False,
     )
     results, failed = [], []
     with console.status("") as status:
@@ -105,7 +107,7 @@ def ingest(
                         replace(load, run=mode),
                         run_dir / mode,
                         testbed_mode="loopback" if loopback else "auto",
-                        phase=lambda s: status.update(s),
+                        phase=lambda s: status.update(escape(s)),
                     )
                 )
             except KeyboardInterrupt:
@@ -117,21 +119,22 @@ def ingest(
         console.print(results_table(results))
     for r in results:
         for note in r.notes:
-            console.print(f"[dim]{r.mode}: {note}[/dim]", highlight=False, soft_wrap=True)
+            console.print(f"[dim]{r.mode}: {escape(note)}[/dim]", highlight=False, soft_wrap=True)
         if r.error:
-            err.print(f"[red]{r.mode}[/red]: {r.error}", highlight=False, soft_wrap=True)
+            err.print(f"[red]{r.mode}[/red]: {escape(str(r.error))}", highlight=False, soft_wrap=True)
     for mode, reason in failed:
-        err.print(f"[red]failed[/red] {mode}: {reason}", highlight=False, soft_wrap=True)
+        err.print(f"[red]failed[/red] {mode}: {escape(reason)}", highlight=False, soft_wrap=True)
     (run_dir).mkdir(parents=True, exist_ok=True)
     (run_dir / "summary.json").write_text(
         json.dumps({"results": [r.as_dict() for r in results], "failed": failed}, indent=2) + "\n"
     )
-    console.print(f"tables: {run_dir}")
+    console.print(f"tables: {run_dir}", markup=False)
     if any((run_dir / m / "secrets").exists() for m in chosen):
         broker = f", {run_dir}/durable/broker1/redis.password (the broker's)" if "durable" in chosen else ""
         console.print(
             f"credentials (0600, made for this run): {run_dir}/<mode>/secrets/tokens.json (the clients' tokens)"
             + broker,
+            markup=False,
             highlight=False,
             soft_wrap=True,
         )

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.live import Live
 
 
@@ -77,14 +78,14 @@ def load(
             if result.summary is not None:
                 print(json.dumps(result.summary if dry_run is not None else {"summary": result.summary}))
         else:
-            view = LiveView(f"tierscope load {workload.name} -> {target}")
+            view = LiveView(escape(f"tierscope load {workload.name} -> {target}"))
             with Live(view, console=console, refresh_per_second=4, transient=False):
                 result = run_load(argv, on_progress=view.update)
             if result.summary is not None:
                 console.print(summary_table(result.summary))
-                console.print(describe_all_phases(result.summary))
+                console.print(describe_all_phases(result.summary), markup=False)
     except LoadError as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     if result.stderr.strip():
         console.print(result.stderr.strip(), style="yellow", markup=False)

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 oltp_app = typer.Typer(
@@ -39,12 +40,12 @@ def _database(console: Console, dbms: str, dsn: Optional[str], workdir: Optional
     if dsn:
         return contextlib.nullcontext(dsn)
     if dbms not in DBMS:
-        console.print(f"[red]error:[/red] --dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
+        console.print(f"[red]error:[/red] --dbms: expected one of {', '.join(DBMS)}, got {escape(repr(dbms))}")
         raise typer.Exit(2)
 
     @contextlib.contextmanager
     def started():
-        console.print(f"starting {dbms} ...", style="dim")
+        console.print(f"starting {dbms} ...", style="dim", markup=False)
         with started_database(dbms, workdir) as (_svc, the_dsn):
             yield the_dsn
 
@@ -136,7 +137,7 @@ def ycsb(
                 log=log,
             )
     except OltpError as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(err.code or 1)
     if json_out:
         print(json.dumps(s))
@@ -213,7 +214,7 @@ def tpcc(
                 log=log,
             )
     except OltpError as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(err.code or 1)
     if json_out:
         print(json.dumps(s))
@@ -309,7 +310,7 @@ def scale(
         if problems:
             raise ValueError("; ".join(problems))
     except (ValueError, OSError) as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     import os
 
@@ -319,7 +320,7 @@ def scale(
     try:
         rows = run_scaling(p, out=out, say=lambda m: console.print(m, style="dim", markup=False), workdir=workdir)
     except Exception as err:  # a server that would not start, an engine that failed
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     if json_out:
         for r in rows:
@@ -343,7 +344,7 @@ def scale(
     for cells in table_rows(rows):
         t.add_row(*cells)
     console.print(t)
-    console.print(f"results: {out / 'results.json'}, {out / 'results.parquet'}, {out / 'nodes.parquet'}")
+    console.print(f"results: {out / 'results.json'}, {out / 'results.parquet'}, {out / 'nodes.parquet'}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

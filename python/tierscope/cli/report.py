@@ -80,13 +80,15 @@ def report(
     elif data.notes:
         console.print(f"[dim]{len(data.notes)} note(s): --verbose shows them[/dim]")
     try:
-        console.print(f"wrote {write_report(data, output, summary)}")
+        console.print(f"wrote {write_report(data, output, summary)}", markup=False)
         if json_out is not None:
             where = _output.write_json(data, summary, json_out)
             if where != "stdout":
-                console.print(f"wrote {where}")
+                console.print(f"wrote {where}", markup=False)
     except OSError as e:
-        err.print(f"[red]error:[/red] writing the results: {e.strerror or e}", highlight=False, soft_wrap=True)
+        err.print(
+            f"[red]error:[/red] writing the results: {escape(str(e.strerror or e))}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(_output.BAD_INPUT) from None
     raise typer.Exit(_output.verdict_status(data, summary))
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 
 def run(
@@ -121,7 +122,7 @@ def execute(
         if json_out not in (None, "-"):
             _output.check_output_file(Path(json_out), "--json")
     except (SpecError, ValueError, OSError) as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         return _output.BAD_INPUT
     progress = Progress()
     if hosts is None:  # labs a killed run left on this machine: named (one line each) and removed
@@ -140,16 +141,16 @@ def execute(
                     spec, out, hosts, resume=resume, run_name=run_name, progress=progress, report=report
                 )
             except RemoteError as err:
-                Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+                Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
                 return _output.BAD_INPUT
         else:
             result = run_experiment(
                 spec, out, resume=resume, mode=mode, run_name=run_name, progress=progress, report=report
             )
-    console.print(f"run directory: {result.dir}")
+    console.print(f"run directory: {result.dir}", markup=False)
     console.print(f"points: {len(result.done)} done, {len(result.failed)} failed, {len(result.skipped)} skipped")
     for pid, reason in result.failed:
-        console.print(f"  [red]failed[/red] {pid}: {reason}")
+        console.print(f"  [red]failed[/red] {escape(pid)}: {escape(str(reason))}", highlight=False, soft_wrap=True)
     if result.interrupted:
         console.print("[yellow]interrupted[/yellow]: finished points are kept; continue with --resume")
         return 130
@@ -162,7 +163,7 @@ def execute(
         configurations = configuration_table(result.data) if result.data is not None else None
         if configurations is not None:
             console.print(configurations)
-        console.print(f"report: {result.report}")
+        console.print(f"report: {result.report}", markup=False)
     if json_out is not None:
         doc = _output.verdict_document(result.data, result.summary) if result.summary is not None else {}
         doc["run"] = {
@@ -174,7 +175,7 @@ def execute(
         }
         where = _output.write_document(doc, json_out)
         if where != "stdout":
-            console.print(f"wrote {where}")
+            console.print(f"wrote {where}", markup=False)
     return 0 if not result.failed else 1
 
 

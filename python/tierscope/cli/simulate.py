@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 
 def simulate(
@@ -30,7 +31,9 @@ def simulate(
         parsed = load_spec(spec)
         check_output_dir(output, "-o")
     except (SpecError, OutputError) as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}", markup=True, highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[red]error:[/red] {escape(str(err))}", markup=True, highlight=False, soft_wrap=True
+        )
         raise typer.Exit(2) from None
     started = time.perf_counter()
     sim = run(parsed)
@@ -40,10 +43,11 @@ def simulate(
     console.print(
         f"simulated {simulated:g} s in {elapsed:.1f} s: {sim.client_requests.num_rows} client requests "
         f"({sim.client_requests.num_rows / simulated:.0f}/s), {sim.requests.num_rows} requests at "
-        f"{len(parsed.tier)} tiers, {sim.events.num_rows} events"
+        f"{len(parsed.tier)} tiers, {sim.events.num_rows} events",
+        markup=False,
     )
     for name, path in paths.items():
-        console.print(f"  {name}: {path}")
+        console.print(f"  {name}: {path}", markup=False)
     truth = sim.saturation_truth.to_pylist()
     if truth:
         console.print("ground truth, share of the run each server was saturated:")
@@ -53,7 +57,7 @@ def simulate(
             item[0] += row["end_ns"] - row["start_ns"]
             item[1].update(row["cause"].split("+"))
         for server, (ns, causes) in per.items():
-            console.print(f"  {server}: {ns / 1e9 / simulated:.1%} ({', '.join(sorted(causes))})")
+            console.print(f"  {server}: {ns / 1e9 / simulated:.1%} ({', '.join(sorted(causes))})", markup=False)
     else:
         console.print("ground truth: no server was ever saturated")
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 testbed_app = typer.Typer(
     name="testbed",
@@ -59,13 +60,13 @@ def up(
     try:
         tb.up(p)
     except TestbedError as err:
-        Console(stderr=True).print(f"[red]testbed up failed:[/red] {err}")
+        Console(stderr=True).print(f"[red]testbed up failed:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     tb.detach()
     console = Console(soft_wrap=True)
-    console.print(f"point {p.index} of {n}: {p.id} ({p.config.notation()})")
+    console.print(f"point {p.index} of {n}: {p.id} ({p.config.notation()})", markup=False)
     console.print(tb.describe(), markup=False, highlight=False)
-    console.print(f"state: {tb.state_file}")
+    console.print(f"state: {tb.state_file}", markup=False)
     from tierscope.services.credentials import lab_credentials
 
     creds = lab_credentials(tb.workdir)
@@ -89,7 +90,7 @@ def down(lab: int = LAB_OPTION) -> None:
         tb = Testbed.from_state(lab)
         tb.down()
     except TestbedError as err:
-        Console(stderr=True).print(f"[red]testbed down:[/red] {err}")
+        Console(stderr=True).print(f"[red]testbed down:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     Console().print(f"lab {lab} is down")
 
@@ -131,7 +132,7 @@ def status() -> None:
             lab = int(json.loads(f.read_text())["lab"])
             tb = Testbed.from_state(lab)
         except Exception as err:
-            console.print(f"{f}: unreadable ({err})")
+            console.print(f"{f}: unreadable ({err})", markup=False)
             continue
         first, _, rest = tb.describe().partition("\n")
         console.print(first + (" — ORPHANED (owner dead)" if lab in orphaned else ""), markup=False)
@@ -189,7 +190,7 @@ def clean(
         f"links, {len(out.cgroups)} cgroup directories, {len(out.state_files)} state files and work dirs"
     )
     for e in out.errors:
-        console.print(f"[red]could not remove:[/red] {e}")
+        console.print(f"[red]could not remove:[/red] {escape(str(e))}", soft_wrap=True)
     if out.errors:
         raise typer.Exit(1)
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 
 def trace(
@@ -54,7 +55,7 @@ def trace(
         if keep_capture is not None:
             check_output_file(keep_capture, "--keep-capture")
     except OutputError as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     tmpdir = None
     if live is not None:
@@ -69,14 +70,14 @@ def trace(
         cap = LiveCapture(live, capture, filter=filter, snaplen=snaplen)
         try:
             cap.start()
-            console.print(f"capturing on {live} ({filter!r}) for {duration:g} s ...")
+            console.print(f"capturing on {live} ({filter!r}) for {duration:g} s ...", markup=False)
             try:
                 time.sleep(duration)
             except KeyboardInterrupt:
                 console.print("interrupted: stopping the capture")
             stats = cap.stop()
         except CaptureError as err:
-            console.print(f"[red]error:[/red] {err}")
+            console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         finally:
             cap.stop()
@@ -84,12 +85,12 @@ def trace(
         console.print(f"tcpdump: {stats.captured} packets captured, {dropped} dropped by the kernel")
     assert capture is not None
     if not capture.exists():
-        console.print(f"[red]error:[/red] capture file {capture} does not exist")
+        console.print(f"[red]error:[/red] capture file {escape(str(capture))} does not exist", highlight=False)
         raise typer.Exit(2)
     try:
         result = trace_capture(capture, output, server_map)
     except TraceError as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     finally:
         pass
@@ -98,13 +99,13 @@ def trace(
     if link and result.rows > 0:
         kinds = link_file(output)
         counts = ", ".join(f"{n} by {kind}" for kind, n in kinds.items() if kind != "root")
-        console.print(f"linked across tiers: {counts or 'no parents found'}")
-    console.print(f"wrote {result.rows} rows to {output}")
+        console.print(f"linked across tiers: {counts or 'no parents found'}", markup=False)
+    console.print(f"wrote {result.rows} rows to {output}", markup=False)
     if tmpdir is not None:
         tmpdir.cleanup()
     if result.damaged:
         console.print(
-            f"[red]error:[/red] the capture is damaged ({result.stopped_early}); only the {result.packets} "
+            f"[red]error:[/red] the capture is damaged ({escape(str(result.stopped_early))}); only the {result.packets} "
             f"packets before the damage were traced",
             highlight=False,
             soft_wrap=True,

@@ -4,6 +4,7 @@ per-level table, the configurations of a sweep, what to look at."""
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tierscope.analysis.summary import Summary
@@ -14,12 +15,12 @@ def rich_table(summary: Summary) -> Table:
     table = Table(title="tierscope summary", show_header=False, expand=False)
     table.add_column("", style="bold")
     table.add_column("")
-    table.add_row("Bottleneck", summary.headline)
-    table.add_row("How sure", summary.confidence)
+    table.add_row("Bottleneck", escape(summary.headline))
+    table.add_row("How sure", escape(summary.confidence))
     for i, line in enumerate(summary.look_at):
-        table.add_row("Look at" if i == 0 else "", line)
+        table.add_row("Look at" if i == 0 else "", escape(line))
     for key, value in summary.facts:
-        table.add_row(key, value)
+        table.add_row(escape(key), escape(value))
     return table
 
 
@@ -28,7 +29,7 @@ def level_table(data) -> Table | None:
     bb = data.blackbox.get(data.focus_config) if data.focus_config else next(iter(data.blackbox.values()), None)
     if bb is None or bb.curve.num_rows == 0:
         return None
-    table = Table(title=f"workload levels ({data.focus_config or 'this system'})", expand=False)
+    table = Table(title=escape(f"workload levels ({data.focus_config or 'this system'})"), expand=False)
     for name in ("users", "throughput/s", "p50 ms", "p90 ms", "p99 ms", "errors"):
         table.add_column(name, justify="right")
     for r in bb.curve.to_pylist():
@@ -61,11 +62,11 @@ def configuration_table(data) -> Table | None:
         knee = f"{bb.knee.users:g}" if bb is not None and bb.knee is not None else "-"
         share = f" ({r['bottleneck_share']:.0%} of the time)" if r["bottleneck"] else ""
         table.add_row(
-            r["config"],
+            escape(r["config"]),
             f"{r['max_throughput']:.1f}",
             knee,
-            (r["bottleneck"] or "no saturated resource") + share,
-            r["saturated"] or "-",
+            escape((r["bottleneck"] or "no saturated resource") + share),
+            escape(r["saturated"] or "-"),
         )
     return table
 
@@ -75,7 +76,8 @@ def print_summary(summary: Summary, console: Console | None = None, verbose: boo
     the rest (what to look at, the numbers behind it) when `verbose`."""
     console = console or Console()
     console.print(
-        f"[bold]Bottleneck:[/bold] {summary.headline}  [bold]How sure:[/bold] {summary.confidence}", highlight=False
+        f"[bold]Bottleneck:[/bold] {escape(summary.headline)}  [bold]How sure:[/bold] {escape(summary.confidence)}",
+        highlight=False,
     )
     if data is not None:
         configurations = configuration_table(data)
@@ -86,8 +88,10 @@ def print_summary(summary: Summary, console: Console | None = None, verbose: boo
             console.print(levels)
         if data.fine is not None:
             shares = "  ".join(f"{t} {x:.0%}" for t, x in data.fine.saturated_share.items())
-            console.print(f"saturated windows ({data.fine.window_ns / 1e6:g} ms): {shares}", highlight=False)
+            console.print(
+                f"saturated windows ({data.fine.window_ns / 1e6:g} ms): {shares}", highlight=False, markup=False
+            )
     if verbose or data is None:
         console.print(rich_table(summary))
     elif summary.look_at:
-        console.print(f"look at: {summary.look_at[0]}", highlight=False)
+        console.print(f"look at: {summary.look_at[0]}", highlight=False, markup=False)
