@@ -18,7 +18,9 @@ phase3-scaleout §1.2). Rerun one by hand with:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -308,17 +310,53 @@ def run_playbook(config: Path, playbook: Path, log: Path, timeout: float) -> flo
     seconds = time.monotonic() - t0
     if proc.returncode != 0:
         text = log.read_text(errors="replace").split(f"### ansible-playbook {playbook}")[-1]
-        bad = [
-            ln
-            for ln in text.splitlines()
-            if ln.startswith(("fatal:", "failed:")) or '"stderr"' in ln or "ERROR!" in ln or "UNREACHABLE" in ln
-        ]
+        failures = failure_lines(text)
+        if not failures:  # no task failed (a syntax error, a bad inventory...): Ansible's own last words
+            failures = [ln.strip() for ln in text.splitlines() if ln.strip()][-3:]
         raise PlaybookFailed(
-            f"{playbook.name} failed (exit {proc.returncode}): "
-            + ("\n".join(bad)[-3000:] or text[-2000:])
-            + f"\n(log: {log})"
+            f"{playbook.name} failed (exit {proc.returncode}): {'; '.join(failures)[-1500:]} (log: {log})"
         )
     return seconds
+
+
+#: the line where Ansible reports a failed or unreachable host, before its result as JSON
+_FAILED = re.compile(r"^(?:fatal|failed): \[([^\]]+)\](?: \(item=(.*?)\))?(?:: (FAILED|UNREACHABLE)!)? => ", re.M)
+_TASK = re.compile(r"^TASK \[(.*)\] \**$", re.M)
+
+
+def _last_line(value) -> str:
+    if isinstance(value, list):
+        value = "\n".join(map(str, value))
+    lines = [ln.strip() for ln in str(value or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def failure_lines(text: str) -> list[str]:
+    """One line per failed host and task of ansible-playbook's output (`text`), instead of the
+    result's JSON: "HOST: TASK[ (ITEM)]: why", why being the last line of the command's stderr, else
+    Ansible's message. Failures Ansible was told to ignore are left out; repeats are said once."""
+    out: list[str] = []
+    decoder = json.JSONDecoder()
+    for m in _FAILED.finditer(text):
+        host, item, kind = m.group(1), m.group(2), m.group(3)
+        try:
+            result, end = decoder.raw_decode(text, m.end())
+        except ValueError:
+            result, end = {}, m.end()
+        if not isinstance(result, dict):
+            result = {}
+        if text[end : end + 20].lstrip().startswith("...ignoring"):
+            continue
+        tasks = _TASK.findall(text, 0, m.start())
+        task = tasks[-1] if tasks else "?"
+        why = next(
+            (w for w in (_last_line(result.get(k)) for k in ("stderr", "module_stderr", "msg")) if w),
+            (kind or "failed").lower(),
+        )
+        line = f"{host}: {task}{f' ({item})' if item else ''}: {why[-300:]}"
+        if line not in out:
+            out.append(line)
+    return out
 
 
 def close_connections(run_dir: Path) -> None:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from tierscope import manifest, tables
 from tierscope.load import merge_client_logs
-from tierscope.remote import RemoteError, clock, playbooks
+from tierscope.remote import RemoteError, clock, playbooks, preflight
 from tierscope.remote.inventory import Inventory, load_inventory
 
 
@@ -71,6 +71,8 @@ def run_remote(
         json.dumps({n: {"offset_ns": o.offset_ns, "rtt_ns": o.rtt_ns} for n, o in offsets.items()}, indent=1)
     )
     clock.check(offsets, inv.clock_bound_s, str(inventory))
+    # a host that cannot run the agent is said once, in one line, before any point
+    preflight.check_tierscope([inv.hosts[h] for h in used], str(inventory))
     (run_dir / "run.json").write_text(
         json.dumps({"started_ns": time.time_ns(), "spec": spec.path, "hosts": str(inventory)})
     )

@@ -44,8 +44,11 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def _free_subnet() -> int:
     used = _run("ip", "-o", "-4", "addr", "show").stdout
+    links = {p.name for p in Path("/sys/class/net").iterdir()}
     for k in range(1, 250):
-        if f" 10.233.{k}." not in used and not Path(f"/sys/class/net/tsrbr{k}").exists():
+        # a veth of an earlier lab outlives it while its namespace drains (orphaned TCP sockets)
+        stale = any(name.startswith(f"tsrv{k}x") for name in links)
+        if f" 10.233.{k}." not in used and f"tsrbr{k}" not in links and not stale:
             return k
     raise RuntimeError("no free 10.233.K.0/24 subnet for the SSH hosts")
 
