@@ -360,6 +360,33 @@ def test_cli_starts_a_server_runs_and_leaves_nothing(tmp_path):
     assert left == ""
 
 
+def test_cli_refuses_an_unknown_workload_before_loading(pg, tmp_path):
+    """`oltp ycsb --workload z` (or a key distribution the engine does not know) is refused by
+    the CLI in one line listing the valid ones, exit 2, before the table is touched: the engine
+    would refuse it only after (re)loading the data, in its own words."""
+    from tierscope.cli import app
+
+    svc, dsn = pg
+    svc.create_database("untouched")
+    udsn = dsn.replace("dbname=bench", "dbname=untouched")
+    ycsb_load(udsn, records=100, field_length=10)
+    for option, value, said in (
+        ("--workload", "z", "--workload z: not a YCSB core workload; one of a (50 % read / 50 % update), b "),
+        ("--distribution", "gauss", "--distribution gauss: one of zipfian, latest, uniform"),
+    ):
+        t0 = time.monotonic()
+        r = CliRunner().invoke(app, ["oltp", "ycsb", "--dsn", udsn, "--records", "500", option, value])
+        assert r.exit_code == 2, r.output
+        assert r.output.strip().startswith(f"error: {said}") and len(r.output.strip().splitlines()) == 1, r.output
+        assert "f (50 % read / 50 % read-modify-write)" in r.output or option != "--workload"
+        assert time.monotonic() - t0 < 5
+        # not reloaded with 500 records: the 100 rows are the ones loaded above
+        assert psql(udsn, "select count(*) from usertable") == ["100"]
+    with pytest.raises(ValueError, match="--workload g: not a YCSB core workload"):
+        ycsb_run(udsn, workload="g", duration=1)
+    assert ycsb_run(udsn, workload="C", duration=0.5, threads=1)["workload"] == "c"
+
+
 def test_engine_is_the_installed_one():
     assert shutil.which(str(engine_path())) or engine_path().exists()
     with pytest.raises(OltpError) as err:

@@ -113,9 +113,14 @@ def ycsb(
 
     Example: tierscope oltp ycsb --dbms mariadb --workload b --records 50000 --threads 8 --duration 20
     """
-    from tierscope.oltp import OltpError, ycsb_load, ycsb_run
+    from tierscope.oltp import OltpError, check_ycsb, ycsb_load, ycsb_run
 
     console = Console()
+    try:  # before a server starts and the data are loaded (the engine would refuse only then)
+        check_ycsb(workload, distribution)
+    except ValueError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     try:
         with _database(console, dbms, dsn, workdir) as the_dsn:
             if not no_load:

@@ -19,6 +19,27 @@ from typing import Iterator
 from tierscope.engine import engine_path
 
 DBMS = ("postgresql", "mariadb")
+#: YCSB's core workloads (the engine's `--workload`), each with what it does
+YCSB_WORKLOADS = {
+    "a": "50 % read / 50 % update",
+    "b": "95 % read / 5 % update",
+    "c": "100 % read",
+    "d": "95 % read latest / 5 % insert",
+    "e": "95 % short scans / 5 % insert",
+    "f": "50 % read / 50 % read-modify-write",
+}
+#: the key distributions the engine's `--distribution` takes
+YCSB_DISTRIBUTIONS = ("zipfian", "latest", "uniform")
+
+
+def check_ycsb(workload: str, distribution: str | None = None) -> None:
+    """ValueError naming the option and every valid value, for a workload or a key distribution
+    the engine would refuse (only after the data were loaded)."""
+    if workload.lower() not in YCSB_WORKLOADS:
+        listed = ", ".join(f"{k} ({v})" for k, v in YCSB_WORKLOADS.items())
+        raise ValueError(f"--workload {workload}: not a YCSB core workload; one of {listed}")
+    if distribution is not None and distribution.lower() not in YCSB_DISTRIBUTIONS:
+        raise ValueError(f"--distribution {distribution}: one of {', '.join(YCSB_DISTRIBUTIONS)}")
 
 
 class OltpError(RuntimeError):
@@ -143,6 +164,7 @@ def ycsb_run(
     seed: int | None = None,
 ) -> dict:
     """Run one YCSB workload (a-f); the engine's run summary (ops, ops/s, per-op latencies µs)."""
+    check_ycsb(workload, distribution)
     argv = [
         "ycsb",
         "run",
@@ -162,7 +184,7 @@ def ycsb_run(
     _opt(argv, "--ops", ops)
     _opt(argv, "--target", target)
     _opt(argv, "--warmup", warmup)
-    _opt(argv, "--distribution", distribution)
+    _opt(argv, "--distribution", distribution.lower() if distribution else None)
     _opt(argv, "--records", records)
     _opt(argv, "--log", log)
     _opt(argv, "--seed", seed)
