@@ -60,7 +60,9 @@ def test_a_pcap_is_sent_to_tierscope_trace_and_binary_bytes_are_not_printed(tmp_
     pcap = tmp_path / "capture.pcap"
     pcap.write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(range(256)) * 4)
     out = tierscope("analyze", pcap, "-o", tmp_path / "o")
-    assert out.returncode == 2 and "tierscope trace" in one_error_line(out)
+    # the commands of the hint run as given: `trace -o` names the requests file (README: a pcap is traced first)
+    hint = f"tierscope trace {pcap} -o requests.parquet, then: tierscope analyze requests.parquet"
+    assert out.returncode == 2 and hint in one_error_line(out)
     junk = tmp_path / "junk.bin"
     junk.write_bytes(bytes(range(256)) * 64)
     out = tierscope("analyze", junk, "-o", tmp_path / "o")

@@ -54,8 +54,8 @@ def _refuse_pcap(path: Path) -> None:
             head = f.read(4)
         if head in PCAP_MAGIC:
             raise ValueError(
-                f"{path}: a packet capture (pcap); trace it first: tierscope trace {path} -o DIR, "
-                f"then: tierscope analyze DIR/requests.parquet"
+                f"{path}: a packet capture (pcap); trace it first: tierscope trace {path} -o requests.parquet, "
+                f"then: tierscope analyze requests.parquet"
             )
 
 
