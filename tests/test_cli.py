@@ -1,5 +1,8 @@
-"""The CLI's own contract: every verb has --help with an example; version names all three parts."""
+"""The CLI's own contract: every verb's --help shows an example command (not just its Usage line)
+whose options are all ones its parser declares; version names all three parts."""
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +13,8 @@ BIN = Path(sys.executable).parent
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "tierscope"), *args], capture_output=True, text=True, timeout=60)
+    env = dict(os.environ, COLUMNS="250")  # one example per line: the help is not wrapped narrower
+    return subprocess.run([str(BIN / "tierscope"), *args], capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_version_prints_package_engine_and_python():
@@ -23,17 +27,51 @@ def test_version_prints_package_engine_and_python():
     assert lines[2] == f"python {sys.version.split()[0]}"
 
 
-def _verbs() -> list[str]:
+def _group():
     from tierscope.cli import app
 
     import typer.main
 
-    group = typer.main.get_command(app)
-    return sorted(group.commands)  # type: ignore[attr-defined]
+    return typer.main.get_command(app)
+
+
+def _verbs() -> list[str]:
+    return sorted(_group().commands)  # type: ignore[attr-defined]
+
+
+def examples(verb: str, help_text: str) -> list[str]:
+    """The `tierscope <verb> ...` commands the help's description shows (not its Usage line nor
+    the option tables), one string each ("   or   " and backticks end one)."""
+    text = help_text.split("\u256d", 1)[0]  # the description ends where the first table box starts
+    text = "\n".join(line for line in text.splitlines() if not line.strip().startswith("Usage:"))
+    found = []
+    for para in re.split(r"\n\s*\n", text):
+        para = " ".join(para.split("\n"))
+        for m in re.finditer(rf"(?<![\w`-])tierscope {re.escape(verb)}\b", para):
+            found.append(re.split(r"\s{2,}or\b|`", para[m.start() :], maxsplit=1)[0].strip())
+    return found
+
+
+def unknown_options(verb: str, command_line: str) -> list[str]:
+    """The options of an example command line that the verb's parser (or its subcommand's) does
+    not declare."""
+    command = _group().commands[verb]  # type: ignore[attr-defined]
+    words = command_line.split()[2:]
+    sub = getattr(command, "commands", None)
+    if sub is not None:  # a group: the first word names the subcommand
+        assert words and words[0] in sub, f"{command_line!r}: no subcommand of {verb} ({sorted(sub)})"
+        command, words = sub[words[0]], words[1:]
+    declared = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+    flags = [w.split("=", 1)[0] for w in words if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", w)]
+    return [f for f in flags if f not in declared]
 
 
 @pytest.mark.parametrize("verb", _verbs())
 def test_every_verb_has_help_with_an_example(verb):
     out = run(verb, "--help")
     assert out.returncode == 0, out.stderr
-    assert "tierscope " + verb in out.stdout.replace("\n", " ") or "Example" in out.stdout, out.stdout
+    assert "Example" in out.stdout, out.stdout
+    shown = examples(verb, out.stdout)
+    assert shown, f"no `tierscope {verb} ...` command in the help's description:\n{out.stdout}"
+    for line in shown:  # every option an example uses is one the parser takes
+        assert unknown_options(verb, line) == [], (line, out.stdout)

@@ -110,10 +110,27 @@ def test_a_mariadb_topology_with_a_middleware_tier_is_accepted():
     check_db_topology("mariadb", 2, 1)
     with pytest.raises(PointFailed, match="a Galera cluster replicates by itself"):
         check_db_topology("galera", 2, 1)
+    from tierscope.services.middleware import PROTOCOLS
+    from tierscope.spec import SpecError, expand
+
     raw = tomllib.loads((ROOT / "examples" / "specs" / "tiny.toml").read_text())
     raw["topology"] = "1/1/1/2M"
-    spec = spec_from_dict(raw, where="m", name="m")
-    assert spec is not None
+    points = expand(spec_from_dict(raw, where="m", name="m"))
+    assert len(points) == len(raw["workload"]["users"])  # one point per workload level
+    config = points[0].config
+    # 1/1/1/2M: one web, one app, one middleware, two MariaDB servers behind it, which it speaks
+    # MySQL to (the letter M)
+    assert [(s.name, s.tier) for s in config.servers()] == [
+        ("web1", "web"),
+        ("app1", "app"),
+        ("mw1", "middleware"),
+        ("db1", "db"),
+        ("db2", "db"),
+    ]
+    assert config.dbms == "mariadb" and PROTOCOLS[config.dbms] == "mysql"
+    raw["topology"] = "1/1/0/2M"  # two MariaDB servers without the middleware: not replicas of anything
+    with pytest.raises(SpecError, match="no clustering middleware"):
+        spec_from_dict(raw, where="m", name="m")
 
 
 def test_help_names_the_protocols_and_what_is_not_supported():

@@ -5,8 +5,9 @@ front of them with the Python middleware's command line. Ground truth for where 
 PostgreSQL's own statistics (`pg_stat_user_tables.seq_scan` of a probe table, `pg_stat_database`
 transaction counts), compared with the policy's prediction from arithmetic and with the
 middleware's counts (the --stats JSON written on SIGTERM); writes are checked by reading each
-server directly. The binary is engine/target/release/tierscope-engine ($TIERSCOPE_ENGINE
-overrides it); build it with `cd engine && cargo build --release`.
+server directly. The binary is the one the lab runs (`tierscope.engine.engine_path()`:
+$TIERSCOPE_ENGINE, else the venv's, else PATH), built by `make setup`; a missing one fails every
+test here.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT, needs_postgres, needs_root
+from conftest import needs_postgres, needs_root
 
+from tierscope.engine import EngineNotFound, engine_path
 from tierscope.services.middleware import PASSWORD_ENV
 
 import test_middleware
@@ -35,26 +37,22 @@ from test_middleware import DB, fresh_table, on_each, seq_scans
 #: `servers` here; this module gets its own pair of servers)
 servers = test_middleware.pair
 
-ENGINE = Path(os.environ.get("TIERSCOPE_ENGINE", ROOT / "engine" / "target" / "release" / "tierscope-engine"))
-
 pytestmark = [needs_root("PostgreSQL runs as its own OS user"), needs_postgres]
-
-
-def engine_has_middleware() -> str | None:
-    """None when the engine binary has the `middleware` subcommand; else why not."""
-    if not ENGINE.exists():
-        return f"{ENGINE} not built (cd engine && cargo build --release)"
-    out = subprocess.run([str(ENGINE), "middleware", "--help"], capture_output=True, text=True)
-    if out.returncode != 0:
-        return f"{ENGINE} has no `middleware` subcommand (rebuild: cd engine && cargo build --release)"
-    return None
 
 
 @pytest.fixture(scope="module", autouse=True)
 def engine_built():
-    why = engine_has_middleware()
-    if why:
-        pytest.skip(why)
+    """The engine binary with its `middleware` subcommand: missing or without it, every test here
+    fails (never skips; `make setup` builds it)."""
+    try:
+        exe = engine_path()
+    except EngineNotFound as err:
+        pytest.fail(str(err))
+    if not exe.exists():
+        pytest.fail(f"{exe} ($TIERSCOPE_ENGINE) does not exist; run `make setup`")
+    out = subprocess.run([str(exe), "middleware", "--help"], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.fail(f"{exe} has no `middleware` subcommand (rebuild: make setup): {out.stderr.strip()[:300]}")
 
 
 def free_port() -> int:
@@ -72,7 +70,7 @@ def rust_middleware(servers, policy="lprf", wait="first", stats=None, weights=No
     stats_path = work / f"rust-mw-{port}.stats.json"
     log_path = work / f"rust-mw-{port}.log"
     creds = pgs[0].credentials  # the lab's user and password: the backends' and the clients'
-    argv = [str(ENGINE), "middleware", "--listen", f"127.0.0.1:{port}", "--db", DB, "--user", creds.user]
+    argv = [str(engine_path()), "middleware", "--listen", f"127.0.0.1:{port}", "--db", DB, "--user", creds.user]
     argv += ["--pool", str(pool), "--policy", policy, "--wait", wait, "--stats", str(stats_path), *extra]
     for p in pgs:
         argv += ["--backend", p.address]
@@ -531,7 +529,7 @@ def test_stats_are_written_on_sigterm_and_aware_is_refused(servers):
     assert series["reads"][pgs[0].address][-1] == 3
     assert "stopped: 3 units, 3 reads" in mw.log.read_text()
     out = subprocess.run(
-        [str(ENGINE), "middleware", "--listen", "127.0.0.1:1", "--backend", pgs[0].address, "--policy", "aware"],
+        [str(engine_path()), "middleware", "--listen", "127.0.0.1:1", "--backend", pgs[0].address, "--policy", "aware"],
         capture_output=True,
         text=True,
         timeout=30,

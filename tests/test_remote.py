@@ -3,7 +3,9 @@
 The "real hosts" are network namespaces on a bridge, each with its own sshd on its own address
 (tierscope.remote.sshhosts): real sshd with checked host keys, real ansible-playbook, real servers.
 Ground truth: the inventory files' line numbers; the one kernel clock the namespaces share (offset ~0)
-and a shift the probe adds on the far side; the tables of a local run of the same point.
+and a shift the probe adds on the far side (a hosts run corrects the far side's timestamps by it:
+undone, every database request is back inside the app request that sent it); the raw files
+fetched from the hosts; the tables of a local run of the same point.
 """
 
 from __future__ import annotations
@@ -162,22 +164,62 @@ def test_a_clock_offset_above_the_bound_is_refused(lab, tmp_path):
         clock.check(offsets, inv.clock_bound_s)
 
 
+#: h3 (the database's host) answers the clock probe of the hosts run below as if its clock were
+#: this far ahead; the namespaces share one kernel clock, so its captures and samples are not
+SHIFT_NS = 60_000_000
+
+
+def nesting_slack(requests, moved_ns: dict[str, int]) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """Per (parent tier, child tier): for each row linked to its parent by the request id it
+    carried, (child arrival - parent arrival, parent departure - child departure) in ns after
+    `moved_ns[server]` is added to each row's times (what to undo of a correction). On one clock
+    both are >= 0: a request the parent caused starts after it and ends before it."""
+    rows = requests.to_pylist()
+    by_id = {r["request_id"]: r for r in rows}
+    out: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for c in rows:
+        if c["link"] != "request_id" or c["parent_id"] not in by_id:
+            continue
+        p = by_id[c["parent_id"]]
+        dc, dp = moved_ns.get(c["server"], 0), moved_ns.get(p["server"], 0)
+        out.setdefault((p["tier"], c["tier"]), []).append(
+            (c["arrival_ns"] + dc - p["arrival_ns"] - dp, p["departure_ns"] + dp - c["departure_ns"] - dc)
+        )
+    return out
+
+
 @needs_root("network namespaces, sshd, cgroups")
 @needs_sshd
 @needs_postgres
 @needs_tcpdump
 def test_a_hosts_run_gives_the_tables_of_a_local_run(lab, tmp_path):
-    from tierscope.cli.run import execute
+    """The tables of a hosts run, with a clock offset on the database's host, against the one
+    kernel clock the namespaces share: the run measures the offset the probe adds, moves that
+    host's timestamps by it, and undoing exactly the measured offset puts every database request
+    back inside the app request that sent it; the raw samples fetched from the host differ from
+    the table's by that offset. The local run of the same point has the same columns."""
+    from tierscope.cli.run import changed_spec, execute
+    from tierscope.remote.run import run_remote
 
     hostfiles = tmp_path / "on-the-hosts"
     inv = lab.write_inventory(
         tmp_path / "inv.yml",
         {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]},
         tierscope_workdir=str(hostfiles),
+        tierscope_clock_bound="200ms",
     )
     one_point = {"workload.users": [5]}
-    code = execute(EXAMPLES / "tiny.toml", tmp_path / "remote", hosts=inv, changes=one_point, report=False)
-    assert code == 0, [p.read_text()[-3000:] for p in (tmp_path / "remote").glob("*/*/ansible.log")]
+    result = run_remote(
+        changed_spec(EXAMPLES / "tiny.toml", one_point),
+        tmp_path / "remote",
+        inv,
+        report=False,
+        clock_shift_ns={"h3": SHIFT_NS},
+    )
+    assert result.failed == [] and len(result.done) == 1, (
+        result.failed,
+        [p.read_text()[-3000:] for p in (tmp_path / "remote").glob("*/*/ansible.log")],
+    )
     code = execute(EXAMPLES / "tiny.toml", tmp_path / "local", changes=one_point, report=False)
     assert code == 0
     (rp,) = [p for p in (tmp_path / "remote" / "tiny").iterdir() if (p / "manifest.json").exists()]
@@ -197,6 +239,39 @@ def test_a_hosts_run_gives_the_tables_of_a_local_run(lab, tmp_path):
     m = manifest.read(rp / "manifest.json")
     assert m.status == "done" and m.testbed["mode"] == "remote"
     assert set(m.clock_offsets_ns) == {"h1", "h2", "h3", "h4"}
+
+    # the offsets: h3's is the probe's shift, the others about 0 (one kernel clock), each within
+    # half its round trip (the measurement's own error)
+    offsets, rtt = m.clock_offsets_ns, m.clock_rtt_ns
+    for h, o in offsets.items():
+        assert abs(o - (SHIFT_NS if h == "h3" else 0)) <= rtt[h] / 2 + 100_000, (h, o, rtt[h])
+    # what the run did to each host's timestamps, from the raw samples fetched from it against the
+    # table's (the same shift moves its capture): db1's on h3 by exactly minus h3's offset, the
+    # others by at most their measurement error (0 unless it was above half the round trip)
+    merged = pq.read_table(rp / "resources.parquet").to_pydict()
+    applied = {}
+    for server, host in (("web1", "h1"), ("app1", "h2"), ("db1", "h3")):
+        raw = pq.read_table(rp / "remote" / host / server / "resources.parquet").to_pydict()
+        kept = sorted({t for t, h in zip(merged["ts_ns"], merged["host"]) if h == server})
+        raw_ts = sorted({t for t, h in zip(raw["ts_ns"], raw["host"]) if h == server})
+        applied[server] = kept[0] - raw_ts[0]
+        assert len(raw_ts) > 10 and kept == [t + applied[server] for t in raw_ts], server  # one shift for all
+        if host != "h3":
+            assert abs(applied[server]) <= rtt[host] / 2 + 100_000, (server, applied[server], offsets)
+    assert applied["db1"] == -offsets["h3"], (applied, offsets)
+    # the traced requests on one clock again: with what was applied undone, every request sits
+    # inside the one upstream that sent it (linked by the request id it carried), to the
+    # microsecond of the captures' timestamps; as recorded, db1's are SHIFT_NS early
+    slack = nesting_slack(pq.read_table(rp / "requests.parquet"), {s: -ns for s, ns in applied.items()})
+    assert len(slack.get(("app", "db"), [])) > 20 and len(slack.get(("web", "app"), [])) > 20, {
+        k: len(v) for k, v in slack.items()
+    }
+    for pair, gaps in slack.items():
+        worst = (min(a for a, _ in gaps), min(b for _, b in gaps))
+        assert min(worst) >= -2_000, (pair, worst, applied)
+    for pair, gaps in nesting_slack(pq.read_table(lp / "requests.parquet"), {}).items():  # the local run
+        assert min(min(a, b) for a, b in gaps) >= 0, pair
+
     assert (rp / "playbooks" / "up.yml").exists() and (rp / "playbooks" / "down.yml").exists()
     assert not hostfiles.exists(), "the run's files are left on the hosts"
     assert not [x for x in _leftovers(lab.k) if "tierscope.remote.agent" in x]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import urllib.request
 
 import pytest
@@ -114,16 +115,45 @@ def test_port_in_use_is_a_clear_error(tmp_path):
             Nginx(Host.loopback(), port, tmp_path / "n").start()
 
 
+def dpkg_installed(package: str) -> bool:
+    """Whether dpkg (the package manager, a peer of the lab's own probe) has `package` installed."""
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    return out.returncode == 0 and out.stdout.strip() == "install ok installed"
+
+
 def test_missing_packages_name_what_a_host_lacks_for_each_dbms(monkeypatch, tmp_path):
     """What a remote agent reports before it installs: per DBMS, the packages whose programs are
-    absent (the galera provider library is what galera-4 adds to mariadb-server)."""
+    absent (the galera provider library is what galera-4 adds to mariadb-server). Ground truth:
+    dpkg's own record of this host, then hosts made to lack or have every program."""
     from tierscope.services import databases, galera
 
-    have_pg = databases.server_binaries()["postgres"] is not None
-    have_maria = bool(shutil.which("mariadbd") or shutil.which("mysqld"))
-    assert databases.missing_packages("postgresql") == ([] if have_pg else ["postgresql-15"])
-    assert databases.missing_packages("mariadb") == ([] if have_maria else ["mariadb-server"])
+    assert shutil.which("dpkg-query"), "dpkg-query: the lab's hosts are Debian (make setup installs with apt)"
+    lacks = {p: not dpkg_installed(p) for p in ("postgresql-15", "mariadb-server", "galera-4")}
+    assert databases.missing_packages("postgresql") == [p for p in ["postgresql-15"] if lacks[p]], lacks
+    assert databases.missing_packages("mariadb") == [p for p in ["mariadb-server"] if lacks[p]], lacks
+    assert databases.missing_packages("galera") == [p for p in ["mariadb-server", "galera-4"] if lacks[p]], lacks
+
+    # a host with none of the programs: no server binary, no mariadbd/mysqld on PATH, no library
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("TIERSCOPE_PG_BINDIR", str(empty))
+    monkeypatch.setenv("PATH", str(empty))
     monkeypatch.setattr(galera, "PROVIDER_LIBRARY", str(tmp_path / "no-libgalera_smm.so"))
-    assert databases.missing_packages("galera") == ([] if have_maria else ["mariadb-server"]) + ["galera-4"]
+    assert databases.missing_packages("postgresql") == ["postgresql-15"]
+    assert databases.missing_packages("mariadb") == ["mariadb-server"]
+    assert databases.missing_packages("galera") == ["mariadb-server", "galera-4"]
+
+    # a host with all of them (stand-ins at the places each is looked for)
+    full = tmp_path / "full"
+    full.mkdir()
+    for name in ("postgres", "mariadbd"):
+        (full / name).write_text("#!/bin/sh\n")
+        (full / name).chmod(0o755)
+    (full / "libgalera_smm.so").write_bytes(b"")
+    monkeypatch.setenv("TIERSCOPE_PG_BINDIR", str(full))
+    monkeypatch.setenv("PATH", str(full))
+    monkeypatch.setattr(galera, "PROVIDER_LIBRARY", str(full / "libgalera_smm.so"))
+    assert [databases.missing_packages(d) for d in ("postgresql", "mariadb", "galera")] == [[], [], []]
+
     with pytest.raises(ValueError, match="dbms: expected one of postgresql, mariadb, galera"):
         databases.missing_packages("oracle")
