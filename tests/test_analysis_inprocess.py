@@ -57,18 +57,25 @@ def analysed(system: System, tmp_path, with_events: bool = False, blind: tuple[s
 
 
 @pytest.mark.parametrize("with_events", [False, True])
-def test_a_frozen_app_alternates_with_the_database_it_releases_its_backlog_on(tmp_path, with_events):
+@pytest.mark.parametrize("db_traced", [False, True])
+def test_a_frozen_app_alternates_with_the_database_it_releases_its_backlog_on(tmp_path, with_events, db_traced):
     # the app freezes 150 ms every second; ~60 requests pile up in it (their spans start only at the
     # thaw), its calls in flight end only at the thaw, and the backlog then reaches the database
     # (one core, 1.5 ms: 60 % busy on average) at once
     system = shop(db_s=0.0015, freezes=periodic(0.51, 1.0, FREEZE_S, 60))
-    fine, truth, data = analysed(system, tmp_path, with_events)
+    fine, truth, data = analysed(system, tmp_path, with_events, blind=("frontend",) if db_traced else BLIND)
     assert 0.15 <= truth["app"] <= 0.25 and truth["postgres"] > 0.2, truth
-    # the database is named as the app's spans name it, and is stamped by the app
+    # the database is named as the app's spans name it (and, untraced, stamped by the app)
     assert set(data.requests.column("tier").to_pylist()) == {"app", "postgres"}
     v = fine.verdict
     assert v.kind == "alternating" and set(v.tiers) == {"app", "postgres"}, (v.text, v.evidence)
-    assert v.confidence >= 0.8, v
+    if db_traced:  # the database stamps its own work: the burst after each pause is its own
+        assert v.confidence >= 0.8, v
+    else:
+        # seen only through the paused app's stamps, a database saturated by the burst and an app
+        # busy taking up its backlog look the same (real Express and Flask apps do both): low
+        assert v.confidence <= 0.45, v
+        assert "the trace cannot tell" in v.evidence, v.evidence
     assert "transient bottlenecks alternating between app (paused" in v.text, v.text
     assert "postgres (saturated by the burst after each pause)" in v.text, v.text
     # a frozen app does not make the database look saturated while it is frozen

@@ -28,6 +28,9 @@ SOURCES = [
     "express_shop/app.js", "express_shop/tracing.js", "express_shop/package-lock.json",
 ]  # fmt: skip
 WARMUP_REQUESTS = 20
+#: the span after a pause's end over which the db must run at its quota to count as saturated by
+#: the burst: one window of the analysis (50 ms)
+AFTER_PAUSE_NS = 50_000_000
 
 
 def source_hash() -> str:
@@ -103,7 +106,7 @@ class AppStack:
         work = Path(tempfile.mkdtemp(prefix=f"{case.name}-", dir=self.tmp))
         self.cgroups.set_cpu("app", case.app_cpu)
         self.cgroups.set_cpu("db", case.db_cpu)
-        app = nginx = injector = sampler = None
+        app = nginx = injector = sampler = db_cpu_trace = wire = None
         try:
             app = sy.App(work, case.system, service, self.pg, self.cgroups, self.receiver.url, pool=case.pool,
                          workers=case.workers, threads=case.threads)  # fmt: skip
@@ -117,6 +120,13 @@ class AppStack:
             inj_log = work / "injector.jsonl"
             sampler = sy.Sampler(self.pg)
             sampler.start()
+            db_cpu_trace = sy.CpuTrace(self.cgroups.usage_file("db"))
+            db_cpu_trace.start()
+            # the db's port on the wire: its own times, for the "spans+wire" form (what a user adds
+            # with tcpdump when the database has no tracer)
+            from tierscope.trace.capture import LiveCapture
+
+            wire = LiveCapture("lo", work / "db.pcap", filter=f"tcp port {self.pg.port}").start()
             u_app, u_db = self.cgroups.usage_s("app"), self.cgroups.usage_s("db")
             r_app, r_db = self.cgroups.runnable_s("app"), self.cgroups.runnable_s("db")
             t0 = time.monotonic()
@@ -145,6 +155,10 @@ class AppStack:
                 busy[tier] = round(sum(v - before.get(t, 0.0) for t, v in after.items()) / elapsed, 3)
             pg_stats = sampler.stop()
             sampler = None
+            db_cpu_samples = db_cpu_trace.stop()
+            db_cpu_trace = None
+            wire.stop()
+            wire = None
             nginx.close()  # first: its upstream keep-alive connections would hold the app's graceful stop
             nginx = None
             app.close()  # SIGTERM: the SDK flushes its last spans
@@ -183,6 +197,10 @@ class AppStack:
             shutil.copy(nginx_log := work / "nginx" / "web.log", out / "web.log")
             measured["log_lines"] = sum(1 for _ in open(nginx_log))
             forms["access-log"] = ["web.log"]
+            shutil.copy(work / "db.pcap", out / "db.pcap")
+            # `tierscope trace db.pcap --server-map db.servers` names the db as the app's spans do
+            (out / "db.servers").write_text(f"127.0.0.1:{self.pg.port} postgresql 127.0.0.1:{self.pg.port} postgres\n")
+            forms["spans+wire"] = ["spans.otlp.json", "db.pcap"]
             if fault:
                 shutil.copy(inj_log, out / "injector.jsonl")
                 rows = [json.loads(line) for line in open(inj_log)]
@@ -191,6 +209,13 @@ class AppStack:
                     measured["pauses"] = len(rows)
                     measured["pause_median_ms"] = round(statistics.median(lengths), 1) if lengths else 0
                     measured["pause_share"] = round(sum(lengths) / 1e3 / elapsed, 3)
+                    if fault["target"] == "app":
+                        # "the db saturated by the burst after each pause": the db ran at its quota
+                        # (80 % of it or more) over the first window (50 ms) after the thaw
+                        cores = sy.cores_after(db_cpu_samples, [r["end_ns"] for r in rows], AFTER_PAUSE_NS)
+                        seen = [c for c in cores if c == c]
+                        full = 0.8 * (case.db_cpu or os.cpu_count() or 1)
+                        measured["db_after_pause"] = round(sum(c >= full for c in seen) / len(seen), 3) if seen else None
                     host = service if fault["target"] == "app" else "postgresql"
                     write_events(out / "events.parquet", rows, host)
                     forms["spans+events"] = ["spans.otlp.json", "events.parquet"]
@@ -204,6 +229,10 @@ class AppStack:
                 sy.stop_proc(injector)
             if sampler is not None:
                 sampler.stop()
+            if db_cpu_trace is not None:
+                db_cpu_trace.stop()
+            if wire is not None:
+                wire.stop(settle=False)
             if nginx is not None:
                 nginx.close()
             if app is not None:

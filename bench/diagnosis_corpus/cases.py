@@ -83,7 +83,7 @@ def app_cases(system: str) -> list[Case]:
                         f"app SIGSTOPped {lo}-{hi} ms about once a second; db lightly loaded",
                         users=users, think=0.3, mix=((1.0, "/page?q=2&cpu=1"),),
                         fault=_pause("app", lo, hi),
-                        checks={"pauses": 9, "db_sat": (None, 0.5)},
+                        checks={"pauses": 9, "db_sat": (None, 0.5), "db_after_pause": (None, 0.2)},
                         subsets=("fast",) if (py and users == 15) else ()))  # fmt: skip
     # 3. the app paused while the db runs near its capacity: the burst after each pause saturates the
     #    db -- the alternating bottleneck of seed 001
@@ -96,7 +96,8 @@ def app_cases(system: str) -> list[Case]:
                         "busy 40-90 % on average, saturated by the burst after each pause",
                         users=users, think=0.4, db_cpu=0.5, mix=((1.0, f"/page?q=1&dbcpu={dbcpu}"),),
                         fault=_pause("app", lo, hi),
-                        checks={"pauses": 9, "db_util": (0.3, 0.9), "resp_p50_ms": (None, 100)},
+                        checks={"pauses": 9, "db_util": (0.3, 0.9), "db_after_pause": (0.5, None),
+                                "resp_p50_ms": (None, 100)},
                         subsets=("fast",) if (py and users == 14) else ()))  # fmt: skip
     # 4. the database paused (all of PostgreSQL SIGSTOPped)
     for users, lo, hi in ((15, 100, 150), (20, 150, 200)):

@@ -123,8 +123,11 @@ class Cgroups:
         quota = -1 if cores is None else int(cores * CPU_PERIOD_US)
         (self.ROOT / "cpu" / self.base / name / "cpu.cfs_quota_us").write_text(str(quota))
 
+    def usage_file(self, name: str) -> Path:
+        return self.ROOT / "cpuacct" / self.base / name / "cpuacct.usage"
+
     def usage_s(self, name: str) -> float:
-        return int((self.ROOT / "cpuacct" / self.base / name / "cpuacct.usage").read_text()) / 1e9
+        return int(self.usage_file(name).read_text()) / 1e9
 
     def procs_files(self, name: str) -> list[str]:
         return [str(self.ROOT / c / self.base / name / "cgroup.procs") for c in self.CONTROLLERS]
@@ -247,6 +250,46 @@ class Postgres:
     def close(self) -> None:
         stop_proc(self.proc, 20)
         self.log.close()
+
+
+class CpuTrace(threading.Thread):
+    """A cgroup's CPU time (cpuacct.usage) every 5 ms, stamped with the wall clock the injector
+    uses (time.time_ns), so the CPU a tier used right after each pause can be measured."""
+
+    def __init__(self, usage_file: Path) -> None:
+        super().__init__(name="cpu-trace", daemon=True)
+        self.usage_file = Path(usage_file)
+        self.samples: list[tuple[int, int]] = []  # (time ns, usage ns)
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.samples.append((time.time_ns(), int(self.usage_file.read_text())))
+            self.halt.wait(0.005)
+
+    def stop(self) -> list[tuple[int, int]]:
+        self.halt.set()
+        self.join(5)
+        return self.samples
+
+
+def cores_after(samples: list[tuple[int, int]], starts: list[int], span_ns: int) -> list[float]:
+    """For each start time: the cores used (CPU seconds per second) over [start, start + span_ns],
+    interpolated between the samples; NaN where the samples do not cover it."""
+    import numpy as np
+
+    if len(samples) < 2:
+        return [float("nan")] * len(starts)
+    t = np.asarray([a for a, _ in samples], np.float64)
+    u = np.asarray([b for _, b in samples], np.float64)
+    out = []
+    for s in starts:
+        if s < t[0] or s + span_ns > t[-1]:
+            out.append(float("nan"))
+            continue
+        a, b = np.interp([s, s + span_ns], t, u)
+        out.append(float((b - a) / span_ns))
+    return out
 
 
 class Sampler(threading.Thread):

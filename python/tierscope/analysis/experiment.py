@@ -103,6 +103,7 @@ def analyze_files(
         requests=result.requests,
         resources=resources,
     )
+    data.notes.extend(result.notes)
     if resources is not None and resources.num_rows:
         data.whitebox["(this system)"] = whitebox([(0.0, resources)])
         data.focus_config = "(this system)"

@@ -129,6 +129,27 @@ CEILING_SHARE = 0.9
 #: limit of the configuration, not the server's capacity (its N* is unknown): at most "low".
 CEILING_WEIGHT = 0.45
 
+#: A server pinned at a ceiling whose calls arriving there take less than this many times as long
+#: as those that found it idle is not congested: no queue forms at it, its callers' pool is full.
+UNCONGESTED_RATIO = 1.5
+#: ...judged on at least this many calls of each kind.
+MIN_CONGESTION_CALLS = 20
+#: A verdict naming a caller's full pool (the callee held its ceiling, no slower than idle) is said
+#: with at most this: the pool is inferred from the callee's ceiling, not seen.
+POOL_CONFIDENCE = 0.75
+
+
+def _uncongested(level: np.ndarray, own: np.ndarray, mine: np.ndarray, pinned: int) -> float | None:
+    """The ratio of the mean residence of a server's calls that arrived with it at its ceiling
+    (`pinned` - 1 others present, or more) to that of those that found it idle; None when either
+    kind is too rare to tell. Near 1: the calls found no queue at the server even when it was full."""
+    full = mine & (level >= pinned - 1)
+    idle = mine & (level <= 0)
+    if pinned < 2 or int(full.sum()) < MIN_CONGESTION_CALLS or int(idle.sum()) < MIN_CONGESTION_CALLS:
+        return None
+    base = float(own[idle].mean())
+    return float(own[full].mean()) / base if base > 0 else None
+
 
 def _ceiling(peak: np.ndarray) -> int | None:
     """The ceiling a server's per-window maximum number of requests is pinned at, or None."""
@@ -386,6 +407,7 @@ def analyze_fine(
         n_star[server] = ns
     # a callee pinned at a ceiling no N* explains: its callers' pool (connections, threads) is full
     called = {b for _, b in _tier_calls(requests, parent_row)} if exclusive else set()
+    pool_full: dict[int, tuple[int, float]] = {}  # callee server code -> (ceiling, residence ratio)
     if called and "load_max" in series.column_names:
         peak = np.asarray(series.column("load_max"), np.int64)
         for i, (tier, server) in enumerate(keys):
@@ -394,6 +416,9 @@ def analyze_fine(
                 continue
             pinned = _ceiling(peak[i * n_windows : (i + 1) * n_windows])
             if pinned is not None:
+                ratio = _uncongested(level, own, (parts[0].server == i) & unpaused, pinned)
+                if ratio is not None and ratio < UNCONGESTED_RATIO:
+                    pool_full[i] = (pinned, ratio)
                 n_star[server] = dataclasses.replace(
                     ns,
                     n_star=float(pinned),
@@ -442,6 +467,27 @@ def analyze_fine(
     else:
         saturated_time = above
     series = series.append_column("share_paused_busy", pa.array(busy_paused.ravel()))
+    # a callee held at its ceiling without a queue at it (its calls no slower than when it was idle)
+    # is not saturated: its callers' pool of connections to it is full, and their requests queue for
+    # it in the callers: those windows are the callers'
+    pool_text: dict[str, str] = {}
+    if pool_full:
+        saturated_time = saturated_time.copy()
+        calls = _tier_calls(requests, parent_row)
+        for i, (pinned, ratio) in pool_full.items():
+            callee = keys[i][0]
+            callers = sorted({a for a, b in calls if b == callee})
+            rows = [j for j, (t, _) in enumerate(keys) if t in callers]
+            if not rows:
+                continue
+            for j in rows:
+                saturated_time[j] = np.maximum(saturated_time[j], saturated_time[i])
+            saturated_time[i] = 0.0
+            for c in callers:
+                pool_text[c] = (
+                    f"{c} (its pool of connections to {callee} was full: {callee} held {pinned} calls, never "
+                    f"more, each about as long as when it was idle, {ratio:.1f}x)"
+                )
     for i, (tier, server) in enumerate(keys):
         sl = slice(i * n_windows, (i + 1) * n_windows)
         sat = saturated_time[i] >= SATURATED_SHARE
@@ -507,6 +553,7 @@ def analyze_fine(
             for i, (_, s) in enumerate(keys)
             if unknown[i] and float((crowded[i] >= SATURATED_SHARE).mean()) >= alternation.MIN_SHARE
         ]
+    observed_by = _observed_by(requests)
     verdict = alternation.verdict(
         tiers,
         tier_sat,
@@ -520,7 +567,7 @@ def analyze_fine(
         own=_tier_own_after_calls(requests, parent_row, series, tiers, base_ns, window_ns, n_windows)
         if exclusive
         else None,
-        observed_by=_observed_by(requests),
+        observed_by=observed_by,
     )
     unsure = {t for t, s in keys if any(x.startswith(f"{s} (") for x in unexplained + uncertain)}
     # a tier seen only through its callers' stamps whose saturated windows completed too little work
@@ -533,7 +580,8 @@ def analyze_fine(
             work = thr[i * n_windows : (i + 1) * n_windows][sat_i] * typical_of[i]
             if float(np.median(work)) < SATURATED_SHARE:
                 unsure.add(t)
-    verdict = _in_pause_words(verdict, spans, tier_sat, base_ns, window_ns, unsure)
+    verdict = _pool_words(verdict, pool_text)
+    verdict = _in_pause_words(verdict, spans, tier_sat, base_ns, window_ns, unsure, observed_by)
     verdict = _stalled_awake(verdict, requests, keys, stalled, pause_col.reshape(n_servers, n_windows), tier_sat)
     if len(tiers) == 1 and verdict.kind in ("single", "several", "alternating"):
         verdict = _one_tier_cannot_tell(verdict, tiers[0])
@@ -596,6 +644,20 @@ def _stalled_awake(
     return alternation.capped(verdict, STALLED_AWAKE_CAP, "; ".join(found))
 
 
+def _pool_words(verdict: Verdict, pool_text: dict[str, str]) -> Verdict:
+    """A single bottleneck at a caller whose pool of connections to its callee was full, in those
+    words, with at most POOL_CONFIDENCE (the pool is inferred from the callee's ceiling)."""
+    if verdict.kind != "single" or verdict.tiers[0] not in pool_text:
+        return verdict
+    t = verdict.tiers[0]
+    return dataclasses.replace(
+        verdict,
+        text=f"single bottleneck at {pool_text[t]}",
+        confidence=min(verdict.confidence, POOL_CONFIDENCE),
+        evidence=verdict.evidence + f"; {pool_text[t]}",
+    )
+
+
 #: The most confidence a verdict naming the only tier of a trace can have.
 ONE_TIER_CAP = 0.45
 
@@ -632,6 +694,7 @@ def _in_pause_words(
     base_ns: int,
     window_ns: int,
     unsure_tiers: set[str] | None = None,
+    observed_by: dict[str, str] | None = None,
 ) -> Verdict:
     """The verdict in the seeds' words when a tier it names was paused (events or silences) in at
     least half of its saturated windows:
@@ -640,7 +703,10 @@ def _in_pause_words(
     pattern repeated (PAUSES_SEEN pauses, every other tier named saturated mostly right after
     them) and no tier outside the paused ones is unsure (`unsure_tiers`: tiers with a server
     without N*, or seen only through stamps that do not show enough work for their saturation),
-    the confidence is at least PAUSE_CONFIDENCE (scaled by the amount of data)."""
+    the confidence is at least PAUSE_CONFIDENCE (scaled by the amount of data) -- unless a tier is
+    seen only through a paused tier's stamps (`observed_by`: an uninstrumented database behind the
+    app's CLIENT spans): then at most PAUSED_RECORDER_CAP, as the trace cannot tell whether that
+    tier was saturated by the burst after each pause (see `_blind_after_thaws`)."""
     if verdict.kind not in ("single", "alternating") or not spans:
         return verdict
     n_windows = next(iter(tier_sat.values())).size if tier_sat else 0
@@ -669,8 +735,14 @@ def _in_pause_words(
         for t in verdict.tiers
         if t in paused and tier_sat[t].any() and float((touched[t] & tier_sat[t]).sum() / tier_sat[t].sum()) >= 0.5
     ]
+    # callees seen only through the stamps of a tier paused again and again (named or not)
+    blind = {
+        c: p
+        for c, p in (observed_by or {}).items()
+        if p in paused and paused[p][0] >= PAUSES_SEEN and {c, p} & set(verdict.tiers)
+    }
     if not named:
-        return verdict
+        return _blind_after_thaws(verdict, blind)
 
     def pause_text(t: str) -> str:
         count, lengths = paused[t]
@@ -689,7 +761,9 @@ def _in_pause_words(
         conf = verdict.confidence
         if repeated:
             conf = max(conf, PAUSE_CONFIDENCE * alternation.data_weight(n_windows))
-        return dataclasses.replace(verdict, text=f"single bottleneck at {pause_text(t)}", confidence=conf)
+        return _blind_after_thaws(
+            dataclasses.replace(verdict, text=f"single bottleneck at {pause_text(t)}", confidence=conf), blind
+        )
     thaw = np.sort(np.concatenate([x for t in named for x in thaws[t]]))
     parts, after_shares = [], []
     for t in verdict.tiers:
@@ -720,4 +794,29 @@ def _in_pause_words(
         )
     if repeated and min(after_shares, default=0.0) >= 0.5:
         conf = max(conf, PAUSE_CONFIDENCE * alternation.data_weight(n_windows))
-    return dataclasses.replace(verdict, text=text, confidence=conf, evidence=evidence)
+    return _blind_after_thaws(dataclasses.replace(verdict, text=text, confidence=conf, evidence=evidence), blind)
+
+
+#: The most confidence of a pause verdict when a tier is seen only through the paused tier's stamps.
+PAUSED_RECORDER_CAP = 0.45
+
+
+def _blind_after_thaws(verdict: Verdict, blind: dict[str, str]) -> Verdict:
+    """At most PAUSED_RECORDER_CAP when a tier (`blind`: callee -> the paused tier that stamped all
+    of its calls) is seen only through a paused tier's stamps. After each thaw the paused tier takes
+    up its backlog: the calls it makes then end when it gets round to their replies, so its callee
+    looks saturated whether it was (the burst) or not (the caller busy), and a callee saturated by
+    the burst may not show either (work the caller does not trace: opening connections). Whether
+    the bottleneck alternated after each pause, the trace cannot tell; the callee's own traces or
+    fine-grained resources would."""
+    if not blind:
+        return verdict
+    why = "; ".join(
+        f"{callee} is seen only through the calls {caller} stamped, and {caller} was paused: after each thaw "
+        f"{caller} takes up its backlog and stamps the ends of its calls when it gets round to their replies, "
+        f"so whether {callee} was saturated by the burst after each pause (the bottleneck alternating) or not "
+        f"(a single bottleneck at {caller}) the trace cannot tell; {callee}'s own traces or its CPU at a fine "
+        "grain would"
+        for callee, caller in sorted(blind.items())
+    )
+    return alternation.capped(verdict, PAUSED_RECORDER_CAP, why)

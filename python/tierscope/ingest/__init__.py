@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from tierscope.ingest.callees import own_times_for_calls
 from tierscope.ingest.detect import detect
 from tierscope.ingest.registry import Format, formats, register_format
 from tierscope.ingest.result import FormatError, ImportResult, RequestSink
@@ -55,4 +56,8 @@ def load(paths: Iterable[str | Path], format: str | None = None, **options) -> I
         result = part if result is None else result.merge(part)
     if result is None:
         raise FormatError("no input files")
+    requests, replaced = own_times_for_calls(result.requests)
+    if replaced.note():
+        result.requests = requests
+        result.notes.append(replaced.note())
     return result

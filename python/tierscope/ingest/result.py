@@ -44,6 +44,7 @@ class ImportResult:
     records: int = 0  # records seen (rows kept + skipped)
     skipped: int = 0
     skipped_at: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was done to the rows across files
 
     def merge(self, other: "ImportResult") -> "ImportResult":
         """Both results as one (tables concatenated, counts added)."""
@@ -53,6 +54,7 @@ class ImportResult:
             records=self.records + other.records,
             skipped=self.skipped + other.skipped,
             skipped_at=(self.skipped_at + other.skipped_at)[:MAX_LOCATIONS],
+            notes=self.notes + other.notes,
         )
 
     def summary(self) -> str:
@@ -61,6 +63,8 @@ class ImportResult:
         text = f"{self.requests.num_rows} requests at {len(tiers)} tier(s) {', '.join(tiers)}"
         if self.skipped:
             text += f"; skipped {self.skipped} malformed record(s), first at: " + "; ".join(self.skipped_at)
+        for note in self.notes:
+            text += f"; {note}"
         return text
 
 

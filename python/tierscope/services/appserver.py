@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tierscope.apps.dal import DbConfig
-from tierscope.services._accounts import AccountError, blocked_for, give_to, lab_account, run_as
+from tierscope.services._accounts import AccountError, blocked_for, give_to, lab_account, make_traversable, run_as
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
@@ -126,6 +126,8 @@ class AppServer(Service):
         if os.geteuid() == 0:
             acct = self.run_account()
             for path in self._code_paths():
+                if blocked_for(acct, path) is not None:  # e.g. a checkout under /root: open the way (o+x)
+                    make_traversable(path)
                 blocked = blocked_for(acct, path)
                 if blocked is not None:
                     raise ServiceError(
