@@ -231,7 +231,7 @@ def write_otlp(spans: list[Span], path: Path) -> Path:
     return path
 
 
-def _thaw_of(system: System) -> dict[str, "callable"]:
+def _thaw_of(system: System) -> dict[str, callable]:
     """Per server: the instant its process can stamp something happening at t (t, or the end of
     the freeze t falls in: a frozen process stamps nothing)."""
 

@@ -6,9 +6,9 @@ import pytest
 
 from tierscope.analysis.blackbox import blackbox, knee_kneedle, load_curve
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map, throughput_groups
-from tierscope.tiers import tier_of_host
 from tierscope.analysis.heavy import heavy_requests, heavy_summary, heavy_timeline
 from tierscope.analysis.whitebox import density, density_peaks, whitebox
+from tierscope.tiers import tier_of_host
 
 S = 1_000_000_000
 

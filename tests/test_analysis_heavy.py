@@ -10,9 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from independent_sim import Page, Server, System, ns, simulate, write_otlp  # simpy, the test extra
-
-from tierscope.analysis.heavy import heavy_requests, stall_events  # noqa: E402
 from tierscope.analysis.experiment import analyze_files  # noqa: E402
+from tierscope.analysis.heavy import heavy_requests, stall_events  # noqa: E402
 
 SEARCH = "SELECT * FROM stories WHERE title LIKE ?"
 

@@ -24,7 +24,6 @@ from independent_sim import (
     truth_shares,
     write_otlp,
 )  # simpy, the test extra
-
 from tierscope.analysis.experiment import analyze_files, run_fine  # noqa: E402
 
 DURATION_S = 24.0

@@ -14,7 +14,6 @@ import random
 import pytest
 
 from independent_sim import Page, Server, System, periodic, simulate, truth_windows, write_otlp  # simpy, the test extra
-
 from tierscope.analysis.alternation import switches_per_second, verdict  # noqa: E402
 from tierscope.analysis.experiment import analyze_files  # noqa: E402
 

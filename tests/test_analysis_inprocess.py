@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from independent_sim import Page, Server, System, freeze_events, periodic, simulate, truth_shares, write_otlp_inprocess
-
 from tierscope.analysis.experiment import analyze_files, run_fine
 from tierscope.analysis.silences import recorder_silences
 

@@ -13,8 +13,8 @@ import pytest
 from tierscope.analysis.alternation import Verdict
 from tierscope.analysis.fine import analyze_fine
 from tierscope.analysis.pauses import paused_share_above
-from tierscope.analysis.windows import Intervals, parent_rows
 from tierscope.analysis.summary import corroborate
+from tierscope.analysis.windows import Intervals, parent_rows
 from tierscope.simulate import parse_spec, simulate
 from tierscope.trace.link import link_transactions
 

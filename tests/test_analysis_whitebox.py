@@ -284,7 +284,8 @@ def test_the_monitor_turns_cgroup_counters_into_disk_memory_and_quota_metrics(tm
     """Two samples 0.5 s apart of cgroup files with known counters: the rates, levels and
     utilisations follow by arithmetic (disk: 60 writes and 2.5 MB in 0.5 s against 200 IOPS and
     10 MB/s is 60 % and 50 %: 60 %)."""
-    from tierscope.testbed.monitor import Target, _Host, _Series, _table as rows_table
+    from tierscope.testbed.monitor import Target, _Host, _Series
+    from tierscope.testbed.monitor import _table as rows_table
 
     _write_cgroup(tmp_path, 1_000, 600, 400, 0, 0, 40 * 2**20, 8 * 2**20, 7, 1000, 10**8)
     cg = {c: str(tmp_path / c) for c in ("cpu", "cpuacct", "memory", "blkio")}

@@ -17,6 +17,7 @@ SMOKE (or EXCLUDED) fails `test_every_bench_has_a_smoke_run`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT
 
 BENCH = ROOT / "bench"
@@ -210,10 +212,8 @@ def run(argv: list[str], timeout: float) -> tuple[int, str, float]:
     except subprocess.TimeoutExpired:
         out = ""
         for sig, wait in ((signal.SIGINT, 60), (signal.SIGTERM, 20), (signal.SIGKILL, None)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
             try:
                 out, _ = proc.communicate(timeout=wait)
                 break

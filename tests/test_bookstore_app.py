@@ -24,13 +24,13 @@ from urllib.parse import urlencode
 
 import pytest
 
+from conftest import needs_root
 from tierscope.apps.bookstore import datagen, static
 from tierscope.apps.bookstore.app import AppConfig, create_app
 from tierscope.apps.bookstore.datagen import SUBJECTS, digsyl, nurand
 from tierscope.apps.dal import DbConfig
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
-from conftest import needs_root
 
 HAS_MARIADB = os.path.exists("/usr/sbin/mariadbd")
 needs_root = [pytest.mark.root, needs_root("database servers run as their own OS users")]
@@ -736,10 +736,7 @@ def test_concurrent_buy_confirms_get_distinct_order_ids_and_lose_no_stock_update
         stock = stock - 1 + (21 if stock - 1 < 10 else 0)
     assert rig.one("SELECT i_stock FROM item WHERE i_id = %s", (common,)) == stock
     assert (
-        rig.one(
-            "SELECT COUNT(*) FROM order_line WHERE ol_i_id = %s AND ol_o_id IN (%s)"
-            % (common, ", ".join(map(str, ids)))
-        )
+        rig.one(f"SELECT COUNT(*) FROM order_line WHERE ol_i_id = {common} AND ol_o_id IN ({', '.join(map(str, ids))})")
         == 8
     )
 

@@ -25,10 +25,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import needs_postgres, needs_root
 from tierscope.analysis.experiment import analyze_run
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
-from conftest import needs_postgres, needs_root
 
 PRESET = Path(__file__).resolve().parent.parent / "python" / "tierscope" / "presets" / "tpcw-memory.toml"
 

@@ -14,10 +14,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import needs_root, needs_tcpdump
 from tierscope.runner import DONE, run_experiment
 from tierscope.services.postgres import Postgres
 from tierscope.spec import load_spec
-from conftest import needs_root, needs_tcpdump
 
 SPEC = Path(__file__).resolve().parent.parent / "examples" / "specs" / "tiny-bookstore.toml"
 

@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from tierscope.engine import engine_path
 from conftest import ROOT
+from tierscope.engine import engine_path
 
 WORKLOADS = ROOT / "python" / "tierscope" / "apps" / "bookstore" / "workloads"
 MIXES = ("browsing", "shopping", "ordering")

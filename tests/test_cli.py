@@ -28,9 +28,9 @@ def test_version_prints_package_engine_and_python():
 
 
 def _group():
-    from tierscope.cli import app
-
     import typer.main
+
+    from tierscope.cli import app
 
     return typer.main.get_command(app)
 

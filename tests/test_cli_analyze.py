@@ -14,7 +14,6 @@ import pytest
 
 from independent_sim import freeze_events, periodic, simulate, write_otlp  # simpy, the test extra
 from test_analysis_independent import WARMUP_S, shop  # noqa: E402
-
 from tierscope import tables  # noqa: E402
 from tierscope.analysis.experiment import analyze_files, run_fine  # noqa: E402
 

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import needs_postgres, needs_root
 
+from conftest import needs_postgres, needs_root
 from tierscope.services.credentials import FILE_NAME, LAB_USER, CredentialsError, lab_credentials
 
 PSQL = shutil.which("psql") or "/usr/lib/postgresql/15/bin/psql"

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import ROOT
 
 # Floors: what the analysis achieved on the fast subset when this was written, minus a margin for

@@ -21,7 +21,6 @@ About 1–1.5 minutes each (3.6 min for the three here); marked `fidelity`: `mak
 from __future__ import annotations
 
 import re
-
 import tomllib
 from pathlib import Path
 
@@ -30,12 +29,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import PRESETS, needs_postgres, needs_root, needs_tcpdump
 from tierscope.analysis.experiment import analyze_run
 from tierscope.analysis.summary import build_summary
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
-from conftest import PRESETS, needs_postgres, needs_root, needs_tcpdump
-
 
 pytestmark = [
     pytest.mark.fidelity,

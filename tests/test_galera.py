@@ -25,9 +25,9 @@ import pytest
 from tierscope.apps import snapshot
 from tierscope.apps.dal import Database, DbConfig, hosts_of
 from tierscope.services.base import ServiceError, free_port, tcp_answers
+from tierscope.services.credentials import LAB_USER
 from tierscope.services.databases import client_config, data_dbms, dbms_name
 from tierscope.services.galera import GaleraCluster, cluster_serving, provider_library
-from tierscope.services.credentials import LAB_USER
 from tierscope.services.mariadb import MariaDB
 from tierscope.spec import SpecError, db_topology_problem, parse_notation, spec_from_dict
 from tierscope.testbed.host import Host

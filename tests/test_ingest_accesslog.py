@@ -6,6 +6,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+
 from tierscope.ingest import FormatError, detect, load_file
 from tierscope.ingest.accesslog import NGINX_FORMAT, compile_apache
 from tierscope.services.base import free_port

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from independent_sim import ns, periodic, simulate, truth_shares, write_otlp_inprocess
 from test_analysis_inprocess import BLIND, DURATION_S, FREEZE_S, WARMUP_S, shop
-
 from tierscope.analysis.experiment import analyze_files
 from tierscope.ingest.callees import own_times_for_calls
 from tierscope.tables import conform
@@ -75,9 +75,17 @@ def test_a_paused_apps_database_on_the_wire_earns_the_alternating_verdict(tmp_pa
     db = [s for s in result.spans if s.tier == "postgres"]
     wire_rows = _rows(
         [
-            dict(tier="postgres", server=f"{s.server}:5432", request_id=f"w{i}", label=s.name,
-                 arrival_ns=ns(s.start_s), departure_ns=ns(s.end_s), server_addr=s.server, server_port=5432,
-                 source="trace")  # fmt: skip
+            dict(
+                tier="postgres",
+                server=f"{s.server}:5432",
+                request_id=f"w{i}",
+                label=s.name,
+                arrival_ns=ns(s.start_s),
+                departure_ns=ns(s.end_s),
+                server_addr=s.server,
+                server_port=5432,
+                source="trace",
+            )
             for i, s in enumerate(db)
         ]
     )
@@ -90,9 +98,7 @@ def test_a_paused_apps_database_on_the_wire_earns_the_alternating_verdict(tmp_pa
     note = next(n for n in data.notes if "replaced by the callee's own rows" in n)
     assert note.startswith(f"{calls} call(s)") and "dropped" not in note, (note, calls)
     reqs = data.requests
-    assert set(reqs.filter(pa.compute.equal(reqs.column("tier"), "postgres")).column("source").to_pylist()) == {
-        "trace"
-    }
+    assert set(reqs.filter(pa.compute.equal(reqs.column("tier"), "postgres")).column("source").to_pylist()) == {"trace"}
     v = data.fine.verdict
     assert v.kind == "alternating" and set(v.tiers) == {"app", "postgres"}, (v.text, v.evidence)
     assert v.confidence >= 0.8, v

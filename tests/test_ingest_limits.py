@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from tierscope.ingest import FormatError, load_file
-from tierscope.ingest import _json
+from tierscope.ingest import FormatError, _json, load_file
 
 DEEP = 100_000
 OPEN_STRING = '{\n"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "'

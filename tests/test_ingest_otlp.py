@@ -12,10 +12,9 @@ import base64
 import json
 
 import pytest
-
-from opentelemetry.exporter.otlp.proto.common import trace_encoder as encoder
 from google.protobuf.json_format import MessageToDict  # noqa: E402
 from opentelemetry import trace  # noqa: E402
+from opentelemetry.exporter.otlp.proto.common import trace_encoder as encoder
 from opentelemetry.sdk.resources import Resource  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
+
+from conftest import ROOT
 from tierscope import tables
 from tierscope.engine import engine_path
 from tierscope.services.base import free_port
-from conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "static-site.toml"
 SITE = ROOT / "examples" / "static-site"

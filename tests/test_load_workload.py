@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tierscope.engine import engine_path
 from conftest import ROOT
+from tierscope.engine import engine_path
 
 EXAMPLE = ROOT / "examples" / "static-site.toml"
 

@@ -16,11 +16,11 @@ import urllib.request
 import pyarrow as pa
 import pytest
 
+from conftest import needs_root
 from tierscope.apps.logservice.app import BadRecord, LogServiceConfig, parse_record
 from tierscope.apps.logservice.driver import CONNECTION_ERROR, OUTCOMES, TIMEOUT, Load
 from tierscope.apps.logservice.experiment import Service, count, run_mode
 from tierscope.apps.logservice.preset import PresetError, load_preset
-from conftest import needs_root
 
 needs_root = needs_root("PostgreSQL runs as its own OS user")
 needs_redis = pytest.mark.skipif(not shutil.which("redis-server"), reason="redis-server not installed")
@@ -410,8 +410,8 @@ def test_seed_003_direct_inserts_lose_records_the_queue_stores_them_all(tmp_path
 @needs_root
 @needs_redis
 def test_the_broker_requires_its_per_run_password_kept_in_0600_files(tmp_path):
-    import stat
     import socket as sk
+    import stat
 
     from tierscope.services.base import free_port
     from tierscope.services.redis import Redis

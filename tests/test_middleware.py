@@ -630,9 +630,11 @@ def test_copy_and_unknown_databases_get_clear_errors(pair):
     with middleware(pair) as mw:
         with psycopg.connect(dsn(mw), autocommit=True) as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS cp (id int)")
-            with pytest.raises(psycopg.errors.FeatureNotSupported, match="COPY is not supported"):
-                with conn.cursor().copy("COPY cp FROM STDIN") as cp:
-                    cp.write_row((1,))
+            with (
+                pytest.raises(psycopg.errors.FeatureNotSupported, match="COPY is not supported"),
+                conn.cursor().copy("COPY cp FROM STDIN") as cp,
+            ):
+                cp.write_row((1,))
             assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
         with pytest.raises(psycopg.OperationalError, match='database "other" does not exist'):
             psycopg.connect(psycopg.conninfo.make_conninfo(mw.dsn(), dbname="other"))

@@ -25,8 +25,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, needs_root
 
+from conftest import ROOT, needs_root
 from tierscope.middleware import mysql_wire as my
 from tierscope.middleware import sql
 from tierscope.middleware.mysql_server import time_functions
@@ -522,11 +522,11 @@ def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair):
 @needs_root("the runner's hosts are network namespaces")
 @needs_mariadb
 def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path):
-    from tierscope.runner import run_experiment
-    from tierscope.spec import spec_from_dict
-
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
+    from tierscope.runner import run_experiment
+    from tierscope.spec import spec_from_dict
 
     raw = tomllib.loads((ROOT / "examples" / "specs" / "tiny.toml").read_text())
     raw["topology"] = "1/1/1/2M"

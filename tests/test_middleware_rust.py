@@ -25,13 +25,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import needs_postgres, needs_root
-
-from tierscope.engine import EngineNotFound, engine_path
-from tierscope.services.middleware import PASSWORD_ENV
 
 import test_middleware
+from conftest import needs_postgres, needs_root
 from test_middleware import DB, fresh_table, on_each, seq_scans
+from tierscope.engine import EngineNotFound, engine_path
+from tierscope.services.middleware import PASSWORD_ENV
 
 #: the two PostgreSQL servers of tests/test_middleware.py (its module-scoped `pair` fixture, named
 #: `servers` here; this module gets its own pair of servers)
@@ -291,27 +290,29 @@ def test_psycopg_prepared_statements_and_the_extended_protocol(servers):
     fresh_table(pgs, "probe_rust_ps")
     before = seq_scans(pgs, "probe_rust_ps", 0)
     stats: dict = {}
-    with rust_middleware(servers, "rr", stats=stats) as mw:
-        with psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=0) as conn:
-            conn.execute("CREATE TABLE rps (id int PRIMARY KEY, n int)")
-            for i in range(6):
-                conn.execute("INSERT INTO rps VALUES (%s, %s)", (i, i * i))
-                assert conn.execute("SELECT n FROM rps WHERE id = %s", (i,)).fetchone() == (i * i,)
-                conn.execute("UPDATE rps SET n = n + 1 WHERE id = %s", (i,))
-            for _ in range(10):
-                assert conn.execute("SELECT count(*) FROM probe_rust_ps WHERE id > %s", (0,)).fetchone() == (3,)
-            cur = conn.execute("SELECT id, n FROM rps WHERE id < %s ORDER BY id", (3,))
-            assert [d.name for d in cur.description] == ["id", "n"] and cur.fetchall() == [(0, 1), (1, 2), (2, 5)]
-            # the middleware keeps executed statements prepared on its backend connections; DDL through
-            # it makes them prepared again (a kept plan would fail: "cached plan must not change result type")
-            conn.execute("ALTER TABLE rps ALTER COLUMN n TYPE bigint")
-            for i in range(4):
-                assert conn.execute("SELECT n FROM rps WHERE id = %s", (i,)).fetchone() == (i * i + 1,)
-            conn.execute("DEALLOCATE ALL")
-            assert conn.execute("SELECT sum(n) FROM rps").fetchone() == (sum(i * i + 1 for i in range(6)),)
-            with pytest.raises(psycopg.errors.UndefinedTable):
-                conn.execute("SELECT * FROM no_such_table WHERE id = %s", (1,))
-            assert conn.execute("SELECT 7").fetchone() == (7,)  # the session goes on
+    with (
+        rust_middleware(servers, "rr", stats=stats) as mw,
+        psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=0) as conn,
+    ):
+        conn.execute("CREATE TABLE rps (id int PRIMARY KEY, n int)")
+        for i in range(6):
+            conn.execute("INSERT INTO rps VALUES (%s, %s)", (i, i * i))
+            assert conn.execute("SELECT n FROM rps WHERE id = %s", (i,)).fetchone() == (i * i,)
+            conn.execute("UPDATE rps SET n = n + 1 WHERE id = %s", (i,))
+        for _ in range(10):
+            assert conn.execute("SELECT count(*) FROM probe_rust_ps WHERE id > %s", (0,)).fetchone() == (3,)
+        cur = conn.execute("SELECT id, n FROM rps WHERE id < %s ORDER BY id", (3,))
+        assert [d.name for d in cur.description] == ["id", "n"] and cur.fetchall() == [(0, 1), (1, 2), (2, 5)]
+        # the middleware keeps executed statements prepared on its backend connections; DDL through
+        # it makes them prepared again (a kept plan would fail: "cached plan must not change result type")
+        conn.execute("ALTER TABLE rps ALTER COLUMN n TYPE bigint")
+        for i in range(4):
+            assert conn.execute("SELECT n FROM rps WHERE id = %s", (i,)).fetchone() == (i * i + 1,)
+        conn.execute("DEALLOCATE ALL")
+        assert conn.execute("SELECT sum(n) FROM rps").fetchone() == (sum(i * i + 1 for i in range(6)),)
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT * FROM no_such_table WHERE id = %s", (1,))
+        assert conn.execute("SELECT 7").fetchone() == (7,)  # the session goes on
     after = seq_scans(pgs, "probe_rust_ps", sum(before) + 10)
     assert [a - b for a, b in zip(after, before)] == [5, 5]  # round robin over both, prepared or not
     assert stats["named_statements"] > 0 and stats["disabled"] == []
@@ -331,9 +332,11 @@ def test_pipeline_mode_copy_and_unknown_database(servers):
                 for i in range(5):
                     conn.execute("INSERT INTO rpl VALUES (%s)", (i,))
                 assert conn.execute("SELECT count(*) FROM rpl").fetchone() == (5,)
-            with pytest.raises(psycopg.errors.FeatureNotSupported, match="COPY is not supported"):
-                with conn.cursor().copy("COPY rpl FROM STDIN") as cp:
-                    cp.write_row((1,))
+            with (
+                pytest.raises(psycopg.errors.FeatureNotSupported, match="COPY is not supported"),
+                conn.cursor().copy("COPY rpl FROM STDIN") as cp,
+            ):
+                cp.write_row((1,))
             assert conn.execute("SELECT 1").fetchone() == (1,)
         with pytest.raises(psycopg.OperationalError, match='database "other" does not exist'):
             psycopg.connect(dsn(mw, dbname="other"))

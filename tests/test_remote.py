@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import EXAMPLES, needs_postgres, needs_root, needs_tcpdump
 
+from conftest import EXAMPLES, needs_postgres, needs_root, needs_tcpdump
 from tierscope.remote import clock
 from tierscope.remote.inventory import InventoryError, load_inventory
 from tierscope.remote.sshhosts import SshHosts, unavailable_reason

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from conftest import EXAMPLES, needs_root
+from tierscope.remote.inventory import load_inventory
 from tierscope.remote.playbooks import PlaybookFailed, close_connections, failure_lines, run_playbook, write_config
 from tierscope.remote.preflight import HostsNotReady, check_tierscope, why_not
-from tierscope.remote.inventory import load_inventory
 from tierscope.remote.sshhosts import SshHosts, unavailable_reason
 
 EXE = Path(sys.executable).parent / "tierscope"
@@ -151,7 +151,7 @@ def test_a_failed_playbook_is_one_line(lab, tmp_path):
                         {
                             "name": "run the agent",
                             "changed_when": False,
-                            "ansible.builtin.command": "{{ tierscope_python | default('%s') }} -m "
+                            "ansible.builtin.command": "{{ tierscope_python | default('%s') }} -m "  # noqa: UP031 (Jinja's braces)
                             "tierscope.remote.agent --help" % sys.executable,
                         }
                     ],

@@ -13,10 +13,10 @@ from rich.console import Console
 from tierscope.analysis.blackbox import BlackBox, Knee
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
 from tierscope.analysis.experiment import Analysis
+from tierscope.analysis.points import read_point
 from tierscope.manifest import Manifest
 from tierscope.manifest import read as read_manifest
 from tierscope.manifest import write as write_manifest
-from tierscope.analysis.points import read_point
 from tierscope.report.summary import configuration_table
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from tierscope.services.base import free_port
 
 EXE = Path(sys.executable).parent / "tierscope"

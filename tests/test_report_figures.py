@@ -2,6 +2,7 @@
 curve, pause/stall bands on the timeline, one host at two grains, the configuration table, and the
 size of the page (plotly.js inlined once, plain or gzipped)."""
 
+import contextlib
 import re
 import types
 
@@ -11,12 +12,11 @@ import pyarrow as pa
 import pytest
 
 from tierscope.analysis.blackbox import BlackBox, Knee
-from tierscope.ingest import ImportResult
 from tierscope.analysis.experiment import Analysis
-from tierscope.analysis.summary import Summary
-from tierscope.report import render_html, write_report
-from tierscope.report import figures
 from tierscope.analysis.points import LazyTables, Point
+from tierscope.analysis.summary import Summary
+from tierscope.ingest import ImportResult
+from tierscope.report import figures, render_html, write_report
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -204,7 +204,7 @@ def test_timeline_draws_one_band_per_stall_with_hover_text():
     assert all(s.yref == "paper" and s.opacity < 0.5 for s in bands)
     assert bands[0].x0 == 0 and bands[0].x1 == pytest.approx(0.001)
     marks = next(t for t in fig.data if t.name == "pauses and stalls (shaded)")
-    assert len(marks.hovertext) == 7 and "app/app1 stalled for 1 ms, holding 3 request(s) (q)" == marks.hovertext[0]
+    assert len(marks.hovertext) == 7 and marks.hovertext[0] == "app/app1 stalled for 1 ms, holding 3 request(s) (q)"
     assert "7 stalls" in fig.layout.title.text
     # no stalls, no pauses: no bands, no title
     quiet = figures.timeline(Analysis(title="t", fine=_fine(_series(servers))))
@@ -327,10 +327,8 @@ def test_report_size(tmp_path):
 
 
 CHROMIUM = None
-try:
+with contextlib.suppress(ImportError):  # run from elsewhere than tests/
     from test_report import CHROMIUM, dump_dom  # noqa: F811
-except ImportError:  # run from elsewhere than tests/
-    pass
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")

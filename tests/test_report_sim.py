@@ -12,7 +12,6 @@ import re
 import pytest
 
 import tierscope.simulate as sim
-
 from tierscope.analysis.experiment import analyze_run  # noqa: E402
 from tierscope.analysis.summary import build_summary  # noqa: E402
 from tierscope.report import render_html  # noqa: E402
@@ -109,7 +108,6 @@ def _alternating_spec() -> dict:
 
 def test_alternating_point_report_renders_fine_grained_sections(tmp_path):
     from test_report import CHROMIUM, dump_dom
-
     from tierscope.report import write_report
 
     sim.simulate(sim.parse_spec(_alternating_spec())).write(tmp_path / "alt" / "p600")

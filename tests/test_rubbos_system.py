@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tierscope.apps.rubbos import datagen, mixes, pages
+
+from conftest import needs_root
 from tierscope.apps.dal import DbConfig
+from tierscope.apps.rubbos import datagen, mixes, pages
 from tierscope.apps.rubbos.system import make_db
 from tierscope.services.appserver import AppServer
 from tierscope.services.base import free_port
 from tierscope.services.nginx import Nginx
 from tierscope.testbed.host import Host
-from conftest import needs_root
 
 pytestmark = [
     needs_root("database servers run as their own OS users"),

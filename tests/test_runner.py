@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import threading
 import time
 import tomllib
@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import needs_root, needs_tcpdump
 from tierscope.runner import DONE, FAILED, Progress, run_experiment
 from tierscope.spec import load_spec, spec_from_dict
-from conftest import needs_root, needs_tcpdump
 
 TINY = Path(__file__).resolve().parent.parent / "examples" / "specs" / "tiny.toml"
 
@@ -216,6 +216,7 @@ def test_ctrl_c_stops_cleanly_keeps_finished_points_and_leaves_nothing(tmp_path)
     finished = list(run_dir.glob("*/manifest.json"))
     assert len(finished) == 1 and json.loads(finished[0].read_text())["status"] == DONE
     assert not second[0].exists()  # the unfinished point is not a result
+
     def left() -> list[str]:  # every process started for the run, by its command line
         return subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()
 

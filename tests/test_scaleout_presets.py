@@ -29,10 +29,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import PRESETS, needs_postgres, needs_root, needs_tcpdump
 from tierscope.analysis.experiment import analyze_run
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
-from conftest import PRESETS, needs_postgres, needs_root, needs_tcpdump
 
 pytestmark = [
     pytest.mark.fidelity,

@@ -9,12 +9,13 @@ import subprocess
 import urllib.request
 
 import pytest
+
+from conftest import needs_root
 from tierscope.services.base import SOCKET_PATH_MAX, ServiceError, free_port, socket_dir, tcp_answers
 from tierscope.services.mariadb import MariaDB
 from tierscope.services.nginx import Nginx
 from tierscope.services.postgres import Postgres, pg_bindir
 from tierscope.testbed.host import Host
-from conftest import needs_root
 
 needs_root = needs_root("servers run as their own OS users")
 

@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import ROOT
 from tierscope import tables
 from tierscope.analysis.windows import Intervals, share_above
 from tierscope.simulate import SpecError, load_spec, parse_spec, simulate
 from tierscope.simulate.arrivals import mmpp2_for, open_arrivals
-from conftest import ROOT
 
 
 def spec(**over):

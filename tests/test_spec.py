@@ -2,6 +2,7 @@
 
 import pytest
 
+from conftest import EXAMPLES, PRESETS
 from tierscope.spec import (
     SpecError,
     expand,
@@ -11,7 +12,6 @@ from tierscope.spec import (
     parse_size,
     parse_spec,
 )
-from conftest import EXAMPLES, PRESETS
 
 MIN = "[workload]\nusers = [10]\n"
 
@@ -419,9 +419,8 @@ def test_scale_is_a_fraction_or_a_preset_the_data_generator_knows():
     assert p.config.scale == "small"
     (q,) = points("scale = 0.5\n" + MIN)
     assert q.config.scale == 0.5
-    from tierscope.spec import SCALE_PRESETS
-
     from tierscope.apps.rubbos import datagen
+    from tierscope.spec import SCALE_PRESETS
 
     assert set(SCALE_PRESETS["rubbos"]) == set(datagen.PRESETS)
 

@@ -186,7 +186,7 @@ def test_default_dirs():
     from tierscope.apps.rubbos import system
 
     if not os.environ.get("TIERSCOPE_RUBBOS_DIR"):
-        assert system.DEFAULT_RUN_DIR == statedir.default_dir("rubbos")
+        assert statedir.default_dir("rubbos") == system.DEFAULT_RUN_DIR
 
 
 @needs_root

@@ -6,6 +6,7 @@ processes hold. Real processes and namespaces; needs root."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -119,10 +120,8 @@ def test_sigkilled_owner_leaves_an_orphan_that_status_names_and_clean_orphans_re
         if owner.poll() is None:
             owner.kill()
         for p in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         live.down()
         if (state_dir() / f"lab{LAB}.json").exists():
             cli("clean", "--orphans")

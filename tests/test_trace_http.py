@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
 from tierscope.trace import LiveCapture, trace_capture
@@ -128,7 +129,7 @@ def client_log(n: int) -> list[tuple[str, int, int, int]]:
     conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
     log = []
     for i in range(n):
-        path = ["/index.html", "/page.html?id=%d" % i, "/nope/%d" % i][i % 3]
+        path = ["/index.html", f"/page.html?id={i}", f"/nope/{i}"][i % 3]
         t0 = time.time_ns()
         conn.request("GET", path)
         r = conn.getresponse()
@@ -169,7 +170,7 @@ def test_snaplen_256_still_delimits_every_exchange(nginx, tmp_path):
     rows = sorted(pq.read_table(res.output).to_pylist(), key=lambda r: r["arrival_ns"])
     assert res.stats["tcp"]["snaplen_cut_segments"] > 0  # the 3 KB page did not fit in 256 bytes
     assert len(rows) == len(log)
-    for (path, t0, t1, status), r in zip(log, rows):
+    for (_path, t0, t1, status), r in zip(log, rows):
         assert r["status"] == str(status)
         assert t0 - 1 <= r["arrival_ns"] <= r["departure_ns"] <= t1 + 1
     # the page's response head was cut: its end was found by the direction change and flagged

@@ -13,6 +13,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from tierscope import tables
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
@@ -174,9 +175,10 @@ def test_two_tier_capture_links_by_id_and_by_time_alike(tmp_path):
 
 @live
 def test_cli_live_capture_and_file_mode(tmp_path):
+    from typer.testing import CliRunner
+
     from tierscope.cli import app as cli
     from tierscope.services.nginx import Nginx
-    from typer.testing import CliRunner
 
     root = tmp_path / "root"
     root.mkdir()

@@ -244,5 +244,8 @@ def test_pcapng_and_nanosecond_pcap_give_the_same_rows(tmp_path):
         dst = tmp_path / f"in.{fmt}"
         subprocess.run(["editcap", "-F", fmt, str(src), str(dst)], check=True, capture_output=True)
         got = rows(trace_capture(dst, tmp_path / f"{fmt}.parquet"))
-        key = lambda r: (r["arrival_ns"], r["departure_ns"], r["label"], r["status"], r["bytes_in"], r["bytes_out"])
+
+        def key(r):
+            return (r["arrival_ns"], r["departure_ns"], r["label"], r["status"], r["bytes_in"], r["bytes_out"])
+
         assert [key(r) for r in got] == [key(r) for r in want], fmt

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
 from tierscope.trace import LiveCapture, trace_capture
@@ -126,7 +127,7 @@ def test_query_and_prepared_statement_counts_errors_and_times(mariadb, tmp_path)
     assert not any(r["inferred"] for r in rows)
     timed = [r for r in rows if r["label"] == "SELECT v FROM kv WHERE k = ?"]
     slack = []
-    for (label, t0, t1), r in zip(times, timed):
+    for (_label, t0, t1), r in zip(times, timed):
         assert t0 - 1 <= r["arrival_ns"] <= r["departure_ns"] <= t1 + 1
         slack += [r["arrival_ns"] - t0, t1 - r["departure_ns"]]
     # the wire saw each exchange close to the client's own times (the median; a busy machine may

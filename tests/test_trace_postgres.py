@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
 from tierscope.trace import LiveCapture, trace_capture

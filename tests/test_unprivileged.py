@@ -14,6 +14,7 @@ tests/test_credentials.py shows for the PostgreSQL protocol.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pwd
 import shutil
@@ -28,8 +29,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, needs_postgres, needs_root
 
+from conftest import ROOT, needs_postgres, needs_root
 from tierscope.runner import DONE, Progress, run_experiment
 from tierscope.services._accounts import LAB_OS_USER, AccountError, lab_account
 from tierscope.spec import spec_from_dict
@@ -54,10 +55,8 @@ def uids(pid: int) -> tuple[int, int, int, int]:
 def children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
+        with contextlib.suppress(OSError):
             out += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
     return out
 
 

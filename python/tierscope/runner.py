@@ -13,15 +13,16 @@ The stages are small functions over a `PointContext`; I/O is here, the analysis 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -164,8 +165,8 @@ def start_capture(ctx: PointContext) -> None:
 
     c = ctx.point.config
     ctx.capture = LiveCapture(
-        ctx.testbed.capture_interface,
-        ctx.dir / "capture.pcap",  # type: ignore[union-attr]
+        ctx.testbed.capture_interface,  # type: ignore[attr-defined]
+        ctx.dir / "capture.pcap",
         filter=CAPTURE_FILTER,
         snaplen=c.monitor.snaplen,
     ).start()
@@ -292,8 +293,8 @@ def _drive_one(
     if result.interrupted:
         raise KeyboardInterrupt
     if result.returncode != 0:
-        err = stderr_log.read_text()[-2000:]
-        raise PointFailed(f"the workload generator exited with status {result.returncode}: {err.strip()}")
+        tail = stderr_log.read_text()[-2000:]
+        raise PointFailed(f"the workload generator exited with status {result.returncode}: {tail.strip()}")
     return result.summary or {}
 
 
@@ -429,10 +430,8 @@ def stop_services(ctx: PointContext) -> None:
         logs_dir = ctx.dir / "logs" / svc.name
         for name, path in svc.logs().items():
             logs_dir.mkdir(parents=True, exist_ok=True)
-            try:
+            with contextlib.suppress(OSError):
                 shutil.copy(path, logs_dir / f"{name}.log")
-            except OSError:
-                pass
         data_dir = getattr(svc, "data_dir", None)
         if data_dir is not None:  # a copy of the snapshot: not a result, and large at paper scale
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -687,9 +686,9 @@ def run_experiment(
 
 def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object, object]:
     """Analyse the run and write run_dir/report.html; returns its path, the summary and the data."""
-    from tierscope.analysis.windows import DEFAULT_WINDOW_NS
     from tierscope.analysis.experiment import analyze_run
     from tierscope.analysis.summary import build_summary
+    from tierscope.analysis.windows import DEFAULT_WINDOW_NS
     from tierscope.report import write_report
 
     points = expand(spec)

@@ -19,6 +19,7 @@ a planted ``state.json`` naming a root process, a symlink to a root-owned file):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -85,10 +86,8 @@ def secure_dir(path: str | Path) -> Path:
         missing.append(p)
         p = p.parent
     for d in reversed(missing):
-        try:
+        with contextlib.suppress(FileExistsError):  # made by someone else in between: checked below
             os.mkdir(d, 0o700)
-        except FileExistsError:  # made by someone else in between: checked below
-            pass
     check_dir(path)
     return path
 

@@ -42,8 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import stalls
-from .windows import parent_rows
-from .windows import arrival_levels, floor_base, request_intervals
+from .windows import arrival_levels, floor_base, parent_rows, request_intervals
 
 DEFAULT_FACTOR = 100.0
 #: a label is heavy when its rate of slow requests is this unlikely at the rate of the others...

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
@@ -47,7 +48,7 @@ class LazyTables:
         self._loaded[name] = table
 
     def get(self, name: str, default: pa.Table | None = None) -> pa.Table | None:
-        return self[name] if name in self else default
+        return self[name] if name in self else default  # noqa: SIM401 (self.get is this method)
 
     def front_tier(self, tier: str = "web") -> pa.Table | None:
         """Only the rows of one tier of `requests`, read column-pruned and filtered, not cached."""

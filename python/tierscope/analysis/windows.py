@@ -36,7 +36,6 @@ import pyarrow.compute as pc
 
 from tierscope.analysis import DEFAULT_WINDOW_NS
 
-
 #: Columns of the table `window_series` returns (optional ones only when asked).
 SERIES_COLUMNS = (
     "tier",

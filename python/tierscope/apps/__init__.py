@@ -9,9 +9,10 @@ plugs in by adding its provider to `PROVIDERS`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 

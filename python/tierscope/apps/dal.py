@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import queue
 import threading
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 DBMS = ("postgresql", "mariadb")
@@ -31,6 +32,9 @@ DBMS = ("postgresql", "mariadb")
 
 class DatabaseError(RuntimeError):
     """A statement failed (wraps the driver's error)."""
+
+    #: the connection is unusable after it (the pool discards it)
+    broken: bool = False
 
 
 class PoolTimeout(DatabaseError):
@@ -102,7 +106,7 @@ def like_prefix10(word: str) -> str:
 class Session:
     """One request's use of one pooled connection."""
 
-    def __init__(self, db: "Database", conn: Any, request_id: str | None):
+    def __init__(self, db: Database, conn: Any, request_id: str | None):
         self.db = db
         self.conn = conn
         self.comment = sqlcomment(request_id)
@@ -153,6 +157,7 @@ class Database:
     def __init__(self, config: DbConfig):
         self.config = config
         self.dbms = config.dbms
+        self._impl: _PostgresPool | _MariaPool
         if config.dbms == "postgresql":
             self._impl = _PostgresPool(config)
         else:
@@ -303,10 +308,8 @@ class _MariaPool:
             return
 
     def _close(self, conn) -> None:
-        try:
+        with suppress(Exception):
             conn.close()
-        except Exception:
-            pass
         with self.lock:
             self.opened -= 1
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tierscope.services.databases import data_dbms, dbms_name
 

@@ -31,7 +31,7 @@ def default_root(app: str) -> Path:
 @dataclass(frozen=True)
 class Snapshot:
     path: Path
-    generator: str | None = None  # the data generator version a fresh snapshot must have
+    generator: int | None = None  # the data generator version a fresh snapshot must have
 
     @property
     def data(self) -> Path:
@@ -60,7 +60,7 @@ class Snapshot:
 
 
 def snapshot_for(
-    app: str, dbms: str, scale: str, seed: int, generator: str | None = None, root: Path | None = None
+    app: str, dbms: str, scale: str, seed: int, generator: int | None = None, root: Path | None = None
 ) -> Snapshot:
     return Snapshot(Path(root or default_root(app)) / f"{dbms}-{scale}-seed{seed}", generator)
 

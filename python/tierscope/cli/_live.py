@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.live import Live
-from rich.progress_bar import ProgressBar
 from rich.markup import escape
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -28,7 +28,7 @@ def render(p: Progress) -> Group:
     head.add_row("p90 response", f"{p.p90_ms:.1f} ms" if p.p90_ms is not None else "-")
     head.add_row("errors", f"[red]{p.errors}[/red]" if p.errors else "0")
     head.add_row("time left", f"{left:.0f} s of this point's load")
-    parts = [head]
+    parts: list[RenderableType] = [head]
     if p.point_seconds:
         parts.append(ProgressBar(total=p.point_seconds, completed=min(elapsed, p.point_seconds), width=50))
     if p.finished:
@@ -55,7 +55,7 @@ class LiveDisplay:
         self._thread: threading.Thread | None = None
         self._printed = (0, 0)  # messages, finished points already printed as lines
 
-    def __enter__(self) -> "LiveDisplay":
+    def __enter__(self) -> LiveDisplay:
         if self.enabled:
             self._live = Live(render(self.progress), refresh_per_second=4, transient=False)
             self._live.__enter__()

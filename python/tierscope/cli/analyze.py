@@ -226,7 +226,7 @@ def _analyze_windows(
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(_output.FAILED)
+        raise typer.Exit(_output.FAILED) from e
     finally:
         if session is not None:
             session.stop()
@@ -340,9 +340,9 @@ def analyze(
     Big traces: [bold]tierscope analyze requests.parquet --engine spark --spark-master local[2] -o out[/bold]
     """
     from tierscope import tables
-    from tierscope.ingest import FormatError
     from tierscope.analysis.experiment import analyze_files, analyze_run
     from tierscope.analysis.summary import build_summary
+    from tierscope.ingest import FormatError
     from tierscope.report import print_summary, write_report
 
     console = Console(stderr=json_out == "-")
@@ -376,24 +376,24 @@ def analyze(
                 f"the window series only"
             )
         _analyze_windows(files, engine, spark_master, window_ns, output, console, fail)
-    files = [Path(f) for f in files]
+    paths = [Path(f) for f in files]
     try:
         _output.check_output_dir(output, "-o")
         if json_out not in (None, "-"):
             _output.check_output_file(Path(json_out), "--json")
-        missing = [str(p) for p in files if not p.exists()]
+        missing = [str(p) for p in paths if not p.exists()]
         if missing:
             raise FileNotFoundError(f"no such file or directory: {', '.join(missing)}")
-        dirs = [p for p in files if p.is_dir()]
-        if dirs and len(files) > 1:
+        dirs = [p for p in paths if p.is_dir()]
+        if dirs and len(paths) > 1:
             raise ValueError("give one run or point directory, or files (not both)")
-        for p in files:
+        for p in paths:
             _refuse_pcap(p)
         if dirs:
             data = analyze_run(dirs[0], window_ns=window_ns)
             requests = data.requests
         else:
-            kinds = {p: _table_kind(p) for p in files}
+            kinds = {p: _table_kind(p) for p in paths}
             side = {k: [p for p, v in kinds.items() if v == k] for k in ("events", "resources")}
             traces = [p for p, v in kinds.items() if v is None]
             if not traces:
@@ -425,6 +425,7 @@ def analyze(
                 imported=imported,
                 **options,
             )
+            assert data.imported is not None  # analyze_files was given the import
             requests = data.imported.requests
             console.print(f"imported {data.imported.summary()}", markup=False)
     except (FormatError, ValueError, OSError) as e:

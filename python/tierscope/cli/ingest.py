@@ -50,11 +50,11 @@ def ingest(
         None, metavar="[PRESET]", help="An ingest preset (TOML); default: the shipped presets/ingest.toml."
     ),
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/ingest-<time>/<mode>/."),
-    modes: list[str] = typer.Option(
+    modes: list[str] | None = typer.Option(
         None, "--mode", help="Only this mode (repeat for several): direct, queue, durable."
     ),
-    clients: int = typer.Option(None, "--clients", min=1, help="Override load.clients."),
-    records: int = typer.Option(None, "--records", min=1, help="Override load.records (per client)."),
+    clients: int | None = typer.Option(None, "--clients", min=1, help="Override load.clients."),
+    records: int | None = typer.Option(None, "--records", min=1, help="Override load.records (per client)."),
     loopback: bool = typer.Option(False, "--loopback", help="Run on loopback without namespaces or limits."),
 ) -> None:
     """Compare the log service's modes at the same offered load (seed 003).

@@ -4,41 +4,40 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.live import Live
+from rich.markup import escape
 
 
 def load(
     workload: Path = typer.Argument(
         ..., help="Workload file (TOML, see docs/workload.md).", exists=True, dir_okay=False
     ),
-    target: Optional[str] = typer.Option(
+    target: str | None = typer.Option(
         None, "--target", help="URL to send requests to: http://HOST:PORT, optionally with a path prefix."
     ),
-    log: Optional[Path] = typer.Option(
+    log: Path | None = typer.Option(
         None, "--log", help="Write one row per request (client_requests) to this Parquet file."
     ),
-    users: Optional[int] = typer.Option(None, "--users", help="Override the number of emulated users (closed loop)."),
-    rate: Optional[float] = typer.Option(None, "--rate", help="Override the arrival rate per second (open loop)."),
-    duration: Optional[str] = typer.Option(None, "--duration", help="Override the run phase, e.g. 60, 30s, 5m."),
-    ramp_up: Optional[str] = typer.Option(None, "--ramp-up", help="Override the ramp-up phase."),
-    ramp_down: Optional[str] = typer.Option(None, "--ramp-down", help="Override the ramp-down phase."),
-    think: Optional[float] = typer.Option(None, "--think", help="Override the mean think time (s; 0 = none)."),
-    policy: Optional[str] = typer.Option(None, "--policy", help="Connection policy: per-user, per-request or pool."),
-    pool_size: Optional[int] = typer.Option(None, "--pool-size", help="Connections in the pool (policy pool)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
-    dry_run: Optional[int] = typer.Option(
+    users: int | None = typer.Option(None, "--users", help="Override the number of emulated users (closed loop)."),
+    rate: float | None = typer.Option(None, "--rate", help="Override the arrival rate per second (open loop)."),
+    duration: str | None = typer.Option(None, "--duration", help="Override the run phase, e.g. 60, 30s, 5m."),
+    ramp_up: str | None = typer.Option(None, "--ramp-up", help="Override the ramp-up phase."),
+    ramp_down: str | None = typer.Option(None, "--ramp-down", help="Override the ramp-down phase."),
+    think: float | None = typer.Option(None, "--think", help="Override the mean think time (s; 0 = none)."),
+    policy: str | None = typer.Option(None, "--policy", help="Connection policy: per-user, per-request or pool."),
+    pool_size: int | None = typer.Option(None, "--pool-size", help="Connections in the pool (policy pool)."),
+    seed: int | None = typer.Option(None, "--seed", help="Random seed."),
+    dry_run: int | None = typer.Option(
         None, "--dry-run", help="Walk the chain for N requests without sending; print the page counts."
     ),
     json_lines: bool = typer.Option(False, "--json", help="Print the engine's JSON lines instead of the live display."),
     no_embedded: bool = typer.Option(
         False, "--no-embedded", help="Do not fetch the pages' images even when the workload's embedded section says so."
     ),
-    embedded_connections: Optional[int] = typer.Option(
+    embedded_connections: int | None = typer.Option(
         None, "--embedded-connections", min=1, help="Override the workload's embedded connections (per user)."
     ),
 ) -> None:
@@ -86,7 +85,7 @@ def load(
                 console.print(describe_all_phases(result.summary), markup=False)
     except LoadError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from err
     if result.stderr.strip():
         console.print(result.stderr.strip(), style="yellow", markup=False)
     if result.interrupted:  # 128 + the signal: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -31,7 +30,7 @@ _DBMS_HELP = "Server to start for the run when no --dsn: postgresql or mariadb."
 _DSN_HELP = "Use this database instead of starting one (libpq string or mysql:// URL)."
 
 
-def _database(console: Console, dbms: str, dsn: Optional[str], workdir: Optional[Path]):
+def _database(console: Console, dbms: str, dsn: str | None, workdir: Path | None):
     """A context manager yielding the DSN: the given one, or a started server's."""
     import contextlib
 
@@ -84,11 +83,11 @@ def ycsb(
         "(d: latest).",
     ),
     dbms: str = typer.Option("postgresql", "--dbms", help=_DBMS_HELP),
-    dsn: Optional[str] = typer.Option(None, "--dsn", help=_DSN_HELP),
+    dsn: str | None = typer.Option(None, "--dsn", help=_DSN_HELP),
     records: int = typer.Option(10_000, "--records", min=1, help="Rows to load (≈1 KB each with the default fields)."),
     field_length: int = typer.Option(100, "--field-length", min=1, help="Characters per field (10 fields)."),
     threads: int = typer.Option(4, "--threads", min=1, help="Client threads, one connection each."),
-    target: Optional[float] = typer.Option(
+    target: float | None = typer.Option(
         None,
         "--target",
         help="Total ops/s to offer (default: as fast as "
@@ -97,14 +96,14 @@ def ycsb(
         "corrected).",
     ),
     duration: float = typer.Option(30.0, "--duration", min=0.1, help="Seconds to run."),
-    ops: Optional[int] = typer.Option(None, "--ops", min=1, help="Stop after this many operations (or the duration)."),
-    warmup: Optional[float] = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
-    distribution: Optional[str] = typer.Option(
+    ops: int | None = typer.Option(None, "--ops", min=1, help="Stop after this many operations (or the duration)."),
+    warmup: float | None = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
+    distribution: str | None = typer.Option(
         None, "--distribution", help="Override the key distribution: zipfian, latest or uniform."
     ),
     no_load: bool = typer.Option(False, "--no-load", help="Do not (re)load the table (it must exist, with --dsn)."),
-    log: Optional[Path] = typer.Option(None, "--log", help="Write one row per operation to this Parquet file."),
-    workdir: Optional[Path] = typer.Option(
+    log: Path | None = typer.Option(None, "--log", help="Write one row per operation to this Parquet file."),
+    workdir: Path | None = typer.Option(
         None, "--workdir", help="Data directory of a started server (default: temporary)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the engine's summaries as JSON lines."),
@@ -120,7 +119,7 @@ def ycsb(
         check_ycsb(workload, distribution)
     except ValueError as err:
         Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from err
     try:
         with _database(console, dbms, dsn, workdir) as the_dsn:
             if not no_load:
@@ -143,7 +142,7 @@ def ycsb(
             )
     except OltpError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(err.code or 1)
+        raise typer.Exit(err.code or 1) from err
     if json_out:
         print(json.dumps(s))
         return
@@ -163,9 +162,9 @@ def ycsb(
 @oltp_app.command("tpcc")
 def tpcc(
     dbms: str = typer.Option("postgresql", "--dbms", help=_DBMS_HELP),
-    dsn: Optional[str] = typer.Option(None, "--dsn", help=_DSN_HELP),
+    dsn: str | None = typer.Option(None, "--dsn", help=_DSN_HELP),
     warehouses: int = typer.Option(1, "--warehouses", "-W", min=1, help="Warehouses to load (≈100 MB each)."),
-    terminals: Optional[int] = typer.Option(
+    terminals: int | None = typer.Option(
         None, "--terminals", min=1, help="Terminals (default 10 per warehouse, each bound to a warehouse and district)."
     ),
     no_waits: bool = typer.Option(
@@ -184,10 +183,10 @@ def tpcc(
         "so no two terminals share a warehouse and district.",
     ),
     duration: float = typer.Option(60.0, "--duration", min=0.1, help="Seconds to run."),
-    warmup: Optional[float] = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
+    warmup: float | None = typer.Option(None, "--warmup", help="Seconds at the start not counted."),
     no_load: bool = typer.Option(False, "--no-load", help="Do not (re)load the tables (they must exist, with --dsn)."),
-    log: Optional[Path] = typer.Option(None, "--log", help="Write one row per transaction to this Parquet file."),
-    workdir: Optional[Path] = typer.Option(
+    log: Path | None = typer.Option(None, "--log", help="Write one row per transaction to this Parquet file."),
+    workdir: Path | None = typer.Option(
         None, "--workdir", help="Data directory of a started server (default: temporary)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the engine's summaries as JSON lines."),
@@ -220,7 +219,7 @@ def tpcc(
             )
     except OltpError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(err.code or 1)
+        raise typer.Exit(err.code or 1) from err
     if json_out:
         print(json.dumps(s))
         return
@@ -263,7 +262,7 @@ _SCALE_HELP = (
 
 @oltp_app.command("scale", help=_SCALE_HELP)
 def scale(
-    preset: Optional[Path] = typer.Argument(
+    preset: Path | None = typer.Argument(
         None,
         help="A scaling preset (TOML); default: the shipped "
         "presets/oltp-scaling.toml (Galera and the middleware, 1/2/3 nodes, "
@@ -277,18 +276,18 @@ def scale(
         "results.parquet (one row per target x nodes x workload) and nodes.parquet (one row "
         "per node: its own counters).",
     ),
-    target: Optional[list[str]] = typer.Option(
+    target: list[str] | None = typer.Option(
         None, "--target", help="Only these targets of the preset (galera, middleware); repeatable."
     ),
-    nodes: Optional[str] = typer.Option(None, "--nodes", help="Override the node counts, e.g. 1,3."),
-    workload: Optional[list[str]] = typer.Option(
+    nodes: str | None = typer.Option(None, "--nodes", help="Override the node counts, e.g. 1,3."),
+    workload: list[str] | None = typer.Option(
         None,
         "--workload",
         "-w",
         help="Only these workloads of the preset (ycsb-a, ycsb-b, ycsb-c, ycsb-f, tpcc); repeatable.",
     ),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Override the seconds per workload."),
-    workdir: Optional[Path] = typer.Option(
+    duration: float | None = typer.Option(None, "--duration", help="Override the seconds per workload."),
+    workdir: Path | None = typer.Option(
         None,
         "--workdir",
         help="Where the temporary data directories go (default: the system's temporary directory); removed at the end.",
@@ -316,7 +315,7 @@ def scale(
             raise ValueError("; ".join(problems))
     except (ValueError, OSError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from err
     import os
 
     if os.geteuid() != 0:
@@ -326,7 +325,7 @@ def scale(
         rows = run_scaling(p, out=out, say=lambda m: console.print(m, style="dim", markup=False), workdir=workdir)
     except Exception as err:  # a server that would not start, an engine that failed
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from err
     if json_out:
         for r in rows:
             print(json.dumps({k: v for k, v in r.items() if k != "summaries"}, default=str))

@@ -45,10 +45,10 @@ def report(
     """
     from rich.markup import escape
 
-    from tierscope.cli import _output
-    from tierscope.ingest import FormatError
     from tierscope.analysis.experiment import analyze_files, analyze_run
     from tierscope.analysis.summary import build_summary
+    from tierscope.cli import _output
+    from tierscope.ingest import FormatError
     from tierscope.report import print_summary, write_report
 
     console = Console(stderr=json_out == "-")

@@ -72,7 +72,8 @@ def up(
         s = system.bring_up(o, say=typer.echo)
     except (ServiceError, OSError, ValueError) as err:
         typer.echo(f"rubbos up failed: {err}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from err
+    assert s.web is not None  # bring_up starts the web tier
     typer.echo(f"nginx access log: {s.web.access_log}")
     typer.echo(f"state: {Path(o.run_dir) / 'state.json'} (stop with: tierscope rubbos down)")
     typer.echo(s.url)
@@ -96,7 +97,7 @@ def down(run_dir: Path = typer.Option(None, help="the run directory given to `up
         system.bring_down(run_dir or system.DEFAULT_RUN_DIR, say=typer.echo)
     except ServiceError as err:
         typer.echo(f"rubbos down: {err}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from err
 
 
 @rubbos_app.command("load")
@@ -139,7 +140,7 @@ def load(
         secure_dir(o.run_dir)
     except StateError as err:
         typer.echo(f"rubbos load failed: {err}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from err
     work = Path(o.run_dir) / dbms
     if work.exists():
         shutil.rmtree(work)
@@ -147,7 +148,7 @@ def load(
         db, _cfg, _report, _ = system.start_loaded_db(o, work, say=typer.echo)
     except (ServiceError, OSError, ValueError) as err:
         typer.echo(f"rubbos load failed: {err}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from err
     db.stop()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -60,10 +61,8 @@ def run(
     if not spec_path.exists() and not spec_path.suffix and len(spec_path.parts) == 1:
         from tierscope.cli.demo import preset
 
-        try:
+        with contextlib.suppress(FileNotFoundError):  # execute() reports the missing file
             spec_path = preset(str(spec_path))
-        except FileNotFoundError:
-            pass  # execute() reports the missing file
     code = execute(
         spec_path,
         out,
@@ -155,9 +154,7 @@ def execute(
         console.print("[yellow]interrupted[/yellow]: finished points are kept; continue with --resume")
         return 130
     if result.report is not None:
-        from tierscope.report import print_summary
-
-        from tierscope.report import configuration_table
+        from tierscope.report import configuration_table, print_summary
 
         print_summary(result.summary, console)
         configurations = configuration_table(result.data) if result.data is not None else None

@@ -21,10 +21,9 @@ def simulate(
 
     Example: [bold]tierscope simulate examples/simulate/alternating.toml -o out/alternating[/bold]
     """
+    from tierscope.cli._output import OutputError, check_output_dir
     from tierscope.simulate import SpecError, load_spec
     from tierscope.simulate import simulate as run
-
-    from tierscope.cli._output import OutputError, check_output_dir
 
     console = Console()
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -13,18 +12,18 @@ from rich.markup import escape
 
 
 def trace(
-    capture: Optional[Path] = typer.Argument(None, help="Capture file (pcap/pcapng) written by tcpdump."),
+    capture: Path | None = typer.Argument(None, help="Capture file (pcap/pcapng) written by tcpdump."),
     output: Path = typer.Option(Path("requests.parquet"), "-o", "--output", help="Requests table to write (Parquet)."),
-    server_map: Optional[Path] = typer.Option(
+    server_map: Path | None = typer.Option(
         None,
         "--server-map",
         help="Server map file: lines `address:port tier server protocol` (protocol optional: http, postgres, mysql; `*` = any address).",
     ),
-    live: Optional[str] = typer.Option(None, "--live", help="Capture live from this interface (e.g. lo) with tcpdump."),
+    live: str | None = typer.Option(None, "--live", help="Capture live from this interface (e.g. lo) with tcpdump."),
     filter: str = typer.Option("tcp", "--filter", help="BPF filter for --live, e.g. 'tcp port 80 or tcp port 5432'."),
     duration: float = typer.Option(10.0, "--duration", help="Seconds to capture with --live."),
     snaplen: int = typer.Option(0, "--snaplen", help="Bytes kept per packet with --live (0 = whole packets)."),
-    keep_capture: Optional[Path] = typer.Option(None, "--keep-capture", help="With --live: keep the pcap file here."),
+    keep_capture: Path | None = typer.Option(None, "--keep-capture", help="With --live: keep the pcap file here."),
     link: bool = typer.Option(True, "--link/--no-link", help="Link rows across tiers (parent_id, transaction)."),
 ) -> None:
     """Turn a packet capture into the requests table: one row per request/response exchange at
@@ -40,11 +39,10 @@ def trace(
 
     Example: tierscope trace --live lo --filter 'tcp port 8080 or tcp port 5432' --duration 30 -o requests.parquet
     """
-    from tierscope.trace import LiveCapture, TraceError, trace_capture
-    from tierscope.trace.link import link_file
-    from tierscope.trace.capture import CaptureError
-
     from tierscope.cli._output import OutputError, check_output_file
+    from tierscope.trace import LiveCapture, TraceError, trace_capture
+    from tierscope.trace.capture import CaptureError
+    from tierscope.trace.link import link_file
 
     console = Console(stderr=True)
     if (capture is None) == (live is None):
@@ -56,7 +54,7 @@ def trace(
             check_output_file(keep_capture, "--keep-capture")
     except OutputError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from err
     tmpdir = None
     if live is not None:
         if duration <= 0:
@@ -78,7 +76,7 @@ def trace(
             stats = cap.stop()
         except CaptureError as err:
             console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from err
         finally:
             cap.stop()
         dropped = stats.dropped_by_kernel or 0
@@ -91,7 +89,7 @@ def trace(
         result = trace_capture(capture, output, server_map)
     except TraceError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from err
     finally:
         pass
     for line in result.messages.strip().splitlines():

@@ -222,9 +222,9 @@ def loop_factory(choice: str):
         return None
     try:
         import uvloop
-    except ImportError:
+    except ImportError as err:
         if choice == "uvloop":
-            raise SystemExit("middleware: --loop uvloop: uvloop is not installed (pip install uvloop)")
+            raise SystemExit("middleware: --loop uvloop: uvloop is not installed (pip install uvloop)") from err
         return None
     return uvloop.new_event_loop
 

@@ -100,7 +100,7 @@ def run(
     log=print,
 ) -> dict:
     """Build the case, run every policy `repeat` times (interleaved), return the figures."""
-    from tierscope.services.base import free_port
+    from tierscope.services.base import Service, free_port
     from tierscope.services.middleware import Middleware
     from tierscope.services.postgres import Postgres, pg_bindir
     from tierscope.spec import NodeType
@@ -121,7 +121,8 @@ def run(
     bindir = pg_bindir()
     work = Path(tempfile.mkdtemp(prefix="tierscope-mw-heavy-"))
     top = f"{cgroups.TOP}/mwheavy-{os.getpid()}"
-    hosts, pgs, started = [], [], []
+    hosts, pgs = [], []
+    started: list[Service] = []
     results: dict = {
         "params": {
             "seconds": seconds,

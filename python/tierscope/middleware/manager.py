@@ -15,10 +15,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tierscope.middleware import balance
 from tierscope.middleware import sql as sqlmod
 from tierscope.middleware.pool import BackendConnection, BackendError, BackendPool
+
+if TYPE_CHECKING:
+    from tierscope.middleware.scram import ScramVerifier
 
 WAIT_FIRST, WAIT_ALL = "first", "all"
 WAITS = (WAIT_FIRST, WAIT_ALL)
@@ -78,7 +82,9 @@ SERIES_MAX = 72000
 
 
 class RequestManager:
-    def scram_verifier(self):
+    _scram: ScramVerifier | None
+
+    def scram_verifier(self) -> ScramVerifier:
         """The SCRAM-SHA-256 verifier of `password` that PostgreSQL clients must prove they know."""
         from tierscope.middleware.scram import ScramVerifier
 
@@ -111,7 +117,7 @@ class RequestManager:
         self.user = user
         self.protocol = protocol  # the clients' and the backends' wire protocol: postgres | mysql
         self.password = password  # what clients log in with (the backends' password)
-        self._scram: object = None  # the password's SCRAM verifier, made at the first login
+        self._scram = None  # the password's SCRAM verifier, made at the first login
         self.write_lock = asyncio.Lock()
         self._rr_next = 0
         self._wrr_current = [0.0] * len(backends)

@@ -34,6 +34,7 @@ runs on every backend between `SET timestamp = <the same instant>` and `SET time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import random
@@ -359,10 +360,8 @@ class MySQLSession(RoutingSession):
     async def reset(self) -> None:
         """COM_RESET_CONNECTION: an open transaction is rolled back (its connections closed)."""
         if self.last_write is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await self.last_write
-            except Exception:
-                pass
         if self.txn is not None:
             for backend, conn in self.txn.values():
                 conn.close()
@@ -405,6 +404,7 @@ class MySQLSession(RoutingSession):
         try:
             if self.txn is not None:
                 backend, conn = next(iter(self.txn.values()))
+                assert isinstance(conn, MySQLBackendConnection)
                 packets, sid, error = await conn.prepare(sql)
             else:
                 while True:
@@ -414,6 +414,7 @@ class MySQLSession(RoutingSession):
                     except BackendError as err:
                         self.m.disable(backend, f"prepare failed: {err}")
                         continue
+                    assert isinstance(conn, MySQLBackendConnection)
                     try:
                         packets, sid, error = await conn.prepare(sql)
                     except (OSError, asyncio.IncompleteReadError, my.ProtocolError, IndexError) as err:
@@ -456,6 +457,7 @@ class MySQLSession(RoutingSession):
             self.m.counts["errors_to_clients"] += 1
             self.reply(problem)
             return
+        assert st is not None  # else a problem above
         body = payload[5:]  # flags, iteration count, then the parameters
         if st.params:
             nb = (st.params + 7) // 8
@@ -535,6 +537,7 @@ class MySQLSession(RoutingSession):
                     conn.stmts.move_to_end(out.stmt.sql)
                 query = my.packet(0, bytes((my.COM_STMT_EXECUTE,)) + struct.pack("<I", sid) + out.body)
             else:
+                assert out.query is not None  # a unit is a query or a statement's execute
                 query = out.query
             conn.send(out.pre + query + out.post if out.pre else query)
             buf, pos, run = conn.buf, 0, -1  # run: where the bytes not yet passed on begin

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from tierscope.middleware import scram, wire
 
-
 RECV_SIZE = 262144  # bytes asked for per read from a socket
 
 

@@ -18,12 +18,17 @@ the wait policy, disabling backends that fail or disagree, and the counts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from tierscope.middleware.manager import Backend, NoBackend, RequestManager
 from tierscope.middleware.pool import BackendConnection, BackendError
+
+if TYPE_CHECKING:
+    from tierscope.middleware.server import OpenUnit
 
 
 @dataclass
@@ -49,7 +54,7 @@ class RoutingSession:
         self.writer = writer
         self.txn: dict[str, tuple[Backend, BackendConnection]] | None = None  # pinned, lock held
         self.last_write: asyncio.Task | None = None
-        self.open = None  # a unit the client flushed before its end (the PostgreSQL pipeline mode)
+        self.open: OpenUnit | None = None  # a unit the client flushed before its end (the PostgreSQL pipeline mode)
 
     # --- the protocol's part -----------------------------------------------------------------
     def outgoing(self, unit, macros_at: datetime | None):
@@ -64,10 +69,8 @@ class RoutingSession:
 
     async def end(self) -> None:
         if self.last_write is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await self.last_write
-            except Exception:
-                pass
         if self.open is not None:  # the client left in the middle of a flushed unit
             ou, self.open = self.open, None
             self.abandon(ou.lease)
@@ -78,10 +81,8 @@ class RoutingSession:
                 backend.pool.release(conn)
             self.txn = None
             self.m.write_lock.release()
-        try:
+        with contextlib.suppress(Exception):
             self.writer.close()
-        except Exception:
-            pass
 
     async def read(self, unit, label: str | None = None) -> None:
         out = self.outgoing(unit, None)
@@ -93,14 +94,15 @@ class RoutingSession:
             held: list[bytes] = []
             held_bytes = 0
 
-            def sink(data: bytes) -> None:  # one socket write per 64 KiB, not per message
+            # one socket write per 64 KiB, not per message; called only within this iteration (B023)
+            def sink(data: bytes) -> None:
                 nonlocal client_saw, held_bytes
-                held.append(data)
+                held.append(data)  # noqa: B023
                 held_bytes += len(data)
                 if held_bytes >= 65536:
                     client_saw = True
-                    self.writer.write(b"".join(held))
-                    held.clear()
+                    self.writer.write(b"".join(held))  # noqa: B023
+                    held.clear()  # noqa: B023
                     held_bytes = 0
 
             try:
@@ -280,7 +282,7 @@ class RoutingSession:
                     r.conn.close()  # a backend dropped from the transaction
                 r.backend.pool.release(r.conn)
         if in_txn:
-            self.txn = {r.backend.name: (r.backend, r.conn) for r in alive}
+            self.txn = {r.backend.name: (r.backend, r.conn) for r in alive if r.conn is not None}  # all of alive
         else:
             self.txn = None
             self.m.write_lock.release()

@@ -228,7 +228,7 @@ class Session(RoutingSession):
     def local_only(self, unit: list[wire.Message]) -> bool:
         """A unit that only prepares or closes named statements (psycopg's PQsendPrepare) is
         answered here: the proxy keeps named statements itself, no backend is involved."""
-        answers = []
+        answers: list[tuple[wire.Parse | wire.Target, bytes]] = []
         for msg in unit:
             if msg.kind == wire.PARSE:
                 p = _parse(msg.body)
@@ -284,9 +284,9 @@ class Session(RoutingSession):
                     unnamed = p
             elif msg.kind == wire.BIND:
                 name = wire.Bind.decode(msg.body).statement
-                p = self.statements.get(name) if name else unnamed
-                if p is not None:
-                    out.append(p.sql)
+                stmt = self.statements.get(name) if name else unnamed
+                if stmt is not None:
+                    out.append(stmt.sql)
         return out
 
     def outgoing(self, unit: list[wire.Message], macros_at: datetime | None, slot: object = None) -> Outgoing:
@@ -342,15 +342,15 @@ class Session(RoutingSession):
             elif k in (wire.DESCRIBE, wire.CLOSE):
                 t = wire.Target.decode(msg.body)
                 if t.what == "S" and t.name:
-                    p = self.statements.get(t.name)
+                    stmt = self.statements.get(t.name)
                     if k == wire.CLOSE:
                         self.statements.pop(t.name, None)
                         plan.append(("here", wire.frame(wire.CLOSE_COMPLETE, b"")))
                         continue
-                    if p is None:
+                    if stmt is None:
                         parts.append(msg.encode())
                     else:
-                        load(p)
+                        load(stmt)
                         parts.append(wire.Target("S", "").encode(wire.DESCRIBE))
                     plan.append(("sent", k, PASS, "S"))
                     continue
@@ -389,33 +389,32 @@ class Session(RoutingSession):
             reply = plan.reply
             while not plan.done:
                 end = pos + 5 + wire.header_length(buf, pos) if len(buf) - pos >= 5 else 0
-                if end:
-                    if end <= len(buf):
-                        kind = buf[pos : pos + 1]
-                        passed, after = reply(kind)
-                        if kind in _NOTED:
-                            if kind == wire.ERROR:
-                                res.ok = False
-                                res.error = res.error or wire.error_text(buf[pos + 5 : end])
-                            elif kind == wire.COMMAND_COMPLETE:
-                                res.tags.append(wire.command_tag(buf[pos + 5 : end]))
-                            else:
-                                res.status = buf[pos + 5 : pos + 6]
-                                conn.status = res.status
-                        if passed:
-                            if run < 0:
-                                run = pos
-                        elif run >= 0:
-                            emit(buf[run:pos])
+                if end and end <= len(buf):
+                    kind = buf[pos : pos + 1]
+                    passed, after = reply(kind)
+                    if kind in _NOTED:
+                        if kind == wire.ERROR:
+                            res.ok = False
+                            res.error = res.error or wire.error_text(buf[pos + 5 : end])
+                        elif kind == wire.COMMAND_COMPLETE:
+                            res.tags.append(wire.command_tag(buf[pos + 5 : end]))
+                        else:
+                            res.status = buf[pos + 5 : pos + 6]
+                            conn.status = res.status
+                    if passed:
+                        if run < 0:
+                            run = pos
+                    elif run >= 0:
+                        emit(buf[run:pos])
+                        run = -1
+                    if after:
+                        if run >= 0:
+                            emit(buf[run:end])
                             run = -1
-                        if after:
-                            if run >= 0:
-                                emit(buf[run:end])
-                                run = -1
-                            for a in after:
-                                emit(a)
-                        pos = end
-                        continue
+                        for a in after:
+                            emit(a)
+                    pos = end
+                    continue
                 if run >= 0:
                     emit(buf[run:pos])
                     run = -1
@@ -449,6 +448,7 @@ class Session(RoutingSession):
 
     async def open_step(self, msgs: list[wire.Message], last: bool) -> None:
         ou = self.open
+        assert ou is not None  # called only while a flushed unit is open
         out = self.outgoing(msgs, ou.macros_at, ou.slot)
         ou.slot = out.unnamed
         alive = [(b, c) for b, c in ou.lease if not ou.results[b.name].broken]

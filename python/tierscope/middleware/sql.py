@@ -106,10 +106,12 @@ def tokens(sql: str) -> Iterator[Token]:
                 i = j
         elif c.isalpha() or c == "_":
             m = _WORD.match(sql, i)
+            assert m is not None  # c starts a word
             yield Token("word", m.group(0).upper(), i, m.end())
             i = m.end()
         elif c.isdigit():
             m = _NUMBER.match(sql, i)
+            assert m is not None  # c starts a number
             yield Token("number", m.group(0), i, m.end())
             i = m.end()
         else:

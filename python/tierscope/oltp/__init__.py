@@ -13,8 +13,8 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from tierscope.engine import engine_path
 
@@ -87,7 +87,7 @@ def without_password(dsn: str) -> tuple[str, str]:
     password = params.pop("password", None)
     if not password:
         return dsn, ""
-    return psycopg.conninfo.make_conninfo(**params), str(password)
+    return psycopg.conninfo.make_conninfo("", **params), str(password)
 
 
 def run_engine(argv: list[str], timeout: float) -> dict:

@@ -43,9 +43,11 @@ import shutil
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any
 
 TARGETS = ("galera", "middleware")
 WORKLOADS = ("ycsb-a", "ycsb-b", "ycsb-c", "ycsb-f", "tpcc")
@@ -197,7 +199,7 @@ def node_work(kind: str, d: dict[str, int], seconds: float, reads: int | None = 
         # statements (Com_update also counts the row events a Galera node applies for the others)
         served = d.get("Com_stmt_execute", 0)
         rows = d.get("Handler_write", 0) + d.get("Handler_update", 0) + d.get("Handler_delete", 0)
-        out = {
+        out: dict[str, Any] = {
             "served": served,
             "rows_written": rows,
             "write_sets_local": d.get("wsrep_replicated", 0),
@@ -495,7 +497,7 @@ def run_middleware(n: int, seed, root: Path, preset: ScalePreset, say: Callable[
                 name="mw1",
             )
             log = where / f"{w}.parquet"
-            before = [settled(lambda r=r: postgres_counters(r)) for r in reps]
+            before = [settled(partial(postgres_counters, r)) for r in reps]
             try:
                 mw.start()
                 summary = _run_workload(
@@ -511,7 +513,7 @@ def run_middleware(n: int, seed, root: Path, preset: ScalePreset, say: Callable[
             stats = mw.stats()
             for r in reps:
                 sessions_gone(r)
-            after = [settled(lambda r=r: postgres_counters(r)) for r in reps]
+            after = [settled(partial(postgres_counters, r)) for r in reps]
             seconds = summary["seconds"] + (preset.warmup or 0)
             reads = {b["name"]: b["reads"] for b in stats["backends"]}
             per_node = {

@@ -18,6 +18,7 @@ controller writes from the inventory. Start order is the controller's (db, middl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,11 @@ import tarfile
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # `serve` imports them when it runs
+    from tierscope.testbed.monitor import Monitor
+    from tierscope.trace.capture import LiveCapture
 
 CGROUP_TOP = "tierscope-remote"
 #: Debian packages of the programs a tier needs
@@ -83,8 +89,8 @@ class Served:
 
     def __init__(self) -> None:
         self.services: list = []
-        self.capture = None
-        self.monitor = None
+        self.capture: LiveCapture | None = None
+        self.monitor: Monitor | None = None
         self.cgroup: str | None = None
         self.controllers: tuple[str, ...] = ()
         self.server_map: list[tuple[str, str, str, str]] = []  # address, tier, name, protocol
@@ -246,10 +252,8 @@ def _stop_served(served: Served, workdir: Path) -> None:
     for svc in served.services:
         for log, path in svc.logs().items():
             (workdir / "logs" / svc.name).mkdir(parents=True, exist_ok=True)
-            try:
+            with contextlib.suppress(OSError):
                 shutil.copy(path, workdir / "logs" / svc.name / f"{log}.log")
-            except OSError:
-                pass
         data_dir = getattr(svc, "data_dir", None)
         if data_dir is not None:
             shutil.rmtree(data_dir, ignore_errors=True)

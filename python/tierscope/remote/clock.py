@@ -11,6 +11,7 @@ refused, with the offsets and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shlex
@@ -74,18 +75,20 @@ def measure(host: HostEntry, samples: int = 20, timeout: float = 20.0, shift_ns:
         bufsize=1,
         start_new_session=True,
     )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # pipes
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
     deadline = time.monotonic() + timeout
 
     def readline() -> str:
-        r, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        r, _, _ = select.select([stdout], [], [], max(0.0, deadline - time.monotonic()))
         if not r:
             raise ClockError(f"{host.name} ({host.address}): no answer from the clock probe within {timeout:.0f} s")
-        line = proc.stdout.readline()
+        line = stdout.readline()
         if not line:
             proc.wait(timeout=5)
             raise ClockError(
                 f"{host.name} ({host.address}): cannot read its clock over ssh: "
-                f"{proc.stderr.read().strip()[-500:] or f'ssh exited with {proc.returncode}'}"
+                f"{stderr.read().strip()[-500:] or f'ssh exited with {proc.returncode}'}"
             )
         return line.strip()
 
@@ -95,8 +98,8 @@ def measure(host: HostEntry, samples: int = 20, timeout: float = 20.0, shift_ns:
         best: tuple[int, int] | None = None
         for _ in range(samples):
             t0 = time.time_ns()
-            proc.stdin.write("x\n")
-            proc.stdin.flush()
+            stdin.write("x\n")
+            stdin.flush()
             remote_ns = int(readline())
             t1 = time.time_ns()
             rtt = t1 - t0
@@ -105,10 +108,8 @@ def measure(host: HostEntry, samples: int = 20, timeout: float = 20.0, shift_ns:
         assert best is not None
         return Offset(host.name, best[0], best[1])
     finally:
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            stdin.close()
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

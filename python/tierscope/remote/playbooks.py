@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -39,12 +40,13 @@ class PlaybookFailed(RemoteError):
     """ansible-playbook failed; the message has the failed tasks' output."""
 
 
+# Jinja's braces: %-formatting keeps them as Ansible reads them (UP031)
 def _py(default_python: str) -> str:
-    return "{{ tierscope_python | default('%s') }}" % default_python
+    return "{{ tierscope_python | default('%s') }}" % default_python  # noqa: UP031
 
 
 def _root(run_id: str) -> str:
-    return "{{ tierscope_workdir | default('/tmp/tierscope-remote') }}/%s/{{ inventory_hostname }}" % run_id
+    return "{{ tierscope_workdir | default('/tmp/tierscope-remote') }}/%s/{{ inventory_hostname }}" % run_id  # noqa: UP031
 
 
 def write_config(run_dir: Path, inventory: Path) -> Path:
@@ -101,7 +103,11 @@ def point_playbooks(
     for name, s in servers.items():
         by_host.setdefault(s["host"], []).append(name)
     hosts_used = sorted(set(by_host) | set(generators))
-    common = {"gather_facts": False, "any_errors_fatal": True, "vars": {"pd": pd, "servers_by_host": by_host}}
+    common: dict[str, Any] = {
+        "gather_facts": False,
+        "any_errors_fatal": True,
+        "vars": {"pd": pd, "servers_by_host": by_host},
+    }
 
     def tier_play(tier: str, name: str, tasks: list) -> dict | None:
         hosts = sorted({s["host"] for s in servers.values() if s["tier"] == tier})
@@ -266,8 +272,8 @@ def cleanup_playbook(run_dir: Path, run_id: str, hosts: list[str]) -> Path:
                 {
                     "name": "the run's directory and the work directory, once empty",
                     "changed_when": False,
-                    "ansible.builtin.shell": "rmdir %s 2>/dev/null; rmdir %s 2>/dev/null; true"
-                    % (_root(run_id).rsplit("/", 1)[0], _root(run_id).rsplit("/", 2)[0]),
+                    "ansible.builtin.shell": f"rmdir {_root(run_id).rsplit('/', 1)[0]} 2>/dev/null; "
+                    f"rmdir {_root(run_id).rsplit('/', 2)[0]} 2>/dev/null; true",
                 },
             ],
         }

@@ -63,12 +63,14 @@ def refusal(problems: dict[str, str], hosts: dict[str, HostEntry], inventory: st
 
 def check_tierscope(hosts: list[HostEntry], inventory: str = "the inventory") -> dict[str, str]:
     """tierscope's version on every host; HostsNotReady (one line) when a host cannot run it."""
-    versions, problems = {}, {}
+    versions: dict[str, str] = {}
+    problems: dict[str, str] = {}
     for h in hosts:
         version, why = probe(h)
         if why is not None:
             problems[h.name] = why
         else:
+            assert version is not None  # probe gives a version or why not
             versions[h.name] = version
     if problems:
         raise HostsNotReady(refusal(problems, {h.name: h for h in hosts}, inventory))

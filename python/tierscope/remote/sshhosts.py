@@ -14,6 +14,7 @@ exit of the `with`) stops every sshd and SSH master, removes the namespaces, the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -65,7 +66,7 @@ class SshHosts:
         self.key = self.dir / "client_key"
         self.known_hosts = self.dir / "known_hosts"
 
-    def __enter__(self) -> "SshHosts":
+    def __enter__(self) -> SshHosts:
         try:
             self.open()
         except BaseException:
@@ -174,7 +175,7 @@ class SshHosts:
         return path
 
     def close(self) -> None:
-        for n, pid in self.sshd_pids.items():
+        for pid in self.sshd_pids.values():
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -190,18 +191,14 @@ class SshHosts:
                 time.sleep(0.05)
             else:
                 os.kill(pid, signal.SIGKILL)
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
         self.sshd_pids = {}
         for n in self.names:  # session processes left in a namespace (none expected) die with it
             pids = _run("ip", "netns", "pids", self.netns[n], check=False).stdout.split()
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
             _run("ip", "netns", "del", self.netns[n], check=False)
         _run("ip", "link", "del", self.bridge, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)

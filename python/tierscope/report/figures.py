@@ -94,7 +94,9 @@ def series_name(tier: str, server: str) -> str:
     return f"{tier}/{server}"
 
 
-LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=40, b=40), legend=dict(orientation="h", y=-0.15))
+LAYOUT: dict[str, Any] = dict(
+    template="plotly_white", margin=dict(l=60, r=20, t=40, b=40), legend=dict(orientation="h", y=-0.15)
+)
 
 
 def _np(table: pa.Table, column: str) -> np.ndarray:

@@ -17,16 +17,16 @@ import hashlib
 import html
 import json
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import plotly.graph_objects as go
 import plotly.offline
 from plotly.io.json import to_json_plotly
 
-from tierscope.report import figures
 from tierscope.analysis.experiment import Analysis
 from tierscope.analysis.summary import Summary, build_summary
+from tierscope.report import figures
 
 #: (id, title, what it shows in plain words, figure builder, why it can be missing)
 SECTIONS: list[tuple[str, str, str, Callable[[Analysis], go.Figure | None], str]] = [
@@ -276,7 +276,7 @@ def render_html(data: Analysis, summary: Summary | None = None, *, compress_js: 
     notes = "".join(f"<li><b>{html.escape(t)}</b>: {html.escape(w)}</li>" for t, w in missing)
     notes += "".join(f"<li>{html.escape(n)}</li>" for n in data.notes)
     omitted = f'<section id="omitted"><h2>Not shown</h2><ul class="note">{notes}</ul></section>' if notes else ""
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     from tierscope import __version__
 
     head_js, draw = _plotlyjs(compress_js)

@@ -3,7 +3,7 @@ per-level table, the configurations of a sweep, what to look at."""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -49,13 +49,14 @@ def configuration_table(data) -> Table | None:
     if bmap is None or bmap.num_rows < 2:
         return None
     table = Table(title="configurations (bottleneck map)", expand=False)
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("configuration", "left"),
         ("max throughput/s", "right"),
         ("knee (users)", "right"),
         ("bottleneck", "left"),
         ("saturated", "left"),
-    ):
+    )
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     for r in bmap.to_pylist():
         bb = data.blackbox.get(r["config"])

@@ -25,7 +25,6 @@ import sys
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from tierscope.apps.dal import DbConfig
@@ -56,7 +55,7 @@ class AppServer(Service):
         workdir: str | Path,
         *,
         db: DbConfig | None = None,
-        app: "str | WsgiApp | None" = None,
+        app: str | WsgiApp | None = None,
         app_env: dict[str, str] | None = None,
         health_path: str | None = None,
         workers: int = 2,

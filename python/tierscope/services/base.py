@@ -8,6 +8,7 @@ data directory), `command()` (the foreground argv), `healthy()`, and optionally 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -106,10 +107,8 @@ def drop_socket_dir(path: Path, workdir: Path) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
-    try:
+    with contextlib.suppress(OSError):
         path.parent.rmdir()  # the shared parent, when no other service uses it
-    except OSError:
-        pass
 
 
 def read_through(host: Host, files: list[Path], timeout: float = 600.0) -> int:
@@ -179,7 +178,7 @@ class Service:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self) -> "Service":
+    def start(self) -> Service:
         """Prepare, start in the foreground inside the host, and wait until healthy."""
         if self.running():
             return self
@@ -187,8 +186,7 @@ class Service:
         self.prepare()
         if tcp_answers(self.host.address, self.port, timeout=0.2):
             raise ServiceError(f"{self.name}: port {self.address} is already in use")
-        console = open(self._console, "ab")
-        try:
+        with open(self._console, "ab") as console:
             self.proc = spawn(
                 self.host.wrap(self.command()),
                 stdout=console,
@@ -197,8 +195,6 @@ class Service:
                 start_new_session=True,
                 env=self.env(),
             )
-        finally:
-            console.close()
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -231,31 +227,20 @@ class Service:
         tree = self.pids()
         if self.proc.poll() is None:
             for pid in tree:  # a paused (SIGSTOPped) tier must be able to hear us
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, self.stop_signal)
-            except ProcessLookupError:
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # leftovers of the session (workers, forked helpers)
+        # leftovers of the session (workers, forked helpers)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         for pid in wait_gone(tree, timeout=1.0):  # a child that left the session
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         wait_gone(tree)  # stopped means gone from /proc, not only signalled
         self.proc = None
 
@@ -267,7 +252,7 @@ class Service:
                 parts.append(f"--- {name} ({path}) ---\n{text}")
         return "\n".join(parts)
 
-    def __enter__(self) -> "Service":
+    def __enter__(self) -> Service:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -17,6 +17,7 @@ command line another user could read in /proc.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -124,10 +125,8 @@ def _write(path: Path, user: str, password: str, replace: bool) -> None:
         if replace:
             os.rename(tmp, path)
             return
-        try:
+        with contextlib.suppress(FileExistsError):  # another process of the lab made it first: use theirs
             os.link(tmp, path)  # atomic, and never over an existing file or through a symlink
-        except FileExistsError:
-            pass  # another process of the lab made it first: use theirs
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)

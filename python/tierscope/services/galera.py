@@ -31,6 +31,7 @@ retries of an autocommit statement. docs/galera.md says more.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -72,14 +73,14 @@ class GaleraCluster:
         self.state_uuid = state_uuid or str(uuid.uuid4())
         self.nodes: list[GaleraNode] = []
 
-    def node(self, host: Host, port: int, workdir: str | Path, **kwargs) -> "GaleraNode":
+    def node(self, host: Host, port: int, workdir: str | Path, **kwargs) -> GaleraNode:
         """A new node of this cluster (not started)."""
         return GaleraNode(host, port, workdir, cluster=self, **kwargs)
 
-    def running(self) -> list["GaleraNode"]:
+    def running(self) -> list[GaleraNode]:
         return [n for n in self.nodes if n.running()]
 
-    def start(self) -> "GaleraCluster":
+    def start(self) -> GaleraCluster:
         """Start every node in order (node 1 bootstraps, the others join); stop all on failure."""
         try:
             for n in self.nodes:
@@ -131,7 +132,7 @@ class GaleraCluster:
                 )
             time.sleep(0.2)
 
-    def __enter__(self) -> "GaleraCluster":
+    def __enter__(self) -> GaleraCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -178,7 +179,7 @@ class GaleraNode(MariaDB):
     def grastate(self) -> Path:
         return self.data_dir / "grastate.dat"
 
-    def peers(self) -> list["GaleraNode"]:
+    def peers(self) -> list[GaleraNode]:
         """The other nodes of the cluster that run now (whom this node joins)."""
         return [n for n in self.cluster.running() if n is not self]
 
@@ -239,8 +240,7 @@ class GaleraNode(MariaDB):
         self.bootstrap = True
         self.conf_path.write_text(self.conf())
         give_to(self.user, self.workdir)
-        console = open(self._console, "ab")
-        try:
+        with open(self._console, "ab") as console:
             proc = subprocess.Popen(
                 self.host.wrap(self.command()),
                 stdout=console,
@@ -248,8 +248,6 @@ class GaleraNode(MariaDB):
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        finally:
-            console.close()
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -272,10 +270,8 @@ class GaleraNode(MariaDB):
             proc.wait(timeout=timeout)
         finally:
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 proc.wait(timeout=10)
             self.bootstrap = was
             self.conf_path.write_text(self.conf())

@@ -205,7 +205,7 @@ class MariaDB(Service):
         _check_name(database)
         self.sql(f"GRANT ALL PRIVILEGES ON `{database}`.* TO %s@'%%'", params=(self.credentials.user,))
 
-    def db_config(self, database: str, **kwargs) -> "DbConfig":
+    def db_config(self, database: str, **kwargs) -> DbConfig:
         """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
         from tierscope.apps.dal import DbConfig
 

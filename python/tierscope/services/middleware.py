@@ -22,7 +22,6 @@ from tierscope.apps.dal import DbConfig
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
-
 #: the wire protocol the middleware speaks for the backends' DBMS (DbConfig's or the services' names)
 PROTOCOLS = {"postgresql": "postgres", "postgres": "postgres", "mariadb": "mysql", "galera": "mysql"}
 #: the environment variable that carries the backends' password to the middleware (not its argv)

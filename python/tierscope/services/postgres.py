@@ -105,7 +105,7 @@ class Postgres(Service):
             host=self.host.address, port=self.port, user=c.user, password=c.password, dbname=dbname
         )
 
-    def db_config(self, database: str, **kwargs) -> "DbConfig":
+    def db_config(self, database: str, **kwargs) -> DbConfig:
         """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
         from tierscope.apps.dal import DbConfig
 

@@ -16,6 +16,7 @@ line. Clients take `url` (which carries it) or `password`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -40,10 +41,8 @@ def redis_server() -> str:
 def write_secret(path: Path, text: str) -> None:
     """Write `text` to `path` readable by its owner only (0600 from the start, no symlink followed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         path.unlink()
-    except FileNotFoundError:
-        pass
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)

@@ -108,7 +108,8 @@ def open_arrivals(mmpp: Mmpp2, users: int, horizon_s: float, seed: int) -> list[
     """Arrival times of the offered process (users × per-user rate, no closed loop): for tests of I."""
     rng = random.Random(seed)
     mod = Modulation(mmpp, horizon_s, rng)
-    t, out = 0.0, []
+    t = 0.0
+    out: list[float] = []
     total_max = users * mod.rate_max
     while True:
         t += rng.expovariate(total_max)

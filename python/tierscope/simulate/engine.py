@@ -112,7 +112,8 @@ class Trace:
 
 
 def _freeze_schedule(spec_freeze, horizon: float, rng: random.Random) -> tuple[list[float], list[float]]:
-    starts, ends = [], []
+    starts: list[float] = []
+    ends: list[float] = []
     t = spec_freeze.offset_s
     first = True
     while True:

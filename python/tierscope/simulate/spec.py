@@ -50,7 +50,7 @@ class Freeze(_Strict):
     offset_s: float = Field(0.0, ge=0, description="time of the first pause (plus jitter)")
 
     @model_validator(mode="after")
-    def _shorter_than_period(self) -> "Freeze":
+    def _shorter_than_period(self) -> Freeze:
         if self.duration_s >= self.period_s * (1 - self.jitter):
             raise ValueError("duration_s must be shorter than the shortest period, period_s·(1 - jitter)")
         return self
@@ -135,7 +135,7 @@ class Spec(_Strict):
     tier: list[Tier] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _check(self) -> "Spec":
+    def _check(self) -> Spec:
         names = [t.name for t in self.tier]
         if len(set(names)) != len(names):
             raise ValueError(f"tier names must be unique, got {names}")

@@ -17,7 +17,7 @@ class SpecError(ValueError):
 # --- error messages ------------------------------------------------------------------------
 
 
-def _loc_str(loc: tuple) -> str:
+def _loc_str(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -29,7 +29,7 @@ def _loc_str(loc: tuple) -> str:
     return out or "(top level)"
 
 
-def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
+def _model_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The model class found by following the key path `loc` from `model` (None when unknown)."""
     import typing
 

@@ -21,7 +21,6 @@ from .filters import compile_filter, eval_filter
 from .model import Point, PointConfig, Spec
 from .paths import set_path
 
-
 # --- expansion ---------------------------------------------------------------------------------
 
 
@@ -87,7 +86,7 @@ def expand(spec: Spec, where: str | None = None) -> list[Point]:
     return points
 
 
-def _make_point(cfg: PointConfig, params: dict, repeat: int, index: int, spec: Spec) -> Point:
+def _make_point(cfg: PointConfig, params: dict[str, Any], repeat: int, index: int, spec: Spec) -> Point:
     dumped = cfg.model_dump(mode="json")
     dumped.pop("description", None)  # words do not change what runs: ids survive edits to them
     for nt in dumped.get("node_types", {}).values():

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ast
+import operator
+from collections.abc import Callable
 from typing import Any
 
-
 from .paths import get_path
-
 
 # --- sweep filters: a tiny safe expression language --------------------------------------------
 
@@ -17,6 +17,13 @@ _ALLOWED = (
     ast.Attribute, ast.Constant, ast.List, ast.Tuple, ast.BinOp, ast.Add, ast.Sub, ast.Mult,
     ast.Div, ast.Mod,
 )  # fmt: skip
+
+
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}  # fmt: skip
 
 
 def compile_filter(expr: str) -> ast.Expression:
@@ -69,19 +76,14 @@ def eval_filter(tree: ast.AST, names: dict[str, Any], raw: dict[str, Any], expr:
             return (not v) if isinstance(node.op, ast.Not) else -v
         if isinstance(node, ast.BinOp):
             a, b = ev(node.left), ev(node.right)
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+            ops: dict[type[ast.operator], Callable[[], Any]] = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
                    ast.Div: lambda: a / b, ast.Mod: lambda: a % b}  # fmt: skip
             return ops[type(node.op)]()
         if isinstance(node, ast.Compare):
             left = ev(node.left)
             for op, comp in zip(node.ops, node.comparators):
                 right = ev(comp)
-                ok = {
-                    ast.Eq: lambda: left == right, ast.NotEq: lambda: left != right,
-                    ast.Lt: lambda: left < right, ast.LtE: lambda: left <= right,
-                    ast.Gt: lambda: left > right, ast.GtE: lambda: left >= right,
-                    ast.In: lambda: left in right, ast.NotIn: lambda: left not in right,
-                }[type(op)]()  # fmt: skip
+                ok = _COMPARE[type(op)](left, right)
                 if not ok:
                     return False
                 left = right

@@ -12,7 +12,6 @@ from pydantic import (
     ValidationError,
 )
 
-
 from .errors import SpecError, format_errors
 from .expand import expand
 from .filters import compile_filter

@@ -4,7 +4,7 @@ sweep and client tables, the resolved configuration of one point (`PointConfig`)
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -19,8 +19,7 @@ from tierscope.analysis import DEFAULT_WINDOW_NS
 from tierscope.tiers import SERVER_PREFIX, TIERS
 
 from .notation import DBMS, DBMS_LETTER, RESERVED_LETTERS, parse_notation
-from .units import SCALE_PRESETS, Duration, Size, parse_scale, parse_users, parse_size
-
+from .units import SCALE_PRESETS, Duration, Size, parse_scale, parse_size, parse_users
 
 MIXES = {"rubbos": ("browse_only", "read_write"), "tpcw": ("browsing", "shopping", "ordering")}
 #: how messages name a benchmark
@@ -57,7 +56,7 @@ class TierSpec(_Model):
         return v
 
     @model_validator(mode="after")
-    def _per_server_types(self) -> "TierSpec":
+    def _per_server_types(self) -> TierSpec:
         if isinstance(self.node_type, list) and len(self.node_type) != self.count:
             raise ValueError(
                 f"node_type lists one type per server: expected {self.count} entries, got {len(self.node_type)}"
@@ -240,7 +239,7 @@ class _Target(_Model):
     server: str | None = None
 
     @model_validator(mode="after")
-    def _one_target(self):
+    def _one_target(self) -> Self:
         if (self.tier is None) == (self.server is None):
             raise ValueError('expected exactly one of tier (e.g. "app") or server (e.g. "app1")')
         if self.tier is not None and self.tier not in TIERS:
@@ -257,7 +256,7 @@ class Pause(_Target):
     jitter: float = Field(default=0.0, ge=0.0, le=1.0)  # period varies uniformly by +- jitter x period
 
     @model_validator(mode="after")
-    def _fits(self):
+    def _fits(self) -> Self:
         if self.duration <= 0 or self.duration >= self.period:
             raise ValueError(
                 f"expected 0 < duration < period, got duration {self.duration:g}s and period {self.period:g}s"
@@ -274,7 +273,7 @@ class NoisyNeighbour(_Target):
     peak: float = Field(default=1.0, gt=0, le=64)  # demand while ON, cores (the burner is one thread)
 
     @model_validator(mode="after")
-    def _peak(self):
+    def _peak(self) -> Self:
         if self.utilization > self.peak:
             raise ValueError(f"expected utilization <= peak ({self.peak:g} cores), got {self.utilization:g}")
         if self.peak > 1.0:
@@ -373,7 +372,7 @@ class PointConfig(_Model):
         return merged
 
     @model_validator(mode="after")
-    def _consistent(self) -> "PointConfig":
+    def _consistent(self) -> PointConfig:
         allowed = MIXES[self.benchmark]
         if self.mix is None:
             self.mix = allowed[0]

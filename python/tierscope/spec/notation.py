@@ -6,9 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-
 from tierscope.tiers import TIERS
-
 
 DBMS = {"M": "mariadb", "P": "postgres", "G": "galera"}
 DBMS_LETTER = {v: k for k, v in DBMS.items()}

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from .errors import SpecError
 
 
-def set_path(tree: dict, path: str, value: Any) -> None:
+def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
     keys = path.split(".")
     node = tree
     for k in keys[:-1]:
@@ -30,9 +29,9 @@ def get_path(tree: Any, path: str) -> Any:
     return node
 
 
-def flatten_matrix(matrix: dict, prefix: str = "") -> dict[str, list]:
+def flatten_matrix(matrix: dict[str, Any], prefix: str = "") -> dict[str, list[Any]]:
     """Dotted key -> list of values; nested TOML tables (`workload.users = [...]`) are flattened."""
-    out: dict[str, list] = {}
+    out: dict[str, list[Any]] = {}
     for k, v in matrix.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):

@@ -11,7 +11,6 @@ from pydantic import (
     BeforeValidator,
 )
 
-
 #: named data sets per benchmark (tierscope.apps.rubbos.datagen.PRESETS, apps.bookstore.datagen.SCALES)
 SCALE_PRESETS = {"rubbos": ("tiny", "small", "paper"), "tpcw": ("tiny", "small", "large", "paper")}
 

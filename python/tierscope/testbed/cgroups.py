@@ -9,6 +9,7 @@ Everything tierscope creates lives under the `tierscope` directory of each contr
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -176,10 +177,8 @@ def kill_procs(rel: str, controllers: tuple[str, ...] = BASE_CONTROLLERS, timeou
             return len(seen)
         for pid in pids:
             for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
         seen |= pids
         if time.monotonic() > deadline:
             raise CgroupError(f"processes {sorted(pids)} in cgroup {rel} would not die")
@@ -213,9 +212,8 @@ def remove_if_empty(rel: str) -> None:
     for c in (*BASE_CONTROLLERS, "cpuset"):
         d = path(c, rel)
         try:
-            if d.exists() and not any(p.is_dir() for p in d.iterdir()):
-                if not _read(d / "cgroup.procs"):
-                    d.rmdir()
+            if d.exists() and not any(p.is_dir() for p in d.iterdir()) and not _read(d / "cgroup.procs"):
+                d.rmdir()
         except OSError:
             pass
 

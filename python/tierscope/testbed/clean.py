@@ -8,6 +8,7 @@ under `/sys/fs/cgroup/<controller>/tierscope`; state files under the state direc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -80,10 +81,8 @@ def leftovers() -> dict[str, list]:
     groups = [str(p) for p in cgroups.existing()]
     procs: set[int] = set()
     for d in cgroups.existing():
-        try:
+        with contextlib.suppress(OSError):
             procs.update(int(x) for x in (d / "cgroup.procs").read_text().split())
-        except OSError:
-            pass
     nss = network.marked_netns()
     for ns in nss:
         procs.update(network.netns_pids(ns))

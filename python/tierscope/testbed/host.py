@@ -22,7 +22,7 @@ class Host:
     controllers: tuple[str, ...] = field(default=("cpu", "cpuacct", "memory", "blkio"))
 
     @classmethod
-    def loopback(cls, name: str = "local") -> "Host":
+    def loopback(cls, name: str = "local") -> Host:
         return cls(name=name)
 
     def wrap(self, argv: list[str]) -> list[str]:

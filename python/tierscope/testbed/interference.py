@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tierscope.procs import spawn
 
@@ -48,7 +48,7 @@ def events_table(rows: list[tuple[int, int, str, str, str]]):
 
     from tierscope.tables import EVENTS
 
-    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
+    cols: list[Any] = list(zip(*rows)) if rows else [[], [], [], [], []]
     return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, EVENTS)], schema=EVENTS)
 
 
@@ -71,7 +71,7 @@ class PauseInjector:
         self._stopped: list[int] = []
         self._lock = threading.Lock()
 
-    def start(self) -> "PauseInjector":
+    def start(self) -> PauseInjector:
         self._thread = threading.Thread(target=self._run, name=f"pause-{self.host}", daemon=True)
         self._thread.start()
         return self
@@ -186,7 +186,7 @@ def burn(
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     lam, mean_on, mean_off = mmpp_periods(utilization, burstiness, job, peak)
     schedule = work_arrivals(random.Random(seed), lam, mean_on, mean_off)
-    log = open(bursts, "a", buffering=1) if bursts else None
+    log = open(bursts, "a", buffering=1) if bursts else None  # noqa: SIM115 (closed in the finally below)
     t0 = time.monotonic()
     t0_ns = time.time_ns()
     if log:
@@ -243,7 +243,7 @@ class NoisyNeighbourProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self) -> "NoisyNeighbourProcess":
+    def start(self) -> NoisyNeighbourProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         s = self.spec
         argv = [

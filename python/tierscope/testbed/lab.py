@@ -19,11 +19,15 @@ namespaces and holding files in its directories, then namespaces, veths, bridge,
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Callable
+from types import FrameType
+from typing import Any
 
 from tierscope import statedir
 from tierscope.spec import NodeType, Point, PointConfig
@@ -94,11 +98,11 @@ class Testbed:
         self.node_types: dict[str, NodeType | None] = {}
         self.lost: list[str] = []
         self.fallback_reason: str | None = None
-        self._cleanups: list[Callable[[], None]] = []
+        self._cleanups: list[Callable[..., None]] = []  # called without arguments (some bind loop values)
         self._monitors: list[Monitor] = []
         self._injectors: list[PauseInjector] = []
         self._burners: list[NoisyNeighbourProcess] = []
-        self._prev_sigterm = None
+        self._prev_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
         self._owns_state = False  # True once this object wrote (or adopted) the lab's state file
 
     # --- building -------------------------------------------------------------------------------
@@ -244,9 +248,7 @@ class Testbed:
                     "netns": h.netns,
                     "cgroup": h.cgroup,
                     "controllers": list(h.controllers),
-                    "node_type": self.node_types[n].model_dump(mode="json")
-                    if self.node_types.get(n) is not None
-                    else None,
+                    "node_type": nt.model_dump(mode="json") if (nt := self.node_types.get(n)) is not None else None,
                 }
                 for n, h in self.hosts.items()
             },
@@ -255,7 +257,7 @@ class Testbed:
         self._owns_state = True
 
     @classmethod
-    def from_state(cls, lab: int = 0) -> "Testbed":
+    def from_state(cls, lab: int = 0) -> Testbed:
         """The testbed described by a state file (left up by `tierscope testbed up`)."""
         f = state_dir() / f"lab{lab}.json"
         try:
@@ -324,7 +326,7 @@ class Testbed:
 
     def start_interference(
         self, point: Point | PointConfig, seed: int = 0, pids: dict[str, Callable[[], list[int]]] | None = None
-    ) -> "Interference":
+    ) -> Interference:
         """Start the point's pauses and noisy neighbours.
 
         `pids` gives, per host, the processes to pause (default: the host's cgroup; required in
@@ -352,8 +354,11 @@ class Testbed:
                 k += 1
         for pause in config.interference.pause:
             for name in targets(pause):
-                src = (pids or {}).get(name) or (lambda name=name: self.pids(name))
-                own = lambda src=src: [p for p in src() if p not in {b.pid for b in self._burners}]  # noqa: E731
+                src = (pids or {}).get(name) or partial(self.pids, name)
+
+                def own(src=src) -> list[int]:
+                    return [p for p in src() if p not in {b.pid for b in self._burners}]
+
                 inj.append(PauseInjector(name, pause, own, seed=seed + k).start())
                 k += 1
         self._injectors.extend(inj)
@@ -388,36 +393,26 @@ class Testbed:
                 import shutil
 
                 shutil.rmtree(self.workdir, ignore_errors=True)
-        try:
+        with contextlib.suppress(Exception):
             atexit.unregister(self.down)
-        except Exception:
-            pass
         if self._prev_sigterm is not None:
-            try:
+            with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, self._prev_sigterm)
-            except ValueError:
-                pass
             self._prev_sigterm = None
         if errors:
             raise TestbedError("testbed down left errors: " + "; ".join(errors))
 
     def _down_quietly(self) -> None:
-        try:
+        with contextlib.suppress(TestbedError):
             self.down()
-        except TestbedError:
-            pass
 
     def detach(self) -> None:
         """Leave the hosts up after this process exits (`tierscope testbed up`); `from_state` finds them."""
-        try:
+        with contextlib.suppress(Exception):
             atexit.unregister(self.down)
-        except Exception:
-            pass
         if self._prev_sigterm is not None:
-            try:
+            with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, self._prev_sigterm)
-            except ValueError:
-                pass
             self._prev_sigterm = None
         self._cleanups = []
         if self._owns_state and self.state_file.exists():
@@ -426,7 +421,7 @@ class Testbed:
             statedir.write_json(self.state_file, state)
         self._owns_state = False
 
-    def __enter__(self) -> "Testbed":
+    def __enter__(self) -> Testbed:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

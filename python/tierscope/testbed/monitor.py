@@ -42,6 +42,7 @@ read, e.g. the host was removed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -349,7 +350,7 @@ class _Machine:
 
     def metrics(self) -> list[tuple[str, str, Callable]]:
         hz = self.hz
-        out = [
+        out: list[tuple[str, str, Callable]] = [
             ("cpu_user", "percent_core", lambda d, c, dt: d[:, 0] * 100.0 / (hz * dt)),
             ("cpu_system", "percent_core", lambda d, c, dt: d[:, 1] * 100.0 / (hz * dt)),
             ("mem_util", "percent", lambda d, c, dt: c[:, 2] * 100.0 / c[:, 3]),
@@ -450,7 +451,8 @@ def sample_loop(
     warm = _Series(_Machine())  # pays numpy's and pyarrow's lazy imports before the clock starts
     warm.sample(time.time_ns())
     warm.sample(time.time_ns() + 1)
-    warm.drain(chunks := [])
+    chunks: list = []
+    warm.drain(chunks)
     _table(chunks)
     chunks = []
     samples = late = errors = 0
@@ -491,10 +493,8 @@ def sample_loop(
             if wait > 0:
                 r, _, _ = select.select([rfd], [], [], wait)
                 if r:
-                    try:
+                    with contextlib.suppress(BlockingIOError):
                         os.read(rfd, 64)
-                    except BlockingIOError:
-                        pass
     finally:
         wall = time.monotonic() - wall0
         cpu = time.process_time() - cpu0
@@ -577,7 +577,7 @@ class Monitor:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self) -> "Monitor":
+    def start(self) -> Monitor:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         cfg_path = self.out.with_suffix(".monitor.json")
         cfg_path.write_text(
@@ -600,6 +600,7 @@ class Monitor:
             start_new_session=True,
             env=env,
         )
+        assert self.proc.stdout is not None and self.proc.stderr is not None  # pipes
         r, _, _ = select.select([self.proc.stdout], [], [], 30)
         line = self.proc.stdout.readline() if r else ""
         if line.strip() != "ready":
@@ -632,7 +633,7 @@ class Monitor:
         self.table = conform(pq.read_table(self.out), "resources")
         return self.table
 
-    def __enter__(self) -> "Monitor":
+    def __enter__(self) -> Monitor:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -80,12 +80,11 @@ class LiveCapture:
             argv = ["ip", "netns", "exec", self.host.netns, *argv]
         return argv
 
-    def start(self, timeout: float = 10.0) -> "LiveCapture":
+    def start(self, timeout: float = 10.0) -> LiveCapture:
         """Start tcpdump and wait until it is listening."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self._log, "w")
-        self.proc = spawn(self.argv(), stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
-        log.close()
+        with open(self._log, "w") as log:
+            self.proc = spawn(self.argv(), stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self._log.read_text(errors="replace")
@@ -144,7 +143,7 @@ class LiveCapture:
                 return
             time.sleep(0.05)
 
-    def __enter__(self) -> "LiveCapture":
+    def __enter__(self) -> LiveCapture:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -131,8 +131,8 @@ def link_transactions(table: pa.Table) -> pa.Table:
     transaction: list[str] = [""] * n
     for i in range(n):
         j, hops = i, 0
-        while parent[j] is not None and hops < 64:
-            j = parent[j]
+        while (p := parent[j]) is not None and hops < 64:
+            j = p
             hops += 1
         transaction[i] = uid[j]
     parent_id = [uid[p] if p is not None else None for p in parent]

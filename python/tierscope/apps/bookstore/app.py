@@ -54,6 +54,7 @@ Configuration: `create_app()` reads TPCW_* environment variables (see `AppConfig
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -86,7 +87,7 @@ class AppConfig:
     items: int = 0  # 0: ask the database (MAX(i_id)) once
 
     @classmethod
-    def from_env(cls, env=os.environ) -> "AppConfig":
+    def from_env(cls, env=os.environ) -> AppConfig:
         """TPCW_DBMS (postgresql|mariadb), TPCW_DB_HOST, TPCW_DB_PORT, TPCW_DB_USER,
         TPCW_DB_PASSWORD, TPCW_DB_NAME (default tpcw), TPCW_POOL_SIZE, TPCW_POOL_TIMEOUT_S,
         TPCW_ITEMS (the loaded item count, for random picks; 0 or unset: asked of the database)."""
@@ -104,7 +105,7 @@ class AppConfig:
 
 
 class Request(FormRequest):
-    def __init__(self, environ: dict, request_id: str, app: "BookstoreApp"):
+    def __init__(self, environ: dict, request_id: str, app: BookstoreApp):
         super().__init__(environ, request_id)
         self.app = app
         self.buttons: list | None = None
@@ -178,10 +179,8 @@ def transaction(s, work, attempts: int = 3):
         try:
             result = work()
         except BaseException as err:
-            try:
+            with contextlib.suppress(Exception):  # the connection is gone: the pool discards it
                 s.execute("ROLLBACK")
-            except Exception:  # the connection is gone: the pool discards it
-                pass
             if isinstance(err, DatabaseError) and attempt < attempts and any(t in str(err).lower() for t in TRANSIENT):
                 log.warning("transaction retried after: %s", err)
                 time.sleep(0.005 * attempt)
@@ -599,7 +598,7 @@ def buy_request(req, s):
     req.c_id = int(cust["c_id"])
     req.shopping_id = sc_id
     lines = cart_lines(s, sc_id)
-    t = totals(lines, float(cust["c_discount"] or 0))
+    tot = totals(lines, float(cust["c_discount"] or 0))
     cards = "".join(f'<option value="{c}">{c}</option>' for c in CARD_TYPES)
     ships = "".join(f'<option value="{x}">{x}</option>' for x in SHIP_TYPES)
     return "Buy request", (
@@ -608,7 +607,7 @@ def buy_request(req, s):
         f"<p>Billing address: {esc(cust['addr_street1'])}, {esc(cust['addr_street2'])}, {esc(cust['addr_city'])}, "
         f"{esc(cust['addr_state'])} {esc(cust['addr_zip'])}, {esc(cust['co_name'])}</p>\n"
         + cart_table(lines)
-        + totals_html(t)
+        + totals_html(tot)
         + f'<form action="{PREFIX}/BuyConfirm" method="get">\n{req.session_fields()}\n'
         f'<p>Card <select name="CC_TYPE">{cards}</select> number <input type="text" name="CC_NUMBER" maxlength="20"> '
         'name on card <input type="text" name="CC_NAME" maxlength="30"> '
@@ -854,7 +853,7 @@ INTERACTIONS = {
 }
 
 #: the buttons (target script, gif, alt text, parameters) of a page unless its handler sets others
-NAV = {
+NAV: dict[str, list[tuple[str, str, str, dict[str, str]]]] = {
     "Home": [
         ("ShoppingCart", "shopping_cart_B", "Shopping cart", {}),
         ("SearchRequest", "search_B", "Search", {}),
@@ -865,7 +864,7 @@ NAV = {
     "OrderInquiry": [("SearchRequest", "search_B", "Search", {}), ("Home", "home_B", "Home", {})],
     "OrderDisplay": [("SearchRequest", "search_B", "Search", {}), ("Home", "home_B", "Home", {})],
 }
-NAV_DEFAULT = [
+NAV_DEFAULT: list[tuple[str, str, str, dict[str, str]]] = [
     ("ShoppingCart", "shopping_cart_B", "Shopping cart", {}),
     ("SearchRequest", "search_B", "Search", {}),
     ("Home", "home_B", "Home", {}),
@@ -919,6 +918,7 @@ class BookstoreApp:
         handler = INTERACTIONS.get(script) if script else None
         if handler is None:
             return "404 Not Found", html_t, pages.page("Not found", f"<p>No such page: {esc(path)}</p>\n").encode()
+        assert script is not None  # the handler was found by it
         if method not in ("GET", "POST", "HEAD"):
             return "405 Method Not Allowed", html_t, pages.page("Bad request", "<p>Method not allowed.</p>\n").encode()
         try:

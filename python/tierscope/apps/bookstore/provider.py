@@ -65,7 +65,7 @@ class BookstoreProvider(LoadedDatabaseApp):
         return datagen
 
     def app_server(
-        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str
+        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str | None
     ) -> Any:
         from tierscope.services.appserver import AppServer
 

@@ -103,8 +103,8 @@ def write_static(root: str | Path, items: int = 100_000) -> Path:
     classes.mkdir(parents=True, exist_ok=True)
     for name in STATIC_GIFS:
         (img / f"{name}.gif").write_bytes(gif(STATIC_SIZES.get(name, KB), 120, 40))
-    for d in range(100):
-        (img / f"img{d}").mkdir(exist_ok=True)
+    for k in range(100):
+        (img / f"img{k}").mkdir(exist_ok=True)
     thumbs = _Linker(classes, "thumb", gif(THUMB_BYTES, 100, 150))
     images = {size: _Linker(classes, f"image{size // KB}k", gif(size, 300, 450)) for _, size in IMAGE_CLASSES}
     for i in range(1, items + 1):

@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, fields
+from typing import Any
 
 from tierscope.apps.dal import Database, DatabaseError, DbConfig, PoolTimeout
 from tierscope.apps.logservice.schema import token_sha256
@@ -76,13 +77,13 @@ class LogServiceConfig:
         return out
 
     @classmethod
-    def from_env(cls, env=os.environ) -> "LogServiceConfig":
+    def from_env(cls, env=os.environ) -> LogServiceConfig:
         kw = {}
         for f in fields(cls):
             raw = env.get(f"LOGSVC_{f.name.upper()}")
             if raw is None:
                 continue
-            kind = type(f.default)
+            kind: Any = type(f.default)  # every field has a default: bool, int, float or str
             kw[f.name] = raw == "1" if kind is bool else kind(raw)
         return cls(**kw)
 
@@ -157,6 +158,7 @@ class LogService:
     def __init__(self, config: LogServiceConfig):
         self.config = config
         self.db = Database(config.db())
+        self.store: DirectStore | QueueStore | DurableStore
         if config.mode == "direct":
             self.store = DirectStore(self.db)
         elif config.mode == "queue":

@@ -15,9 +15,9 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
-
 
 TIMEOUT, CONNECTION_ERROR = 0, -1
 
@@ -85,7 +85,7 @@ async def _client(
                 conn = await asyncio.wait_for(asyncio.open_connection(host, port), load.timeout_s)
             conn[1].write(req)
             status = await asyncio.wait_for(_read_response(conn[0]), load.timeout_s - (time.time_ns() - sent) / 1e9)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             status = TIMEOUT
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError):
             status = CONNECTION_ERROR
@@ -130,7 +130,7 @@ def drive(
     if want > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     rows = asyncio.run(_drive(load, host, port, tokens, tick))
-    cols = list(zip(*rows)) if rows else [[]] * 5
+    cols: list[Any] = list(zip(*rows)) if rows else [[]] * 5
     return pa.Table.from_arrays([pa.array(c, t.type) for c, t in zip(cols, OUTCOMES)], schema=OUTCOMES)
 
 
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     (the experiment runs it inside the client host; the tokens come in a file, never on the
     command line, which every user can read)."""
     import argparse
+
     import pyarrow.parquet as pq
 
     ap = argparse.ArgumentParser(description="Post log records to the log service; one outcome row per record.")

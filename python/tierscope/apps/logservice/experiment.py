@@ -24,9 +24,9 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -208,7 +208,7 @@ def run_mode(
                 name="db1",
             )
             services.append(dbs.start())
-            dbs.create_database("logs")
+            dbs.create_database("logs")  # type: ignore[attr-defined]  # the PostgreSQL and MariaDB servers have it
             broker = None
             if mode == "durable":
                 broker = Redis(

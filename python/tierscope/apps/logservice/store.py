@@ -31,6 +31,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from tierscope.apps.dal import Database, DatabaseError, PoolTimeout
 
@@ -400,7 +401,10 @@ class DurableStore(_Collectors):
                 self._ensure_group()
             entries = self._claim(name, n)
             if not entries and not self._stop.is_set():
-                got = self.redis.xreadgroup(GROUP, name, {STREAM: ">"}, count=n, block=max(1, int(within_s * 1000)))
+                # redis-py types replies loosely: [[stream, [(id, fields), ...]]]
+                got: Any = self.redis.xreadgroup(
+                    GROUP, name, {STREAM: ">"}, count=n, block=max(1, int(within_s * 1000))
+                )
                 entries = got[0][1] if got else []
             elif not entries:  # closing: whatever is still unread, without waiting
                 got = self.redis.xreadgroup(GROUP, name, {STREAM: ">"}, count=n)

@@ -43,7 +43,7 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self.lock = threading.Lock()  # held while a service is restarted (callers may stop one meanwhile)
 
-    def start(self) -> "Supervisor":
+    def start(self) -> Supervisor:
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._thread.start()
         return self

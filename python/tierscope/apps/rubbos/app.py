@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import parse_qs
 
-from tierscope.apps.rubbos import pages
 from tierscope.apps.dal import Database, DatabaseError, DbConfig, DuplicateKey, PoolTimeout, like_prefix, like_prefix10
+from tierscope.apps.rubbos import pages
 from tierscope.apps.rubbos.pages import url
 from tierscope.apps.web import BadRequest, FormRequest, db_config_from_env, esc, fmt_date, now, sorry
 
@@ -56,7 +56,7 @@ class AppConfig:
     pause_ms: float = 0.0
 
     @classmethod
-    def from_env(cls, env=os.environ) -> "AppConfig":
+    def from_env(cls, env=os.environ) -> AppConfig:
         """RUBBOS_DBMS (postgresql|mariadb), RUBBOS_DB_HOST, RUBBOS_DB_PORT, RUBBOS_DB_USER,
         RUBBOS_DB_PASSWORD, RUBBOS_DB_NAME, RUBBOS_POOL_SIZE, RUBBOS_POOL_TIMEOUT_S,
         RUBBOS_HOST_NAME, RUBBOS_EVENTS_DIR, RUBBOS_ALLOW_PAUSE (1 enables /rubbos/admin/pause),
@@ -92,7 +92,10 @@ class Request(FormRequest):
         return value
 
     def paging(self) -> tuple[int, int]:
-        return self.int("page", 0, 0, 1_000_000), self.int("nbOfStories", PAGE_SIZE_DEFAULT, 1, PAGE_SIZE_MAX)
+        page = self.int("page", 0, 0, 1_000_000)
+        size = self.int("nbOfStories", PAGE_SIZE_DEFAULT, 1, PAGE_SIZE_MAX)
+        assert page is not None and size is not None  # both have a default
+        return page, size
 
 
 # --- the interactions --------------------------------------------------------------------------
@@ -205,7 +208,7 @@ def older_stories(req, s):
                 req.int("year", lo=1, hi=9999), req.int("month", lo=1, hi=12), req.int("day", lo=1, hi=31)
             ).date()
         except ValueError as err:
-            raise BadRequest(f"parameters day/month/year: {err}")
+            raise BadRequest(f"parameters day/month/year: {err}") from err
     else:  # the form to pick a date
         form = (
             f'<form action="{pages.PREFIX}/OlderStories" method="get">\n'
@@ -602,6 +605,7 @@ class RubbosApp:
                 threading.Thread(target=self._periodic_pauses, name="pauses", daemon=True).start()
 
     def _periodic_pauses(self) -> None:
+        assert self.events is not None  # started only with the recorder
         while True:
             time.sleep(self.config.pause_every_s)
             self.events.pause(self.config.pause_ms)

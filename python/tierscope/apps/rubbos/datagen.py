@@ -24,10 +24,10 @@ from __future__ import annotations
 import random
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable, Iterator
 
 from tierscope.apps.bulkload import load_tsv_mariadb
 from tierscope.apps.dal import DbConfig
@@ -436,9 +436,9 @@ def load(
                 conn.execute(stmt)
             say("indexes built")
             conn.execute("VACUUM ANALYZE")
-            rows["categories"] = conn.execute("SELECT COUNT(*) FROM categories").fetchone()[0]
+            rows["categories"] = conn.execute("SELECT COUNT(*) FROM categories").fetchone()[0]  # type: ignore[index]  # an aggregate: one row
             rows["users"] += 1  # the Anonymous Coward from the schema
-            size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+            size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]  # type: ignore[index]  # one row
     else:
         import pymysql
 

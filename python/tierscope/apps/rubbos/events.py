@@ -11,6 +11,7 @@ table.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import json
 import os
@@ -91,17 +92,13 @@ class EventRecorder:
 
     def _flusher(self) -> None:
         while not self._stop.wait(self._flush_s):
-            try:
+            with contextlib.suppress(OSError):
                 self.flush()
-            except OSError:
-                pass
 
     def close(self) -> None:
         self._stop.set()
-        try:
+        with contextlib.suppress(ValueError):
             gc.callbacks.remove(self._on_gc)
-        except ValueError:
-            pass
         self.flush()
 
 

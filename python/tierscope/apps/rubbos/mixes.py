@@ -114,14 +114,16 @@ def _with(leak: Row, **core: float) -> Row:
 
 # --- browse-only (§2.5) ---------------------------------------------------------------------
 def browse_only() -> dict[str, Row]:
-    srch = lambda target, self_: {
-        "SotD": 0.10,
-        "Browse": 0.005,
-        target: 0.49,
-        "Search": 0.005,
-        self_: 0.30,
-        "END": 0.10,
-    }  # noqa: E731
+    def srch(target: str, self_: str) -> Row:
+        return {
+            "SotD": 0.10,
+            "Browse": 0.005,
+            target: 0.49,
+            "Search": 0.005,
+            self_: 0.30,
+            "END": 0.10,
+        }
+
     return {
         "SotD": {"Browse": 0.15, "ViewStory": 0.60, "Search": 0.15, "END": 0.10},
         "Browse": {"SotD": 0.19, "BrCat": 0.40, "Older": 0.40, "Search": 0.005},
@@ -619,6 +621,7 @@ def simulate_mix(
         cum[src] = items
     back_p = {src: row.get("BACK", 0.0) for src, row in rows.items()}
     counts: Counter = Counter()
+    stack: list[str]
     cur, stack, n_in_session = start, [], 1
     counts[cur] += 1
     done = 1

@@ -13,23 +13,24 @@ the state file is written atomically and never through a symbolic link. Used by
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from types import SimpleNamespace
-from typing import Callable
 
 from tierscope import assembly, statedir
 from tierscope.apps import snapshot
+from tierscope.apps.dal import DbConfig
 from tierscope.apps.rubbos import datagen
 from tierscope.apps.rubbos.provider import PROVIDER
-from tierscope.apps.dal import DbConfig
 from tierscope.assembly import Server, Soft
 from tierscope.services.appserver import AppServer
 from tierscope.services.base import Service, ServiceError, tcp_answers
+from tierscope.services.nginx import Nginx
 from tierscope.testbed.host import Host
 
 DEFAULT_RUN_DIR = Path(os.environ.get("TIERSCOPE_RUBBOS_DIR") or statedir.default_dir("rubbos"))
@@ -62,7 +63,7 @@ class System:
     db: Service
     db_config: DbConfig
     apps: list[AppServer] = field(default_factory=list)
-    web: Service | None = None
+    web: Nginx | None = None
     load_report: datagen.LoadReport | None = None
     restored_from: Path | None = None
 
@@ -190,8 +191,8 @@ def bring_up(o: Options, say=print) -> System:
     import shutil
 
     shutil.rmtree(run / "events", ignore_errors=True)
-    for old in (run / "nginx" / "access.log", run / "nginx" / "error.log"):
-        old.unlink(missing_ok=True)
+    for stale in (run / "nginx" / "access.log", run / "nginx" / "error.log"):
+        stale.unlink(missing_ok=True)
     layout = assembly.Layout(
         dbms=o.dbms,
         db=[_db_server(o, run / o.dbms)],
@@ -305,10 +306,8 @@ def bring_down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 30.0, say=print
                 refused.append(f"{p.get('name', '?')}: {why}")
             continue
         stopped += 1
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGCONT)
-        except OSError:
-            pass
         try:
             os.kill(pid, int(p.get("stop_signal", signal.SIGTERM)))
         except ProcessLookupError:
@@ -316,10 +315,9 @@ def bring_down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 30.0, say=print
         deadline = time.monotonic() + timeout
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        try:  # leftovers of its session (workers, helpers): the group the recorded process leads
+        # leftovers of its session (workers, helpers): the group the recorded process leads
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         say(f"stopped {p['name']} (pid {pid})")
     if refused:
         raise ServiceError(
