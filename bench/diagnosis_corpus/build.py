@@ -106,7 +106,8 @@ class AppStack:
         work = Path(tempfile.mkdtemp(prefix=f"{case.name}-", dir=self.tmp))
         self.cgroups.set_cpu("app", case.app_cpu)
         self.cgroups.set_cpu("db", case.db_cpu)
-        app = nginx = injector = sampler = db_cpu_trace = wire = None
+        app = nginx = injector = sampler = wire = None
+        cpu_traces: dict = {}
         try:
             app = sy.App(work, case.system, service, self.pg, self.cgroups, self.receiver.url, pool=case.pool,
                          workers=case.workers, threads=case.threads)  # fmt: skip
@@ -120,8 +121,9 @@ class AppStack:
             inj_log = work / "injector.jsonl"
             sampler = sy.Sampler(self.pg)
             sampler.start()
-            db_cpu_trace = sy.CpuTrace(self.cgroups.usage_file("db"))
-            db_cpu_trace.start()
+            cpu_traces = {tier: sy.CpuTrace(self.cgroups.usage_file(tier)) for tier in ("app", "db")}
+            for trace in cpu_traces.values():
+                trace.start()
             # the db's port on the wire: its own times, for the "spans+wire" form (what a user adds
             # with tcpdump when the database has no tracer)
             from tierscope.trace.capture import LiveCapture
@@ -155,8 +157,8 @@ class AppStack:
                 busy[tier] = round(sum(v - before.get(t, 0.0) for t, v in after.items()) / elapsed, 3)
             pg_stats = sampler.stop()
             sampler = None
-            db_cpu_samples = db_cpu_trace.stop()
-            db_cpu_trace = None
+            cpu_samples = {tier: trace.stop() for tier, trace in cpu_traces.items()}
+            cpu_traces = {}
             wire.stop()
             wire = None
             nginx.close()  # first: its upstream keep-alive connections would hold the app's graceful stop
@@ -197,6 +199,8 @@ class AppStack:
             shutil.copy(nginx_log := work / "nginx" / "web.log", out / "web.log")
             measured["log_lines"] = sum(1 for _ in open(nginx_log))
             forms["access-log"] = ["web.log"]
+            # the tiers' CPU every 5 ms (wall clock ns, cpuacct ns): later checks need no rebuild
+            (out / "cpu.json").write_text(json.dumps({t: smp for t, smp in cpu_samples.items()}))
             shutil.copy(work / "db.pcap", out / "db.pcap")
             # `tierscope trace db.pcap --server-map db.servers` names the db as the app's spans do
             (out / "db.servers").write_text(f"127.0.0.1:{self.pg.port} postgresql 127.0.0.1:{self.pg.port} postgres\n")
@@ -209,13 +213,15 @@ class AppStack:
                     measured["pauses"] = len(rows)
                     measured["pause_median_ms"] = round(statistics.median(lengths), 1) if lengths else 0
                     measured["pause_share"] = round(sum(lengths) / 1e3 / elapsed, 3)
-                    if fault["target"] == "app":
-                        # "the db saturated by the burst after each pause": the db ran at its quota
-                        # (80 % of it or more) over the first window (50 ms) after the thaw
-                        cores = sy.cores_after(db_cpu_samples, [r["end_ns"] for r in rows], AFTER_PAUSE_NS)
-                        seen = [c for c in cores if c == c]
-                        full = 0.8 * (case.db_cpu or os.cpu_count() or 1)
-                        measured["db_after_pause"] = round(sum(c >= full for c in seen) / len(seen), 3) if seen else None
+                    # "saturated by the burst after each pause": the other tier ran at its quota (80 %
+                    # of it or more) over the first window (50 ms) after the thaw
+                    other = "db" if fault["target"] == "app" else "app"
+                    cores = sy.cores_after(cpu_samples[other], [r["end_ns"] for r in rows], AFTER_PAUSE_NS)
+                    seen = [c for c in cores if c == c]
+                    full = 0.8 * (getattr(case, f"{other}_cpu") or os.cpu_count() or 1)
+                    measured[f"{other}_after_pause"] = (
+                        round(sum(c >= full for c in seen) / len(seen), 3) if seen else None
+                    )
                     host = service if fault["target"] == "app" else "postgresql"
                     write_events(out / "events.parquet", rows, host)
                     forms["spans+events"] = ["spans.otlp.json", "events.parquet"]
@@ -229,8 +235,8 @@ class AppStack:
                 sy.stop_proc(injector)
             if sampler is not None:
                 sampler.stop()
-            if db_cpu_trace is not None:
-                db_cpu_trace.stop()
+            for trace in cpu_traces.values():
+                trace.stop()
             if wire is not None:
                 wire.stop(settle=False)
             if nginx is not None:

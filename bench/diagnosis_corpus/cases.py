@@ -105,7 +105,8 @@ def app_cases(system: str) -> list[Case]:
                         f"every PostgreSQL process SIGSTOPped {lo}-{hi} ms about once a second; app lightly loaded",
                         users=users, think=0.3, mix=((1.0, "/page?q=2" if py and users == 20 else "/page?q=2&cpu=1"),),
                         fault=_pause("db", lo, hi),
-                        checks={"pauses": 9, "app_sat": (None, 0.6 if users == 15 else 0.7)}))  # fmt: skip
+                        checks={"pauses": 9, "app_sat": (None, 0.6 if users == 15 else 0.7),
+                                "app_after_pause": (None, 0.2)}))  # fmt: skip
     # 5. CPU-bound app: one Python process (the GIL) / Node's one event loop
     for users, cpu in ((20, 12), (40, 20)):
         out.append(Case(f"{s}-appcpu-u{users}-{cpu}", s, "single", ("app",),

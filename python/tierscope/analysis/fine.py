@@ -235,6 +235,35 @@ def _observed_only(requests: pa.Table, keys: list[tuple[str, str]]) -> list[int]
     return [i for i, key in enumerate(keys) if key in seen and key not in own]
 
 
+#: A callee's stall counts when its recorder stamped something else than the callee's replies this
+#: long (ns, or a tenth of the stall) before the stall ended.
+AWAKE_MARGIN_NS = 2_000_000
+
+
+def _stalls_while_awake(
+    requests: pa.Table, server: str, spans: tuple[np.ndarray, np.ndarray], base_ns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The stalls (relative to `base_ns`) of a callee seen only through its callers' stamps during
+    which a recorder of its calls was awake: it stamped something other than the ends of the
+    callee's calls (an arrival, a call sent) inside the stall, at least AWAKE_MARGIN_NS (or a tenth
+    of the stall) before its end. A busy event loop stamps nothing while it computes, then the
+    replies it finds waiting: the callee looks stalled though it had answered; a process that goes
+    on taking requests and sending calls while none of the callee's replies come was awake, and
+    the callee held them."""
+    rec = requests.column("recorder").to_numpy(zero_copy_only=False)
+    srv = requests.column("server").to_numpy(zero_copy_only=False)
+    recorders = set(rec[srv == server]) - {None}
+    mine = np.isin(rec, list(recorders))
+    arrival = np.asarray(requests.column("arrival_ns"), np.int64)
+    departure = np.asarray(requests.column("departure_ns"), np.int64)
+    awake = np.sort(np.concatenate([arrival[mine], departure[mine & (srv != server)]])) - base_ns
+    a, b = spans
+    margin = np.maximum(AWAKE_MARGIN_NS, (b - a) // 10)
+    first = np.searchsorted(awake, a, "left")
+    keep = (first < awake.size) & (awake[np.minimum(first, awake.size - 1)] <= b - margin)
+    return a[keep], b[keep]
+
+
 def _observed_by(requests: pa.Table) -> dict[str, str]:
     """Tiers whose every row was stamped by servers of one other tier (`recorder`): callee -> that
     caller tier (an uninstrumented database seen through the app's CLIENT spans)."""
@@ -447,14 +476,22 @@ def analyze_fine(
     # take the replies: where the work it completed cannot fill half of the window on one core
     # (completions x its service time), its queue above N* was its callers' delay, not its own
     # (its service time: that of the requests that found it idle)
-    for i in _observed_only(requests, keys):
+    observed_only = _observed_only(requests, keys)
+    cleared = np.zeros(above.shape, bool)  # windows whose time above N* was its callers' delay
+    for i in observed_only:
         if i in service_of:
             work = thr[i * n_windows : (i + 1) * n_windows] * service_of[i]
-            above[i][work < SATURATED_SHARE] = 0.0
+            cleared[i] = work < SATURATED_SHARE
+            above[i][cleared[i]] = 0.0
     series = series.append_column("share_above_n_star", pa.array(above.ravel()))
     # the second pass: a stall holds more requests than the server can work on (N* + 1, at least 2)
     crowd = np.where(np.isfinite(thresholds), thresholds + 1, 2).astype(np.int64)
     found_stalls = stalls.stall_spans(parts, n_servers, min_held=crowd)
+    for i in observed_only:  # a callee's stall counts only where its recorder was seen awake in it
+        if i in found_stalls:
+            found_stalls[i] = _stalls_while_awake(requests, keys[i][1], found_stalls[i], base_ns)
+            if found_stalls[i][0].size == 0:
+                del found_stalls[i]
     stalled = stalls.stalled_share(found_stalls, n_servers, n_windows, window_ns)
     series = series.append_column("share_stalled", pa.array(stalled.ravel()))
     halted = _merge_spans(pause_spans, found_stalls)
@@ -463,6 +500,7 @@ def analyze_fine(
     busy_paused = pauses.paused_share_above(parts, halted, np.zeros(n_servers), n_servers, n_windows, window_ns)
     if halted:
         both = pauses.paused_share_above(parts, halted, thresholds, n_servers, n_windows, window_ns)
+        both[cleared] = 0.0  # `above` was cleared there: nothing of it to take off twice
         saturated_time = above + busy_paused - both
     else:
         saturated_time = above
@@ -583,6 +621,7 @@ def analyze_fine(
     verdict = _pool_words(verdict, pool_text)
     verdict = _in_pause_words(verdict, spans, tier_sat, base_ns, window_ns, unsure, observed_by)
     verdict = _stalled_awake(verdict, requests, keys, stalled, pause_col.reshape(n_servers, n_windows), tier_sat)
+    verdict = _stuck_callee(verdict, requests, observed_by, tier_sat, base_ns, window_ns)
     if len(tiers) == 1 and verdict.kind in ("single", "several", "alternating"):
         verdict = _one_tier_cannot_tell(verdict, tiers[0])
     return FineGrained(
@@ -656,6 +695,57 @@ def _pool_words(verdict: Verdict, pool_text: dict[str, str]) -> Verdict:
         confidence=min(verdict.confidence, POOL_CONFIDENCE),
         evidence=verdict.evidence + f"; {pool_text[t]}",
     )
+
+
+#: A call held this many times the callee's median call is stuck...
+STUCK_CALL_FACTOR = 10.0
+#: ...and a verdict naming only its caller, saturated mostly while a call to it was stuck, is said
+#: with at most this.
+STUCK_CALLEE_CAP = 0.45
+
+
+def _stuck_callee(
+    verdict: Verdict,
+    requests: pa.Table,
+    observed_by: dict[str, str],
+    tier_sat: dict[str, np.ndarray],
+    base_ns: int,
+    window_ns: int,
+) -> Verdict:
+    """At most STUCK_CALLEE_CAP when the verdict names a caller but not its callee seen only
+    through its stamps, and the caller was saturated mostly (half of its saturated windows or more)
+    while a call to that callee was stuck (open STUCK_CALL_FACTOR times the callee's median call or
+    longer): the caller's requests may have been waiting on the same callee through calls it does
+    not trace (opening a connection to a stopped database), its saturation the callee's."""
+    if verdict.kind not in ("single", "several") or not observed_by:
+        return verdict
+    tier = requests.column("tier").to_numpy(zero_copy_only=False)
+    arrival = np.asarray(requests.column("arrival_ns"), np.int64)
+    departure = np.asarray(requests.column("departure_ns"), np.int64)
+    found = []
+    for callee, caller in sorted(observed_by.items()):
+        if caller not in verdict.tiers or callee in verdict.tiers or not tier_sat[caller].any():
+            continue
+        rows = tier == callee
+        length = departure[rows] - arrival[rows]
+        if length.size == 0:
+            continue
+        stuck = length >= STUCK_CALL_FACTOR * max(float(np.median(length)), 1.0)
+        sat = tier_sat[caller]
+        marked = np.zeros(sat.size, bool)
+        for a, b in zip(arrival[rows][stuck] - base_ns, departure[rows][stuck] - base_ns):
+            marked[max(0, int(a // window_ns)) : min(sat.size, int((b - 1) // window_ns) + 1)] = True
+        share = float((marked & sat).sum() / sat.sum())
+        if share >= 0.5:
+            found.append(
+                f"{caller} was saturated mostly ({share:.0%} of its saturated windows) while a call to {callee} "
+                f"(seen only through {caller}'s stamps) was stuck ({STUCK_CALL_FACTOR:g} times its median call or "
+                f"longer): {caller}'s requests may have waited on {callee} through what it does not trace "
+                "(opening a connection), and the saturation be that of " + callee
+            )
+    if not found:
+        return verdict
+    return alternation.capped(verdict, STUCK_CALLEE_CAP, "; ".join(found))
 
 
 #: The most confidence a verdict naming the only tier of a trace can have.

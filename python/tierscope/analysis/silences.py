@@ -18,6 +18,8 @@ rate (Poisson arrivals). One slow request of a running process is not a silence:
 being stamped meanwhile, and none pile up at its end. A recorder whose requests come from
 upstream (they have parent rows) must also have held a request of its own when the gap began: a
 callee left idle while its caller was stopped, then hit by the caller's backlog, was not paused.
+Nor was a caller whose threads all waited on a callee that had stopped answering: it went on
+sending calls (at least 2 open, none ending for 10 times its median call) before falling silent.
 
 What the silences (and known pause events of a recorder) change (`charge_recorder_pauses`):
 
@@ -56,6 +58,12 @@ BURST_NS = 5_000_000
 BURST_SHARE = 0.25
 #: ...and the silence and the burst together are rarer than e^LOG_P at the mean arrival rate.
 LOG_P = math.log(1e-6)
+#: A silence is the recorder waiting on its callee, not its pause, when at least STUCK_HELD of its
+#: calls were open as it fell silent and none had ended for STUCK_FACTOR times its median call
+#: (and at least STUCK_MIN_NS): the callee had stopped answering first.
+STUCK_HELD = 2
+STUCK_FACTOR = 10.0
+STUCK_MIN_NS = 5_000_000
 #: The event kind of a silence in the `events` table (one of `pauses.PAUSE_KINDS`).
 KIND = "silence"
 
@@ -130,10 +138,18 @@ def recorder_silences(
         # a silence that began with no request of its own held is a pause only where nobody upstream
         # could have held back the burst: the recorder is a front (its requests have no parent row)
         front: bool | None = None
+        calls = mine & ~own  # what it stamped for its callees
+        call_start, call_end = arrival[calls], departure[calls]
+        ends_sorted = np.sort(call_end)
+        stuck_ns = (
+            max(STUCK_FACTOR * float(np.median(call_end - call_start)), float(STUCK_MIN_NS)) if calls.any() else 0.0
+        )
         keep = np.zeros(idx.size, bool)
         for j in range(idx.size):
             length = float(end[j] - start[j])
             if burst[j] < max(3.0, burst_share * rate * length):
+                continue
+            if calls.any() and _waiting_on_callee(call_start, call_end, ends_sorted, int(start[j]), stuck_ns):
                 continue
             if held[idx[j]] < 1:
                 if front is None:
@@ -148,6 +164,25 @@ def recorder_silences(
         if keep.any():
             out[name] = (start[keep], end[keep])
     return out
+
+
+def _waiting_on_callee(
+    call_start: np.ndarray, call_end: np.ndarray, ends_sorted: np.ndarray, at: int, stuck_ns: float
+) -> bool:
+    """Whether, when the recorder fell silent (`at`), its callee had stopped answering: at least
+    STUCK_HELD of its calls open, and none of them ending since the oldest was sent, for at least
+    `stuck_ns`. A process whose threads all wait on a stopped callee stamps nothing either (no
+    thread takes new requests), but it went on sending calls into the void before: it waited, it
+    was not paused."""
+    open_ = (call_start < at) & (call_end > at)
+    if int(open_.sum()) < STUCK_HELD:
+        return False
+    oldest = int(call_start[open_].min())
+    if at - oldest < stuck_ns:
+        return False
+    # no call of the recorder ended between the oldest open call's start and the silence
+    k = np.searchsorted(ends_sorted, oldest, "right")
+    return not (k < ends_sorted.size and ends_sorted[k] <= at)
 
 
 def silence_events(silences: dict[str, tuple[np.ndarray, np.ndarray]]) -> pa.Table:
