@@ -32,11 +32,11 @@ from .alternation import Verdict
 from .saturation import NStar
 from .windows import (
     DEFAULT_WINDOW_NS,
+    arrival_levels,
     floor_base,
+    overlaps_pause,
     parent_rows,
     request_intervals,
-    arrival_levels,
-    overlaps_pause,
     service_when_idle,
     share_above,
     window_series,
@@ -392,7 +392,7 @@ def analyze_fine(
         else None
     )
     unpaused = ~overlaps_pause(parts, halted)
-    for i, (tier, server) in enumerate(keys):
+    for i, (_tier, server) in enumerate(keys):
         sl = slice(i * n_windows, (i + 1) * n_windows)
         idle = (parts[0].server == i) & unpaused & (level <= 0)
         count = int(idle.sum())

@@ -57,7 +57,8 @@ def load(paths: Iterable[str | Path], format: str | None = None, **options) -> I
     if result is None:
         raise FormatError("no input files")
     requests, replaced = own_times_for_calls(result.requests)
-    if replaced.note():
+    note = replaced.note()
+    if note:
         result.requests = requests
-        result.notes.append(replaced.note())
+        result.notes.append(note)
     return result

@@ -20,7 +20,7 @@ file holds (a corrupt or hostile file included):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -203,7 +203,7 @@ def guarded(path: Path) -> Iterator[GuardedReader]:
         yield GuardedReader(f, path)
 
 
-def parse_events(path: Path, **config) -> Iterator[tuple[str, str, Any]]:
+def parse_events(path: Path, **config) -> Generator[tuple[str, str, Any], None, None]:
     """``ijson.parse`` events of the file at `path`, every byte checked by `Scanner`: a bound crossed
     is a `JSONLimitError` (after the events before it); a syntax error an ``ijson.JSONError`` that
     names a string left open at the end of the file."""

@@ -80,7 +80,9 @@ _APACHE_FIELDS = {
 
 def _compile(fmt: str, token: re.Pattern, name_of, patterns: dict[str, str]) -> tuple[re.Pattern, list[str]]:
     """A log format string as an anchored regex; returns it and the field name of each group."""
-    parts, names, pos = [], [], 0
+    parts: list[str] = []
+    names: list[str] = []
+    pos = 0
     for m in token.finditer(fmt):
         literal = fmt[pos : m.start()]
         parts.append(re.escape(literal))

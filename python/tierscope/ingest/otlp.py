@@ -200,15 +200,14 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
         if _not_the_callees_work(attrs, span.get("name")):
             sink.note_seen()
             return
-        tier = (
+        tier = str(
             attrs.get("peer.service")
             or attrs.get("db.system.name")
             or attrs.get("db.system")
             or attrs.get("server.address")
             or attrs.get("net.peer.name")
+            or f"{service or 'unknown'}-downstream"
         )
-        if not tier:
-            tier = f"{service or 'unknown'}-downstream"
         server = _addr(
             attrs,
             ("server.address", "net.peer.name", "net.sock.peer.addr"),
@@ -385,7 +384,7 @@ def _read_document(path: Path, prefix: str, sink: RequestSink) -> None:
                         captured = builder.value if builder is not None else None
                     elif want is not None:  # the value of a key just read
                         wanted, want = want, None
-                        if wanted == _SCOPES or wanted == _SPANS:
+                        if wanted in (_SCOPES, _SPANS):
                             if event == "start_array":
                                 if wanted == _SCOPES:
                                     level, has_scopes, j = _SCOPES, True, -1

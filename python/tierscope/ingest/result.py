@@ -46,7 +46,7 @@ class ImportResult:
     skipped_at: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was done to the rows across files
 
-    def merge(self, other: "ImportResult") -> "ImportResult":
+    def merge(self, other: ImportResult) -> ImportResult:
         """Both results as one (tables concatenated, counts added)."""
         return ImportResult(
             requests=pa.concat_tables([self.requests, other.requests]),

@@ -49,7 +49,7 @@ def read_span(span: Any, where: str, sink: RequestSink) -> None:
         if not kind and parent is None:
             kind = "server"
         sink.link(span_id, parent)  # a shared SERVER span has its CLIENT half's id and parent
-        tags = span.get("tags") if isinstance(span.get("tags"), dict) else {}
+        tags: dict = span["tags"] if isinstance(span.get("tags"), dict) else {}
         if kind == "server":
             if not service:
                 raise ValueError("localEndpoint.serviceName missing (the tier)")
