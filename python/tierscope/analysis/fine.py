@@ -619,7 +619,16 @@ def analyze_fine(
             if float(np.median(work)) < SATURATED_SHARE:
                 unsure.add(t)
     verdict = _pool_words(verdict, pool_text)
-    verdict = _in_pause_words(verdict, spans, tier_sat, base_ns, window_ns, unsure, observed_by)
+    verdict = _in_pause_words(
+        verdict,
+        spans,
+        tier_sat,
+        base_ns,
+        window_ns,
+        unsure,
+        observed_by,
+        _tier_calls(requests, parent_row) if exclusive else None,
+    )
     verdict = _stalled_awake(verdict, requests, keys, stalled, pause_col.reshape(n_servers, n_windows), tier_sat)
     verdict = _stuck_callee(verdict, requests, observed_by, tier_sat, base_ns, window_ns)
     if len(tiers) == 1 and verdict.kind in ("single", "several", "alternating"):
@@ -785,6 +794,7 @@ def _in_pause_words(
     window_ns: int,
     unsure_tiers: set[str] | None = None,
     observed_by: dict[str, str] | None = None,
+    calls: set[tuple[str, str]] | None = None,
 ) -> Verdict:
     """The verdict in the seeds' words when a tier it names was paused (events or silences) in at
     least half of its saturated windows:
@@ -825,12 +835,8 @@ def _in_pause_words(
         for t in verdict.tiers
         if t in paused and tier_sat[t].any() and float((touched[t] & tier_sat[t]).sum() / tier_sat[t].sum()) >= 0.5
     ]
-    # callees seen only through the stamps of a tier paused again and again (named or not)
-    blind = {
-        c: p
-        for c, p in (observed_by or {}).items()
-        if p in paused and paused[p][0] >= PAUSES_SEEN and {c, p} & set(verdict.tiers)
-    }
+    # callees seen only through the stamps of a paused tier (named or not): after its thaws
+    blind = {c: p for c, p in (observed_by or {}).items() if p in paused and {c, p} & set(verdict.tiers)}
     if not named:
         return _blind_after_thaws(verdict, blind)
 
@@ -884,9 +890,23 @@ def _in_pause_words(
         )
     if repeated and min(after_shares, default=0.0) >= 0.5:
         conf = max(conf, PAUSE_CONFIDENCE * alternation.data_weight(n_windows))
+    # the burst after a pause goes downstream (the requests held upstream of the paused tier, sent
+    # on at once); a caller "saturated" after its callee's thaws is its own requests, held while
+    # they waited on the paused callee, finishing together: not a load of its own
+    upstream = sorted({t for t in verdict.tiers if t not in named for p in named if (t, p) in (calls or set())})
+    if upstream:
+        why = "; ".join(
+            f"{t} calls the paused {', '.join(p for p in named if (t, p) in (calls or set()))}: its saturation "
+            "after each thaw may be its own requests, held while they waited, finishing together"
+            for t in upstream
+        )
+        conf = min(conf, UPSTREAM_BURST_CAP)
+        evidence += "; " + why
     return _blind_after_thaws(dataclasses.replace(verdict, text=text, confidence=conf, evidence=evidence), blind)
 
 
+#: The most confidence of an alternating pause verdict whose other tier is a caller of the paused one.
+UPSTREAM_BURST_CAP = 0.6
 #: The most confidence of a pause verdict when a tier is seen only through the paused tier's stamps.
 PAUSED_RECORDER_CAP = 0.45
 
