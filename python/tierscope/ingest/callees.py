@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: How far (ns) the callee's row may lie outside the call it answers: timestamps of whole
 #: milliseconds (some SDKs stamp starts so) and the two clocks' reading of one host.
@@ -73,6 +74,10 @@ def own_times_for_calls(requests: pa.Table) -> tuple[pa.Table, Replaced]:
         return requests, Replaced()
     recorder = requests.column("recorder")
     if recorder.null_count == requests.num_rows:
+        return requests, Replaced()
+    # rows of a server's own on an address (the wire): without them there is nothing to replace
+    wire = pc.and_(pc.is_valid(requests.column("server_addr")), pc.is_null(recorder))
+    if not pc.any(wire).as_py():
         return requests, Replaced()
     server = requests.column("server").to_pylist()
     rec = recorder.to_pylist()
