@@ -190,3 +190,56 @@ def test_a_busy_caller_in_front_of_an_idle_database_is_never_a_confident_databas
     if v.tiers != ["app"]:
         assert v.confidence < 0.5, (v.text, v.confidence)
         assert "cannot tell app's saturation from postgres's" in v.evidence, v.evidence
+
+
+def _app_and_db_calls(stop_ms: int, resume_ms: int, db_stopped: bool, threads: int = 16):
+    """An app stamping its requests (one every 5 ms, 3 ms each, one 1 ms call to db1 inside) for
+    2 s. Either the app is frozen from `stop_ms` to `resume_ms` (nothing stamped; what arrived
+    meanwhile starts at the thaw), or the db stops answering then: the app goes on taking requests
+    and sending calls until its `threads` are all waiting, then stamps nothing until the db
+    answers at `resume_ms`."""
+    import pyarrow as pa
+
+    from tierscope.tables import conform
+
+    ms = 1_000_000
+    rows = {"tier": [], "server": [], "recorder": [], "request_id": [], "parent_id": [], "arrival_ns": [],
+            "departure_ns": []}  # fmt: skip
+
+    def add(tier, server, rid, parent, a, d):
+        for k, v in zip(rows, (tier, server, "app1", rid, parent, int(a * ms), int(d * ms))):
+            rows[k].append(v)
+
+    waiting = 0
+    for n, t in enumerate(range(0, 2000, 5)):
+        rid = f"r{n}"
+        if db_stopped and stop_ms <= t < resume_ms:
+            if waiting < threads:  # a free thread takes it and sends its call, which hangs
+                waiting += 1
+                add("db", "db1", f"c{n}", rid, t + 1, resume_ms + 0.2 * waiting)
+                add("app", "app1", rid, None, t, resume_ms + 0.2 * waiting + 1)
+            else:  # no thread: it waits in the socket and starts at the thaw
+                add("db", "db1", f"c{n}", rid, resume_ms + 5, resume_ms + 6)
+                add("app", "app1", rid, None, resume_ms + 0.01 * n % 3, resume_ms + 7)
+            continue
+        if not db_stopped and stop_ms <= t < resume_ms:  # frozen: stamped at the thaw
+            start = resume_ms + 0.01 * (n % 50)
+            add("db", "db1", f"c{n}", rid, start + 1, start + 2)
+            add("app", "app1", rid, None, start, start + 3)
+            continue
+        add("db", "db1", f"c{n}", rid, t + 1, t + 2)
+        add("app", "app1", rid, None, t, t + 3)
+    return conform(pa.table(rows), "requests")
+
+
+def test_a_caller_waiting_on_a_stopped_callee_is_not_paused_a_frozen_one_is():
+    # the same silence of app1's stamps from ~1080 ms to 1200 ms: frozen, it is app1's pause; with
+    # the db stopped at 1000 ms, app1 went on sending calls that none answered before falling silent
+    frozen = recorder_silences(_app_and_db_calls(1000, 1200, db_stopped=False))
+    assert set(frozen) == {"app1"} and frozen["app1"][0].size == 1, frozen
+    waiting = _app_and_db_calls(1000, 1200, db_stopped=True)
+    assert recorder_silences(waiting) == {}
+    # and the verdict names the database, stalled while the app kept taking requests (without the
+    # rule: "single bottleneck at app (paused 1 time, median 124 ms)")
+    fine, _ = run_fine(waiting, None, 50_000_000)
+    assert fine.verdict.tiers == ["db"] and "paused" not in fine.verdict.text, fine.verdict
