@@ -37,6 +37,9 @@ enum Command {
     #[cfg(feature = "trace")]
     /// Turn a pcap/pcapng capture into the `requests` table (one row per exchange).
     Trace(trace::TraceArgs),
+    #[cfg(feature = "trace")]
+    /// Capture live traffic to pcap (AF_PACKET TPACKET_V3, outgoing copies ignored on lo and bridges).
+    Capture(trace::capture::CaptureArgs),
     #[cfg(feature = "oltp")]
     /// YCSB core workloads A-F against PostgreSQL or MariaDB (load, run).
     Ycsb(oltp::ycsb::YcsbArgs),
@@ -56,6 +59,8 @@ fn main() {
         Command::Load(args) => load::run(args),
         #[cfg(feature = "trace")]
         Command::Trace(args) => trace::run(args),
+        #[cfg(feature = "trace")]
+        Command::Capture(args) => trace::capture::run(args),
         #[cfg(feature = "oltp")]
         Command::Ycsb(args) => oltp::ycsb::run(args),
         #[cfg(feature = "oltp")]

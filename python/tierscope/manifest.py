@@ -58,6 +58,21 @@ class Server(_Model):
     protocol: str
 
 
+class CaptureInfo(_Model):
+    """Which capture recorded the point's traffic (issue 24): `engine` (tierscope-engine capture,
+    AF_PACKET without the outgoing copies) or `tcpdump`, what was asked for (`auto`, `engine`,
+    `tcpdump`), why the engine's was not used when it was not, and the capture's own counts."""
+
+    method: str | None = None
+    requested: str | None = None
+    interface: str | None = None
+    listening: str | None = None
+    fallback_reason: str | None = None
+    captured: int | None = None
+    received_by_filter: int | None = None
+    dropped_by_kernel: int | None = None
+
+
 class Manifest(_Model):
     """A point's manifest. Simulator manifests written before this model (top-level `start_ns` and
     `end_ns`, `rows`, the workload level only inside `spec`) are read as the same fields."""
@@ -80,6 +95,8 @@ class Manifest(_Model):
     seconds: float | None = None
     #: program -> its version line
     versions: dict[str, str | None] = Field(default_factory=dict)
+    #: the capture that ran (None: no capture, or a manifest older than the field)
+    capture: CaptureInfo | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -137,5 +154,19 @@ def read(path: str | Path) -> Manifest:
         raise ValueError(f"{path}: {where}: {first['msg']} (got {first.get('input')!r})") from None
 
 
+#: what `trace.capture.LiveCapture` writes beside the capture it ran
+CAPTURE_INFO = "capture.pcap.capture.json"
+
+
 def write(manifest: Manifest, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(manifest.model_dump(mode="json"), indent=1, default=str) + "\n")
+    """Write `manifest` to `path`. A manifest without `capture` takes it from the capture's own
+    record beside it (`capture.pcap.capture.json`, written by the capture), so whichever code
+    wrote the point says which capture ran."""
+    path = Path(path)
+    info = path.parent / CAPTURE_INFO
+    if manifest.capture is None and info.is_file():
+        try:
+            manifest.capture = CaptureInfo.model_validate(json.loads(info.read_text()))
+        except (ValueError, ValidationError):
+            manifest.notes.append(f"{CAPTURE_INFO}: not readable, the capture used is not recorded")
+    path.write_text(json.dumps(manifest.model_dump(mode="json"), indent=1, default=str) + "\n")

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use clap::Args;
 
+pub mod capture;
 mod exchange;
 mod framer;
 mod hash;
