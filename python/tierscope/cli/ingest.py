@@ -14,6 +14,12 @@ from rich.markup import escape
 from rich.table import Table
 
 
+def _saturated_cell(r) -> str:
+    from tierscope.apps.logservice.experiment import describe_saturated
+
+    return "unknown" if r.testbed and r.testbed != "namespaces" else describe_saturated(r.saturated)
+
+
 def results_table(results: list) -> Table:
     """One column per mode, one row per measure (fits a terminal with three modes)."""
     t = Table(title="log service: the same offered load in each mode")
@@ -38,7 +44,7 @@ def results_table(results: list) -> Table:
         ("lost though acknowledged", lambda r: known(r.lost_acknowledged)),
         ("stored rows/s", lambda r: f"{r.stored_per_s:.0f}"),
         ("p90 of acknowledged, ms", lambda r: f"{r.p90_ms:.0f}" if r.p90_ms is not None else "-"),
-        ("bottleneck (share > 95 %)", lambda r: r.bottleneck or "-"),
+        ("saturated resource", lambda r: _saturated_cell(r)),
     ]
     for name, cell in rows:
         t.add_row(name, *(cell(r) for r in results))
@@ -64,20 +70,40 @@ def ingest(
     records with unique ids and a timeout. After each mode the service is drained and every id is
     looked up in the database. Prints, per mode: records sent, acknowledged, refused (503),
     timed out, stored, lost (sent, not stored), lost though acknowledged (must be 0), stored
-    rows/s, p90 latency and the most saturated resource, and the servers the supervisor restarted;
-    the counts are printed even when the database could not be read at the end ("unknown").
-    Tables in OUT/ingest-<time>/<mode>/.
+    rows/s, p90 latency and the saturated resources during the load (or "none"), and the servers
+    the supervisor restarted; the counts are printed even when the database could not be read at
+    the end ("unknown"). Then the finding across the modes in one line ("direct loses 99.7 % of
+    the records (4,986 of 5,000) with db1's CPU saturated; queue and durable lose none").
+    Tables in OUT/ingest-<time>/<mode>/. The same as `tierscope run ingest`.
 
     Exit status: 0 done, 1 a mode failed, lost an acknowledged record or could not be counted,
     2 bad preset.
 
     Example: [bold]tierscope ingest[/bold]   or   [bold]tierscope ingest --mode direct --clients 500[/bold]
     """
-    from tierscope.apps.logservice.experiment import run_mode
+    raise typer.Exit(run_study(preset_path, out, modes=modes, clients=clients, records=records, loopback=loopback))
+
+
+def run_study(
+    preset_path: Path | None,
+    out: Path,
+    *,
+    modes: list[str] | None = None,
+    clients: int | None = None,
+    records: int | None = None,
+    loopback: bool = False,
+    json_out: str | None = None,
+    run_name: str | None = None,
+) -> int:
+    """Run a log-service preset (`tierscope ingest`, `tierscope run ingest`): each mode in turn,
+    the table, the finding across the modes in words; OUT/<run>/<mode>/ and OUT/<run>/summary.json
+    (<run>: `run_name`, default ingest-<time>). Returns the exit status."""
+    from tierscope.apps.logservice.experiment import finding, run_mode
     from tierscope.apps.logservice.preset import PresetError, load_preset
+    from tierscope.cli import _output
     from tierscope.cli.demo import preset
 
-    console, err = Console(), Console(stderr=True)
+    console, err = Console(stderr=json_out == "-"), Console(stderr=True)
     try:
         path = preset_path or preset("ingest")
         chosen, load, service, description = load_preset(path)
@@ -87,10 +113,12 @@ def ingest(
                 raise PresetError(f"--mode {bad[0]}: expected direct, queue or durable")
             chosen = list(dict.fromkeys(modes))
         load = replace(load, clients=clients or load.clients, records=records or load.records)
-    except (PresetError, FileNotFoundError, ValueError) as e:
+        if json_out not in (None, "-"):
+            _output.check_output_file(Path(json_out), "--json")
+    except (PresetError, FileNotFoundError, ValueError, OSError) as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    run_dir = out / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}"
+        return _output.BAD_INPUT
+    run_dir = out / (run_name or f"ingest-{time.strftime('%Y%m%d-%H%M%S')}")
     console.print(
         f"{description or path}: {load.clients} clients x {load.records} records, timeout "
         f"{load.timeout_s:g} s; modes {', '.join(chosen)}",
@@ -112,7 +140,7 @@ def ingest(
                 )
             except KeyboardInterrupt:
                 err.print("[yellow]interrupted[/yellow]: servers and hosts are stopped")
-                raise typer.Exit(130) from None
+                return 130
             except Exception as e:  # one mode failing does not stop the others
                 failed.append((mode, f"{type(e).__name__}: {e}"))
     if results:
@@ -124,10 +152,12 @@ def ingest(
             err.print(f"[red]{r.mode}[/red]: {escape(str(r.error))}", highlight=False, soft_wrap=True)
     for mode, reason in failed:
         err.print(f"[red]failed[/red] {mode}: {escape(reason)}", highlight=False, soft_wrap=True)
-    (run_dir).mkdir(parents=True, exist_ok=True)
-    (run_dir / "summary.json").write_text(
-        json.dumps({"results": [r.as_dict() for r in results], "failed": failed}, indent=2) + "\n"
-    )
+    verdict = finding(results) if results else ""
+    if verdict:
+        console.print(f"[bold]finding[/bold]: {escape(verdict)}", highlight=False, soft_wrap=True)
+    summary = {"finding": verdict, "results": [r.as_dict() for r in results], "failed": failed}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     console.print(f"tables: {run_dir}", markup=False)
     if any((run_dir / m / "secrets").exists() for m in chosen):
         broker = f", {run_dir}/durable/broker1/redis.password (the broker's)" if "durable" in chosen else ""
@@ -138,7 +168,11 @@ def ingest(
             highlight=False,
             soft_wrap=True,
         )
-    raise typer.Exit(1 if failed or any(r.lost_acknowledged is None or r.lost_acknowledged for r in results) else 0)
+    if json_out is not None:
+        where = _output.write_document({"study": "logservice", **summary}, json_out)
+        if where != "stdout":
+            console.print(f"wrote {where}", markup=False)
+    return 1 if failed or any(r.lost_acknowledged is None or r.lost_acknowledged for r in results) else 0
 
 
 def register(app: typer.Typer) -> None:

@@ -2,21 +2,107 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+#: how a study is run: the experiment runner, seed 003's log service, seed 002's scaling runner
+KINDS = ("spec", "logservice", "oltp-scaling")
+
+
+@dataclass(frozen=True)
+class Study:
+    """A shipped study: presets/NAME.toml and its table in presets/studies.toml."""
+
+    name: str
+    kind: str
+    seed: str
+    finding: str
+    minutes: float
+    path: Path
+
+
+def presets_dir() -> Path:
+    import tierscope
+
+    return Path(tierscope.__file__).parent / "presets"
+
+
+def studies() -> list[Study]:
+    """Every shipped study, in the catalog's order (presets/studies.toml, the one place their seed,
+    finding and run time are written); ValueError naming the table and key when it is wrong."""
+    catalog = presets_dir() / "studies.toml"
+    raw = tomllib.loads(catalog.read_text(encoding="utf-8"))
+    out = []
+    for name, table in raw.items():
+        where = f"{catalog}: [{name}]"
+        if not isinstance(table, dict):
+            raise ValueError(f"{where}: expected a table")
+        extra = set(table) - {"kind", "seed", "finding", "minutes"}
+        if extra:
+            raise ValueError(f"{where}: {sorted(extra)[0]}: unknown key (expected kind, seed, finding, minutes)")
+        kind, seed, finding, minutes = (table.get(k) for k in ("kind", "seed", "finding", "minutes"))
+        if kind not in KINDS:
+            raise ValueError(f"{where}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        if not isinstance(seed, str) or not isinstance(finding, str) or not finding:
+            raise ValueError(f"{where}: seed and finding: expected strings")
+        if not isinstance(minutes, int | float) or isinstance(minutes, bool) or minutes <= 0:
+            raise ValueError(f"{where}: minutes: expected a number > 0, got {minutes!r}")
+        out.append(Study(name, kind, seed, finding, float(minutes), presets_dir() / f"{name}.toml"))
+    return out
+
+
+def study_lines() -> list[str]:
+    """`run --list`: one line per study: name, seed, finding, minutes."""
+    rows = studies()
+    width = max(len(s.name) for s in rows)
+    seed_width = max(len(s.seed) for s in rows) + 5
+    return [f"{s.name:<{width}}  {'seed ' + s.seed:<{seed_width}}  {s.finding}  (~{s.minutes:g} min)" for s in rows]
+
+
+def _names() -> str:
+    try:
+        return ", ".join(s.name for s in studies())
+    except (OSError, ValueError, tomllib.TOMLDecodeError):
+        return "see tierscope run --list"
+
+
+_STUDY_NAMES = _names()  # for --help
+
+
+def kind_of(path: Path) -> str:
+    """How the file at `path` is run: its study's kind when it is a shipped preset, else read from
+    its keys (a log-service file has [service] or [load], a scaling file has targets); "spec"
+    otherwise, also when it cannot be read (the spec loader then says why)."""
+    try:
+        for s in studies():
+            if s.path.resolve() == path.resolve():
+                return s.kind
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return "spec"
+    if "workload" not in raw and ({"service", "load", "modes"} & set(raw)):
+        return "logservice"
+    if "workload" not in raw and "targets" in raw and "nodes" in raw:
+        return "oltp-scaling"
+    return "spec"
+
 
 def run(
-    spec_path: Path = typer.Argument(
-        ...,
+    spec_path: Path | None = typer.Argument(
+        None,
         metavar="SPEC",
-        help="Experiment spec (TOML; see docs/spec.md), or the "
-        "name of a shipped preset: demo, demo-alternating, tpcw-memory.",
+        help="Experiment spec (TOML; see docs/spec.md), or the name of a shipped study "
+        f"(tierscope run --list): {_STUDY_NAMES}.",
+        show_default=False,
+    ),
+    list_studies: bool = typer.Option(
+        False, "--list", help="Print every shipped study, one a line: name, seed, finding, minutes; then exit."
     ),
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/<run>/<point>/."),
     resume: bool = typer.Option(False, "--resume", help="Skip points that finished in an earlier run."),
@@ -52,17 +138,58 @@ def run(
     one line each ("lab 0: orphaned, owner pid 28923 dead"), and removed like `tierscope testbed
     clean --orphans`; --resume never deletes a point directory that live processes still hold.
 
+    A shipped study is run by its own runner (`tierscope run --list`): `ingest` (seed 003's log
+    service) like `tierscope ingest`, its verdict the finding across its modes ("direct loses 99.2 %
+    of the records with db1's CPU saturated; queue and durable lose none"); `oltp-scaling` like
+    `tierscope oltp scale`.
+
     Exit status: 0 all points done, 1 a point failed, 2 bad spec or output, 130 interrupted.
 
     Example: [bold]tierscope run examples/specs/tiny.toml -o results[/bold]   or
-    [bold]tierscope run tpcw-memory[/bold] (seed 004's memory study, about 15 minutes)   or, on
-    machines reached over SSH: [bold]tierscope run examples/specs/tiny.toml --hosts inventory.yml[/bold]
+    [bold]tierscope run tpcw-memory[/bold] (seed 004's memory study, about 15 minutes)   or
+    [bold]tierscope run --list[/bold]   or, on machines reached over SSH:
+    [bold]tierscope run examples/specs/tiny.toml --hosts inventory.yml[/bold]
     """
+    err = Console(stderr=True)
+    if list_studies:
+        for line in study_lines():
+            print(line)
+        raise typer.Exit(0)
+    if spec_path is None:
+        err.print("[red]error:[/red] missing SPEC: a spec file or the name of a shipped study", highlight=False)
+        for line in study_lines():
+            err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     if not spec_path.exists() and not spec_path.suffix and len(spec_path.parts) == 1:
         from tierscope.cli.demo import preset
 
-        with contextlib.suppress(FileNotFoundError):  # execute() reports the missing file
-            spec_path = preset(str(spec_path))
+        named = {s.name: s.path for s in studies()}
+        try:
+            spec_path = named.get(str(spec_path)) or preset(str(spec_path))
+        except FileNotFoundError:
+            err.print(
+                f"[red]error:[/red] {escape(str(spec_path))}: no such file, nor a shipped study; the studies "
+                "(tierscope run NAME):",
+                highlight=False,
+                soft_wrap=True,
+            )
+            for line in study_lines():
+                err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+    kind = kind_of(spec_path)
+    if kind != "spec":
+        raise typer.Exit(
+            _run_other(
+                kind,
+                spec_path,
+                out,
+                loopback=loopback,
+                json_out=json_out,
+                run_name=run_name,
+                resume=resume,
+                hosts=hosts,
+            )
+        )
     code = execute(
         spec_path,
         out,
@@ -74,6 +201,56 @@ def run(
         hosts=hosts,
     )
     raise typer.Exit(code)
+
+
+def _run_other(
+    kind: str,
+    path: Path,
+    out: Path,
+    *,
+    loopback: bool,
+    json_out: str | None,
+    run_name: str | None,
+    resume: bool,
+    hosts: Path | None,
+) -> int:
+    """Run a study that is not a spec with its own runner; options it has no use for are refused."""
+    from tierscope.cli import _output
+
+    unused = [flag for flag, given in (("--resume", resume), ("--hosts", hosts is not None)) if given]
+    if kind == "oltp-scaling":
+        unused += [
+            flag for flag, given in (("--loopback", loopback), ("--json", json_out), ("--name", run_name)) if given
+        ]
+    if unused:
+        what = "seed 003's log service" if kind == "logservice" else "the OLTP scaling study"
+        Console(stderr=True).print(
+            f"[red]error:[/red] {' and '.join(unused)}: not for {what} ({path.name}), which runs on this machine "
+            "in one go",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return _output.BAD_INPUT
+    if kind == "logservice":
+        from tierscope.cli.ingest import run_study
+
+        return run_study(path, out, loopback=loopback, json_out=json_out, run_name=run_name)
+    from tierscope.cli.oltp import scale
+
+    try:
+        scale(
+            preset=path,
+            out=out / path.stem,
+            target=None,
+            nodes=None,
+            workload=None,
+            duration=None,
+            workdir=None,
+            json_out=False,
+        )
+    except typer.Exit as done:
+        return int(done.exit_code or 0)
+    return 0
 
 
 def changed_spec(spec_path: Path, changes: dict):

@@ -25,6 +25,7 @@ LOGSVC_BATCH_MS, LOGSVC_QUEUE_MAX, LOGSVC_REDIS_URL, LOGSVC_REDIS_PASSWORD, LOGS
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -192,9 +193,28 @@ class LogService:
         }
         self._lock = threading.Lock()
         self._auth_lock = threading.Lock()
+        self._open_pool()
         if config.auth_cache:  # warm: one query for every known client
+            # before the worker serves: a database host of a few hundredths of a core can take
+            # longer than `db_timeout_s` to log the pool's first connection in; asked again for up
+            # to 20 s (a worker that still could not read the set answers 503 and tries later)
+            deadline = time.monotonic() + 20.0
             self._load_tokens()
+            while self.tokens is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+                self._load_tokens()
         atexit.register(self.close)
+
+    def _open_pool(self) -> None:
+        """Open all `pool_size` connections before serving (best effort): the pool otherwise grows
+        under the load, and logging a connection in on a saturated database takes longer than the
+        requests wait (it spent the database's CPU on logins that time out, not on records)."""
+        with contextlib.ExitStack() as held:
+            for _ in range(self.config.pool_size):
+                try:
+                    held.enter_context(self.db.session())
+                except DatabaseError:
+                    break
 
     def _count(self, key: str) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ noted (`notes`), and when the database cannot be read after 60 s `stored`, `lost
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -46,6 +47,7 @@ class Service:
 
     dbms: str = "postgresql"
     db_cpu: float | None = 0.1  # cores of the database host (None: no limit)
+    db_cpu_period: float = 0.1  # its CFS period, seconds (the quota, db_cpu x period, is at least 1 ms)
     fsync: bool = True
     app_workers: int = 2
     app_threads: int = 256  # like a servlet container: many threads, few connections
@@ -64,6 +66,13 @@ class Service:
 
         if self.dbms not in PORT:
             raise ValueError(f"dbms: expected one of {', '.join(PORT)}, got {self.dbms!r}")
+        if not 0.001 <= self.db_cpu_period <= 1.0:
+            raise ValueError(f"db_cpu_period: expected 0.001 to 1 s, got {self.db_cpu_period}")
+        if self.db_cpu and self.db_cpu * self.db_cpu_period < 0.001:
+            raise ValueError(
+                f"db_cpu: a quota of {1000 * self.db_cpu * self.db_cpu_period:g} ms per {self.db_cpu_period:g} s "
+                "period is below the kernel's 1 ms (raise db_cpu_period)"
+            )
         if self.broker_fsync not in APPENDFSYNC:
             raise ValueError(f"broker_fsync: expected one of {', '.join(APPENDFSYNC)}, got {self.broker_fsync!r}")
 
@@ -85,6 +94,8 @@ class ModeResult:
     stored_per_s: float
     p90_ms: float | None
     bottleneck: str = ""  # the most saturated resource during the load, "db1 CPU quota 71 %"
+    # the saturated resources during the load (`saturated`), most saturated first: [] = none
+    saturated: list[dict] = field(default_factory=list)
     testbed: str = ""
     notes: list[str] = field(default_factory=list)
     error: str = ""  # why the stored records could not be counted
@@ -155,6 +166,91 @@ def bottleneck(resources: pa.Table | None, start_ns: int, end_ns: int) -> str:
     return f"{cpu['host']} {resource_of(cpu['metric'])} mean {cpu['mean']:.0f} %"
 
 
+#: a host's CPU whose mean over the load reaches this share of its allowance is saturated
+#: (a quota or a cpuset cannot give more, whatever its samples' jitter)
+SATURATED_MEAN = 90.0
+
+
+def saturated(resources: pa.Table | None, start_ns: int, end_ns: int) -> list[dict]:
+    """The resources saturated during the load, most saturated first: a host's resource with at
+    least half its samples above 95 % (the white box's rule, `docs/analysis.md`), or a CPU whose
+    mean reaches `SATURATED_MEAN` % of its allowance (a quota of a few milliseconds per period
+    reads as 0 % or 200 % from one sample to the next). One entry per host and resource ("CPU"
+    for both its utilisation and its quota): {"host", "resource", "share_above", "mean"}."""
+    from tierscope.analysis.whitebox import MIN_SHARE, resource_of, whitebox
+
+    if resources is None or resources.num_rows == 0:
+        return []
+    inside = resources.filter(
+        pc.and_(pc.greater_equal(resources["ts_ns"], start_ns), pc.less_equal(resources["ts_ns"], end_ns))
+    )
+    if inside.num_rows == 0:
+        return []
+    rows = [r for r in whitebox([(0, inside)]).shares.to_pylist() if r["metric"] not in ("cpu_user", "cpu_system")]
+    cpu_mean = {r["host"]: r["mean"] for r in rows if r["metric"] == "cpu_util"}  # of the allowance
+    out: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        resource = "CPU" if resource_of(r["metric"]) == "CPU quota" else resource_of(r["metric"])
+        by_mean = r["metric"] == "cpu_util" and r["mean"] >= SATURATED_MEAN
+        if r["share_above"] < MIN_SHARE and not by_mean:
+            continue
+        key = (r["host"], resource)
+        share = max(r["share_above"], out[key]["share_above"] if key in out else 0.0)
+        mean = cpu_mean.get(r["host"], r["mean"]) if resource == "CPU" else r["mean"]
+        out[key] = {"host": r["host"], "resource": resource, "share_above": round(share, 3), "mean": round(mean, 1)}
+    return sorted(out.values(), key=lambda d: (-d["share_above"], -d["mean"], d["host"]))
+
+
+def describe_saturated(items: list[dict]) -> str:
+    """The table's cell: "db1 CPU (85 % of samples > 95 %)", "db1 CPU (its whole allowance)" (by
+    its mean), or "none"."""
+    from tierscope.analysis.whitebox import MIN_SHARE
+
+    if not items:
+        return "none"
+    return ", ".join(
+        f"{d['host']} {d['resource']} "
+        + (
+            f"({100 * d['share_above']:.0f} % of samples > 95 %)"
+            if d["share_above"] >= MIN_SHARE
+            else "(its whole allowance)"
+        )
+        for d in items
+    )
+
+
+def _percent(part: int, whole: int) -> str:
+    p = 100 * part / max(1, whole)
+    return f"{p:.1f} %" if p < 99.95 else "100 %"
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def finding(results: list[ModeResult]) -> str:
+    """The study's verdict across its modes, in words: "direct loses 99.2 % of the records (4,958
+    of 5,000) with db1's CPU saturated; queue and durable lose none"."""
+    parts, lossless = [], []
+    for r in results:
+        if r.lost is None:
+            parts.append(f"{r.mode}: loss unknown ({r.error or 'the database was not read'})")
+        elif r.lost == 0:
+            lossless.append(r.mode)
+        else:
+            if r.testbed and r.testbed != "namespaces":
+                why = "(loopback: resources not measured)"
+            else:
+                names = [f"{d['host']}'s {d['resource']}" for d in r.saturated]
+                why = f"with {_and(names)} saturated" if names else "with no resource saturated"
+            parts.append(f"{r.mode} loses {_percent(r.lost, r.sent)} of the records ({r.lost:,} of {r.sent:,}) {why}")
+        if r.lost_acknowledged:
+            parts.append(f"{r.mode} lost {r.lost_acknowledged:,} acknowledged records")
+    if lossless:
+        parts.append(f"{_and(lossless)} lose{'s' if len(lossless) == 1 else ''} none")
+    return "; ".join(parts)
+
+
 def run_mode(
     mode: str,
     service: Service,
@@ -185,7 +281,8 @@ def run_mode(
     secrets_dir = workdir / "secrets"
     secrets_dir.mkdir(mode=0o700, exist_ok=True)
     secrets_dir.chmod(0o700)
-    db_nt = NodeType(cpu=service.db_cpu) if service.db_cpu else None
+    db_nt = NodeType(cpu=service.db_cpu, cpu_period=service.db_cpu_period) if service.db_cpu else None
+    limited = ""  # the database host's cgroup while it has its limit
     services: list = []
     notes: list[str] = []
     supervisor: Supervisor | None = None
@@ -193,7 +290,10 @@ def run_mode(
     error = ""
     with Testbed(lab=free_lab(), workdir=workdir / "testbed", mode=testbed_mode) as tb:
         phase("building hosts")
-        hosts = tb.up_hosts([("app1", None), ("db1", db_nt), ("broker1", None), ("client1", None)])
+        # the database host starts without a CPU limit (a few thousandths of a core would take
+        # minutes to start PostgreSQL and create the tables); it gets `db_cpu` for the load and
+        # the drain, and loses it again for the read-back
+        hosts = tb.up_hosts([("app1", None), ("db1", None), ("broker1", None), ("client1", None)])
         try:
             phase("starting the database")
             db_host = hosts["db1"]
@@ -232,7 +332,7 @@ def run_mode(
                 redis_url=f"redis://{hosts['broker1'].address}:{REDIS_PORT}/0" if broker else "",
                 redis_password=broker.password if broker else "",
             )
-            db = Database(cfg.db())
+            db = Database(_own(cfg))
             try:
                 tokens = schema.create(db, load.clients)
             finally:
@@ -259,6 +359,13 @@ def run_mode(
             roles = {"db": dbs, "app": app, **({"broker": broker} if broker else {})}
             if service.supervise:
                 supervisor = Supervisor({s.name: s for s in roles.values()}).start()
+            if not _wait_workers(app, service.app_workers, deadline_s=60):
+                notes.append(f"not every one of the {service.app_workers} app workers answered before the load")
+            db_cgroup = hosts["db1"].cgroup
+            if db_nt is not None and db_cgroup:
+                _limit_cpu(db_cgroup, db_nt)
+                tb.node_types["db1"] = db_nt  # the monitor's 100 % of cpu_util: the quota
+                limited = db_cgroup
             monitor = tb.start_monitor(0.25, workdir / "resources.parquet")
             phase(f"{mode}: {load.clients} clients x {load.records} records")
             outcomes_path = workdir / "outcomes.parquet"
@@ -290,7 +397,7 @@ def run_mode(
             phase(f"{mode}: draining")
             try:
                 _wait_back(supervisor, deadline_s=90)
-                if not _drain(app, mode, deadline_s=90 if mode == "durable" else 30):
+                if not _drain(app, mode, deadline_s=180, workers=service.app_workers):
                     notes.append("drain: the queue was not empty within the deadline")
             except Exception as e:
                 notes.append(f"drain failed: {type(e).__name__}: {e}")
@@ -302,10 +409,15 @@ def run_mode(
             except Exception as e:
                 notes.append(f"stopping the app failed: {type(e).__name__}: {e}")
             monitor.stop()
+            if limited:
+                _limit_cpu(limited, None)
             stored, error = _stored(cfg, deadline_s=60)
         finally:
             if supervisor is not None:
                 supervisor.stop()
+            if limited:  # a failed mode: its servers stop at full speed
+                with contextlib.suppress(OSError):
+                    _limit_cpu(limited, None)
             for s in reversed(services):
                 try:
                     s.stop()
@@ -315,15 +427,38 @@ def run_mode(
         counts = count(outcomes, stored)
         start, end = pc.min(outcomes["sent_ns"]).as_py(), pc.max(outcomes["done_ns"]).as_py()
         try:
-            neck = bottleneck(resources, start, end)
+            neck, full = bottleneck(resources, start, end), saturated(resources, start, end)
         except Exception as e:
-            neck = ""
+            neck, full = "", []
             notes.append(f"bottleneck: {type(e).__name__}: {e}")
-        result = ModeResult(mode=mode, **counts, bottleneck=neck, testbed=tb.mode or "", notes=notes, error=error)
+        result = ModeResult(
+            mode=mode, **counts, bottleneck=neck, saturated=full, testbed=tb.mode or "", notes=notes, error=error
+        )
         if tb.lost:
             result.notes.append("loopback testbed: no CPU limit on the database, " + "; ".join(tb.lost))
     (workdir / "result.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
     return result
+
+
+def _limit_cpu(cgroup: str, node_type) -> None:
+    """Give a host's cgroup the CPU quota of `node_type` (None: no limit) while it runs."""
+    from tierscope.testbed import cgroups
+
+    cpu = cgroups.path("cpu", cgroup)
+    (cpu / "cpu.cfs_quota_us").write_text("-1")  # first: a period below the old quota is refused
+    if node_type is not None and node_type.cpu:
+        period_us = int(round(node_type.cpu_period * 1e6))
+        (cpu / "cpu.cfs_period_us").write_text(str(period_us))
+        (cpu / "cpu.cfs_quota_us").write_text(str(int(round(node_type.cpu * period_us))))
+
+
+def _own(cfg: LogServiceConfig):
+    """The experiment's own database connection (the schema, the read-back): one connection that
+    waits up to 30 s, not the app's short `db_timeout_s` (a database host of a few hundredths of a
+    core takes longer than that to log a connection in)."""
+    from dataclasses import replace
+
+    return replace(cfg.db(), pool_size=1, pool_timeout_s=30.0)
 
 
 def _stored(cfg: LogServiceConfig, deadline_s: float) -> tuple[set | None, str]:
@@ -334,7 +469,7 @@ def _stored(cfg: LogServiceConfig, deadline_s: float) -> tuple[set | None, str]:
     end, why = time.monotonic() + deadline_s, ""
     while True:
         try:
-            db = Database(cfg.db())
+            db = Database(_own(cfg))
             try:
                 return schema.stored_keys(db), ""
             finally:
@@ -355,20 +490,45 @@ def _wait_back(supervisor, deadline_s: float) -> None:
         time.sleep(0.2)
 
 
-def _drain(app, mode: str, deadline_s: float) -> bool:
-    """Wait until the service's queues are empty (every worker's /stats says so twice running);
-    False when they were not within `deadline_s`."""
+def _wait_workers(app, workers: int, deadline_s: float) -> bool:
+    """Wait until `workers` different app workers have answered /stats (each answers once it has
+    opened its connections and read the tokens), so that none is still starting when the
+    database gets its limit; False when they had not within `deadline_s`."""
+    import urllib.request
+
+    seen: set = set()
+    end = time.monotonic() + deadline_s
+    while len(seen) < workers and time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(app.url + "/stats", timeout=2) as r:
+                seen.add(json.loads(r.read()).get("pid"))
+        except OSError:
+            time.sleep(0.1)
+    return len(seen) >= workers
+
+
+def _drain(app, mode: str, deadline_s: float, workers: int = 1) -> bool:
+    """Wait until the service's queues are empty: every one of its `workers` says so (its /stats,
+    records waiting or being written), six readings running; False when they were not within
+    `deadline_s`. (Each reading lands on one worker: one worker's empty queue says nothing of the
+    others'.)"""
     import urllib.request
 
     if mode == "direct":
         return True
+    if mode == "durable":
+        workers = 1  # the broker's stream is every worker's: one reading counts all
     end, quiet = time.monotonic() + deadline_s, 0
+    last: dict = {}  # worker pid -> (its last `queued`, when); a dead worker's reading expires
     while time.monotonic() < end and quiet < 6:
+        now = time.monotonic()
         try:
             with urllib.request.urlopen(app.url + "/stats", timeout=2) as r:
-                queued = json.loads(r.read()).get("queued")
+                doc = json.loads(r.read())
+            last[doc.get("pid")] = (doc.get("queued"), now)
         except OSError:
-            queued = None
-        quiet = quiet + 1 if queued == 0 else 0
+            last.clear()  # a worker that does not answer may hold records
+        recent = [q for q, at in last.values() if now - at < 5.0]
+        quiet = quiet + 1 if len(recent) >= workers and all(q == 0 for q in recent) else 0
         time.sleep(0.25)
     return quiet >= 6

@@ -146,6 +146,7 @@ class _Collectors:
             raise ValueError("collectors and batch_rows must be >= 1 and batch_ms > 0")
         self.db, self.batch_rows, self.batch_s = db, batch_rows, batch_ms / 1000
         self.stored = self.batches = self.retries = self.dead = self.restarted = 0
+        self.writing = 0  # records a collector has taken and not yet written (or set aside)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._deadline = float("inf")
@@ -200,6 +201,15 @@ class _Collectors:
 
     def _write(self, rows: list) -> bool:
         """Write until it works or the close deadline passes; True when written."""
+        with self._lock:
+            self.writing += len(rows)
+        try:
+            return self._write_held(rows)
+        finally:
+            with self._lock:
+                self.writing -= len(rows)
+
+    def _write_held(self, rows: list) -> bool:
         pause = 0.1
         while True:
             try:
@@ -296,7 +306,7 @@ class QueueStore(_Collectors):
     def stats(self) -> dict:
         return {
             "mode": self.mode,
-            "queued": self.queue.qsize(),
+            "queued": self.queue.qsize() + self.writing,  # waiting, or taken and being written
             "stored": self.stored,
             "batches": self.batches,
             "retries": self.retries,
