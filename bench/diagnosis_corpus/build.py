@@ -23,19 +23,22 @@ from pathlib import Path
 from cases import SERVICE, Case
 
 HERE = Path(__file__).resolve().parent
-SOURCES = [
-    "build.py", "systems.py", "inject.py", "receiver.py", "flask_shop/app.py",
-    "express_shop/app.js", "express_shop/tracing.js", "express_shop/package-lock.json",
-]  # fmt: skip
+#: the builder's sources, common to every case, and each system's own: a case is rebuilt when its
+#: definition, the common sources or its system's sources change
+SOURCES = ["build.py", "systems.py", "inject.py", "receiver.py"]
+SYSTEM_SOURCES = {
+    "flask": ["flask_shop/app.py"],
+    "express": ["express_shop/app.js", "express_shop/tracing.js", "express_shop/package-lock.json"],
+}
 WARMUP_REQUESTS = 20
 #: the span after a pause's end over which the db must run at its quota to count as saturated by
 #: the burst: one window of the analysis (50 ms)
 AFTER_PAUSE_NS = 50_000_000
 
 
-def source_hash() -> str:
+def source_hash(system: str) -> str:
     h = hashlib.sha256()
-    for rel in SOURCES:
+    for rel in SOURCES + SYSTEM_SOURCES.get(system, []):
         h.update(rel.encode())
         h.update((HERE / rel).read_bytes())
     return h.hexdigest()

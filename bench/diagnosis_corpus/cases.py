@@ -87,10 +87,7 @@ def app_cases(system: str) -> list[Case]:
                         subsets=("fast",) if (py and users == 15) else ()))  # fmt: skip
     # 3. the app paused while the db runs near its capacity: the burst after each pause saturates the
     #    db -- the alternating bottleneck of seed 001
-    # (the same SQL costs the db less per request from the Node shop: more of it there)
-    for users, dbcpu, lo, hi in (
-        ((14, 1400, 150, 190), (24, 1000, 120, 170)) if py else ((14, 3000, 150, 190), (24, 2200, 120, 170))
-    ):
+    for users, dbcpu, lo, hi in ((14, 3000, 150, 190), (24, 2200, 120, 170)):
         out.append(Case(f"{s}-alternating-u{users}-{hi}ms", s, "alternating", ("app", "db"),
                         f"app SIGSTOPped {lo}-{hi} ms about once a second; db on half a core, "
                         "busy 40-90 % on average, saturated by the burst after each pause",
@@ -152,7 +149,7 @@ def app_cases(system: str) -> list[Case]:
                         f"a CPU burner joins PostgreSQL's half-core cgroup {on} s on / {on} s off; the db, busy "
                         "about half its share alone, saturates whenever the burner runs",
                         users=users, think=0.2, db_cpu=0.5, pool=48, threads=64,
-                        mix=((1.0, f"/page?q=1&dbcpu={800 if py or users != 20 else 1200}"),),
+                        mix=((1.0, f"/page?q=1&dbcpu={800 if users != 20 else 1200}"),),
                         fault=_burn("db", on, on), checks={"bursts": 5, "db_sat": (0.85, None)}))  # fmt: skip
     # 11. ... and in the app's cgroup
     for users, on in ((20, 1.0), (25, 0.5)):

@@ -49,7 +49,10 @@ app = Flask(__name__)
 FlaskInstrumentor().instrument_app(app)
 
 POOL_SIZE = int(os.environ.get("SHOP_POOL", "8"))
-_pool = psycopg2.pool.ThreadedConnectionPool(1, POOL_SIZE, os.environ["SHOP_DSN"])
+# every connection opened once and kept, as a real app's pool does: psycopg2's pool closes each
+# connection beyond `minconn` when it is returned, so ThreadedConnectionPool(1, N) reopens one per
+# request under load (untraced by the psycopg2 instrumentation, a fork and a SCRAM exchange in the db)
+_pool = psycopg2.pool.ThreadedConnectionPool(POOL_SIZE, POOL_SIZE, os.environ["SHOP_DSN"])
 _slots = threading.BoundedSemaphore(POOL_SIZE)  # psycopg2's pool raises when empty; real apps wait
 ITEMS = int(os.environ.get("SHOP_ITEMS", "10000"))
 
