@@ -202,6 +202,28 @@ def test_zipkin_v2_spans_and_traces(tmp_path):
         assert by["app"][0]["server"] == "10.0.0.3:8080"
 
 
+def test_zipkin_client_span_of_an_opentelemetry_sdk_names_its_peer_from_the_tags(tmp_path):
+    # what opentelemetry-exporter-zipkin-json sends for a psycopg2 query: no remoteEndpoint, the
+    # peer only in the tags; the same server as the OTLP span of the same query would name
+    app = {"serviceName": "shop-flask"}
+    spans = [
+        {"traceId": "a" * 32, "id": "1" * 16, "name": "GET /page", "kind": "SERVER", "timestamp": T0_US,
+         "duration": 2_000, "localEndpoint": app},
+        {"traceId": "a" * 32, "parentId": "1" * 16, "id": "2" * 16, "name": "SELECT", "kind": "CLIENT",
+         "timestamp": T0_US + 500, "duration": 700, "localEndpoint": app,
+         "tags": {"db.system": "postgresql", "net.peer.name": "127.0.0.1", "net.peer.port": "5432",
+                  "db.statement": "SELECT id FROM items WHERE id = %s"}},
+        {"traceId": "a" * 32, "parentId": "1" * 16, "id": "3" * 16, "name": "get", "kind": "CLIENT",
+         "timestamp": T0_US + 1_300, "duration": 100, "localEndpoint": app,
+         "tags": {"db.system.name": "redis", "server.address": "cache"}},
+    ]  # fmt: skip
+    path = tmp_path / "zipkin.json"
+    path.write_text(json.dumps(spans))
+    rows = {r["tier"]: r for r in load_file(path).requests.to_pylist()}
+    assert (rows["postgresql"]["server"], rows["postgresql"]["recorder"]) == ("127.0.0.1:5432", "shop-flask")
+    assert rows["redis"]["server"] == "cache" and rows["shop-flask"]["server"] == "shop-flask"
+
+
 def test_zipkin_truncated_file_keeps_what_was_read(tmp_path):
     text = json.dumps([s for i in range(3) for s in _zipkin_spans(i)])
     path = tmp_path / "cut.json"

@@ -4,7 +4,9 @@ traces (``/api/v2/traces``: a list of lists of spans).
 Span fields used: ``traceId``, ``id``, ``parentId``, ``name``, ``kind`` (SERVER, CLIENT, PRODUCER,
 CONSUMER), ``timestamp`` and ``duration`` in microseconds, ``localEndpoint.serviceName`` (the tier),
 ``localEndpoint.ipv4``/``ipv6``/``port`` (the server), ``remoteEndpoint.serviceName`` (the callee of a
-CLIENT span), ``tags`` (``http.status_code``, ``error``). B3 shared spans (a SERVER span carrying the
+CLIENT span; without a remote endpoint, as the OpenTelemetry SDKs' Zipkin exporters send them, the
+tags ``peer.service``, ``db.system.name``/``db.system`` name it and ``server.address``/
+``net.peer.name`` with ``server.port``/``net.peer.port`` its server, as in OTLP), ``tags`` (``http.status_code``, ``error``). B3 shared spans (a SERVER span carrying the
 id of the CLIENT span that called it, ``"shared": true``) are handled: the CLIENT half is dropped
 because its callee was traced. A span without ``kind`` and without ``parentId`` is a root request
 (SERVER); other spans without ``kind`` are local work, not requests.
@@ -56,7 +58,17 @@ def read_span(span: Any, where: str, sink: RequestSink) -> None:
             tier, server = service, addr or service
         elif kind == "client":
             remote, raddr = _endpoint(span.get("remoteEndpoint"))
-            tier = remote or tags.get("peer.service") or tags.get("db.system") or f"{service or 'unknown'}-downstream"
+            if raddr is None:  # the OpenTelemetry SDKs' Zipkin exporters leave the peer in the tags
+                host = tags.get("server.address") or tags.get("net.peer.name")
+                port = tags.get("server.port") or tags.get("net.peer.port")
+                raddr = f"{host}:{port}" if host and port else host
+            tier = (
+                remote
+                or tags.get("peer.service")
+                or tags.get("db.system.name")
+                or tags.get("db.system")
+                or f"{service or 'unknown'}-downstream"
+            )
             server = raddr or tier
         else:
             sink.note_seen()
