@@ -53,7 +53,9 @@ def results_table(results: list) -> Table:
 
 def ingest(
     preset_path: Path = typer.Argument(
-        None, metavar="[PRESET]", help="An ingest preset (TOML); default: the shipped presets/ingest.toml."
+        None,
+        metavar="[PRESET]",
+        help="An ingest preset (TOML); default: the shipped python/tierscope/presets/ingest.toml (tierscope run ingest).",
     ),
     out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/ingest-<time>/<mode>/."),
     modes: list[str] | None = typer.Option(
