@@ -3,10 +3,11 @@ seed's overload, direct inserts lose more than 98 % of the records while the que
 
 The preset holds the database host to a thousandth of a core during the load (seed 003's database
 stored 16-36 single inserts/s against ~3,000 records/s offered; here about 1/s against the few
-hundred/s the app server takes even on a machine busy with other suites), so the margin to 98 %
-does not rest on this machine being quiet: on 2026-11-27, at load averages of 10-25, direct mode
-lost 99.5-99.7 %. Every number asserted is counted by the run itself: what the driver sent and
-saw acknowledged against the (client, id) keys read back from the database."""
+hundred/s the app server takes, fewer on a machine busy with other suites), so the margin to 98 %
+does not rest on this machine being quiet: on 2026-11-27, at load averages of 2-16 and once beside
+three CPU-spinning shells, direct mode lost 99.6-99.8 % and the test took 82-91 s. Every number
+asserted is counted by the run itself: what the driver sent and saw acknowledged against the
+(client, id) keys read back from the database."""
 
 from __future__ import annotations
 
