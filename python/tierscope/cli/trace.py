@@ -19,7 +19,11 @@ def trace(
         "--server-map",
         help="Server map file: lines `address:port tier server protocol` (protocol optional: http, postgres, mysql; `*` = any address).",
     ),
-    live: str | None = typer.Option(None, "--live", help="Capture live from this interface (e.g. lo) with tcpdump."),
+    live: str | None = typer.Option(
+        None,
+        "--live",
+        help="Capture live from this interface (e.g. lo): the engine's capture, tcpdump where it cannot start.",
+    ),
     filter: str = typer.Option("tcp", "--filter", help="BPF filter for --live, e.g. 'tcp port 80 or tcp port 5432'."),
     duration: float = typer.Option(10.0, "--duration", help="Seconds to capture with --live."),
     snaplen: int = typer.Option(0, "--snaplen", help="Bytes kept per packet with --live (0 = whole packets)."),
@@ -80,7 +84,10 @@ def trace(
         finally:
             cap.stop()
         dropped = stats.dropped_by_kernel or 0
-        console.print(f"tcpdump: {stats.captured} packets captured, {dropped} dropped by the kernel")
+        if cap.fallback_reason:
+            console.print(f"note: tcpdump captured instead: {cap.fallback_reason}", markup=False)
+        name = "tierscope-engine capture" if stats.method == "engine" else "tcpdump"
+        console.print(f"{name}: {stats.captured} packets captured, {dropped} dropped by the kernel", markup=False)
     assert capture is not None
     if not capture.exists():
         console.print(f"[red]error:[/red] capture file {escape(str(capture))} does not exist", highlight=False)
