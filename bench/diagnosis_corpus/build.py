@@ -2,7 +2,8 @@
 
 A case's directory, CACHE/<name>-<key>/, holds what users have after such a run: spans.otlp.json
 (OTLP JSON, hex ids, one request per line), spans.pb.json (protobuf's JSON mapping, base64 ids),
-events.parquet (the injected pauses, for pause cases), web.log (nginx's access log), or for lab
+spans.zipkin.json (Flask: the same spans from the SDK's Zipkin JSON exporter), db.pcap (the db's
+port on the wire), events.parquet (the injected pauses, for pause cases), web.log (nginx's access log), or for lab
 cases the run's point directory; and meta.json: the truth, the role map, what the checks measured.
 The key hashes the case's definition and this builder's sources, so a rerun only re-analyses.
 """
@@ -113,7 +114,7 @@ class AppStack:
         cpu_traces: dict = {}
         try:
             app = sy.App(work, case.system, service, self.pg, self.cgroups, self.receiver.url, pool=case.pool,
-                         workers=case.workers, threads=case.threads)  # fmt: skip
+                         workers=case.workers, threads=case.threads, zipkin=self.receiver.zipkin_url)  # fmt: skip
             for i in range(WARMUP_REQUESTS):  # connections, caches, JIT: not part of the case
                 with urllib.request.urlopen(f"http://127.0.0.1:{app.port}/page?q=1", timeout=30) as r:
                     r.read()
@@ -172,7 +173,7 @@ class AppStack:
                 c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                           " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")  # fmt: skip
             time.sleep(0.3)
-            batches = self.receiver.take()
+            batches, zipkin_spans = self.receiver.take_both()
             for f in (work / f"{case.system}.log", work / "nginx" / "error.log"):  # for a look when a case fails
                 if f.exists():
                     shutil.copy(f, out / f"{f.stem}.txt")
@@ -199,6 +200,10 @@ class AppStack:
             measured["spans"] = self.receiver.write(batches, out / "spans.otlp.json", out / "spans.pb.json")
             forms["spans"] = ["spans.otlp.json"]
             forms["spans-pb"] = ["spans.pb.json"]
+            if zipkin_spans:  # the SDK's Zipkin JSON exporter: microsecond times, no remote endpoints
+                (out / "spans.zipkin.json").write_text(json.dumps(zipkin_spans, separators=(",", ":")) + "\n")
+                measured["zipkin_spans"] = len(zipkin_spans)
+                forms["zipkin"] = ["spans.zipkin.json"]
             shutil.copy(nginx_log := work / "nginx" / "web.log", out / "web.log")
             measured["log_lines"] = sum(1 for _ in open(nginx_log))
             forms["access-log"] = ["web.log"]

@@ -1,4 +1,5 @@
-"""A small OTLP/HTTP trace receiver: POST /v1/traces, protobuf or JSON bodies.
+"""A small OTLP/HTTP trace receiver: POST /v1/traces, protobuf or JSON bodies; and a Zipkin one:
+POST /api/v2/spans, a JSON list of Zipkin v2 spans (what an SDK's Zipkin JSON exporter sends).
 
 Keeps every ExportTraceServiceRequest it accepts and writes them in the two JSON forms users have:
   * OTLP JSON as the OTLP specification encodes it: hex trace/span ids, enums as integers,
@@ -50,6 +51,7 @@ class Receiver:
 
     def __init__(self) -> None:
         self.batches: list[ExportTraceServiceRequest] = []
+        self.zipkin: list[dict] = []
         self.lock = threading.Lock()
         receiver = self
 
@@ -79,6 +81,22 @@ class Receiver:
 
             def do_POST(self):
                 body = self._body()
+                if self.path.rstrip("/") == "/api/v2/spans":
+                    try:
+                        spans = json.loads(body)
+                        if not isinstance(spans, list):
+                            raise ValueError("not a list of spans")
+                    except ValueError:
+                        self.send_response(400)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    with receiver.lock:
+                        receiver.zipkin.extend(spans)
+                    self.send_response(202)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path.rstrip("/") != "/v1/traces":
                     self.send_response(404)
                     self.send_header("Content-Length", "0")
@@ -112,6 +130,7 @@ class Receiver:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/v1/traces"
+        self.zipkin_url = f"http://127.0.0.1:{self.port}/api/v2/spans"
         self.thread = threading.Thread(target=self.server.serve_forever, name="otlp-receiver", daemon=True)
         self.thread.start()
 
@@ -120,9 +139,15 @@ class Receiver:
             return sum(len(ss.spans) for b in self.batches for rs in b.resource_spans for ss in rs.scope_spans)
 
     def take(self) -> list[ExportTraceServiceRequest]:
+        """The OTLP batches received since the last take (the Zipkin spans are dropped with them)."""
+        return self.take_both()[0]
+
+    def take_both(self) -> tuple[list[ExportTraceServiceRequest], list[dict]]:
+        """The OTLP batches and the Zipkin spans received since the last take."""
         with self.lock:
             out, self.batches = self.batches, []
-        return out
+            zipkin, self.zipkin = self.zipkin, []
+        return out, zipkin
 
     def write(self, batches: list[ExportTraceServiceRequest], hex_path: Path, b64_path: Path) -> int:
         with open(hex_path, "w") as f:

@@ -375,7 +375,7 @@ class App:
     """One of the two shops, started in the app cgroup, exporting spans to the receiver."""
 
     def __init__(self, root: Path, system: str, service: str, pg: Postgres, cgroups: Cgroups, otlp: str,
-                 pool: int, workers: int = 1, threads: int = 8) -> None:  # fmt: skip
+                 pool: int, workers: int = 1, threads: int = 8, zipkin: str | None = None) -> None:  # fmt: skip
         self.port = free_port()
         env = dict(os.environ)
         env.update(
@@ -383,6 +383,8 @@ class App:
             OTEL_SERVICE_NAME=service, OTEL_TRACES_EXPORTER="otlp", OTEL_METRICS_EXPORTER="none",
             OTEL_LOGS_EXPORTER="none",
         )  # fmt: skip
+        if zipkin and system == "flask":  # the same spans through the SDK's Zipkin JSON exporter too
+            env["SHOP_ZIPKIN"] = zipkin
         if system == "flask":
             venv_bin = Path(sys.executable).parent
             argv = [

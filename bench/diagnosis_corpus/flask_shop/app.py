@@ -11,7 +11,8 @@ mix of URLs (bench/diagnosis_corpus/cases.py):
   hot=MS    a transaction that updates the one hot row and holds its lock for MS ms
 
 Environment: SHOP_DSN, SHOP_POOL (connections; requests wait for one), OTEL_SERVICE_NAME,
-SHOP_OTLP (the receiver's /v1/traces URL).
+SHOP_OTLP (the receiver's /v1/traces URL), SHOP_ZIPKIN (optional: its /api/v2/spans URL, where the
+same spans also go through the SDK's Zipkin JSON exporter, as a Zipkin user's app sends them).
 """
 
 from __future__ import annotations
@@ -41,6 +42,17 @@ provider.add_span_processor(
         max_queue_size=65536,
     )
 )
+if os.environ.get("SHOP_ZIPKIN"):
+    from opentelemetry.exporter.zipkin.json import ZipkinExporter
+
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            ZipkinExporter(endpoint=os.environ["SHOP_ZIPKIN"]),
+            schedule_delay_millis=200,
+            max_export_batch_size=512,
+            max_queue_size=65536,
+        )
+    )
 trace.set_tracer_provider(provider)
 atexit.register(provider.shutdown)
 Psycopg2Instrumentor().instrument()
