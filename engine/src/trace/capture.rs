@@ -260,7 +260,7 @@ fn open(point: &Point, prog: &[Insn], block_size: u32, blocks: u32, retire_ms: u
     };
     setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, "the TPACKET_V3 ring")?;
     let len = block_size as usize * blocks as usize;
-    let ring = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_LOCKED, fd, 0) };
+    let ring = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
     if ring == libc::MAP_FAILED {
         bail!("mapping the ring: {}", std::io::Error::last_os_error());
     }
