@@ -245,8 +245,9 @@ def _stalls_while_awake(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The stalls (relative to `base_ns`) of a callee seen only through its callers' stamps during
     which a recorder of its calls was awake: it stamped something other than the ends of the
-    callee's calls (an arrival, a call sent) inside the stall, at least AWAKE_MARGIN_NS (or a tenth
-    of the stall) before its end. A busy event loop stamps nothing while it computes, then the
+    callee's calls (an arrival, a call sent) inside the stall -- after its start, which is itself
+    a stamp (the call that filled the callee) -- and at least AWAKE_MARGIN_NS (or a tenth of the
+    stall) before its end. A busy event loop stamps nothing while it computes, then the
     replies it finds waiting: the callee looks stalled though it had answered; a process that goes
     on taking requests and sending calls while none of the callee's replies come was awake, and
     the callee held them."""
@@ -259,7 +260,7 @@ def _stalls_while_awake(
     awake = np.sort(np.concatenate([arrival[mine], departure[mine & (srv != server)]])) - base_ns
     a, b = spans
     margin = np.maximum(AWAKE_MARGIN_NS, (b - a) // 10)
-    first = np.searchsorted(awake, a, "left")
+    first = np.searchsorted(awake, a, "right")
     keep = (first < awake.size) & (awake[np.minimum(first, awake.size - 1)] <= b - margin)
     return a[keep], b[keep]
 
