@@ -8,6 +8,8 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::pgwire::{self, PgWire, WireError};
+
 /// Which server a DSN points at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dbms {
@@ -115,8 +117,16 @@ pub enum Failure {
 }
 
 pub enum Conn {
-    Pg { client: Box<postgres::Client>, stmts: Vec<postgres::Statement> },
-    My { conn: Box<mysql::Conn>, stmts: Vec<mysql::Statement> },
+    Pg {
+        client: Box<postgres::Client>,
+        stmts: Vec<postgres::Statement>,
+    },
+    /// PostgreSQL through the small synchronous client (`pgwire`), the drivers' hot path
+    Wire(Box<PgWire>),
+    My {
+        conn: Box<mysql::Conn>,
+        stmts: Vec<mysql::Statement>,
+    },
 }
 
 /// `?` placeholders as `$1, $2, ...` (no `?` inside string literals in our statements).
@@ -174,9 +184,21 @@ impl Conn {
         }
     }
 
+    /// Like [`Conn::connect`], but PostgreSQL through [`PgWire`] (one write and usually one read
+    /// per statement, rows walked in place) when it can log in; else as `connect`.
+    pub fn connect_fast(dsn: &str) -> Result<Conn> {
+        if Dbms::of_dsn(dsn) == Dbms::Postgres {
+            let env_password = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty());
+            if let Some(w) = PgWire::connect(dsn, env_password.as_deref())? {
+                return Ok(Conn::Wire(Box::new(w)));
+            }
+        }
+        Conn::connect(dsn)
+    }
+
     pub fn dbms(&self) -> Dbms {
         match self {
-            Conn::Pg { .. } => Dbms::Postgres,
+            Conn::Pg { .. } | Conn::Wire(_) => Dbms::Postgres,
             Conn::My { .. } => Dbms::Mysql,
         }
     }
@@ -189,6 +211,7 @@ impl Conn {
                 stmts.push(s);
                 Ok(stmts.len() - 1)
             }
+            Conn::Wire(w) => w.prepare(&dollar_params(sql)),
             Conn::My { conn, stmts } => {
                 use mysql::prelude::Queryable;
                 let s = conn.prep(sql).with_context(|| format!("preparing {sql}"))?;
@@ -206,11 +229,31 @@ impl Conn {
                 let rows = client.query(&stmts[stmt], &refs)?;
                 rows.iter().map(pg_row).collect()
             }
+            Conn::Wire(w) => {
+                let mut rows = Vec::new();
+                with_text_params(params, |p| w.run(stmt, p, |body| collect_row(body, &mut rows)))?;
+                Ok(rows)
+            }
             Conn::My { conn, stmts } => {
                 use mysql::prelude::Queryable;
                 let rows: Vec<mysql::Row> = conn.exec(&stmts[stmt], my_params(params))?;
                 Ok(rows.into_iter().map(|r| r.unwrap().into_iter().map(my_val).collect()).collect())
             }
+        }
+    }
+
+    /// Run a prepared statement and return how many rows it brought back, without keeping them
+    /// (through [`PgWire`] each row's columns are walked and checked in place, not copied).
+    pub fn query_count(&mut self, stmt: Stmt, params: &[Val]) -> Result<u64> {
+        match self {
+            Conn::Wire(w) => Ok(with_text_params(params, |p| {
+                w.run(stmt, p, |body| {
+                    pgwire::check_row(body)?;
+                    Ok(())
+                })
+            })?
+            .rows),
+            _ => Ok(self.query(stmt, params)?.len() as u64),
         }
     }
 
@@ -221,6 +264,7 @@ impl Conn {
                 let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = params.iter().map(|p| p as &(dyn postgres::types::ToSql + Sync)).collect();
                 Ok(client.execute(&stmts[stmt], &refs)?)
             }
+            Conn::Wire(w) => Ok(with_text_params(params, |p| w.run(stmt, p, |_| Ok(())))?.affected),
             Conn::My { conn, stmts } => {
                 use mysql::prelude::Queryable;
                 conn.exec_drop(&stmts[stmt], my_params(params))?;
@@ -233,6 +277,10 @@ impl Conn {
     pub fn batch(&mut self, sql: &str) -> Result<()> {
         match self {
             Conn::Pg { client, .. } => Ok(client.batch_execute(sql)?),
+            Conn::Wire(w) => {
+                w.simple(sql, |_| Ok(()))?;
+                Ok(())
+            }
             Conn::My { conn, .. } => {
                 use mysql::prelude::Queryable;
                 Ok(conn.query_drop(sql)?)
@@ -246,6 +294,11 @@ impl Conn {
             Conn::Pg { client, .. } => {
                 let rows = client.query(sql, &[])?;
                 rows.iter().map(pg_row).collect()
+            }
+            Conn::Wire(w) => {
+                let mut rows = Vec::new();
+                w.simple(sql, |body| collect_row(body, &mut rows))?;
+                Ok(rows)
             }
             Conn::My { conn, .. } => {
                 use mysql::prelude::Queryable;
@@ -285,6 +338,7 @@ impl Conn {
     pub fn is_closed(&self) -> bool {
         match self {
             Conn::Pg { client, .. } => client.is_closed(),
+            Conn::Wire(w) => w.is_closed(),
             Conn::My { .. } => false,
         }
     }
@@ -299,6 +353,13 @@ pub fn classify(err: &anyhow::Error) -> Failure {
                 return if c == "40001" || c == "40P01" { Failure::Conflict } else { Failure::Other };
             }
             return if e.is_closed() { Failure::Broken } else { Failure::Other };
+        }
+        if let Some(e) = cause.downcast_ref::<WireError>() {
+            return match e {
+                WireError::Server { code, .. } if code == "40001" || code == "40P01" => Failure::Conflict,
+                WireError::Server { .. } | WireError::Protocol(_) => Failure::Other,
+                WireError::Closed(_) => Failure::Broken,
+            };
         }
         if let Some(e) = cause.downcast_ref::<mysql::Error>() {
             return match e {
@@ -337,6 +398,34 @@ fn pg_row(row: &postgres::Row) -> Result<Vec<Val>> {
         out.push(v);
     }
     Ok(out)
+}
+
+/// `params` as text (PostgreSQL's text format: the server parses them as the parameters' types).
+fn with_text_params<R>(params: &[Val], f: impl FnOnce(&[pgwire::Param]) -> R) -> R {
+    let numbers: Vec<String> = params
+        .iter()
+        .filter_map(|p| match p {
+            Val::I(v) => Some(v.to_string()),
+            Val::F(v) => Some(v.to_string()),
+            _ => None,
+        })
+        .collect();
+    let mut numbers = numbers.iter();
+    let text: Vec<pgwire::Param> = params
+        .iter()
+        .map(|p| match p {
+            Val::Null => None,
+            Val::S(s) => Some(s.as_bytes()),
+            Val::I(_) | Val::F(_) => numbers.next().map(|n| n.as_bytes()),
+        })
+        .collect();
+    f(&text)
+}
+
+/// A DataRow's text columns as values (NULL as `Val::Null`, the rest as `Val::S`).
+fn collect_row(body: &[u8], rows: &mut Vec<Vec<Val>>) -> Result<(), WireError> {
+    rows.push(pgwire::columns(body)?.map(|c| c.map_or(Val::Null, |b| Val::S(String::from_utf8_lossy(b).into_owned()))).collect());
+    Ok(())
 }
 
 fn my_params(params: &[Val]) -> mysql::Params {

@@ -6,6 +6,7 @@
 //! summary JSON on stdout and can write one row per operation to Parquet.
 //!
 //! * [`db`] — one client interface over both servers (`?` placeholders, typed values).
+//! * [`pgwire`] — a small synchronous PostgreSQL client: the YCSB run's connections.
 //! * [`generators`] — YCSB's Zipfian / scrambled Zipfian / latest key choosers.
 //! * [`stats`] — per-operation counts, HDR latency histograms, the Parquet op log.
 //! * [`ycsb`] — the YCSB core workloads A–F.
@@ -13,6 +14,7 @@
 
 pub mod db;
 pub mod generators;
+pub mod pgwire;
 pub mod stats;
 pub mod tpcc;
 pub mod ycsb;

@@ -384,7 +384,7 @@ fn run_workload(a: RunArgs) -> Result<i32> {
                 Distribution::Zipfian => KeyChooser::Zipfian(ScrambledZipfian::new(0, records + expected_new - 1)),
                 Distribution::Latest => KeyChooser::Latest(Box::new(Zipfian::new(0, records, ZIPFIAN_CONSTANT))),
             };
-            let mut conn = Conn::connect(&ta.dsn)?;
+            let mut conn = Conn::connect_fast(&ta.dsn)?;
             let st = prepare(&mut conn, &ta)?;
             let mut stats = Stats::new(&OPS, keep);
             let mut next_at = interval.map(|iv| t0 + iv.mul_f64(rng.gen::<f64>()));
@@ -534,7 +534,7 @@ fn do_op(
     match op {
         READ => {
             let k = key_name(chooser.next(rng, keys.last()));
-            Ok(!conn.query(st.read, &[Val::S(k)])?.is_empty())
+            Ok(conn.query_count(st.read, &[Val::S(k)])? > 0)
         }
         UPDATE => {
             let k = key_name(chooser.next(rng, keys.last()));
@@ -555,11 +555,11 @@ fn do_op(
         SCAN => {
             let k = key_name(chooser.next(rng, keys.last()));
             let len = rng.gen_range(1..=max_scan);
-            Ok(!conn.query(st.scan, &[Val::S(k), Val::I(len as i64)])?.is_empty())
+            Ok(conn.query_count(st.scan, &[Val::S(k), Val::I(len as i64)])? > 0)
         }
         RMW => {
             let k = key_name(chooser.next(rng, keys.last()));
-            if conn.query(st.read, &[Val::S(k.clone())])?.is_empty() {
+            if conn.query_count(st.read, &[Val::S(k.clone())])? == 0 {
                 return Ok(false);
             }
             let f = rng.gen_range(0..t.field_count);
