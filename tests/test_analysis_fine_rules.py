@@ -72,6 +72,37 @@ def test_a_full_pool_in_front_of_an_idle_database_is_the_callers_bottleneck():
     assert v.confidence <= fine.POOL_CONFIDENCE
 
 
+def _pooled_app_as_on_the_wire(seconds: float = 20.0) -> pa.Table:
+    """The pool of `_pooled_app` seen on the database's wire: each request holds a connection for a
+    1 ms lookup, then a 20 ms pg_sleep, both labelled with their statement; and a monitor (another
+    client, no parent) queries the database for 1 ms every 100 ms, beside the pool's two calls."""
+    rows = []
+    free = [0.0, 0.0]
+    arrivals = np.cumsum(np.random.default_rng(2).exponential(11.0, int(seconds * 1000 / 11.0)))
+    for i, t in enumerate(arrivals):
+        k = int(np.argmin(free))
+        start = max(float(t), free[k]) + 0.05
+        rows.append(("db", "db1", None, f"l{i}", f"r{i}", start, start + 1.0, "SELECT * FROM items WHERE id = $1"))
+        rows.append(("db", "db1", None, f"s{i}", f"r{i}", start + 1.1, start + 21.1, "SELECT pg_sleep($1)"))
+        free[k] = start + 21.1
+        rows.append(("app", "app1", "app1", f"r{i}", None, float(t), start + 21.3, "GET /page"))
+    for j, t in enumerate(np.arange(5.0, seconds * 1000, 100.0)):
+        rows.append(("db", "db1", None, f"m{j}", None, float(t), float(t) + 1.0, "SELECT * FROM pg_stat_activity"))
+    table = _table([r[:7] for r in rows])
+    return table.set_column(table.schema.get_field_index("label"), "label", pa.array([r[7] for r in rows]))
+
+
+def test_a_full_pool_seen_on_the_wire_beside_another_client_is_the_callers_bottleneck():
+    # the monitor's queries lift the db's per-window maximum to 3 in about half of the windows, and
+    # the fast lookups find it idle more often than the sleeps: neither hides the pool of 2 (the db
+    # held 2 calls nearly all the time, more only for the monitor's millisecond; each statement took
+    # as long at the ceiling as when the db was idle)
+    requests = _pooled_app_as_on_the_wire()
+    result, _ = run_fine(requests, None, WINDOW_NS)
+    v = result.verdict
+    assert v.tiers == ["app"] and "pool of connections to db was full" in v.text, (v.text, v.evidence)
+
+
 def test_a_db_slowing_with_its_calls_is_no_full_pool():
     # the same pool and arrivals, but each call open beside another takes twice as long (a queue at
     # the db, 10 ms of work each): its calls are congested, so the ceiling is the db's own and the

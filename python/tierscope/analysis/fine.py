@@ -132,23 +132,46 @@ CEILING_WEIGHT = 0.45
 #: A server pinned at a ceiling whose calls arriving there take less than this many times as long
 #: as those that found it idle is not congested: no queue forms at it, its callers' pool is full.
 UNCONGESTED_RATIO = 1.5
-#: ...judged on at least this many calls of each kind.
+#: ...judged on at least this many calls of each kind (per statement: at least MIN_LABEL_CALLS of
+#: each kind, MIN_CONGESTION_CALLS idle ones over the statements compared).
 MIN_CONGESTION_CALLS = 20
+MIN_LABEL_CALLS = 5
 #: A verdict naming a caller's full pool (the callee held its ceiling, no slower than idle) is said
 #: with at most this: the pool is inferred from the callee's ceiling, not seen.
 POOL_CONFIDENCE = 0.75
 
 
-def _uncongested(level: np.ndarray, own: np.ndarray, mine: np.ndarray, pinned: int) -> float | None:
+def _uncongested(
+    level: np.ndarray, own: np.ndarray, mine: np.ndarray, pinned: int, labels: np.ndarray | None = None
+) -> float | None:
     """The ratio of the mean residence of a server's calls that arrived with it at its ceiling
     (`pinned` - 1 others present, or more) to that of those that found it idle; None when either
-    kind is too rare to tell. Near 1: the calls found no queue at the server even when it was full."""
+    kind is too rare to tell. Near 1: the calls found no queue at the server even when it was full.
+    With `labels` (the calls' statements), per label, weighted by the calls at the ceiling, over the
+    labels with enough of both kinds: a mix whose slow statements find the server full more often
+    than its fast ones is no queue."""
     full = mine & (level >= pinned - 1)
     idle = mine & (level <= 0)
     if pinned < 2 or int(full.sum()) < MIN_CONGESTION_CALLS or int(idle.sum()) < MIN_CONGESTION_CALLS:
         return None
-    base = float(own[idle].mean())
-    return float(own[full].mean()) / base if base > 0 else None
+    if labels is None:
+        base = float(own[idle].mean())
+        return float(own[full].mean()) / base if base > 0 else None
+    ratios, weights, seen = [], [], 0
+    for label in np.unique(labels[full]):
+        f, i = full & (labels == label), idle & (labels == label)
+        if int(f.sum()) >= MIN_LABEL_CALLS and int(i.sum()) >= MIN_LABEL_CALLS and own[i].mean() > 0:
+            ratios.append(float(own[f].mean()) / float(own[i].mean()))
+            weights.append(float(f.sum()))
+            seen += int(i.sum())
+    return float(np.average(ratios, weights=weights)) if ratios and seen >= MIN_CONGESTION_CALLS else None
+
+
+#: ...or, failing that, it held k requests or more for at least CEILING_HELD of the time it was
+#: busy, and more than k for at most CEILING_SLACK of it: brief requests of other clients (a
+#: monitor's query every 100 ms) lift a window's maximum above a pool's size, not its level.
+CEILING_HELD = 0.75
+CEILING_SLACK = 0.05
 
 
 def _ceiling(peak: np.ndarray) -> int | None:
@@ -158,6 +181,23 @@ def _ceiling(peak: np.ndarray) -> int | None:
         return None
     top = int(peak.max())
     return top if top >= 2 and (peak[active] == top).mean() >= CEILING_SHARE else None
+
+
+def _held_ceiling(parts: list, server: int, peak: np.ndarray, n_servers: int, window_ns: int) -> int | None:
+    """The level k >= 2 a server held for CEILING_HELD of its busy windows' time, exceeding it for
+    at most CEILING_SLACK (the second test of CEILING_HELD's comment), or None."""
+    active = peak > 0
+    if peak.size == 0 or active.mean() < CEILING_SHARE:
+        return None
+    for k in range(int(peak.max()) - 1, 1, -1):
+        thresholds = np.full(n_servers, math.inf)
+        thresholds[server] = k - 1
+        at_least = share_above(parts, thresholds, n_servers, peak.size, window_ns)[server][active]
+        thresholds[server] = k
+        over = share_above(parts, thresholds, n_servers, peak.size, window_ns)[server][active]
+        if float(at_least.mean()) >= CEILING_HELD and float(over.mean()) <= CEILING_SLACK:
+            return k
+    return None
 
 
 def _residence_floor(
@@ -435,20 +475,29 @@ def analyze_fine(
                         bin_count=ns.bin_count,
                     )
         n_star[server] = ns
-    # a callee pinned at a ceiling no N* explains: its callers' pool (connections, threads) is full
+    # a callee pinned at a ceiling no N* explains: its callers' pool (connections, threads) is full.
+    # An N* below the ceiling is refuted when the calls that found the callee full took no longer
+    # than those that found it idle: above its N*, requests would have queued there (a pg_sleep
+    # behind a pool of 2 looks, from its throughput alone, like a server of N* 1)
     called = {b for _, b in _tier_calls(requests, parent_row)} if exclusive else set()
     pool_full: dict[int, tuple[int, float]] = {}  # callee server code -> (ceiling, residence ratio)
     if called and "load_max" in series.column_names:
         peak = np.asarray(series.column("load_max"), np.int64)
         for i, (tier, server) in enumerate(keys):
             ns = n_star[server]
-            if math.isfinite(ns.n_star) or tier not in called:
+            if tier not in called:
                 continue
-            pinned = _ceiling(peak[i * n_windows : (i + 1) * n_windows])
+            pinned = _ceiling(peak[i * n_windows : (i + 1) * n_windows]) or _held_ceiling(
+                parts, i, peak[i * n_windows : (i + 1) * n_windows], n_servers, window_ns
+            )
+            if pinned is not None and math.isfinite(ns.n_star) and ns.n_star >= pinned:
+                continue
             if pinned is not None:
-                ratio = _uncongested(level, own, (parts[0].server == i) & unpaused, pinned)
+                ratio = _uncongested(level, own, (parts[0].server == i) & unpaused, pinned, labels)
                 if ratio is not None and ratio < UNCONGESTED_RATIO:
                     pool_full[i] = (pinned, ratio)
+                elif math.isfinite(ns.n_star):
+                    continue  # its N* stands: the calls at the ceiling queued (or cannot tell)
                 n_star[server] = dataclasses.replace(
                     ns,
                     n_star=float(pinned),
