@@ -212,7 +212,14 @@ def _stop_load_with(sig: int, nginx, tmp_path) -> None:
         "--json",
     ]
     env = dict(os.environ, TIERSCOPE_ENGINE=str(engine_path()))
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def default_disposition() -> None:
+        # as from a terminal: under `nohup make test` SIGHUP is inherited ignored, and tierscope
+        # rightly keeps an ignored signal ignored (the run would not stop, by the user's choice)
+        signal.signal(sig, signal.SIG_DFL)
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_disposition)  # fmt: skip
     engine: list[int] = []
     try:
         # wait for two progress lines, then signal the Python process only

@@ -167,9 +167,10 @@ def _uncongested(
     return float(np.average(ratios, weights=weights)) if ratios and seen >= MIN_CONGESTION_CALLS else None
 
 
-#: ...or, failing that, it held k requests or more for at least CEILING_HELD of the time it was
-#: busy, and more than k for at most CEILING_SLACK of it: brief requests of other clients (a
-#: monitor's query every 100 ms) lift a window's maximum above a pool's size, not its level.
+#: A server whose per-window maximum is not pinned (CEILING_SHARE) still has a ceiling k when it
+#: held k requests or more for at least CEILING_HELD of the time it was busy, and more than k for
+#: at most CEILING_SLACK of it: brief requests of other clients (a monitor's query every 100 ms)
+#: lift a window's maximum above a pool's size, not its level.
 CEILING_HELD = 0.75
 CEILING_SLACK = 0.05
 
@@ -185,7 +186,7 @@ def _ceiling(peak: np.ndarray) -> int | None:
 
 def _held_ceiling(parts: list, server: int, peak: np.ndarray, n_servers: int, window_ns: int) -> int | None:
     """The level k >= 2 a server held for CEILING_HELD of its busy windows' time, exceeding it for
-    at most CEILING_SLACK (the second test of CEILING_HELD's comment), or None."""
+    at most CEILING_SLACK, or None."""
     active = peak > 0
     if peak.size == 0 or active.mean() < CEILING_SHARE:
         return None
