@@ -31,18 +31,7 @@ pytestmark = [
 
 PORT = free_port()
 
-WRK_SCRIPT = """
-local n = 0
-local limit = {limit}
-local paths = {{"/index.html", "/missing", "/page.html?id=42"}}
-request = function()
-  return wrk.format("GET", paths[(n % 3) + 1])
-end
-response = function(status, headers, body)
-  n = n + 1
-  if n >= limit then wrk.thread:stop() end
-end
-"""
+from test_trace_http import WRK_SCRIPT  # noqa: E402  (the same three pages, stopped after `limit`)
 
 
 def lab_filter() -> str:

@@ -79,6 +79,12 @@ class Receiver:
                     body = gzip.decompress(body)
                 return body
 
+            def _empty(self, code: int) -> None:
+                """A reply with no body."""
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_POST(self):
                 body = self._body()
                 if self.path.rstrip("/") == "/api/v2/spans":
@@ -87,21 +93,12 @@ class Receiver:
                         if not isinstance(spans, list):
                             raise ValueError("not a list of spans")
                     except ValueError:
-                        self.send_response(400)
-                        self.send_header("Content-Length", "0")
-                        self.end_headers()
-                        return
+                        return self._empty(400)
                     with receiver.lock:
                         receiver.zipkin.extend(spans)
-                    self.send_response(202)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
+                    return self._empty(202)
                 if self.path.rstrip("/") != "/v1/traces":
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
+                    return self._empty(404)
                 ctype = self.headers.get("Content-Type", "")
                 msg = ExportTraceServiceRequest()
                 try:
@@ -110,10 +107,7 @@ class Receiver:
                     else:
                         msg.ParseFromString(body)
                 except Exception:
-                    self.send_response(400)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
+                    return self._empty(400)
                 with receiver.lock:
                     receiver.batches.append(msg)
                 if "json" in ctype:

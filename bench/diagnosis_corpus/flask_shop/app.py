@@ -34,24 +34,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "shop")}))
-provider.add_span_processor(
-    BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=os.environ["SHOP_OTLP"]),
-        schedule_delay_millis=200,
-        max_export_batch_size=512,
-        max_queue_size=65536,
-    )
-)
+exporters = [OTLPSpanExporter(endpoint=os.environ["SHOP_OTLP"])]
 if os.environ.get("SHOP_ZIPKIN"):
     from opentelemetry.exporter.zipkin.json import ZipkinExporter
 
+    exporters.append(ZipkinExporter(endpoint=os.environ["SHOP_ZIPKIN"]))
+for exporter in exporters:
     provider.add_span_processor(
-        BatchSpanProcessor(
-            ZipkinExporter(endpoint=os.environ["SHOP_ZIPKIN"]),
-            schedule_delay_millis=200,
-            max_export_batch_size=512,
-            max_queue_size=65536,
-        )
+        BatchSpanProcessor(exporter, schedule_delay_millis=200, max_export_batch_size=512, max_queue_size=65536)
     )
 trace.set_tracer_provider(provider)
 atexit.register(provider.shutdown)

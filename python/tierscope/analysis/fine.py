@@ -190,7 +190,10 @@ def _held_ceiling(parts: list, server: int, peak: np.ndarray, n_servers: int, wi
     active = peak > 0
     if peak.size == 0 or active.mean() < CEILING_SHARE:
         return None
-    for k in range(int(peak.max()) - 1, 1, -1):
+    # held k for 75 % of the busy windows' time means k or more in over half of them: no k above
+    # the median window's maximum can pass, and each k tried costs two sweeps of the requests
+    top = min(int(peak.max()) - 1, int(np.median(peak[active])))
+    for k in range(top, 1, -1):
         thresholds = np.full(n_servers, math.inf)
         thresholds[server] = k - 1
         at_least = share_above(parts, thresholds, n_servers, peak.size, window_ns)[server][active]

@@ -58,7 +58,7 @@ BURST_NS = 5_000_000
 BURST_SHARE = 0.25
 #: ...and the silence and the burst together are rarer than e^LOG_P at the mean arrival rate. A
 #: trace has at most a few hundred gaps this long, and a verdict needs several pauses (fine.PAUSES_SEEN).
-#: Measured on the diagnosis corpus' 8 app-pause cases (104 pauses) and its 36 others: 1e-6 finds
+#: Counted once (a probe, not a bench) on the diagnosis corpus' 8 app-pause cases (104 pauses) and its 36 others: 1e-6 finds
 #: 57 pauses, 1e-5 75, 1e-4 92 (an app at 23 requests/s frozen 100-150 ms has 3 arrivals at the
 #: thaw: e^-10 by chance); silences where the app never paused: none, at most 1, at most 3 a case;
 #: and 1e-4 found one in the independent simulator's saturated database (tests/test_analysis_inprocess.py)
