@@ -133,7 +133,15 @@ def test_injected_app_pauses_make_the_bottleneck_alternate(tmp_path):
         r"\(saturated by the burst after each pause\)\.(.*)",
         summary.headline,
     ), summary.headline
-    # the pauses explain the app's load (seed 001 Fig. 6b)
+    # the pauses explain the app's load (seed 001 Fig. 6b). The load climbs through each pause (its
+    # requests pile up) while the pause ratio is flat: Pearson's r of a ramp against a box is well
+    # below 1 and noisy (0.43-0.60 over four runs of this test), so the firm check is the mean: the
+    # app's exclusive load in its half-paused windows or more against its unpaused ones (8.1x, 8.9x
+    # and 8.8x in three runs)
     row = [r for r in fine.pauses.to_pylist() if r["server"] == "app1"][0]
-    assert row["corr_load_vs_pause_ratio"] > 0.5
+    assert row["corr_load_vs_pause_ratio"] > 0.3
+    app = fine.series.filter(pc.equal(fine.series["server"], "app1"))
+    ratio = app["pause_ratio"].to_numpy()
+    load = app["load_exclusive"].to_numpy()
+    assert load[ratio >= 0.5].mean() > 3 * load[ratio == 0].mean()
     assert fine.switches_per_s > 0.5
