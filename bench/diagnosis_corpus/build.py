@@ -2,7 +2,7 @@
 
 A case's directory, CACHE/<name>-<key>/, holds what users have after such a run: spans.otlp.json
 (OTLP JSON, hex ids, one request per line), spans.pb.json (protobuf's JSON mapping, base64 ids),
-spans.zipkin.json (Flask: the same spans from the SDK's Zipkin JSON exporter), db.pcap (the db's
+spans.zipkin.json (the same spans from the SDK's Zipkin JSON exporter), db.pcap (the db's
 port on the wire), events.parquet (the injected pauses, for pause cases), web.log (nginx's access log), or for lab
 cases the run's point directory; and meta.json: the truth, the role map, what the checks measured.
 The key hashes the case's definition and this builder's sources, so a rerun only re-analyses.
@@ -112,7 +112,14 @@ class AppStack:
         self.cgroups.set_cpu("db", case.db_cpu)
         app = nginx = injector = sampler = wire = None
         cpu_traces: dict = {}
+        disk_capped = bool(case.db_memory or case.db_read_iops)
         try:
+            if case.docs:
+                t0 = time.monotonic()
+                self.pg.load_docs(case.docs)
+                self.log(f"  docs table: {case.docs} rows ({time.monotonic() - t0:.0f} s)")
+            if disk_capped:  # the db's cache shrinks to its memory cap: most reads of docs go to the disk
+                self.cgroups.set_disk("db", case.db_memory, case.db_read_iops, self.pg.data)
             app = sy.App(work, case.system, service, self.pg, self.cgroups, self.receiver.url, pool=case.pool,
                          workers=case.workers, threads=case.threads, zipkin=self.receiver.zipkin_url)  # fmt: skip
             for i in range(WARMUP_REQUESTS):  # connections, caches, JIT: not part of the case
@@ -195,12 +202,13 @@ class AppStack:
                 "resp_mean_ms": counts["resp_mean_ms"],
                 "db_active": pg_stats["active_mean"],
                 "lock_wait": pg_stats["lock_wait_mean"],
+                "io_wait": pg_stats["io_wait_mean"],
             }
             forms: dict[str, list[str]] = {}
             measured["spans"] = self.receiver.write(batches, out / "spans.otlp.json", out / "spans.pb.json")
             forms["spans"] = ["spans.otlp.json"]
             forms["spans-pb"] = ["spans.pb.json"]
-            if zipkin_spans:  # the SDK's Zipkin JSON exporter: microsecond times, no remote endpoints
+            if zipkin_spans:  # the SDKs' Zipkin JSON exporters: microsecond times, no remote endpoints
                 (out / "spans.zipkin.json").write_text(json.dumps(zipkin_spans, separators=(",", ":")) + "\n")
                 measured["zipkin_spans"] = len(zipkin_spans)
                 forms["zipkin"] = ["spans.zipkin.json"]
@@ -239,6 +247,8 @@ class AppStack:
                         f"localhost:{self.pg.port}": "db", "127.0.0.1": "db", "localhost": "db"}  # fmt: skip
             return {"measured": measured, "forms": forms, "role_map": role_map}
         finally:
+            if disk_capped:
+                self.cgroups.set_disk("db", None, None, self.pg.data)
             if injector is not None:
                 sy.stop_proc(injector)
             if sampler is not None:

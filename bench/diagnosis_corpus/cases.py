@@ -11,7 +11,8 @@ the tier's CPU over the load, as a share of its cgroup quota; None = unbounded),
 and waiting for one (schedstat): at 0.9 and more the tier always had work, whether its CPU went to
 its quota or to another tenant of this shared machine), db_active (low
 bound on the mean active backends), lock_wait (low bound on the mean backends waiting on a lock),
-bursts (at least this many noisy-neighbour bursts), resp_p50_ms (bounds on the median response time
+bursts (at least this many noisy-neighbour bursts), io_wait (low bound on the mean backends waiting
+on a read or write), resp_p50_ms (bounds on the median response time
 the generator saw), errors (at most this share of failed requests).
 """
 
@@ -43,6 +44,9 @@ class Case:
     subsets: tuple[str, ...] = ()
     seed: int = 1
     lab: dict = field(default_factory=dict)  # lab cases: preset, overrides, point
+    docs: int = 0  # rows of the large table the `doc=N` lookups read (about 1 KB each)
+    db_memory: int | None = None  # MiB: the db's memory cap (its page cache included)
+    db_read_iops: int | None = None  # the db's reads from its disk, per second
 
     def definition(self) -> dict:
         d = asdict(self)
@@ -158,6 +162,17 @@ def app_cases(system: str) -> list[Case]:
                         "about half its share alone, saturates whenever the burner runs",
                         users=users, think=0.2, app_cpu=0.5, mix=((1.0, "/page?q=1&cpu=2"),),
                         fault=_burn("app", on, on), checks={"bursts": 5, "app_sat": (0.85, None)}))  # fmt: skip
+    # 12. a disk-bound database: a table three times the db's memory cap, read at random, from a disk
+    #     that serves 150-250 reads a second (a small cloud volume); the db's CPU idles. The pool holds a
+    #     connection per user: requests queue at the disk, not for a connection
+    for users, doc, iops in ((15 if py else 20, 4, 250), (25, 3, 150)):
+        out.append(Case(f"{s}-diskdb-u{users}-{iops}iops", s, "single", ("db",),
+                        f"{doc} random lookups a request in a ~800 MB table; PostgreSQL's memory capped at "
+                        f"256 MiB (its cache with it) and its disk reads at {iops} a second: requests queue "
+                        "on the disk, the db's CPU idles",
+                        users=users, think=0.2, pool=users + 2, threads=64, mix=((1.0, f"/page?doc={doc}"),),
+                        docs=800_000, db_memory=256, db_read_iops=iops,
+                        checks={"io_wait": 1.0, "db_sat": (None, 0.5), "app_sat": (None, 0.7)}))  # fmt: skip
     return out
 
 

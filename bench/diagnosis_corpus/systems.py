@@ -95,6 +95,8 @@ class Cgroups:
 
     ROOT = Path("/sys/fs/cgroup")
     CONTROLLERS = ("cpu", "cpuacct")
+    #: for the disk-bound cases: the db's memory (its page cache) and its disk reads
+    LIMITS = ("memory", "blkio")
 
     def __init__(self) -> None:
         if os.geteuid() != 0:
@@ -103,6 +105,7 @@ class Cgroups:
         if missing:
             raise RuntimeError(f"the diagnosis corpus needs the cgroup v1 controllers {missing} under {self.ROOT}")
         self.base = f"tierscope-diagnosis-{os.getpid()}"
+        self.controllers = self.CONTROLLERS + tuple(c for c in self.LIMITS if (self.ROOT / c / "cgroup.procs").exists())
         self.made: list[str] = []
         self._mkdir("")
         (self.ROOT / "cpu" / self.base / "cpu.shares").write_text("262144")
@@ -114,7 +117,7 @@ class Cgroups:
             Path(f).write_text(str(os.getpid()))
 
     def _mkdir(self, name: str) -> None:
-        for c in self.CONTROLLERS:
+        for c in self.controllers:
             d = self.ROOT / c / self.base / name
             d.mkdir(exist_ok=True)
         self.made.append(name)
@@ -123,6 +126,21 @@ class Cgroups:
         quota = -1 if cores is None else int(cores * CPU_PERIOD_US)
         (self.ROOT / "cpu" / self.base / name / "cpu.cfs_quota_us").write_text(str(quota))
 
+    def set_disk(self, name: str, memory_mib: int | None, read_iops: int | None, path: Path) -> None:
+        """Cap the group's memory (page cache included) and its reads from the disk holding `path`
+        (None: no cap). Needs the cgroup v1 memory and blkio controllers."""
+        missing = [c for c in self.LIMITS if c not in self.controllers]
+        if (memory_mib or read_iops) and missing:
+            raise RuntimeError(f"a disk-bound case needs the cgroup v1 controllers {missing} under {self.ROOT}")
+        if "memory" in self.controllers:
+            limit = str(memory_mib * 2**20) if memory_mib else "-1"
+            (self.ROOT / "memory" / self.base / name / "memory.limit_in_bytes").write_text(limit)
+        if "blkio" in self.controllers:
+            dev = disk_of(path)
+            (self.ROOT / "blkio" / self.base / name / "blkio.throttle.read_iops_device").write_text(
+                f"{dev} {read_iops or 0}"
+            )
+
     def usage_file(self, name: str) -> Path:
         return self.ROOT / "cpuacct" / self.base / name / "cpuacct.usage"
 
@@ -130,7 +148,7 @@ class Cgroups:
         return int(self.usage_file(name).read_text()) / 1e9
 
     def procs_files(self, name: str) -> list[str]:
-        return [str(self.ROOT / c / self.base / name / "cgroup.procs") for c in self.CONTROLLERS]
+        return [str(self.ROOT / c / self.base / name / "cgroup.procs") for c in self.controllers]
 
     def pids(self, name: str) -> list[int]:
         out: set[int] = set()
@@ -162,7 +180,7 @@ class Cgroups:
 
     def close(self) -> None:
         """Back to the root group, SIGKILL whatever is left in ours, remove them."""
-        for c in self.CONTROLLERS:
+        for c in self.controllers:
             try:
                 (self.ROOT / c / "cgroup.procs").write_text(str(os.getpid()))
             except OSError:
@@ -175,7 +193,7 @@ class Cgroups:
                     except ProcessLookupError:
                         pass
         for name in [n for n in reversed(self.made) if n] + [""]:
-            for c in self.CONTROLLERS:
+            for c in self.controllers:
                 d = self.ROOT / c / self.base / name
                 for _ in range(100):
                     try:
@@ -187,6 +205,15 @@ class Cgroups:
                 else:
                     print(f"diagnosis: could not remove cgroup {d}", file=sys.stderr)
         self.made = []
+
+
+def disk_of(path: Path) -> str:
+    """major:minor of the whole disk holding path (blkio throttles disks, not partitions)."""
+    st = os.stat(path)
+    sysdir = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if (sysdir / "partition").exists():
+        return (sysdir.resolve().parent / "dev").read_text().strip()
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
 
 
 def in_cgroup(procs_files: list[str], argv: list[str]) -> list[str]:
@@ -227,6 +254,8 @@ class Postgres:
         )  # fmt: skip
         wait_port(self.port, 30, self.proc, "postgres")
         self.dsn = f"postgresql://shop:{self.password}@127.0.0.1:{self.port}/postgres"
+        self.data = data
+        self.docs = 0  # rows of the large table, loaded by the first case that reads it
         self._load()
 
     def connect(self):
@@ -246,6 +275,18 @@ class Postgres:
             c.execute("CREATE TABLE counters (id int PRIMARY KEY, n bigint NOT NULL)")
             c.execute("INSERT INTO counters VALUES (1, 0)")
             c.execute("VACUUM ANALYZE")
+
+    def load_docs(self, rows: int) -> None:
+        """The large table of the disk-bound cases: about 1 KB a row (9 rows an 8 KB page, stored
+        uncompressed), so `rows` random lookups touch about as many pages."""
+        if self.docs >= rows:
+            return
+        with self.connect() as c:
+            c.execute("DROP TABLE IF EXISTS docs")
+            c.execute("CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL)")
+            c.execute("INSERT INTO docs SELECT g, repeat(md5(g::text), 28) FROM generate_series(1, %s) g", (rows,))
+            c.execute("VACUUM ANALYZE docs")
+        self.docs = rows
 
     def close(self) -> None:
         stop_proc(self.proc, 20)
@@ -293,12 +334,12 @@ def cores_after(samples: list[tuple[int, int]], starts: list[int], span_ns: int)
 
 
 class Sampler(threading.Thread):
-    """pg_stat_activity every 100 ms: active backends and those waiting on a lock."""
+    """pg_stat_activity every 100 ms: active backends, those waiting on a lock, on a read or write."""
 
     def __init__(self, pg: Postgres) -> None:
         super().__init__(name="pg-sampler", daemon=True)
         self.pg = pg
-        self.samples: list[tuple[int, int]] = []
+        self.samples: list[tuple[int, int, int]] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -307,10 +348,11 @@ class Sampler(threading.Thread):
             while not self.halt.is_set():
                 row = conn.execute(
                     "SELECT count(*) FILTER (WHERE state = 'active'),"
-                    " count(*) FILTER (WHERE wait_event_type = 'Lock')"
+                    " count(*) FILTER (WHERE wait_event_type = 'Lock'),"
+                    " count(*) FILTER (WHERE wait_event_type = 'IO')"
                     " FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
                 ).fetchone()
-                self.samples.append((int(row[0]), int(row[1])))
+                self.samples.append((int(row[0]), int(row[1]), int(row[2])))
                 self.halt.wait(0.1)
         finally:
             conn.close()
@@ -321,8 +363,9 @@ class Sampler(threading.Thread):
         n = max(1, len(self.samples))
         return {
             "samples": len(self.samples),
-            "active_mean": round(sum(a for a, _ in self.samples) / n, 3),
-            "lock_wait_mean": round(sum(w for _, w in self.samples) / n, 3),
+            "active_mean": round(sum(s[0] for s in self.samples) / n, 3),
+            "lock_wait_mean": round(sum(s[1] for s in self.samples) / n, 3),
+            "io_wait_mean": round(sum(s[2] for s in self.samples) / n, 3),
         }
 
 
@@ -383,8 +426,10 @@ class App:
             OTEL_SERVICE_NAME=service, OTEL_TRACES_EXPORTER="otlp", OTEL_METRICS_EXPORTER="none",
             OTEL_LOGS_EXPORTER="none",
         )  # fmt: skip
-        if zipkin and system == "flask":  # the same spans through the SDK's Zipkin JSON exporter too
+        if zipkin:  # the same spans through the SDK's Zipkin JSON exporter too
             env["SHOP_ZIPKIN"] = zipkin
+        if pg.docs:
+            env["SHOP_DOCS"] = str(pg.docs)
         if system == "flask":
             venv_bin = Path(sys.executable).parent
             argv = [

@@ -2,7 +2,8 @@
 // One endpoint, /page, does what its query string says (see flask_shop/app.py for the same in Python):
 //   cpu=N units of JavaScript work on the event loop (~1 ms each), q=N primary-key lookups,
 //   dbcpu=N one query computing N md5s in SQL, sleep=MS one pg_sleep, hot=MS a transaction that
-//   updates the one hot row and holds its lock for MS ms.
+//   updates the one hot row and holds its lock for MS ms, doc=N lookups of a random row of the
+//   large `docs` table (SHOP_DOCS rows: a disk read when the database's cache cannot hold it).
 // Environment: SHOP_DSN, SHOP_POOL (pg.Pool max), SHOP_PORT, SHOP_OTLP, OTEL_SERVICE_NAME.
 'use strict';
 const express = require('express');
@@ -10,6 +11,7 @@ const { Pool } = require('pg');
 
 const pool = new Pool({ connectionString: process.env.SHOP_DSN, max: Number(process.env.SHOP_POOL || 8) });
 const ITEMS = Number(process.env.SHOP_ITEMS || 10000);
+const DOCS = Number(process.env.SHOP_DOCS || 0);
 const app = express();
 
 function burn(units) {
@@ -23,16 +25,21 @@ function burn(units) {
 app.get('/page', async (req, res) => {
   const a = req.query;
   const cpu = Number(a.cpu || 0), q = Number(a.q || 0), dbcpu = Number(a.dbcpu || 0);
-  const sleep = Number(a.sleep || 0), hot = Number(a.hot || 0);
+  const sleep = Number(a.sleep || 0), hot = Number(a.hot || 0), doc = Number(a.doc || 0);
   try {
     let out = cpu ? burn(cpu) : 0;
-    if (q || dbcpu || sleep || hot) {
+    if (q || dbcpu || sleep || hot || doc) {
       const client = await pool.connect();
       try {
         for (let i = 0; i < q; i++) {
           const id = 1 + Math.floor(Math.random() * ITEMS);
           const r = await client.query('SELECT id, name, price FROM items WHERE id = $1', [id]);
           out += r.rows.length;
+        }
+        for (let i = 0; i < doc; i++) {
+          const id = 1 + Math.floor(Math.random() * DOCS);
+          const r = await client.query('SELECT length(body) AS n FROM docs WHERE id = $1', [id]);
+          out += Number(r.rows[0].n);
         }
         if (dbcpu) {
           const r = await client.query(

@@ -9,6 +9,8 @@ mix of URLs (bench/diagnosis_corpus/cases.py):
   dbcpu=N   one query that computes N md5s in SQL (CPU in the database)
   sleep=MS  one `SELECT pg_sleep(MS/1000)` (a slow query: holds a pool connection)
   hot=MS    a transaction that updates the one hot row and holds its lock for MS ms
+  doc=N     N lookups of a random row of the large `docs` table (SHOP_DOCS rows; a disk read when
+            the database's cache cannot hold it)
 
 Environment: SHOP_DSN, SHOP_POOL (connections; requests wait for one), OTEL_SERVICE_NAME,
 SHOP_OTLP (the receiver's /v1/traces URL), SHOP_ZIPKIN (optional: its /api/v2/spans URL, where the
@@ -57,6 +59,7 @@ POOL_SIZE = int(os.environ.get("SHOP_POOL", "8"))
 _pool = psycopg2.pool.ThreadedConnectionPool(POOL_SIZE, POOL_SIZE, os.environ["SHOP_DSN"])
 _slots = threading.BoundedSemaphore(POOL_SIZE)  # psycopg2's pool raises when empty; real apps wait
 ITEMS = int(os.environ.get("SHOP_ITEMS", "10000"))
+DOCS = int(os.environ.get("SHOP_DOCS", "0"))
 
 
 def burn(units: int) -> int:
@@ -71,9 +74,9 @@ def burn(units: int) -> int:
 def page():
     args = request.args
     cpu, q, dbcpu = int(args.get("cpu", 0)), int(args.get("q", 0)), int(args.get("dbcpu", 0))
-    sleep, hot = int(args.get("sleep", 0)), int(args.get("hot", 0))
+    sleep, hot, doc = int(args.get("sleep", 0)), int(args.get("hot", 0)), int(args.get("doc", 0))
     out = burn(cpu) if cpu else 0
-    if q or dbcpu or sleep or hot:
+    if q or dbcpu or sleep or hot or doc:
         with _slots:
             conn = _pool.getconn()
             try:
@@ -82,6 +85,9 @@ def page():
                     for _ in range(q):
                         cur.execute("SELECT id, name, price FROM items WHERE id = %s", (random.randint(1, ITEMS),))
                         out += len(cur.fetchall())
+                    for _ in range(doc):
+                        cur.execute("SELECT length(body) FROM docs WHERE id = %s", (random.randint(1, DOCS),))
+                        out += cur.fetchone()[0]
                     if dbcpu:
                         cur.execute(
                             "SELECT count(DISTINCT left(md5(g::text), 3)) FROM generate_series(1, %s) g", (dbcpu,)
