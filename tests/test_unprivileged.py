@@ -7,7 +7,9 @@ and holds the logs), the point finishes with every page and image served, and th
 password the app runs with is readable by root and that user only (not by `nobody`, not from a
 command line, not from the credentials file). Also: `make setup`'s target makes the user once and
 is idempotent, the services make it on first use the same way, and an account that is root or
-could log in is refused. And the clustering middleware speaking the MySQL protocol (in front of a
+could log in is refused. The clustering middleware (Python and Rust) runs as that user too, in a
+one-point run with a middleware tier: owned by it in /proc, its work directory closed to others, its
+password in its environment only, its stats written. And the middleware speaking the MySQL protocol (in front of a
 real MariaDB) refuses a mysql client run as `nobody` without the lab's user and password, as
 tests/test_credentials.py shows for the PostgreSQL protocol.
 """
@@ -217,6 +219,90 @@ def test_nginx_workers_and_app_servers_run_as_the_lab_user(tmp_path, mode):
     bad = log.filter(pc.or_(pc.is_valid(log["error"]), pc.greater_equal(log["status"], 400)))
     assert bad.num_rows == 0, bad.slice(0, 5).to_pylist()
     assert (pc.sum(log["embedded_failed"]).as_py() or 0) == 0
+
+
+def processes_with(needle: str) -> list[int]:
+    """The live processes whose command line holds `needle` (not the shells and setpriv on the way)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = d.joinpath("cmdline").read_bytes().split(b"\0")
+            if needle.encode() in argv and Path(argv[0].decode()).name not in ("sh", "setpriv", "ip"):
+                out.append(int(d.name))
+    return out
+
+
+@needs_postgres
+@pytest.mark.parametrize("implementation", ["python", "rust"])
+def test_the_middleware_runs_as_the_lab_user(tmp_path, implementation):
+    """A one-point run through the clustering middleware (1/1/1/1): while the load runs the
+    middleware process (found by its --stats path, owner read in /proc) is the lab user's, not root's."""
+    if RUNUSER is None:
+        pytest.skip("runuser (util-linux) is needed to act as nobody")
+    if implementation == "rust":
+        from tierscope.engine import EngineNotFound, engine_path
+
+        try:
+            engine_path()
+        except EngineNotFound as err:
+            pytest.skip(str(err))
+    lab = lab_account()
+    raw = tomllib.loads(TINY.read_text())
+    raw.update(topology="1/1/1/1-P", soft={"middleware": {"implementation": implementation, "pool": 4}})
+    raw["workload"].update(users=[4], run="4s", ramp_up="1s", ramp_down="1s")
+    raw["monitor"]["capture"] = False
+    spec = spec_from_dict(raw, where=f"unprivileged-mw-{implementation}", name=f"unpriv-mw-{implementation}")
+    progress = Progress()
+    seen: dict = {}
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set() and "mw" not in seen:
+            if progress.phase in ("ramp_up", "run"):
+                try:
+                    for pid in processes_with("--stats"):
+                        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                        if str(tmp_path).encode() not in b" ".join(argv):
+                            continue
+                        st = Path(argv[argv.index(b"--stats") + 1].decode()).parent.stat()
+                        seen["workdir"] = (st.st_uid, st.st_mode & 0o777)
+                        seen["environ"] = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                        seen["nobody_environ"] = run_as("nobody", ["cat", f"/proc/{pid}/environ"])
+                        seen["argv"] = argv
+                        seen["mw"] = uids(pid)
+                except (ValueError, OSError):
+                    pass
+            time.sleep(0.1)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        result = run_experiment(spec, tmp_path, mode="loopback", progress=progress, report=False)
+    finally:
+        stop.set()
+        t.join(timeout=40)
+    assert result.failed == [] and len(result.done) == 1, result.failed
+    assert "mw" in seen, "the test never saw the middleware running"
+    assert seen["mw"] == (lab.pw_uid,) * 4, seen["mw"]  # real, effective, saved and filesystem uid
+    program = seen["argv"][0].decode()
+    assert ("tierscope-engine" in program) == (implementation == "rust"), program
+    assert seen["workdir"] == (lab.pw_uid, 0o700), seen["workdir"]  # its console and stats: closed to others
+
+    d = result.dir / result.done[0]
+    from tierscope.services.credentials import FILE_NAME, _read
+    from tierscope.services.middleware import PASSWORD_ENV
+
+    creds = _read(d / FILE_NAME)
+    assert creds is not None
+    assert f"{PASSWORD_ENV}={creds.password}".encode() in seen["environ"]
+    assert creds.password.encode() not in b" ".join(seen["argv"])
+    assert seen["nobody_environ"].returncode != 0 and creds.password not in seen["nobody_environ"].stdout
+    # it wrote its stats as that user on exit, and served the app's reads
+    stats = json.loads((d / "mw1" / "middleware.stats.json").read_text())
+    assert stats["reads"] > 0, stats
+    assert json.loads((d / "manifest.json").read_text())["status"] == DONE
 
 
 def test_a_directory_closed_to_the_lab_user_is_named(tmp_path):

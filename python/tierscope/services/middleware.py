@@ -9,6 +9,12 @@ backends as `user`/`password` (scram-sha-256 / mysql_native_password) and asks i
 same credentials (scram-sha-256 / mysql_native_password): by default the lab's
 (`tierscope.services.credentials`, the file above the workdir). The password reaches the process
 in its environment (`PASSWORD_ENV`), not on its command line.
+
+In a root lab the middleware runs as the lab's unprivileged system user, as the app servers do
+(`services._accounts.LAB_OS_USER` through `setpriv`, which execs, so the pid stays the server's):
+its work directory (console log, stats) is given to that user and closed to everyone else (0700),
+the way to its program is made searchable (o+x), and the password stays in its environment, which
+only that user and root can read in /proc. It needs nothing else: no file of the lab's credentials.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import sys
 from pathlib import Path
 
 from tierscope.apps.dal import DbConfig
+from tierscope.services._accounts import AccountError, blocked_for, give_to, lab_account, make_traversable, run_as
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
@@ -142,6 +149,42 @@ class Middleware(Service):
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.stats_path.unlink(missing_ok=True)
+        if os.geteuid() == 0:
+            acct = self.run_account()
+            for path in self._code_paths():
+                if blocked_for(acct, path) is not None:  # e.g. a checkout under /root: open the way (o+x)
+                    make_traversable(path)
+                blocked = blocked_for(acct, path)
+                if blocked is not None:
+                    raise ServiceError(
+                        f"{self.name}: the middleware runs as the unprivileged user {acct.pw_name!r}, which cannot "
+                        f"reach {path} ({blocked} is closed to it); install tierscope where other users can "
+                        "read it (e.g. not under /root)"
+                    )
+            give_to(acct.pw_name, self.workdir)  # where it writes its stats on exit
+            os.chmod(self.workdir, 0o700)  # its console and stats: that user's and root's only
+
+    def run_account(self):
+        """The account the middleware runs as in a root lab: the lab's system user."""
+        try:
+            return lab_account()
+        except AccountError as err:
+            raise ServiceError(f"{self.name}: {err}") from None
+
+    def _code_paths(self) -> list[Path]:
+        """What the unprivileged user must read to run the middleware: its program (and for the
+        Python one, the interpreter, tierscope and uvloop when installed)."""
+        if self.implementation == "rust":
+            return [Path(IMPLEMENTATIONS["rust"]()[0])]
+        import importlib.util
+
+        import tierscope
+
+        paths = [Path(sys.executable), Path(tierscope.__file__)]
+        uvloop = importlib.util.find_spec("uvloop")
+        if uvloop is not None and uvloop.origin:
+            paths.append(Path(uvloop.origin))
+        return paths
 
     def command(self) -> list[str]:
         argv = [
@@ -169,7 +212,7 @@ class Middleware(Service):
             argv += ["--weights", ",".join(f"{w:g}" for w in self.weights)]
         if self.labels:
             argv.append("--labels")
-        return argv
+        return run_as(self.run_account().pw_name, argv) if os.geteuid() == 0 else argv
 
     def stats(self) -> dict:
         """The counts the middleware wrote when it stopped (reads per backend, writes, disabled)."""
