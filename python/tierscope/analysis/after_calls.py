@@ -76,4 +76,5 @@ def own_windows(
     present = time_in_windows(arrival, departure, base_ns, window_ns, n_windows)
     # at least MIN_LOAD requests on average in the window, counting only the lead and tail phases
     enough = lead + tail >= MIN_LOAD * window_ns
-    return enough & (tail >= TAIL_SHARE * lead) & (tail > 0) & (present > 0)
+    out: np.ndarray = enough & (tail >= TAIL_SHARE * lead) & (tail > 0) & (present > 0)
+    return out

@@ -22,11 +22,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from .windows import DEFAULT_WINDOW_NS
+from . import DEFAULT_WINDOW_NS
 
 MIN_SHARE = 0.02
 RELATIVE_SHARE = 0.1
@@ -86,7 +87,7 @@ def pair_table(
     saturated: dict[str, np.ndarray],
 ) -> pa.Table:
     """For every pair of tiers: load correlations and the shares of windows one is saturated alone."""
-    rows: dict[str, list] = {
+    rows: dict[str, list[Any]] = {
         k: []
         for k in (
             "tier_a",
@@ -133,7 +134,7 @@ def switches_per_second(tiers: list[str], saturated: dict[str, np.ndarray], wind
     alone = stack.sum(0) == 1
     who = np.argmax(stack[:, alone], axis=0)
     changes = int((who[1:] != who[:-1]).sum()) if who.size > 1 else 0
-    return changes / (n_windows * window_ns / 1e9)
+    return float(changes / (n_windows * window_ns / 1e9))
 
 
 def data_weight(n_windows: int) -> float:
@@ -141,7 +142,7 @@ def data_weight(n_windows: int) -> float:
     return min(1.0, n_windows / FULL_CONFIDENCE_WINDOWS)
 
 
-def verdict(tiers: list[str], saturated: dict[str, np.ndarray], switches: float, **options) -> Verdict:
+def verdict(tiers: list[str], saturated: dict[str, np.ndarray], switches: float, **options: Any) -> Verdict:
     """The verdict in words from per-tier saturated-window indicators (rules in the module docstring;
     options as `_verdict`). When partial inheritance (rule 2) changed the verdict, it is said with
     at most PARTIAL_CAP: the windows given to the callee may have been the caller's own too; when
@@ -164,7 +165,9 @@ def verdict(tiers: list[str], saturated: dict[str, np.ndarray], switches: float,
 UNSTABLE_CAP = 0.6
 
 
-def _stable(found: Verdict, tiers: list[str], saturated: dict[str, np.ndarray], switches: float, options) -> Verdict:
+def _stable(
+    found: Verdict, tiers: list[str], saturated: dict[str, np.ndarray], switches: float, options: dict[str, Any]
+) -> Verdict:
     """`found`, with at most UNSTABLE_CAP when one of the trace's thirds (each of at least
     MIN_WINDOWS windows) gives another verdict: the evidence does not agree across the windows."""
     n_windows = max((saturated[t].size for t in tiers), default=0)

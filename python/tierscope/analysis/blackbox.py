@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -79,7 +80,7 @@ def _times(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def point_summary(users: float, requests: pa.Table, seconds: float | None = None) -> dict:
+def point_summary(users: float, requests: pa.Table, seconds: float | None = None) -> dict[str, Any]:
     """Throughput and response-time statistics of one workload level.
 
     `requests` is a `client_requests` table (start_ns/end_ns, phase, error, status) or a `requests`

@@ -21,12 +21,12 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tierscope.analysis import DEFAULT_WINDOW_NS
 from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
 from tierscope.analysis.heavy import heavy_requests, heavy_summary, stall_events
 from tierscope.analysis.points import Point, find_points
 from tierscope.analysis.whitebox import WhiteBox, whitebox
-from tierscope.analysis.windows import DEFAULT_WINDOW_NS
 from tierscope.ingest import ImportResult, load
 
 
@@ -90,7 +90,7 @@ def analyze_files(
     events: pa.Table | None = None,
     resources: pa.Table | None = None,
     imported: ImportResult | None = None,
-    **options,
+    **options: Any,
 ) -> Analysis:
     """Import trace files and analyse them (fine grain and heavy requests). `events` (the events
     table: GC, injected pauses) feed the pause detection, `resources` (the resources table) the

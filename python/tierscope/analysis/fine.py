@@ -22,16 +22,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import after_calls, alternation, pauses, saturation, silences, stalls
+from . import DEFAULT_WINDOW_NS, after_calls, alternation, pauses, saturation, silences, stalls
 from .alternation import Verdict
 from .saturation import NStar
 from .windows import (
-    DEFAULT_WINDOW_NS,
     arrival_levels,
     floor_base,
     overlaps_pause,
@@ -103,7 +103,7 @@ def _merge_spans(
 
 
 def _signature(
-    parts: list, server: int, level: np.ndarray, own_ns: np.ndarray, keep: np.ndarray
+    parts: list[Any], server: int, level: np.ndarray, own_ns: np.ndarray, keep: np.ndarray
 ) -> saturation.QueueSignature:
     """The queue signature of one server, from its requests away from the trace's edges (requests
     in progress when the trace starts or ends are missing from it, so those near the edges found
@@ -184,7 +184,7 @@ def _ceiling(peak: np.ndarray) -> int | None:
     return top if top >= 2 and (peak[active] == top).mean() >= CEILING_SHARE else None
 
 
-def _held_ceiling(parts: list, server: int, peak: np.ndarray, n_servers: int, window_ns: int) -> int | None:
+def _held_ceiling(parts: list[Any], server: int, peak: np.ndarray, n_servers: int, window_ns: int) -> int | None:
     """The level k >= 2 a server held for CEILING_HELD of its busy windows' time, exceeding it for
     at most CEILING_SLACK, or None."""
     active = peak > 0
@@ -205,7 +205,7 @@ def _held_ceiling(parts: list, server: int, peak: np.ndarray, n_servers: int, wi
 
 
 def _residence_floor(
-    parts: list, server: int, own_ns: np.ndarray, labels: np.ndarray, sig: saturation.QueueSignature
+    parts: list[Any], server: int, own_ns: np.ndarray, labels: np.ndarray, sig: saturation.QueueSignature
 ) -> NStar | None:
     req = parts[0]
     mine = req.server == server
@@ -414,7 +414,7 @@ def analyze_fine(
     n_star: dict[str, NStar] = {}
     service_of: dict[int, float] = {}  # server code -> service time (s) from requests that found it idle
     typical_of: dict[int, float] = {}  # ...and their median (s)
-    ep: dict[str, list] = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
+    ep: dict[str, list[Any]] = {"tier": [], "server": [], "start_ns": [], "end_ns": []}
     starts = np.asarray(series.column("window_start_ns"), np.int64)
     load_by_key = {}
     parts, p_tiers, p_servers = request_intervals(requests, base_ns, exclusive, end_ns, parent_row)

@@ -35,6 +35,7 @@ not. So a request is judged by its **own cost**:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -52,7 +53,7 @@ CONCENTRATION = 2.0
 NO_LABEL = "(no label)"
 
 
-def _arrow(con: duckdb.DuckDBPyConnection, query: str, params: list) -> pa.Table:
+def _arrow(con: duckdb.DuckDBPyConnection, query: str, params: list[Any]) -> pa.Table:
     rel = con.sql(query, params=params)
     return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()  # duckdb 2 / 1
 
@@ -71,7 +72,9 @@ def _room(servers: list[str], n_star: dict[str, float] | None) -> np.ndarray:
     return np.asarray(out, np.int64)
 
 
-def _own_cost(requests: pa.Table, n_star: dict[str, float] | None):
+def _own_cost(
+    requests: pa.Table, n_star: dict[str, float] | None
+) -> tuple[Any, np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]], list[str], int]:
     """Per request row (of `parts[0]`): its cost in ns (module docstring), and the stalls per server
     code (relative to base), with the server names and the base."""
     base = floor_base(int(pc.min(requests.column("arrival_ns")).as_py()), 1)
@@ -100,7 +103,7 @@ def _own_cost(requests: pa.Table, n_star: dict[str, float] | None):
     return req, cost, level < room[req.server], found, servers, base
 
 
-def _caught(req, found: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def _caught(req: Any, found: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Per request row: the index of the stall of its server its residence overlaps, or -1; and
     the stalls' starts by index."""
     out = np.full(req.start.size, -1, np.int64)
@@ -194,7 +197,7 @@ def stall_events(requests: pa.Table, n_star: dict[str, float] | None = None) -> 
     for t, s in zip(requests.column("tier").to_pylist(), requests.column("server").to_pylist()):
         tier_of.setdefault(s, t)
     labels = requests.column("label").to_pylist() if "label" in requests.column_names else [None] * requests.num_rows
-    out: dict[str, list] = {
+    out: dict[str, list[Any]] = {
         "tier": [],
         "server": [],
         "start_ns": [],

@@ -8,6 +8,7 @@ belongs to that server; equal to a tier name, to every server of the tier.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -83,7 +84,7 @@ def pause_table(
     window_ns: int,
 ) -> pa.Table:
     """One row per paused server: pause count proxy, paused share of time, corr(load, pause ratio)."""
-    rows: dict[str, list] = {
+    rows: dict[str, list[Any]] = {
         "tier": [],
         "server": [],
         "host": [],
@@ -113,7 +114,7 @@ def pause_table(
 
 
 def paused_share_above(
-    parts: list,
+    parts: list[Any],
     pause_spans: dict[int, tuple[np.ndarray, np.ndarray]],
     thresholds: np.ndarray,
     n_servers: int,

@@ -63,9 +63,9 @@ class LazyTables:
     def rows(self, name: str) -> int:
         """Row count without reading the table (Parquet metadata); 0 when absent."""
         if name in self._loaded:
-            return self._loaded[name].num_rows
+            return int(self._loaded[name].num_rows)
         if name in self.files:
-            return pq.ParquetFile(self.files[name]).metadata.num_rows
+            return int(pq.ParquetFile(self.files[name]).metadata.num_rows)
         return 0
 
 

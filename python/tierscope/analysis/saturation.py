@@ -365,7 +365,7 @@ def from_signature(ns: NStar, sig: QueueSignature) -> NStar:
     )
 
 
-def _binned(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[tuple, tuple, tuple]:
+def _binned(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
     """Median load and throughput per load bin (geometric bins between q0.5 % and q99.5 %)."""
     bottom, top = (float(v) for v in np.quantile(x, [0.005, 0.995]))
     if top <= bottom:

@@ -29,11 +29,12 @@ import socket
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
+from . import DEFAULT_WINDOW_NS
 from .windows import (
-    DEFAULT_WINDOW_NS,
     _check_window,
     floor_base,
     preflight,
@@ -154,7 +155,7 @@ def spark_session(
     conf: dict[str, str] | None = None,
     app_name: str = "tierscope",
     log: str | Path | None = None,
-):
+) -> Any:
     """A SparkSession on `master` (see `resolve_master`, checked by `check_master`), offline: no UI,
     and in local mode bound to the loopback interface only. `conf` adds or overrides Spark
     settings. `log`: a file that gets everything the JVM prints (its log4j log, its warnings and
@@ -178,7 +179,9 @@ def spark_session(
         launch = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
         with open(log, "ab") as out:
             SparkContext._ensure_initialized(
-                gateway=launch_gateway(launch, popen_kwargs={"stdout": out, "stderr": out})
+                gateway=launch_gateway(  # type: ignore[no-untyped-call]
+                    launch, popen_kwargs={"stdout": out, "stderr": out}
+                )
             )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=PANDAS_WARNING)
@@ -187,7 +190,7 @@ def spark_session(
     return session
 
 
-def _to_arrow(frame) -> pa.Table | None:
+def _to_arrow(frame: Any) -> pa.Table | None:
     """A Spark DataFrame as an Arrow table (None when it has no rows and Spark gave no schema)."""
     if hasattr(frame, "toArrow"):  # pyspark >= 4.0
         return frame.toArrow()
@@ -196,7 +199,7 @@ def _to_arrow(frame) -> pa.Table | None:
 
 
 def _series(
-    session, sources: list[str], window_ns: int, base_ns: int | None, exclusive: bool, shared_ids: str
+    session: Any, sources: list[str], window_ns: int, base_ns: int | None, exclusive: bool, shared_ids: str
 ) -> pa.Table:
     frame = session.read.parquet(*sources)
     frame.createOrReplaceTempView(VIEW)
@@ -222,7 +225,7 @@ def window_series_spark(
     exclusive: bool = False,
     shared_ids: str = "error",
     master: str | None = None,
-    spark=None,
+    spark: Any = None,
     conf: dict[str, str] | None = None,
 ) -> pa.Table:
     """`windows.window_series_sql`'s table (tier, server, window_start_ns, load, [load_exclusive],

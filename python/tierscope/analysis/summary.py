@@ -305,7 +305,7 @@ def build_summary(data: Analysis) -> Summary:
                 )
                 confidence = "low"
     if data.bmap is not None and data.bmap.num_rows:
-        groups: dict[int, list[dict]] = {}
+        groups: dict[int, list[dict[str, Any]]] = {}
         for r in data.bmap.to_pylist():
             groups.setdefault(r["group"], []).append(r)
         for g, rows in sorted(groups.items()):

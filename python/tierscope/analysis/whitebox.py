@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -99,7 +100,7 @@ def utilisation_samples(
     derived `cpu` = user + system, and metrics normalised by `limits` (see the module doc)."""
     t = resources.sort_by([("ts_ns", "ascending")]) if resources.num_rows else resources
     percent = t.filter(pc.equal(t.column("unit"), "percent"))
-    out: dict[tuple[str, str], list] = {}
+    out: dict[tuple[str, str], list[Any]] = {}
     hosts = percent.column("host").to_pylist()
     metrics = percent.column("metric").to_pylist()
     values = percent.column("value").to_numpy(zero_copy_only=False)
@@ -154,7 +155,8 @@ def density(samples: np.ndarray, grid: np.ndarray = GRID, min_bandwidth: float =
         k += np.exp(-0.5 * ((centres - mirror[None, :]) / h) ** 2)
     dens = k @ weights / (h * np.sqrt(2 * np.pi))
     area = np.trapezoid(dens, grid)
-    return dens / area if area > 0 else dens
+    out: np.ndarray = dens / area if area > 0 else dens
+    return out
 
 
 SHARES_SCHEMA = pa.schema([("users", pa.float64()), ("host", pa.string()), ("metric", pa.string()),
@@ -173,8 +175,8 @@ def whitebox(
 ) -> WhiteBox:
     """Densities, shares above `threshold` and saturated resources for each ``(users, resources)``
     point; `limits` bring non-percent metrics in (see the module doc)."""
-    dens_rows: dict[str, list] = {"users": [], "host": [], "metric": [], "util": [], "density": []}
-    share_rows: list[dict] = []
+    dens_rows: dict[str, list[Any]] = {"users": [], "host": [], "metric": [], "util": [], "density": []}
+    share_rows: list[dict[str, Any]] = []
     saturated: dict[float, list[tuple[str, str]]] = {}
     for users, resources in sorted(points, key=lambda p: p[0]):
         users = float(users)

@@ -28,7 +28,9 @@ per-window loop. ``load_max`` needs the events in time order per server and cost
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -112,7 +114,8 @@ def _int64(table: pa.Table, name: str) -> np.ndarray:
     col = table.column(name)
     if col.null_count:
         raise ValueError(f"requests: column {name!r} has {col.null_count} null values")
-    return col.to_numpy().astype(np.int64, copy=False)
+    out: np.ndarray = col.to_numpy().astype(np.int64, copy=False)
+    return out
 
 
 def accumulate_intervals(
@@ -565,7 +568,7 @@ def interval_ratio(
     return integral[:n_windows] / window_ns
 
 
-def _parquet_bounds(pf) -> tuple[int | None, int | None]:
+def _parquet_bounds(pf: Any) -> tuple[int | None, int | None]:
     """min(arrival_ns), max(departure_ns) from the row groups' statistics, or None if absent."""
     meta = pf.metadata
     names = pf.schema_arrow.names
@@ -679,7 +682,7 @@ def window_series_sql(
     *,
     exclusive: bool = False,
     shared_ids: str = "error",
-    connection=None,
+    connection: Any = None,
     memory_limit: str | None = None,
 ) -> pa.Table:
     """The same load and throughput as `window_series`, computed by DuckDB on Parquet files.
@@ -792,7 +795,7 @@ class SharedRequestIds(ValueError):
     """Request ids carried by more than one row: parent_id cannot name one parent row in SQL."""
 
 
-def preflight(row, where: str, *, shared_ids: str = "error") -> int | None:
+def preflight(row: Sequence[Any], where: str, *, shared_ids: str = "error") -> int | None:
     """The earliest arrival from a `preflight_query` result row (None for no rows), or ValueError.
 
     Request ids shared by several rows (a traced run forwards one id along a transaction) raise
@@ -814,7 +817,7 @@ def preflight(row, where: str, *, shared_ids: str = "error") -> int | None:
     return int(first)
 
 
-def shared_id_count(row) -> int:
+def shared_id_count(row: Sequence[Any]) -> int:
     """How many request ids a `preflight_query` row found on more than one row."""
     return int(row[3] or 0)
 
