@@ -372,3 +372,47 @@ def test_the_mysql_protocol_middleware_refuses_nobody_without_the_secret():
             assert ok.returncode == 0 and ok.stdout.strip() == "42", ok.stderr
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@needs_postgres
+@pytest.mark.parametrize("implementation", ["python", "rust"])
+def test_the_middleware_writes_its_stats_when_a_parent_was_closed_during_the_run(implementation):
+    """The middleware writes its stats on exit, by path, as the lab user: a directory above its work
+    directory closed to others while it runs (pytest closes its pytest-of-<user> directory when
+    another session starts) is opened again (o+x) before it is stopped, and the stats are there."""
+    from tierscope.services.base import free_port
+    from tierscope.services.middleware import Middleware
+    from tierscope.services.postgres import Postgres
+    from tierscope.testbed.host import Host
+
+    if implementation == "rust":
+        from tierscope.engine import EngineNotFound, engine_path
+
+        try:
+            engine_path()
+        except EngineNotFound as err:
+            pytest.skip(str(err))
+    lab = lab_account()
+    work = Path(tempfile.mkdtemp(prefix="tierscope-unpriv-test-"))
+    try:
+        pg = Postgres(Host.loopback(), free_port(), work / "pg", fsync=False, shared_buffers="32MB", database="lab")
+        mw = Middleware(
+            Host.loopback("mw"),
+            free_port(),
+            work / "run" / "mw",
+            backends=[pg.address],
+            database="lab",
+            user=pg.credentials.user,
+            password=pg.credentials.password,
+            pool=2,
+            implementation=implementation,
+        )
+        with pg, mw:
+            assert mw.proc is not None and uids(mw.proc.pid) == (lab.pw_uid,) * 4
+            (work / "run").chmod(0o700)  # closed to the lab user while the middleware runs
+        stats = mw.stats()
+        assert [b["name"] for b in stats["backends"]] == [pg.address], stats
+        st = mw.workdir.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (lab.pw_uid, 0o700)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -164,6 +164,13 @@ class Middleware(Service):
             give_to(acct.pw_name, self.workdir)  # where it writes its stats on exit
             os.chmod(self.workdir, 0o700)  # its console and stats: that user's and root's only
 
+    def stop(self, timeout: float = 20.0) -> None:
+        if os.geteuid() == 0 and self.running():
+            # it writes its stats on exit, by path: open the way again in case an ancestor was closed
+            # during the run (pytest closes its pytest-of-<user> directory when a session starts)
+            make_traversable(self.workdir)
+        super().stop(timeout)
+
     def run_account(self):
         """The account the middleware runs as in a root lab: the lab's system user."""
         try:
