@@ -224,6 +224,51 @@ def test_zipkin_client_span_of_an_opentelemetry_sdk_names_its_peer_from_the_tags
     assert rows["redis"]["server"] == "cache" and rows["shop-flask"]["server"] == "shop-flask"
 
 
+def test_a_pool_checkout_is_no_request_of_the_database_in_zipkin_and_jaeger(tmp_path):
+    # what @opentelemetry/instrumentation-pg sends around a query: `pg-pool.connect` (the app
+    # waiting for one of its own pooled connections; db.system.name set, no query text), then the
+    # query. The checkout is not the database's work: no row, in every format (OTLP does the same)
+    app = {"serviceName": "shop-express"}
+    db = {"db.system.name": "postgresql", "server.address": "127.0.0.1", "server.port": "5432"}
+    spans = [
+        {"traceId": "a" * 32, "id": "1" * 16, "name": "GET /page", "kind": "SERVER", "timestamp": T0_US,
+         "duration": 9_000, "localEndpoint": app},
+        {"traceId": "a" * 32, "parentId": "1" * 16, "id": "2" * 16, "name": "pg-pool.connect", "kind": "CLIENT",
+         "timestamp": T0_US + 100, "duration": 6_000, "localEndpoint": app, "tags": dict(db)},
+        {"traceId": "a" * 32, "parentId": "1" * 16, "id": "3" * 16, "name": "pg.query:SELECT postgres",
+         "kind": "CLIENT", "timestamp": T0_US + 6_200, "duration": 700, "localEndpoint": app,
+         "tags": {**db, "db.query.text": "SELECT id FROM items WHERE id = $1"}},
+    ]  # fmt: skip
+    path = tmp_path / "zipkin.json"
+    path.write_text(json.dumps(spans))
+    rows = load_file(path, format="zipkin").requests.to_pylist()
+    assert sorted((r["tier"], r["label"]) for r in rows) == [
+        ("postgresql", "pg.query:SELECT postgres"),
+        ("shop-express", "GET /page"),
+    ]
+    t = "b" * 32
+    proc = {"p1": {"serviceName": "shop-express", "tags": []}}
+    tags = [{"key": k, "type": "string", "value": v} for k, v in {**db, "span.kind": "client"}.items()]
+    jaeger = {"data": [{"traceID": t, "processes": proc, "spans": [
+        {"traceID": t, "spanID": "1" * 16, "operationName": "GET /page", "references": [], "startTime": T0_US,
+         "duration": 9_000, "processID": "p1", "tags": [{"key": "span.kind", "type": "string", "value": "server"}]},
+        {"traceID": t, "spanID": "2" * 16, "operationName": "pg-pool.connect", "startTime": T0_US + 100,
+         "duration": 6_000, "processID": "p1", "tags": tags,
+         "references": [{"refType": "CHILD_OF", "traceID": t, "spanID": "1" * 16}]},
+        {"traceID": t, "spanID": "3" * 16, "operationName": "pg.query:SELECT postgres", "startTime": T0_US + 6_200,
+         "duration": 700, "processID": "p1",
+         "tags": tags + [{"key": "db.query.text", "type": "string", "value": "SELECT 1"}],
+         "references": [{"refType": "CHILD_OF", "traceID": t, "spanID": "1" * 16}]},
+    ]}]}  # fmt: skip
+    path = tmp_path / "jaeger.json"
+    path.write_text(json.dumps(jaeger))
+    rows = load_file(path, format="jaeger").requests.to_pylist()
+    assert sorted((r["tier"], r["label"]) for r in rows) == [
+        ("postgresql", "pg.query:SELECT postgres"),
+        ("shop-express", "GET /page"),
+    ]
+
+
 def test_zipkin_truncated_file_keeps_what_was_read(tmp_path):
     text = json.dumps([s for i in range(3) for s in _zipkin_spans(i)])
     path = tmp_path / "cut.json"

@@ -8,8 +8,9 @@ Mapping to `requests`: the tier is the span's process ``serviceName``; the serve
 tag ``hostname`` (else ``ip``, else the tier). The span kind comes from the ``span.kind`` tag;
 a span without it counts as a SERVER span when it is an entry into its service (no parent, or a
 parent in another process). SERVER spans are requests at their tier; CLIENT spans become requests
-at the downstream tier (``peer.service``, ``db.system``, ``peer.hostname``) when no SERVER span
-answers them; the parent is the first ``CHILD_OF`` (else ``FOLLOWS_FROM``) reference.
+at the downstream tier (``peer.service``, ``db.system.name``/``db.system``, ``peer.hostname``) when no
+SERVER span answers them, but a database pool checkout or connect that sent no operation
+(`semconv.not_the_callees_work`) is no request of the database; the parent is the first ``CHILD_OF`` (else ``FOLLOWS_FROM``) reference.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from tierscope.ingest import _json
 from tierscope.ingest.registry import Format, register_format
 from tierscope.ingest.result import FormatError, RequestSink
+from tierscope.ingest.semconv import not_the_callees_work
 
 NAME = "jaeger"
 
@@ -90,8 +92,12 @@ def _span(span: dict, processes: dict, service_of: dict, sink: RequestSink) -> N
         tier = service
         server = ptags.get("hostname") or ptags.get("ip") or service
     elif kind == "client":
+        if not_the_callees_work(tags, span.get("operationName")):
+            sink.note_seen()
+            return
         tier = (
             tags.get("peer.service")
+            or tags.get("db.system.name")
             or tags.get("db.system")
             or tags.get("peer.hostname")
             or tags.get("server.address")

@@ -40,6 +40,7 @@ from ijson.common import ObjectBuilder
 from tierscope.ingest import _json
 from tierscope.ingest.registry import Format, register_format
 from tierscope.ingest.result import FormatError, RequestSink
+from tierscope.ingest.semconv import not_the_callees_work
 
 NAME = "otlp"
 _KINDS = {
@@ -197,7 +198,7 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
         )
         tier = service
     elif kind == "client":
-        if _not_the_callees_work(attrs, span.get("name")):
+        if not_the_callees_work(attrs, span.get("name")):
             sink.note_seen()
             return
         tier = str(
@@ -236,29 +237,6 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
         recorder=str(server) if kind == "server" else str(instance or service or tier),
         process=f"{service}\x1f{instance}",
     )
-
-
-#: Attributes that carry the operation a database CLIENT span sent (both generations of the
-#: semantic conventions). A database span with none of them is connection or pool management.
-_DB_OPERATION_KEYS = (
-    "db.statement",
-    "db.query.text",
-    "db.operation",
-    "db.operation.name",
-    "db.query.summary",
-    "db.stored_procedure.name",
-)
-
-
-def _not_the_callees_work(attrs: dict, name: Any) -> bool:
-    """A database CLIENT span named for a pool or a connection that sent no operation
-    (`pg-pool.connect`, a pool checkout: the caller waiting for one of its own connections;
-    `pg.connect`: opening one) is not a request the database served: it is not a row (it still
-    links its children)."""
-    if not (attrs.get("db.system") or attrs.get("db.system.name")):
-        return False
-    words = str(name or "").lower()
-    return ("pool" in words or "connect" in words) and not any(attrs.get(k) for k in _DB_OPERATION_KEYS)
 
 
 def sniff(head: bytes) -> bool:

@@ -6,7 +6,9 @@ CONSUMER), ``timestamp`` and ``duration`` in microseconds, ``localEndpoint.servi
 ``localEndpoint.ipv4``/``ipv6``/``port`` (the server), ``remoteEndpoint.serviceName`` (the callee of a
 CLIENT span; without a remote endpoint, as the OpenTelemetry SDKs' Zipkin exporters send them, the
 tags ``peer.service``, ``db.system.name``/``db.system`` name it and ``server.address``/
-``net.peer.name`` with ``server.port``/``net.peer.port`` its server, as in OTLP), ``tags`` (``http.status_code``, ``error``). B3 shared spans (a SERVER span carrying the
+``net.peer.name`` with ``server.port``/``net.peer.port`` its server, as in OTLP; a database pool
+checkout or connect that sent no operation, ``pg-pool.connect``, is no request of the database:
+`semconv.not_the_callees_work`), ``tags`` (``http.status_code``, ``error``). B3 shared spans (a SERVER span carrying the
 id of the CLIENT span that called it, ``"shared": true``) are handled: the CLIENT half is dropped
 because its callee was traced. A span without ``kind`` and without ``parentId`` is a root request
 (SERVER); other spans without ``kind`` are local work, not requests.
@@ -20,6 +22,7 @@ from typing import Any
 from tierscope.ingest import _json
 from tierscope.ingest.registry import Format, register_format
 from tierscope.ingest.result import FormatError, RequestSink
+from tierscope.ingest.semconv import not_the_callees_work
 
 NAME = "zipkin"
 
@@ -57,6 +60,9 @@ def read_span(span: Any, where: str, sink: RequestSink) -> None:
                 raise ValueError("localEndpoint.serviceName missing (the tier)")
             tier, server = service, addr or service
         elif kind == "client":
+            if not_the_callees_work(tags, span.get("name")):
+                sink.note_seen()
+                return
             remote, raddr = _endpoint(span.get("remoteEndpoint"))
             if raddr is None:  # the OpenTelemetry SDKs' Zipkin exporters leave the peer in the tags
                 host = tags.get("server.address") or tags.get("net.peer.name")
