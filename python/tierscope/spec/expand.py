@@ -47,7 +47,10 @@ def expand(spec: Spec, where: str | None = None) -> list[Point]:
         for combo in itertools.product(*(axes[k] for k in keys)):
             raw = copy.deepcopy(spec.base)
             for k, v in zip(keys, combo):
-                set_path(raw, k, copy.deepcopy(v))
+                try:
+                    set_path(raw, k, copy.deepcopy(v))
+                except SpecError as err:
+                    raise SpecError(f"{where}: sweep.matrix.{k}: {err}") from None
             ck = json.dumps(raw, sort_keys=True, default=str)
             if ck not in cache:
                 try:

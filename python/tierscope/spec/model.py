@@ -271,6 +271,7 @@ class NoisyNeighbour(_Target):
     burstiness: float = Field(default=1.0, ge=1.0, le=100_000)  # index of dispersion I
     job: Duration = 0.001  # CPU time of one unit of work (seconds)
     peak: float = Field(default=1.0, gt=0, le=64)  # demand while ON, cores (the burner is one thread)
+    regular: bool = False  # ON and OFF last exactly their means: the same mean over any run (seed 001 §5)
 
     @model_validator(mode="after")
     def _peak(self) -> Self:

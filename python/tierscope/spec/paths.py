@@ -1,5 +1,6 @@
-"""Dotted key paths into a spec's table (`soft.db.cache`): get, set, and a sweep matrix flattened to
-paths."""
+"""Dotted key paths into a spec's table (`soft.db.cache`; when setting, a number picks an element of
+an array of tables: `interference.noisy_neighbour.0.burstiness`): get, set, and a sweep matrix
+flattened to paths."""
 
 from __future__ import annotations
 
@@ -9,15 +10,23 @@ from .errors import SpecError
 
 
 def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
+    """Set `path` in `tree`, making the tables it names; a number picks an element of an array of
+    tables (`interference.noisy_neighbour.0.burstiness`), which must exist."""
     keys = path.split(".")
-    node = tree
-    for k in keys[:-1]:
+    node: Any = tree
+    for i, k in enumerate(keys[:-1]):
+        if isinstance(node, list):
+            node = _element(node, k, keys[:i])
+            continue
         nxt = node.get(k)
-        if not isinstance(nxt, dict):
+        if not isinstance(nxt, dict | list):
             nxt = {}
             node[k] = nxt
         node = nxt
-    node[keys[-1]] = value
+    if isinstance(node, list):
+        node[_index(node, keys[-1], keys[:-1])] = value
+    else:
+        node[keys[-1]] = value
 
 
 def get_path(tree: Any, path: str) -> Any:
@@ -26,6 +35,22 @@ def get_path(tree: Any, path: str) -> Any:
         if not isinstance(node, dict) or k not in node:
             raise KeyError(path)
         node = node[k]
+    return node
+
+
+def _index(items: list[Any], key: str, where: list[str]) -> int:
+    if not key.isdigit() or int(key) >= len(items):
+        raise SpecError(
+            f"{'.'.join(where)}: an array of {len(items)} table(s): expected an index 0..{len(items) - 1} "
+            f"after it, got {key!r}"
+        )
+    return int(key)
+
+
+def _element(items: list[Any], key: str, where: list[str]) -> Any:
+    node = items[_index(items, key, where)]
+    if not isinstance(node, dict):
+        raise SpecError(f"{'.'.join(where)}.{key}: expected a table, got {node!r}")
     return node
 
 

@@ -15,7 +15,14 @@ demand u (cores), p_on = u / peak, and an index of dispersion I of the job count
 so mean_on = (I - 1) / (2 lambda (1 - p_on)^2) and mean_off = (I - 1) / (2 lambda p_on (1 - p_on)).
 I = 1 is a plain Poisson stream of jobs at rate u / job (not bursty). Work is measured in the
 burner's own CPU time, so a throttled burner takes longer, as a real neighbour would. Its ON
-periods become `events` rows of kind `noisy_neighbour_burst`.
+periods become `events` rows of kind `noisy_neighbour_burst`, each with the burner's CPU time at
+its start and end (what it burned in between, and between bursts, is measured, not assumed).
+
+Exponential ON and OFF periods make the mean demand over a run a random number: over T seconds it
+spreads by about sqrt(I job / (u T)) around u (24 % at I = 400, u = 0.15 cores, T = 40 s, over 200
+schedules). `regular = true` keeps the same means and Poisson jobs while ON but makes every ON and
+OFF period last exactly its mean (a square wave starting at a random phase): the same mean demand
+and burst length, the mean over a run within one burst of u.
 """
 
 from __future__ import annotations
@@ -138,11 +145,12 @@ def mmpp_periods(utilization: float, burstiness: float, job: float, peak: float 
     return lam, mean_on, mean_off
 
 
-def work_arrivals(rng: random.Random, lam: float, mean_on: float, mean_off: float):
+def work_arrivals(rng: random.Random, lam: float, mean_on: float, mean_off: float, regular: bool = False):
     """The burner's schedule, in seconds from its start: yields ("job", t), ("on", t), ("off", t).
 
     An interrupted Poisson process: jobs at rate `lam` while ON, none while OFF; ON and OFF last
-    exponential times with the given means (mean_on = inf: always ON, a plain Poisson stream).
+    exponential times with the given means (mean_on = inf: always ON, a plain Poisson stream), or
+    exactly their means when `regular`, from a random phase of the cycle.
     """
     if math.isinf(mean_on):
         yield ("on", 0.0)
@@ -152,10 +160,16 @@ def work_arrivals(rng: random.Random, lam: float, mean_on: float, mean_off: floa
             yield ("job", t)
     on = rng.random() < mean_on / (mean_on + mean_off)
     t = 0.0
+    # regular: the first period is the rest of a cycle entered at a uniform phase
+    left = rng.uniform(0, mean_on if on else mean_off) if regular else 0.0
     if on:
         yield ("on", 0.0)
     while True:
-        end = t + rng.expovariate(1 / (mean_on if on else mean_off))
+        if regular:
+            end = t + ((mean_on if on else mean_off) - left)
+            left = 0.0
+        else:
+            end = t + rng.expovariate(1 / (mean_on if on else mean_off))
         if on:
             a = t + rng.expovariate(lam)
             while a < end:
@@ -176,17 +190,24 @@ def burn(
     seed: int,
     bursts: Path | None,
     duration: float | None = None,
+    regular: bool = False,
 ) -> None:
     """The burner's main loop (runs until SIGTERM, or `duration` seconds).
 
     Jobs arrive on the `work_arrivals` schedule; each is `job` seconds of this thread's CPU time,
-    spun in chunks of at most 5 ms; the backlog carries over when the burner falls behind.
+    spun in chunks of at most 5 ms; the backlog carries over when the burner falls behind. What
+    the loop itself costs between chunks (waking up for each job) counts as work done, so its CPU
+    time is the work that arrived, steady or bursty (not ~8 % more for a steady stream). The
+    log gets `start <ns>`, `on|off <ns> <cpu_ns>` and `end <ns> <cpu_ns>` lines (cpu_ns: this
+    thread's CPU time since the start line).
     """
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     lam, mean_on, mean_off = mmpp_periods(utilization, burstiness, job, peak)
-    schedule = work_arrivals(random.Random(seed), lam, mean_on, mean_off)
+    schedule = work_arrivals(random.Random(seed), lam, mean_on, mean_off, regular)
     log = open(bursts, "a", buffering=1) if bursts else None  # noqa: SIM115 (closed in the finally below)
+    cpu_base = time.thread_time_ns()  # the interpreter's start-up is not the neighbour's work
+    cpu_ns = lambda: time.thread_time_ns() - cpu_base  # noqa: E731
     t0 = time.monotonic()
     t0_ns = time.time_ns()
     if log:
@@ -195,6 +216,7 @@ def burn(
     on_since: float | None = None
     backlog = 0.0
     cpu = time.thread_time
+    charged = cpu()  # CPU time accounted as work: the loop's own cost (waking, sleeping) included
     kind, at = next(schedule)
     try:
         while not stop["now"]:
@@ -207,15 +229,16 @@ def burn(
                 elif kind == "on":
                     on_since = at
                     if log:
-                        log.write(f"on {t0_ns + int(at * 1e9)}\n")
+                        log.write(f"on {t0_ns + int(at * 1e9)} {cpu_ns()}\n")
                 else:
                     if log and on_since is not None:
-                        log.write(f"off {t0_ns + int(at * 1e9)}\n")
+                        log.write(f"off {t0_ns + int(at * 1e9)} {cpu_ns()}\n")
                     on_since = None
                 kind, at = next(schedule)
             if backlog > 0:
                 chunk = min(backlog, 0.005)
-                target = cpu() + chunk
+                target = charged + chunk  # what the loop spent since the last chunk is work done
+                charged = target
                 while cpu() < target:
                     pass
                 backlog -= chunk
@@ -223,8 +246,10 @@ def burn(
                 time.sleep(max(0.0, min(at, end) - (time.monotonic() - t0)))
     finally:
         if log:
+            now_ns, spent = time.time_ns(), cpu_ns()
             if on_since is not None:
-                log.write(f"off {time.time_ns()}\n")
+                log.write(f"off {now_ns} {spent}\n")
+            log.write(f"end {now_ns} {spent}\n")
             log.close()
 
 
@@ -251,7 +276,7 @@ class NoisyNeighbourProcess:
             "--utilization", str(s.utilization), "--burstiness", str(s.burstiness),
             "--job", str(s.job), "--peak", str(s.peak), "--seed", str(self.seed),
             "--bursts", str(self.bursts),
-        ]  # fmt: skip
+        ] + (["--regular"] if s.regular else [])  # fmt: skip
         env = dict(os.environ, **{MARKER_ENV: "noisy_neighbour"})
         self.bursts.unlink(missing_ok=True)
         self.proc = spawn(
@@ -282,21 +307,30 @@ class NoisyNeighbourProcess:
         return events_table(self._bursts(time.time_ns()))
 
     def _bursts(self, now_ns: int) -> list[tuple[int, int, str, str, str]]:
-        """ON periods from the burner's log; one still open (burner killed) ends at `now_ns`."""
-        rows, on = [], None
-        detail = f"burner at {self.spec.peak:g} cores, I={self.spec.burstiness:g}"
+        """ON periods from the burner's log, each with the burner's CPU time (seconds) at its
+        start and end in the detail (`cpu_s_at_on=... cpu_s_at_off=...`); one still open (burner
+        killed) ends at `now_ns` with the last CPU time logged."""
+        rows: list[tuple[int, int, str, str, str]] = []
+        on: tuple[int, int] | None = None
+        last_cpu = 0
+        s = self.spec
+        detail = f"burner at {s.peak:g} cores, I={s.burstiness:g}" + (", regular" if s.regular else "")
         text = self.bursts.read_text() if self.bursts.exists() else ""
         for line in text.splitlines():
-            kind, _, ns = line.partition(" ")
-            if not ns.isdigit():
+            kind, *fields = line.split()
+            if not fields or not all(f.isdigit() for f in fields):
                 continue
+            ns = int(fields[0])
+            last_cpu = int(fields[1]) if len(fields) > 1 else last_cpu
             if kind == "on":
-                on = int(ns)
+                on = (ns, last_cpu)
             elif kind == "off" and on is not None:
-                rows.append((on, int(ns), self.host.name, "noisy_neighbour_burst", detail))
+                rows.append((on[0], ns, self.host.name, "noisy_neighbour_burst",
+                             f"{detail}, cpu_s_at_on={on[1] / 1e9:.4f} cpu_s_at_off={last_cpu / 1e9:.4f}"))  # fmt: skip
                 on = None
         if on is not None:
-            rows.append((on, now_ns, self.host.name, "noisy_neighbour_burst", detail))
+            rows.append((on[0], now_ns, self.host.name, "noisy_neighbour_burst",
+                         f"{detail}, cpu_s_at_on={on[1] / 1e9:.4f} cpu_s_at_off={last_cpu / 1e9:.4f}"))  # fmt: skip
         return rows
 
 
@@ -311,8 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--bursts", type=Path, default=None, help="log 'start|on|off <ns>' lines here")
     b.add_argument("--duration", type=float, default=None, help="seconds (default: until SIGTERM)")
+    b.add_argument("--regular", action="store_true", help="ON and OFF last exactly their means")
     args = ap.parse_args(argv)
-    burn(args.utilization, args.burstiness, args.job, args.peak, args.seed, args.bursts, args.duration)
+    burn(args.utilization, args.burstiness, args.job, args.peak, args.seed, args.bursts, args.duration, args.regular)
     return 0
 
 
