@@ -54,7 +54,7 @@ def test_inventory_reads_groups_vars_and_assigns_servers(tmp_path):
     inv = load_inventory(write(tmp_path, GOOD))
     assert inv.groups == {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h1"]}
     assert inv.hosts["h1"].groups == ["web", "client"] and inv.hosts["h1"].address == "10.0.0.11"
-    assert inv.hosts["h3"].workdir == "/srv/ts" and inv.hosts["h2"].workdir == "/tmp/tierscope-remote"
+    assert inv.hosts["h3"].workdir == "/srv/ts" and inv.hosts["h2"].workdir == "/var/lib/tierscope/remote"
     assert inv.hosts["h2"].vars["ansible_user"] == "root"
     assert inv.clock_bound_s == pytest.approx(0.005)
     from tierscope.spec import expand
@@ -162,6 +162,49 @@ def test_a_clock_offset_above_the_bound_is_refused(lab, tmp_path):
     assert abs(offsets["h3"].offset_ns - shift) <= offsets["h3"].rtt_ns / 2 + 100_000
     with pytest.raises(clock.ClockError, match=r"above the bound of 10 ms: h3 \+25\.\d ms"):
         clock.check(offsets, inv.clock_bound_s)
+
+
+@needs_root("network namespaces, sshd, a directory planted by another user")
+@needs_sshd
+def test_a_work_directory_planted_on_the_hosts_is_refused_over_ssh(lab, tmp_path):
+    """The inventory's tierscope_workdir made first by user nobody on the hosts: up.yml stops at
+    its first task with the agent's refusal, and neither up, down nor cleanup writes anything in
+    it or removes it (the hosts share this machine's file system)."""
+    import os
+    import pwd
+    import shutil
+    import tempfile
+
+    from tierscope.cli.run import changed_spec
+    from tierscope.remote.run import run_remote
+
+    nobody = pwd.getpwnam("nobody")
+    tmp = Path(tempfile.mkdtemp(prefix="tierscope-remote-planted-"))
+    try:
+        os.chmod(tmp, 0o1777)  # like /tmp
+        planted = tmp / "tierscope-remote"
+        as_nobody = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+        subprocess.run([*as_nobody, "mkdir", "-m", "0777", str(planted)], check=True)
+        inv = lab.write_inventory(
+            tmp_path / "inv.yml",
+            {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4"]},
+            tierscope_workdir=str(planted),
+            tierscope_clock_bound="200ms",
+        )
+        result = run_remote(
+            changed_spec(EXAMPLES / "tiny.toml", {"workload.users": [2], "monitor.capture": False}),
+            tmp_path / "remote",
+            inv,
+            report=False,
+        )
+        assert result.done == [] and len(result.failed) == 1, result
+        reason = result.failed[0][1]
+        assert "the work directory" in reason and f"refusing state directory {planted}" in reason, reason
+        assert "owned by nobody" in reason, reason
+        assert list(planted.iterdir()) == [] and os.lstat(planted).st_uid == nobody.pw_uid  # nothing written
+        assert not [x for x in _leftovers(lab.k) if "tierscope.remote.agent" in x]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 #: h3 (the database's host) answers the clock probe of the hosts run below as if its clock were

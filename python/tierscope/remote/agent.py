@@ -2,6 +2,9 @@
 
 The playbooks call it; it reuses the services layer, so no server configuration lives in YAML.
 
+  workdir --dir W                   make the host's work directory W for the run's files (0700), or
+         refuse it (exit 1) when it is a symbolic link, another user's or writable by others: the
+         playbooks call it before they write anything under W (`tierscope.statedir`)
   check  --point P --servers S,..   which programs the servers need are missing (JSON: Debian packages)
   serve  --point P --server S --dir D   start server S (data, config, program) in a cgroup of its own,
          tcpdump on its port and the resource monitor; write D/state.json (ready/failed); keep them
@@ -13,6 +16,9 @@ The playbooks call it; it reuses the services layer, so no server configuration 
 
 P is the point as JSON (`tierscope.spec.Point`) plus `servers`: name -> {tier, address}, which the
 controller writes from the inventory. Start order is the controller's (db, middleware, app, web).
+The pid file D/agent.pid records the serving agent's pid, start time and command line, written
+atomically and privately (`statedir.write_json`); `wait` and `stop` read it only when it is ours and
+signal the pid only while it still names that same process (`statedir.same_process`).
 """
 
 from __future__ import annotations
@@ -57,6 +63,32 @@ def _ipv4_interface(address: str) -> str:
         if len(parts) > 3 and parts[3].split("/")[0] == ip:
             return parts[1]
     raise RuntimeError(f"no interface of this host has the address {ip} (ip -4 addr show)")
+
+
+# --- workdir ------------------------------------------------------------------------------------
+
+
+def check_workdir(path: Path) -> int:
+    """Make the host's work directory `path` (0700, missing parents too) or check the existing one."""
+    from tierscope import statedir
+
+    try:
+        made = statedir.secure_dir(path)
+    except statedir.StateError as err:
+        print(err, file=sys.stderr)  # the whole story; then the short line Ansible's failure shows
+        print(
+            f"{str(err).split(' (owner ')[0]} (tierscope_workdir: none of this run's files go there)", file=sys.stderr
+        )
+        return 1
+    except OSError as err:
+        print(
+            f"tierscope_workdir {path}: cannot make it ({err.strerror}); set tierscope_workdir in the inventory "
+            "to a directory of this user's that no one else can write",
+            file=sys.stderr,
+        )
+        return 1
+    print(made)
+    return 0
 
 
 # --- check --------------------------------------------------------------------------------------
@@ -150,6 +182,7 @@ def start_server(point, raw: dict, name: str, workdir: Path, host, served: Serve
 
 
 def serve(point_file: str, name: str, workdir: Path) -> int:
+    from tierscope import statedir
     from tierscope.runner import CAPTURE_FILTER, socket_limits
     from tierscope.testbed import cgroups
     from tierscope.testbed.host import Host
@@ -157,7 +190,7 @@ def serve(point_file: str, name: str, workdir: Path) -> int:
     from tierscope.trace.capture import LiveCapture
 
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "agent.pid").write_text(str(os.getpid()))
+    statedir.write_json(workdir / "agent.pid", statedir.identity(os.getpid()))
     point, raw = _read_point(point_file)
     c = point.config
     stop = {"now": False}
@@ -271,6 +304,8 @@ def _stop_served(served: Served, workdir: Path) -> None:
 
 
 def wait_ready(workdir: Path, timeout: float) -> int:
+    from tierscope import statedir
+
     deadline = time.monotonic() + timeout
     state = workdir / "state.json"
     while time.monotonic() < deadline:
@@ -285,8 +320,12 @@ def wait_ready(workdir: Path, timeout: float) -> int:
             if s.get("status") == "failed":
                 print(f"{workdir.name}: {s.get('error')}\n{s.get('traceback', '')}", file=sys.stderr)
                 return 1
-        pid = _pid(workdir)
-        if pid is not None and not _alive(pid):
+        try:
+            agent = _agent(workdir)
+        except statedir.StateError as err:
+            print(f"{workdir.name}: {err}", file=sys.stderr)
+            return 1
+        if agent is not None and not agent[0]:
             log = workdir / "agent.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             print(f"{workdir.name}: the agent exited before its server was ready:\n{tail}", file=sys.stderr)
@@ -296,39 +335,42 @@ def wait_ready(workdir: Path, timeout: float) -> int:
     return 1
 
 
-def _pid(workdir: Path) -> int | None:
-    try:
-        return int((workdir / "agent.pid").read_text())
-    except (OSError, ValueError):
+def _agent(workdir: Path) -> tuple[bool, dict, str] | None:
+    """The serving agent's record in `workdir`: (still that process, the record, why not); None when
+    there is no pid file yet. StateError when the file or its directory is not to be trusted."""
+    from tierscope import statedir
+
+    if not os.path.lexists(workdir):  # the point never started here
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
+    record = statedir.read_json(workdir / "agent.pid")
+    if record is None:
+        return None
+    same, why = statedir.same_process(record)
+    return same, record, why
 
 
 def stop_agent(workdir: Path, timeout: float) -> int:
-    pid = _pid(workdir)
-    if pid is None or not _alive(pid):
-        print(f"{workdir.name}: not running")
+    from tierscope import statedir
+
+    try:
+        agent = _agent(workdir)
+    except statedir.StateError as err:  # planted: signal nothing
+        print(f"{workdir.name}: {err}; nothing stopped", file=sys.stderr)
+        return 1
+    if agent is None or not agent[0]:
+        print(f"{workdir.name}: not running" + (f" ({agent[2]})" if agent else ""))
         return 0
+    record = agent[1]
+    pid = record["pid"]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not statedir.same_process(record)[0]:
             print(f"{workdir.name}: stopped")
             return 0
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+    if statedir.same_process(record)[0]:
+        os.kill(pid, signal.SIGKILL)
     print(f"{workdir.name}: killed after {timeout:.0f} s", file=sys.stderr)
     return 1
 
@@ -384,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = ap.add_subparsers(dest="verb", required=True)
+    p = sub.add_parser("workdir")
+    p.add_argument("--dir", required=True, type=Path)
     p = sub.add_parser("check")
     p.add_argument("--point", required=True)
     p.add_argument("--servers", required=True)
@@ -405,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
     a = ap.parse_args(argv)
+    if a.verb == "workdir":
+        return check_workdir(a.dir)
     if a.verb == "check":
         point, raw = _read_point(a.point)
         print(json.dumps({"missing_packages": missing(point, raw, [s for s in a.servers.split(",") if s])}))

@@ -32,10 +32,14 @@ GROUPS = ("web", "app", "middleware", "db", "client")
 TIERSCOPE_VARS = {
     "tierscope_python": "the Python interpreter with tierscope installed on the host (default: the "
     "controller's own, right when the hosts share its file system or its layout)",
-    "tierscope_workdir": "where the host keeps a run's files (default /tmp/tierscope-remote)",
+    "tierscope_workdir": "where the host keeps a run's files (default /var/lib/tierscope/remote; made 0700, "
+    "refused when it is a symbolic link, another user's or writable by others)",
     "tierscope_clock_bound": "largest clock offset accepted, a duration such as 10ms (default 10ms)",
 }
-DEFAULT_WORKDIR = "/tmp/tierscope-remote"
+#: a root host's directory for the runs' files (their servers' data too: on disk, not a tmpfs such
+#: as /run); never a fixed /tmp path another local user could make first (the agent's `workdir`
+#: verb checks it before anything is written there, `tierscope.statedir`)
+DEFAULT_WORKDIR = "/var/lib/tierscope/remote"
 DEFAULT_CLOCK_BOUND_S = 0.010
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

@@ -1,7 +1,8 @@
 """The playbooks of a `--hosts` run: written as YAML into the run directory, run with ansible-playbook.
 
 Per point, in `OUT/<run>/<point>/playbooks/`:
-  up.yml    every host: make the point's directory, copy the point (point.json), check the programs
+  up.yml    every host: check the work directory (`agent workdir`: ours, 0700, no symlink; made
+            when missing), make the point's directory, copy the point (point.json), check the programs
             its servers need and apt-install the missing ones; then tier by tier (db, middleware,
             app, web) start each server's agent (`nohup setsid python -m tierscope.remote.agent serve`,
             which writes its pid file) and wait until it is ready (or say why not)
@@ -32,6 +33,7 @@ import yaml
 
 from tierscope import statedir
 from tierscope.remote import RemoteError
+from tierscope.remote.inventory import DEFAULT_WORKDIR
 
 TIER_ORDER = ("db", "middleware", "app", "web")
 
@@ -45,8 +47,22 @@ def _py(default_python: str) -> str:
     return "{{ tierscope_python | default('%s') }}" % default_python  # noqa: UP031
 
 
+def _workdir() -> str:
+    return "{{ tierscope_workdir | default('%s') }}" % DEFAULT_WORKDIR  # noqa: UP031
+
+
 def _root(run_id: str) -> str:
-    return "{{ tierscope_workdir | default('/tmp/tierscope-remote') }}/%s/{{ inventory_hostname }}" % run_id  # noqa: UP031
+    return f"{_workdir()}/{run_id}/{{{{ inventory_hostname }}}}"
+
+
+def _workdir_task(agent: str) -> dict:
+    """The first task of every play that writes or removes files on the hosts: the work directory
+    is ours, 0700 and no symlink (made when missing), else the host's play stops there."""
+    return {
+        "name": "the work directory: ours, 0700, no symlink (made when missing)",
+        "changed_when": False,
+        "ansible.builtin.command": f"{agent} workdir --dir {_workdir()}",
+    }
 
 
 def write_config(run_dir: Path, inventory: Path) -> Path:
@@ -129,6 +145,7 @@ def point_playbooks(
             "hosts": ",".join(hosts_used),
             **common,
             "tasks": [
+                _workdir_task(agent),  # before anything is written there
                 {"name": "the point's directory", "ansible.builtin.file": {"path": "{{ pd }}", "state": "directory"}},
                 {
                     "name": "the point (configuration of every server)",
@@ -225,6 +242,7 @@ def point_playbooks(
             "hosts": ",".join(hosts_used),
             **common,
             "tasks": [
+                _workdir_task(agent),  # never pack into, nor remove through, a directory planted there
                 {
                     "name": "pack them",
                     "changed_when": False,
@@ -258,13 +276,14 @@ def point_playbooks(
     return paths
 
 
-def cleanup_playbook(run_dir: Path, run_id: str, hosts: list[str]) -> Path:
+def cleanup_playbook(run_dir: Path, run_id: str, hosts: list[str], default_python: str = sys.executable) -> Path:
     plays = [
         {
             "name": "remove the run's files (loaded data) from the hosts",
             "hosts": ",".join(sorted(hosts)),
             "gather_facts": False,
             "tasks": [
+                _workdir_task(f"{_py(default_python)} -m tierscope.remote.agent"),
                 {
                     "name": "the host's files of the run",
                     "ansible.builtin.file": {"path": _root(run_id), "state": "absent"},
