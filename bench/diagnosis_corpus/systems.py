@@ -136,7 +136,9 @@ class Cgroups:
             limit = str(memory_mib * 2**20) if memory_mib else "-1"
             (self.ROOT / "memory" / self.base / name / "memory.limit_in_bytes").write_text(limit)
         if "blkio" in self.controllers:
-            dev = disk_of(path)
+            from tierscope.testbed.cgroups import block_device
+
+            dev = block_device(None, path)
             (self.ROOT / "blkio" / self.base / name / "blkio.throttle.read_iops_device").write_text(
                 f"{dev} {read_iops or 0}"
             )
@@ -205,15 +207,6 @@ class Cgroups:
                 else:
                     print(f"diagnosis: could not remove cgroup {d}", file=sys.stderr)
         self.made = []
-
-
-def disk_of(path: Path) -> str:
-    """major:minor of the whole disk holding path (blkio throttles disks, not partitions)."""
-    st = os.stat(path)
-    sysdir = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
-    if (sysdir / "partition").exists():
-        return (sysdir.resolve().parent / "dev").read_text().strip()
-    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
 
 
 def in_cgroup(procs_files: list[str], argv: list[str]) -> list[str]:
