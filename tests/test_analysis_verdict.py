@@ -6,11 +6,14 @@ Ground truth is arithmetic on hand-built tables (every interval chosen here) and
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from tierscope.analysis.alternation import Verdict
+from tierscope.analysis.experiment import UNTRACED_CAP, untraced_tiers, without_tiers
 from tierscope.analysis.fine import analyze_fine
 from tierscope.analysis.pauses import paused_share_above
 from tierscope.analysis.summary import corroborate
@@ -309,3 +312,16 @@ def test_the_simulators_alternating_example_without_its_events_table():
         share = float((cover >= 0.5).mean())
         assert abs(without.saturated_share[tier] - share) <= 0.08, (tier, without.saturated_share, share)
         assert abs(without.saturated_share[tier] - with_events.saturated_share[tier]) <= 0.05
+
+
+def test_a_tier_with_no_traced_request_caps_the_verdict_and_is_named():
+    requests = pa.table({"tier": ["app", "db", "db"], "server": ["app1", "db1", "db1"]})
+    # web has a server but no row (its capture saw nothing); the middleware tier has no server
+    assert untraced_tiers({"web": 1, "app": 1, "middleware": 0, "db": 1}, requests) == ["web"]
+    assert untraced_tiers({"app": 1, "db": 2}, requests) == []
+    assert untraced_tiers(None, requests) == []
+    sure = Verdict("single", ["db"], "single bottleneck at db", 0.97, "db 80% saturated")
+    capped = without_tiers(sure, ["web"])
+    assert capped.confidence == UNTRACED_CAP < 0.5 and (capped.kind, capped.tiers) == ("single", ["db"])
+    assert capped.evidence.startswith("db 80% saturated; no request traced at web")
+    assert without_tiers(dataclasses.replace(sure, confidence=0.3), ["web"]).confidence == 0.3

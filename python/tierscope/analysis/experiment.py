@@ -13,6 +13,7 @@ analyses only. What cannot be computed is left None with a note saying why.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tierscope.analysis import DEFAULT_WINDOW_NS
+from tierscope.analysis.alternation import Verdict
 from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
 from tierscope.analysis.heavy import heavy_requests, heavy_summary, stall_events
@@ -309,7 +311,33 @@ def _analyse_point(
             data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns, service_hints=hints)
     if why:
         data.notes.append(why)
+    missing = untraced_tiers(chosen.manifest.tiers, reqs)
+    if missing and data.fine is not None:
+        data.fine = dataclasses.replace(data.fine, verdict=without_tiers(data.fine.verdict, missing))
+        data.notes.append(f"no request traced at {', '.join(missing)}: {UNTRACED_WHY}")
     _heavy(data, reqs)
+
+
+#: The confidence cap of a verdict on a system some of whose tiers have no traced request.
+UNTRACED_CAP = 0.45
+UNTRACED_WHY = "the capture saw none of its traffic, so its saturation cannot be judged"
+
+
+def untraced_tiers(topology: dict[str, int] | None, requests: pa.Table) -> list[str]:
+    """The tiers the run's topology has servers in (manifest `tiers`) with no row in `requests`."""
+    if not topology:
+        return []
+    seen = set(requests.column("tier").unique().to_pylist()) if requests.num_rows else set()
+    return sorted(t for t, n in topology.items() if n and t not in seen)
+
+
+def without_tiers(verdict: Verdict, missing: list[str]) -> Verdict:
+    """`verdict` with at most UNTRACED_CAP, saying which tiers it could not weigh."""
+    return dataclasses.replace(
+        verdict,
+        confidence=min(verdict.confidence, UNTRACED_CAP),
+        evidence=f"{verdict.evidence}; no request traced at {', '.join(missing)}: {UNTRACED_WHY}",
+    )
 
 
 def _past_a_quiet_knee(data: Analysis, chosen: Point, points: list[Point], window_ns: int) -> None:

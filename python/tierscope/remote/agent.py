@@ -65,6 +65,17 @@ def _ipv4_interface(address: str) -> str:
     raise RuntimeError(f"no interface of this host has the address {ip} (ip -4 addr show)")
 
 
+def capture_interfaces(iface: str) -> list[tuple[str, str]]:
+    """(interface, pcap file) to capture a server whose address is on `iface`: that interface, and
+    `lo` as well: a client on the same host (the generator beside the web server, two tiers on one
+    host) reaches the server's address through the loopback interface, never through `iface`."""
+    return [(iface, "capture.pcap")] + ([("lo", CAPTURE_LO)] if iface != "lo" else [])
+
+
+#: the loopback half of a server's capture (`capture_interfaces`), merged with the rest
+CAPTURE_LO = "capture-lo.pcap"
+
+
 # --- workdir ------------------------------------------------------------------------------------
 
 
@@ -121,7 +132,7 @@ class Served:
 
     def __init__(self) -> None:
         self.services: list = []
-        self.capture: LiveCapture | None = None
+        self.captures: list[LiveCapture] = []
         self.monitor: Monitor | None = None
         self.cgroup: str | None = None
         self.controllers: tuple[str, ...] = ()
@@ -218,12 +229,15 @@ def serve(point_file: str, name: str, workdir: Path) -> int:
         start_server(point, raw, name, workdir, host, served)
         if c.monitor.capture:
             port = served.server_map[-1][0].rsplit(":", 1)[1]
-            served.capture = LiveCapture(
-                _ipv4_interface(address),
-                workdir / "capture.pcap",
-                filter=f"tcp port {port} and ({CAPTURE_FILTER})",
-                snaplen=c.monitor.snaplen,
-            ).start()
+            for iface, pcap in capture_interfaces(_ipv4_interface(address)):
+                served.captures.append(
+                    LiveCapture(
+                        iface,
+                        workdir / pcap,
+                        filter=f"tcp port {port} and ({CAPTURE_FILTER})",
+                        snaplen=c.monitor.snaplen,
+                    ).start()
+                )
         if served.cgroup:
             machine = len(cgroups.machine_cpus())
             cg = {k: str(cgroups.path(k, served.cgroup)) for k in ("cpu", "cpuacct", "memory", "blkio")}
@@ -271,14 +285,13 @@ def _stop_served(served: Served, workdir: Path) -> None:
     from tierscope.assembly import RunningSystem
     from tierscope.testbed import cgroups
 
-    for what in ("monitor", "capture"):
-        obj = getattr(served, what)
+    for what, obj in [("monitor", served.monitor)] + [("capture", c) for c in served.captures]:
         if obj is not None:
             try:
                 obj.stop()
             except Exception as err:
                 served.notes.append(f"stopping the {what}: {err}")
-            setattr(served, what, None)
+    served.monitor, served.captures = None, []
     RunningSystem(services=served.services).stop(
         on_error=lambda svc, err: served.notes.append(f"stopping {svc.name}: {err}")
     )

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from tierscope import manifest, tables
 from tierscope.load import merge_client_logs
 from tierscope.remote import RemoteError, clock, playbooks, preflight
+from tierscope.remote.agent import CAPTURE_LO
 from tierscope.remote.inventory import Inventory, load_inventory
 
 
@@ -256,8 +257,9 @@ def gather(ctx, servers: dict, assigned: dict, offsets: dict, generators: dict) 
                     if tuple(entry) not in ctx.server_map:
                         ctx.server_map.append(tuple(entry))
                 break
-        if (d / "capture.pcap").exists():
-            pcaps.append(_shifted_pcap(d / "capture.pcap", shift[name]))
+        for pcap in ("capture.pcap", CAPTURE_LO):  # a server's capture: its interface's and lo's
+            if (d / pcap).exists():
+                pcaps.append(_shifted_pcap(d / pcap, shift[name]))
         if (d / "resources.parquet").exists():
             resources.append(_shifted(pq.read_table(d / "resources.parquet"), shift[name]))
         if (d / "logs").exists():
@@ -340,7 +342,7 @@ def _shifted_pcap(path: Path, shift_ns: int) -> Path:
     """The capture with its timestamps moved by shift_ns (editcap -t), when above a microsecond."""
     if abs(shift_ns) < 1000:
         return path
-    out = path.with_name("capture.shifted.pcap")
+    out = path.with_name(f"{path.stem}.shifted.pcap")
     subprocess.run(
         ["editcap", "-t", f"{shift_ns / 1e9:.9f}", str(path), str(out)], check=True, capture_output=True, timeout=600
     )
