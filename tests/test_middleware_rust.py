@@ -212,6 +212,88 @@ def test_least_response_time_avoids_a_slow_backend(servers):
     assert lat[1] < 10 < lat[0]
 
 
+@pytest.mark.parametrize(
+    "policy, extra, light_scans, reads",
+    [("aware", (), [20, 10], [23, 11]), ("lprf", ("--labels",), [30, 0], [33, 1])],
+)
+def test_aware_sends_light_reads_away_from_the_replica_running_a_heavy_one(servers, policy, extra, light_scans, reads):
+    """Labels and the aware policy on real servers. The middleware learns the labels (20 light reads,
+    2 heavy ones: `pg_sleep(0.5)`, all on the first replica, idle each time); then a heavy read runs
+    on replica 1 (both idle: the first) and a read of a label not seen yet on replica 2 (one pending
+    on replica 1), and 10 light reads follow one by one while both run (checked in
+    pg_stat_activity before and after). LPRF sees one pending on each and gives every light read to
+    replica 1, next to the heavy read; aware knows replica 2 runs a typical-sized read and replica 1
+    a heavy one with at least a quarter of its average left, and gives them all to replica 2. The
+    servers' scans of the light reads' table say where they ran; the middleware's stats say how it
+    labelled them."""
+    import psycopg
+
+    from tierscope.middleware import sql as sqlmod
+
+    _, pgs = servers
+    table = "probe_rust_aware"
+    fresh_table(pgs, table)
+    before = seq_scans(pgs, table, 0)
+    light = f"SELECT count(*) FROM {table} WHERE id = {{}}"
+    heavy, other = "SELECT pg_sleep({}), 'heavy'", "SELECT pg_sleep(1.2) AS other"
+    running = "SELECT query FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'SELECT pg_sleep(%'"
+
+    def on_server() -> list[list[str]]:
+        return [[r[0] for r in p.sql(running, DB)] for p in pgs]
+
+    stats: dict = {}
+    errors: list[BaseException] = []
+    with rust_middleware(servers, policy, stats=stats, extra=extra) as mw:
+        conns = [psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=None) for _ in range(3)]
+        try:
+            lc, hc, oc = conns
+            for k in range(20):
+                assert lc.execute(light.format(k % 3 + 1)).fetchone() == (1,)
+            for _ in range(2):
+                hc.execute(heavy.format(0.5))
+
+            def run(conn, q):
+                try:
+                    conn.execute(q)
+                except BaseException as err:  # reported below
+                    errors.append(err)
+
+            threads = [threading.Thread(target=run, args=(hc, heavy.format(1.5)))]
+            threads[0].start()
+            deadline = time.monotonic() + 10
+            while on_server() != [[heavy.format(1.5)], []]:
+                assert time.monotonic() < deadline, on_server()
+                time.sleep(0.02)
+            threads.append(threading.Thread(target=run, args=(oc, other)))
+            threads[1].start()
+            while on_server() != [[heavy.format(1.5)], [other]]:
+                assert time.monotonic() < deadline, on_server()
+                time.sleep(0.02)
+            for k in range(10):
+                assert lc.execute(light.format(k % 3 + 1)).fetchone() == (1,)
+            assert on_server() == [[heavy.format(1.5)], [other]]  # the light reads ran while both did
+            for t in threads:
+                t.join(timeout=30)
+        finally:
+            for c in conns:
+                c.close()
+    assert not errors
+    after = seq_scans(pgs, table, sum(before) + 30)
+    assert [a - b for a, b in zip(after, before)] == light_scans
+    lab = stats["labels"]
+    light_l, heavy_l, other_l = sqlmod.label(light.format(1)), sqlmod.label(heavy.format(0.5)), sqlmod.label(other)
+    assert stats["policy"] == policy and lab["tracked"] is True
+    assert lab["counts"] == {light_l: 30, heavy_l: 3, other_l: 1}  # 0.5 s and 1.5 s share a label
+    assert lab["heavy"] == sorted([heavy_l, other_l])  # more than 10x the typical read's time
+    assert lab["service_ms"][heavy_l] > 400 and lab["service_ms"][light_l] < 50
+    assert lab["typical_ms"] == lab["service_ms"][light_l]  # the median over the executions
+    assert [b["reads"] for b in stats["backends"]] == reads
+    # heavy reads in flight: the second taught one and the one of the second part, on replica 1
+    assert [b["heavy_reads"] for b in stats["backends"]] == [2, 0]
+    series = stats["series"]["heavy"]
+    assert max(series[pgs[0].address]) == 1 and max(series[pgs[1].address]) == 0
+
+
 # --- writes --------------------------------------------------------------------------------------
 
 
@@ -512,7 +594,7 @@ def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
 # --- the process ---------------------------------------------------------------------------------
 
 
-def test_stats_are_written_on_sigterm_and_aware_is_refused(servers):
+def test_stats_are_written_on_sigterm_and_bad_flags_are_refused(servers):
     import psycopg
 
     _, pgs = servers
@@ -531,10 +613,15 @@ def test_stats_are_written_on_sigterm_and_aware_is_refused(servers):
     assert series["interval_s"] == 0.05 and len(series["t_s"]) >= 4
     assert series["reads"][pgs[0].address][-1] == 3
     assert "stopped: 3 units, 3 reads" in mw.log.read_text()
-    out = subprocess.run(
-        [str(engine_path()), "middleware", "--listen", "127.0.0.1:1", "--backend", pgs[0].address, "--policy", "aware"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert out.returncode == 2 and "use the Python" in out.stderr
+    assert stats["protocol"] == "postgres" and stats["labels"]["tracked"] is False and not stats["labels"]["counts"]
+    for bad, says in (
+        (("--policy", "fastest"), "expected one of lprf, rr, wrr, lrt, aware"),
+        (("--policy", "aware", "--heavy-factor", "1"), "--heavy-factor 1: expected > 1"),
+    ):
+        out = subprocess.run(
+            [str(engine_path()), "middleware", "--listen", "127.0.0.1:1", "--backend", pgs[0].address, *bad],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 2 and says in out.stderr, out.stderr

@@ -19,7 +19,7 @@ pub mod session;
 pub mod sql;
 pub mod wire;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -37,7 +37,10 @@ const EPILOG: &str = "\
 Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one backend; every other
 statement is broadcast to all enabled backends under one database-wide write lock. A backend that
 fails a write another backend executed is disabled. Counts go to --stats on exit (the same JSON as
-`python -m tierscope.middleware`). The `aware` policy is only in the Python middleware.
+`python -m tierscope.middleware`). `--policy aware` sends each read to the replica with the least
+expected wait (the expected remaining service of what it runs, by the statements' moving-average
+service times: away from replicas busy with heavy queries); `--labels` keeps those per-statement
+times under any policy.
 
 The password (the backends', and what clients must log in with, scram-sha-256) is read from
 $TIERSCOPE_MIDDLEWARE_PASSWORD, never from the command line.
@@ -66,13 +69,22 @@ pub struct MiddlewareArgs {
     #[arg(long, default_value_t = 16)]
     pub pool: usize,
     /// Read balancing: lprf = Least-Pending-Requests-First, rr = round robin, wrr = weighted round
-    /// robin (--weights), lrt = least (pending + 1) x recent read latency. (aware: use the Python
-    /// middleware.)
+    /// robin (--weights), lrt = least (pending + 1) x recent read latency, aware = least expected
+    /// wait (the expected remaining service of the reads in flight, by their statements'
+    /// moving-average service times: away from replicas busy with heavy queries).
     #[arg(long, default_value = "lprf")]
     pub policy: String,
     /// With wrr: one weight per --backend, in order (default: all 1).
     #[arg(long, value_name = "W,W,...")]
     pub weights: Option<String>,
+    /// Keep per-statement service times and heavy reads per backend under any policy (aware always
+    /// does); they go to --stats.
+    #[arg(long)]
+    pub labels: bool,
+    /// A statement is heavy when its average service time is more than K times the typical read's
+    /// (the median over the reads).
+    #[arg(long, default_value_t = balance::HEAVY_FACTOR, value_name = "K")]
+    pub heavy_factor: f64,
     /// Answer a write after the first backend succeeded or after all finished.
     #[arg(long, default_value = "first", value_parser = ["first", "all"])]
     pub wait: String,
@@ -145,6 +157,43 @@ pub struct BState {
     pub weight: f64,
     pub read_latency_s: Option<f64>,
     pub disabled_reason: Option<String>,
+    /// reads in flight here when labels are tracked: token -> (expected seconds, started at, heavy)
+    pub inflight: HashMap<u64, (f64, f64, bool)>,
+    /// heavy reads in flight here (labels tracked)
+    pub heavy: i64,
+    /// heavy reads it executed (labels tracked)
+    pub heavy_reads: u64,
+}
+
+/// Per-label service times (the aware policy; any policy with --labels): the manager's part of
+/// `python/tierscope/middleware/manager.py`.
+#[derive(Default)]
+pub struct Labels {
+    pub track: bool,
+    pub heavy_factor: f64,
+    /// statement text -> label
+    cache: HashMap<String, Arc<str>>,
+    /// label -> moving average of its reads' service times (seconds)
+    pub service_s: HashMap<Arc<str>, f64>,
+    pub counts: HashMap<Arc<str>, u64>,
+    pub heavy_set: HashSet<Arc<str>>,
+    pub typical_s: Option<f64>,
+    tokens: u64,
+    heavy_checked: u64,
+}
+
+impl Labels {
+    /// Which labels are heavy now and the typical service time (every 100 reads, and when a label
+    /// is new).
+    fn update_heavy(&mut self) {
+        self.heavy_checked = self.tokens;
+        let names: Vec<&Arc<str>> = self.service_s.keys().collect();
+        let service: Vec<f64> = names.iter().map(|k| self.service_s[*k]).collect();
+        let counts: Vec<f64> = names.iter().map(|k| self.counts.get(*k).copied().unwrap_or(0) as f64).collect();
+        let (heavy, typical) = balance::heavy_labels(&service, &counts, self.heavy_factor);
+        self.heavy_set = heavy.into_iter().map(|i| names[i].clone()).collect();
+        self.typical_s = typical;
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -165,6 +214,7 @@ pub struct Counts {
 pub struct State {
     pub counts: Counts,
     pub b: Vec<BState>,
+    pub labels: Labels,
     rr_next: usize,
     wrr_current: Vec<f64>,
 }
@@ -172,8 +222,9 @@ pub struct State {
 /// samples kept in the stats series at most (an hour at 50 ms)
 const SERIES_MAX: usize = 72_000;
 
-/// One sample: seconds since the start, pending requests and reads done per backend.
-type Sample = (f64, Vec<i64>, Vec<u64>);
+/// One sample: seconds since the start, pending requests, heavy reads in flight and reads done per
+/// backend.
+type Sample = (f64, Vec<i64>, Vec<i64>, Vec<u64>);
 
 #[derive(Default)]
 struct Series {
@@ -237,13 +288,53 @@ impl Manager {
             user: user.to_string(),
             verifier: scram::Verifier::new(password),
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
-            st: Mutex::new(State { counts: Counts::default(), b, rr_next: 0, wrr_current: vec![0.0; n] }),
+            st: Mutex::new(State {
+                counts: Counts::default(),
+                b,
+                labels: Labels { track: policy == Policy::Aware, heavy_factor: balance::HEAVY_FACTOR, ..Default::default() },
+                rr_next: 0,
+                wrr_current: vec![0.0; n],
+            }),
             parameters: OnceLock::new(),
             statement_epoch: AtomicU64::new(0),
             started: Instant::now(),
             inflight: watch::Sender::new(0),
             series: Mutex::new(Series::default()),
         })
+    }
+
+    /// Keep per-label service times under any policy (`--labels`; aware always does) and call a
+    /// label heavy above `heavy_factor` x the typical read's time.
+    pub fn track_labels(&mut self, on: bool, heavy_factor: f64) {
+        let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
+        st.labels.track = st.labels.track || on;
+        st.labels.heavy_factor = heavy_factor;
+    }
+
+    /// Whether reads get labels (and their service times are kept).
+    pub fn tracks_labels(&self) -> bool {
+        self.state().labels.track
+    }
+
+    /// The label of a unit running `texts` (cached by the joined text): each statement's label,
+    /// joined by "; ".
+    pub fn label(&self, texts: &[&str]) -> Arc<str> {
+        let key = if texts.len() == 1 { texts[0].to_string() } else { texts.join("\n") };
+        if let Some(l) = self.state().labels.cache.get(&key) {
+            return l.clone();
+        }
+        let lab: Arc<str> = texts.iter().map(|t| sql::label(t)).collect::<Vec<_>>().join("; ").into();
+        let mut st = self.state();
+        if st.labels.cache.len() > 10_000 {
+            st.labels.cache.clear();
+        }
+        st.labels.cache.insert(key, lab.clone());
+        lab
+    }
+
+    /// Seconds since the manager started (the clock of the reads in flight).
+    fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
     }
 
     pub fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -258,13 +349,24 @@ impl Manager {
         (0..self.backends.len()).filter(|&i| self.backends[i].enabled()).collect()
     }
 
-    /// The backend for the next read by the configured policy, counted as pending there, and the
-    /// number of writes started there so far.
-    pub fn choose_read(&self) -> Result<(usize, u64), NoBackend> {
+    /// The backend for the next read (of `label`, when labels are tracked) by the configured
+    /// policy, counted as pending there, and the number of writes started there so far.
+    pub fn choose_read(&self, label: Option<&Arc<str>>) -> Result<(usize, u64), NoBackend> {
         let flags: Vec<bool> = self.backends.iter().map(Backend::enabled).collect();
+        let now = if self.policy == Policy::Aware { self.now() } else { 0.0 };
         let mut st = self.state();
         let pending: Vec<i64> = st.b.iter().map(|b| b.pending).collect();
         let i = match self.policy {
+            Policy::Aware => {
+                let typical = st.labels.typical_s.unwrap_or(0.0);
+                let waits: Vec<f64> =
+                    st.b.iter()
+                        .map(|b| balance::expected_wait(b.inflight.values().map(|e| (e.0, e.1)), now, b.pending - b.inflight.len() as i64, typical))
+                        .collect();
+                let own = label.filter(|l| st.labels.heavy_set.contains(*l)).and_then(|l| st.labels.service_s.get(l).copied());
+                let heavy: Vec<i64> = st.b.iter().map(|b| b.heavy).collect();
+                balance::choose_aware(&waits, &pending, &flags, own.map(|o| (heavy.as_slice(), o)))
+            }
             Policy::Lprf => balance::choose_lprf(&pending, &flags),
             Policy::Rr => {
                 let (i, next) = balance::choose_rr(st.rr_next, &flags);
@@ -286,6 +388,60 @@ impl Manager {
         let i = i.ok_or_else(|| NoBackend("no database backend is enabled".into()))?;
         st.b[i].pending += 1;
         Ok((i, st.b[i].writes_started))
+    }
+
+    /// A read of `label` was routed to backend `i` (labels tracked): remember what it expects (the
+    /// label's average, the typical read's for a label not known yet); the token for `read_over`.
+    pub fn read_begin(&self, i: usize, label: Option<&Arc<str>>) -> Option<u64> {
+        let label = label?;
+        let now = self.now();
+        let mut st = self.state();
+        let State { labels, b, .. } = &mut *st;
+        labels.tokens += 1;
+        let expected = labels.service_s.get(label).copied().unwrap_or(labels.typical_s.unwrap_or(0.0));
+        let heavy = labels.heavy_set.contains(label);
+        let bs = &mut b[i];
+        bs.inflight.insert(labels.tokens, (expected, now, heavy));
+        if heavy {
+            bs.heavy += 1;
+            bs.heavy_reads += 1;
+        }
+        Some(labels.tokens)
+    }
+
+    /// A read routed to backend `i` is over (done, failed or to be routed again): no longer
+    /// pending there nor in flight.
+    pub fn read_over(&self, i: usize, token: Option<u64>) {
+        let mut st = self.state();
+        let bs = &mut st.b[i];
+        bs.pending -= 1;
+        if let Some(t) = token {
+            if let Some((_, _, true)) = bs.inflight.remove(&t) {
+                bs.heavy -= 1;
+            }
+        }
+    }
+
+    /// A read executed on backend `i` in `seconds`: its moving average feeds the lrt policy, the
+    /// label's (when tracked) the aware policy.
+    pub fn read_done(&self, i: usize, seconds: f64, label: Option<&Arc<str>>) {
+        let mut st = self.state();
+        st.b[i].read_latency_s = Some(balance::ewma(st.b[i].read_latency_s, seconds));
+        let Some(label) = label else {
+            return;
+        };
+        let l = &mut st.labels;
+        if !l.service_s.contains_key(label) && l.service_s.len() > 10_000 {
+            l.service_s.clear();
+            l.counts.clear();
+        }
+        let avg = balance::ewma(l.service_s.get(label).copied(), seconds);
+        l.service_s.insert(label.clone(), avg);
+        let n = l.counts.entry(label.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 || l.tokens - l.heavy_checked >= 100 {
+            l.update_heavy();
+        }
     }
 
     pub fn disable(&self, i: usize, reason: &str) {
@@ -356,15 +512,15 @@ impl Manager {
 
     fn sample(&self) {
         let t = round3(self.started.elapsed().as_secs_f64());
-        let (pending, reads) = {
+        let (pending, heavy, reads) = {
             let st = self.state();
-            (st.b.iter().map(|b| b.pending).collect(), st.b.iter().map(|b| b.reads).collect())
+            (st.b.iter().map(|b| b.pending).collect(), st.b.iter().map(|b| b.heavy).collect(), st.b.iter().map(|b| b.reads).collect())
         };
         let mut s = self.series.lock().unwrap_or_else(|e| e.into_inner());
         if s.rows.len() >= SERIES_MAX {
             s.rows.pop_front();
         }
-        s.rows.push_back((t, pending, reads));
+        s.rows.push_back((t, pending, heavy, reads));
     }
 
     /// The counts, in the shape `python -m tierscope.middleware` writes.
@@ -387,10 +543,27 @@ impl Manager {
                     "failed_writes": s.failed_writes,
                     "connections_opened": b.pool.opened.load(Ordering::Relaxed),
                     "pool": b.pool.size,
-                    "heavy_reads": 0,
+                    "heavy_reads": s.heavy_reads,
                 })
             })
             .collect();
+        let labels = {
+            let l = &st.labels;
+            // the 50 slowest labels, slowest first (ties: by text)
+            let mut slow: Vec<(&Arc<str>, f64)> = l.service_s.iter().map(|(k, &v)| (k, v)).collect();
+            slow.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+            slow.truncate(50);
+            let mut heavy: Vec<&str> = l.heavy_set.iter().map(|k| &**k).collect();
+            heavy.sort();
+            json!({
+                "tracked": l.track,
+                "heavy_factor": l.heavy_factor,
+                "typical_ms": l.typical_s.map(|t| round3(1e3 * t)),
+                "heavy": heavy,
+                "service_ms": slow.iter().map(|(k, v)| (k.to_string(), json!(round3(1e3 * v)))).collect::<serde_json::Map<_, _>>(),
+                "counts": slow.iter().map(|(k, _)| (k.to_string(), json!(l.counts.get(*k).copied().unwrap_or(0)))).collect::<serde_json::Map<_, _>>(),
+            })
+        };
         drop(st);
         let series = {
             let s = self.series.lock().unwrap_or_else(|e| e.into_inner());
@@ -405,11 +578,12 @@ impl Manager {
                 "interval_s": s.interval_s,
                 "t_s": s.rows.iter().map(|r| r.0).collect::<Vec<f64>>(),
                 "pending": per(&|r, i| json!(r.1[i])),
-                "heavy": per(&|_, _| json!(0)),
-                "reads": per(&|r, i| json!(r.2[i])),
+                "heavy": per(&|r, i| json!(r.2[i])),
+                "reads": per(&|r, i| json!(r.3[i])),
             })
         };
         json!({
+            "protocol": "postgres",
             "implementation": "rust",
             "policy": self.policy.name(),
             "wait": if self.wait_all { "all" } else { "first" },
@@ -427,7 +601,7 @@ impl Manager {
             "write_lock_wait_s": round3(c.write_lock_wait_s),
             "disabled": self.backends.iter().filter(|b| !b.enabled()).map(|b| b.name.clone()).collect::<Vec<_>>(),
             "backends": backends,
-            "labels": {"tracked": false, "heavy_factor": 10.0, "typical_ms": null, "heavy": [], "service_ms": {}, "counts": {}},
+            "labels": labels,
             "series": series,
         })
     }
@@ -464,18 +638,12 @@ fn usage_error(message: &str) -> Result<i32> {
 pub const PASSWORD_ENV: &str = "TIERSCOPE_MIDDLEWARE_PASSWORD";
 
 pub fn run(args: MiddlewareArgs) -> Result<i32> {
-    let policy = match args.policy.as_str() {
-        "lprf" => Policy::Lprf,
-        "rr" => Policy::Rr,
-        "wrr" => Policy::Wrr,
-        "lrt" => Policy::Lrt,
-        "aware" => {
-            return usage_error(
-                "--policy aware is not implemented in the Rust middleware: use the Python one (python -m tierscope.middleware --policy aware)",
-            )
-        }
-        other => return usage_error(&format!("--policy {other:?}: expected one of lprf, rr, wrr, lrt (aware: the Python middleware)")),
+    let Some(policy) = Policy::parse(&args.policy) else {
+        return usage_error(&format!("--policy {:?}: expected one of lprf, rr, wrr, lrt, aware", args.policy));
     };
+    if args.heavy_factor.is_nan() || args.heavy_factor <= 1.0 {
+        return usage_error(&format!("--heavy-factor {}: expected > 1", args.heavy_factor));
+    }
     let Some((listen_host, listen_port)) = split_address(&args.listen) else {
         return usage_error(&format!("--listen {:?}: expected ADDR:PORT", args.listen));
     };
@@ -504,7 +672,10 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
         return Ok(2);
     }
     let manager = match Manager::new(&args.backend, &args.user, &password, &args.db, args.pool, policy, args.wait == "all", &weights) {
-        Ok(m) => Arc::new(m),
+        Ok(mut m) => {
+            m.track_labels(args.labels, args.heavy_factor);
+            Arc::new(m)
+        }
         Err(e) => {
             log(&e);
             return Ok(2);
@@ -630,19 +801,95 @@ mod tests {
     fn the_manager_routes_reads_by_policy_and_skips_disabled_backends() {
         let addrs = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
         let m = Manager::new(&addrs, "postgres", "pw", "db", 1, Policy::Rr, false, &[1.0, 1.0]).unwrap();
-        let seq: Vec<usize> = (0..3).map(|_| m.choose_read().unwrap().0).collect();
+        let seq: Vec<usize> = (0..3).map(|_| m.choose_read(None).unwrap().0).collect();
         assert_eq!(seq, [0, 1, 0]);
         m.disable(0, "test");
         assert!(!m.backends[0].enabled());
-        assert_eq!(m.choose_read().unwrap().0, 1);
+        assert_eq!(m.choose_read(None).unwrap().0, 1);
         m.disable(1, "test");
-        assert!(m.choose_read().is_err());
+        assert!(m.choose_read(None).is_err());
         let s = m.stats();
         assert_eq!(s["disabled"].as_array().unwrap().len(), 2);
         assert_eq!(s["backends"][0]["disabled_reason"], "test");
         let m = Manager::new(&addrs, "postgres", "pw", "db", 1, Policy::Lprf, false, &[1.0, 1.0]).unwrap();
-        let seq: Vec<usize> = (0..4).map(|_| m.choose_read().unwrap().0).collect();
+        let seq: Vec<usize> = (0..4).map(|_| m.choose_read(None).unwrap().0).collect();
         assert_eq!(seq, [0, 1, 0, 1]); // none finishes: pending decides
         assert!(Manager::new(&[addrs[0].clone(), addrs[0].clone()], "u", "pw", "d", 1, Policy::Lprf, false, &[1.0, 1.0]).is_err());
+    }
+
+    #[test]
+    fn the_manager_sends_light_reads_away_from_the_replica_running_a_heavy_one() {
+        let addrs = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
+        let mut m = Manager::new(&addrs, "postgres", "pw", "db", 4, Policy::Aware, false, &[1.0, 1.0]).unwrap();
+        m.track_labels(false, balance::HEAVY_FACTOR);
+        assert!(m.tracks_labels());
+        let (light, heavy): (Arc<str>, Arc<str>) = ("light".into(), "heavy".into());
+        // teach it the labels: 95 light reads of 1 ms, 5 heavy reads of 100 ms
+        for _ in 0..95 {
+            m.read_done(0, 0.001, Some(&light));
+        }
+        for _ in 0..5 {
+            m.read_done(1, 0.100, Some(&heavy));
+        }
+        {
+            let st = m.state();
+            assert_eq!(st.labels.heavy_set, HashSet::from([heavy.clone()]));
+            assert_eq!(st.labels.typical_s, Some(0.001));
+        }
+        // a heavy read starts: the first backend (idle) gets it
+        let (h, _) = m.choose_read(Some(&heavy)).unwrap();
+        let th = m.read_begin(h, Some(&heavy));
+        assert_eq!(h, 0);
+        // two light reads: both to the second backend although LPRF would put the second one on
+        // the first ([1, 1] -> first)
+        let mut picks = Vec::new();
+        let mut tokens = Vec::new();
+        for _ in 0..2 {
+            let (x, _) = m.choose_read(Some(&light)).unwrap();
+            tokens.push((x, m.read_begin(x, Some(&light))));
+            picks.push(x);
+        }
+        assert_eq!(picks, [1, 1]);
+        assert_eq!(balance::choose_lprf(&[1, 1], &[true, true]), Some(0));
+        // a read of a label not known yet counts as the typical read: to the second backend too
+        let unknown: Arc<str> = "unknown".into();
+        let (u, _) = m.choose_read(Some(&unknown)).unwrap();
+        let tu = m.read_begin(u, Some(&unknown));
+        assert_eq!(u, 1);
+        assert_eq!(m.state().b[1].inflight[&tu.unwrap()].0, 0.001);
+        // a second heavy read joins the first (it would wait there at most as long as it runs)
+        let (h2, _) = m.choose_read(Some(&heavy)).unwrap();
+        assert_eq!(h2, 0);
+        let th2 = m.read_begin(h2, Some(&heavy));
+        assert_eq!(m.state().b[0].heavy, 2);
+        m.read_over(0, th2);
+        m.read_over(0, th);
+        for (x, t) in tokens {
+            m.read_over(x, t);
+        }
+        m.read_over(u, tu);
+        {
+            let st = m.state();
+            assert_eq!((st.b[0].heavy, st.b[0].pending, st.b[1].pending), (0, 0, 0));
+            assert!(st.b[0].inflight.is_empty() && st.b[1].inflight.is_empty());
+        }
+        assert_eq!(m.choose_read(Some(&light)).unwrap().0, 0); // idle again
+        let s = m.stats();
+        assert_eq!(s["labels"]["heavy"], json!(["heavy"]));
+        assert_eq!(s["labels"]["typical_ms"], json!(1.0));
+        assert_eq!(s["labels"]["counts"]["light"], json!(95));
+        assert_eq!(s["labels"]["service_ms"]["heavy"], json!(100.0));
+        assert_eq!(s["labels"]["tracked"], json!(true));
+        assert_eq!(s["backends"][0]["heavy_reads"], json!(2));
+        assert_eq!(s["backends"][1]["heavy_reads"], json!(0));
+        assert_eq!(
+            &*m.label(&["SELECT v FROM t WHERE id = 1", "SELECT v FROM t WHERE id = 1"]),
+            "SELECT v FROM t WHERE id = ?; SELECT v FROM t WHERE id = ?"
+        );
+        assert_eq!(&*m.label(&["SELECT 2"]), "SELECT ?");
+        // without --labels, LPRF keeps none
+        let m = Manager::new(&addrs, "postgres", "pw", "db", 4, Policy::Lprf, false, &[1.0, 1.0]).unwrap();
+        assert!(!m.tracks_labels());
+        assert_eq!(m.stats()["labels"]["tracked"], json!(false));
     }
 }

@@ -632,7 +632,8 @@ impl Session {
             self.m.count(|c| c.transaction_units += 1);
             self.write(&unit).await
         } else if kind == Kind::Read {
-            self.read(&unit).await
+            let label = if self.m.tracks_labels() { self.unit_label(&unit)? } else { None };
+            self.read(&unit, label).await
         } else {
             self.write(&unit).await
         };
@@ -752,6 +753,38 @@ impl Session {
         })
     }
 
+    /// The label of a read unit (labels tracked): the labels of the SQL it runs (statements named in
+    /// Bind included, as the Python middleware's `texts`), None when it runs none.
+    fn unit_label(&self, unit: &[Message]) -> SResult<Option<Arc<str>>> {
+        let mut texts: Vec<String> = Vec::new();
+        let mut unnamed = self.unnamed.clone();
+        for msg in unit {
+            match msg.kind {
+                wire::QUERY => texts.push(wire::query_text(&msg.body)?),
+                wire::PARSE => {
+                    let p = Parse::decode(&msg.body)?;
+                    texts.push(p.sql.clone());
+                    if p.name.is_empty() {
+                        unnamed = Some(Arc::new(p));
+                    }
+                }
+                wire::BIND => {
+                    let b = wire::Bind::decode(&msg.body)?;
+                    let p = if b.statement.is_empty() { unnamed.as_ref() } else { self.statements.get(&b.statement) };
+                    if let Some(p) = p {
+                        texts.push(p.sql.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if texts.is_empty() {
+            return Ok(None);
+        }
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        Ok(Some(self.m.label(&refs)))
+    }
+
     /// The bytes for a backend connection and the reply plan (the same for every backend). `slot`
     /// is the Parse the backend's unnamed statement holds before (None: unknown).
     fn outgoing(&mut self, unit: &[Message], macros_at: Option<Micros>, slot: Option<Arc<Parse>>) -> SResult<Outgoing> {
@@ -867,27 +900,27 @@ impl Session {
             && rest.iter().all(|m| m.kind == wire::EXECUTE || m.kind == wire::SYNC || (m.kind == wire::DESCRIBE && m.body.first() == Some(&b'P')))
     }
 
-    async fn read(&mut self, unit: &[Message]) -> SResult<()> {
+    async fn read(&mut self, unit: &[Message], label: Option<Arc<str>>) -> SResult<()> {
         // a unit executing a named statement usually runs as prepared on the connection: the
         // general form (no side effects on the session for such a unit) only when needed
         let mut general = if self.executes_named(unit) { None } else { Some(self.outgoing(unit, None, None)?) };
         let m = self.m.clone();
         loop {
-            let (b, started) = m.choose_read()?;
+            let (b, started) = m.choose_read(label.as_ref())?;
+            let token = m.read_begin(b, label.as_ref());
             let backend = &m.backends[b];
             backend.wait_for_writes(started).await;
             if !backend.enabled() {
                 // disabled by the write it waited for: choose again
-                m.state().b[b].pending -= 1;
+                m.read_over(b, token);
                 continue;
             }
             let mut conn = match backend.pool.acquire().await {
                 Ok(c) => c,
                 Err(err) => {
                     m.disable(b, &format!("read failed: {err}"));
-                    let mut st = m.state();
-                    st.counts.read_retries += 1;
-                    st.b[b].pending -= 1;
+                    m.count(|c| c.read_retries += 1);
+                    m.read_over(b, token);
                     continue;
                 }
             };
@@ -897,7 +930,7 @@ impl Session {
                     Ok(o) => general = Some(o),
                     Err(e) => {
                         backend.pool.release(conn);
-                        m.state().b[b].pending -= 1;
+                        m.read_over(b, token);
                         return Err(e);
                     }
                 }
@@ -919,9 +952,7 @@ impl Session {
             let reused = conn.reused;
             backend.pool.release(conn);
             if !x.broken {
-                let elapsed = t0.elapsed().as_secs_f64();
-                let mut st = m.state();
-                st.b[b].read_latency_s = Some(super::balance::ewma(st.b[b].read_latency_s, elapsed));
+                m.read_done(b, t0.elapsed().as_secs_f64(), label.as_ref());
             }
             if x.broken && reused && !sink.saw {
                 // an idle pooled connection may have gone stale: once more on a new one
@@ -949,11 +980,10 @@ impl Session {
             if !x.broken && !sink.held.is_empty() {
                 self.out.append(&mut sink.held);
             }
+            m.read_over(b, token);
             {
                 let mut st = m.state();
-                let bs = &mut st.b[b];
-                bs.pending -= 1;
-                bs.reads += 1;
+                st.b[b].reads += 1;
                 st.counts.reads += 1;
             }
             if x.broken {

@@ -15,10 +15,22 @@ pub enum Kind {
 
 /// first words of statements that only read (everything else is broadcast)
 const READ_STARTS: [&str; 4] = ["SELECT", "SHOW", "VALUES", "TABLE"];
-/// words that make a SELECT a write: row locks
-const LOCKING: [&str; 4] = ["FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE"];
-const WRITE_FUNCTIONS: [&str; 8] =
-    ["NEXTVAL", "SETVAL", "PG_ADVISORY_LOCK", "PG_ADVISORY_XACT_LOCK", "LO_CREATE", "LO_UNLINK", "PG_TERMINATE_BACKEND", "PG_CANCEL_BACKEND"];
+/// words that make a SELECT a write: row locks (MySQL's LOCK IN SHARE MODE too, as the Python rules)
+const LOCKING: [&str; 5] = ["FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE", "LOCK IN SHARE MODE"];
+/// sequence, lock and backend functions (MySQL's named locks too)
+const WRITE_FUNCTIONS: [&str; 11] = [
+    "NEXTVAL",
+    "SETVAL",
+    "PG_ADVISORY_LOCK",
+    "PG_ADVISORY_XACT_LOCK",
+    "LO_CREATE",
+    "LO_UNLINK",
+    "PG_TERMINATE_BACKEND",
+    "PG_CANCEL_BACKEND",
+    "GET_LOCK",
+    "RELEASE_LOCK",
+    "RELEASE_ALL_LOCKS",
+];
 const DATA_CHANGING: [&str; 8] = ["INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "CREATE", "DROP", "ALTER"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +60,12 @@ impl Token {
 fn is_space(c: u8) -> bool {
     // Python's str.isspace over ASCII
     matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | 0x1c..=0x1f)
+}
+
+/// Python's str.isspace (what `\\s` and `str.strip` take as whitespace): Unicode White_Space and the
+/// separators U+001C..U+001F.
+pub fn py_isspace(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
 fn is_word_start(c: u8) -> bool {
@@ -207,10 +225,14 @@ fn tokens_upto(sql: &str, limit: usize) -> Vec<Token> {
             out.push(Token { kind: TokKind::Number, text: text(i, j), start: i, end: j });
             i = j;
         } else {
-            // one character (a whole UTF-8 sequence for non-ASCII)
+            // one character (a whole UTF-8 sequence for non-ASCII; skipped when it is whitespace to Python)
             let mut j = i + 1;
             while j < n && (s[j] & 0xC0) == 0x80 {
                 j += 1;
+            }
+            if c >= 0x80 && sql[i..j].chars().next().is_some_and(py_isspace) {
+                i = j;
+                continue;
             }
             out.push(Token { kind: TokKind::Punct, text: text(i, j), start: i, end: j });
             i = j;
@@ -245,7 +267,8 @@ fn classify_statement(toks: &[Token]) -> Kind {
 }
 
 fn locks(words: &[&str]) -> bool {
-    if !words.contains(&"FOR") && !words.iter().any(|w| w.contains("FOR")) {
+    // every phrase has FOR or LOCK inside one word: no join without one
+    if !words.iter().any(|w| w.contains("FOR") || w.contains("LOCK")) {
         return false;
     }
     let text = words.join(" ");
@@ -297,7 +320,7 @@ pub fn kind_of(text: &str) -> Kind {
 
 /// `sql` without a trailing /* ... */ comment (the sqlcommenter request id differs per request).
 pub fn strip_trailing_comment(sql: &str) -> &str {
-    let t = sql.trim_end();
+    let t = sql.trim_end_matches(py_isspace);
     if t.ends_with("*/") {
         if let Some(start) = t.rfind("/*") {
             let inner = if start < t.len() - 2 { &t[start..t.len() - 2] } else { "" };
@@ -307,6 +330,74 @@ pub fn strip_trailing_comment(sql: &str) -> &str {
         }
     }
     sql
+}
+
+/// The end of a string literal `'...'` ('' inside) starting at `i`, as the Python label's regex
+/// `'(?:[^']|'')*'` matches it: greedy, and when the closing quote is missing, backtracking to the
+/// first quote of the last `''` (None: no literal starts at `i`).
+fn label_string_end(s: &[u8], i: usize) -> Option<usize> {
+    let n = s.len();
+    let mut j = i + 1;
+    let mut last_pair = None;
+    while j < n {
+        if s[j] != b'\'' {
+            j += 1;
+        } else if j + 1 < n && s[j + 1] == b'\'' {
+            last_pair = Some(j);
+            j += 2;
+        } else {
+            return Some(j + 1);
+        }
+    }
+    last_pair.map(|p| p + 1)
+}
+
+/// The statement's label for service-time statistics (the `aware` policy): the text without a
+/// trailing comment, string and number literals replaced by `?` and whitespace collapsed, so
+/// `... WHERE id = 7` and `... WHERE id = 8` (simple protocol) share one label, as do `$1` forms
+/// (extended protocol). The same text as the Python `sql.label` (engine/tests/sql_cases.json).
+pub fn label(sql: &str) -> String {
+    let t = strip_trailing_comment(sql);
+    let s = t.as_bytes();
+    let n = s.len();
+    // literals replaced (Python: `'(?:[^']|'')*'|(?<![A-Za-z0-9_$])[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?`)
+    let mut lit = String::with_capacity(n);
+    let (mut i, mut copied) = (0, 0);
+    while i < n {
+        let c = s[i];
+        let end = if c == b'\'' {
+            label_string_end(s, i)
+        } else if c.is_ascii_digit() && (i == 0 || !is_word_char(s[i - 1])) {
+            Some(number_end(s, i))
+        } else {
+            None
+        };
+        match end {
+            Some(e) => {
+                lit.push_str(&t[copied..i]);
+                lit.push('?');
+                i = e;
+                copied = e;
+            }
+            None => i += 1,
+        }
+    }
+    lit.push_str(&t[copied..]);
+    // whitespace runs to one space, then stripped
+    let mut out = String::with_capacity(lit.len());
+    let mut space = false;
+    for ch in lit.chars() {
+        if py_isspace(ch) {
+            space = true;
+        } else {
+            if space && !out.is_empty() {
+                out.push(' ');
+            }
+            space = false;
+            out.push(ch);
+        }
+    }
+    out
 }
 
 pub fn first_word(sql: &str) -> String {
@@ -462,40 +553,26 @@ pub fn rewrite_macros(sql: &str, at: Micros) -> (Option<String>, usize) {
 mod tests {
     use super::*;
 
+    /// The cases shared with the Python middleware's tests (tests/test_middleware_sql_cases.py).
+    const CASES: &str = include_str!("../../tests/sql_cases.json");
+
+    fn cases(section: &str) -> Vec<(String, String)> {
+        let v: serde_json::Value = serde_json::from_str(CASES).expect("engine/tests/sql_cases.json is JSON");
+        let field = if section == "classify" { "kind" } else { "label" };
+        let list = v[section].as_array().unwrap_or_else(|| panic!("sql_cases.json has no {section} list"));
+        assert!(list.len() >= 20, "{section}: {} cases", list.len());
+        list.iter().map(|c| (c["sql"].as_str().unwrap().to_string(), c[field].as_str().unwrap().to_string())).collect()
+    }
+
     #[test]
-    fn classification_matches_the_python_cases() {
-        let cases = [
-            ("SELECT * FROM stories WHERE id = $1 /*request_id='abc'*/", Kind::Read),
-            ("  /* leading */ select 1", Kind::Read),
-            ("(SELECT 1) UNION (SELECT 2)", Kind::Read),
-            ("SHOW server_version", Kind::Read),
-            ("WITH r AS (SELECT 1) SELECT * FROM r", Kind::Read),
-            ("SELECT 'FOR UPDATE', \"insert\" FROM t -- for update", Kind::Read),
-            ("", Kind::Read),
-            ("VALUES (1), (2)", Kind::Read),
-            ("TABLE t", Kind::Read),
-            ("SELECT $$ FOR UPDATE $$, $tag$ nextval( $tag$ FROM t", Kind::Read),
-            ("SELECT E'it\\'s FOR UPDATE' FROM t", Kind::Read),
-            ("SELECT 1 /* nested /* FOR UPDATE */ still */ FROM t", Kind::Read),
-            ("SELECT abalance FROM pgbench_accounts WHERE aid = 42;", Kind::Read),
-            ("SELECT * FROM users WHERE id = $1 FOR UPDATE", Kind::Write),
-            ("select * from t for share", Kind::Write),
-            ("select * from t for no key update", Kind::Write),
-            ("SELECT nextval('comments_id_seq')", Kind::Write),
-            ("SELECT pg_advisory_lock (1)", Kind::Write),
-            ("SELECT * INTO copy_of_t FROM t", Kind::Write),
-            ("INSERT INTO comments (writer) VALUES ($1) RETURNING id", Kind::Write),
-            ("UPDATE users SET rating = rating + $1 WHERE id = $2", Kind::Write),
-            ("DELETE FROM submissions WHERE id = $1", Kind::Write),
-            ("WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", Kind::Write),
-            ("BEGIN", Kind::Write),
-            ("SET statement_timeout = 0", Kind::Write),
-            ("CREATE TABLE t (id int)", Kind::Write),
-            ("SELECT 1; UPDATE t SET a = 1", Kind::Write),
-            ("END;", Kind::Write),
-        ];
-        for (text, kind) in cases {
-            assert_eq!(classify(text), kind, "{text}");
+    fn classification_matches_the_shared_cases() {
+        for (text, kind) in cases("classify") {
+            let expected = match kind.as_str() {
+                "read" => Kind::Read,
+                "write" => Kind::Write,
+                other => panic!("kind {other:?}"),
+            };
+            assert_eq!(classify(&text), expected, "{text:?}");
         }
         // a function name in a subquery's INTO is not SELECT INTO
         assert_eq!(classify("SELECT (SELECT 1) FROM t"), Kind::Read);
@@ -504,6 +581,16 @@ mod tests {
         assert_eq!(first_word(" /* c */ select 1"), "SELECT");
         assert_eq!(first_word("'x' select"), "");
         assert_eq!(tokens_upto("a b c", 2).len(), 2);
+    }
+
+    #[test]
+    fn labels_match_the_shared_cases() {
+        for (text, expected) in cases("label") {
+            assert_eq!(label(&text), expected, "{text:?}");
+        }
+        // literals differ, the label does not; a statement with another shape has another label
+        assert_eq!(label("SELECT v FROM small WHERE id = 7"), label("SELECT  v FROM small\nWHERE id = 8 /*request_id='r'*/"));
+        assert_ne!(label("SELECT 1"), label("SELECT 1 FROM big ORDER BY md5(x)"));
     }
 
     #[test]
