@@ -686,9 +686,9 @@ def run_experiment(
 
 def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object, object]:
     """Analyse the run and write run_dir/report.html; returns its path, the summary and the data."""
-    from tierscope.analysis import DEFAULT_WINDOW_NS
     from tierscope.analysis.experiment import analyze_run
     from tierscope.analysis.summary import build_summary
+    from tierscope.contracts import DEFAULT_WINDOW_NS
     from tierscope.report import write_report
 
     points = expand(spec)

@@ -5,6 +5,6 @@ load and throughput in 50 ms windows, the main sequence and its saturation point
 windows and episodes, alternation between tiers, and the verdict in words. See docs/analysis.md.
 """
 
-#: the window of the fine-grained analysis, in ns (seed 001's 50 ms); the CLI's --window-ms and a
-#: spec's monitor.window default to it
-DEFAULT_WINDOW_NS = 50_000_000
+from tierscope.contracts import DEFAULT_WINDOW_NS
+
+__all__ = ["DEFAULT_WINDOW_NS"]  # the window's default lives in tierscope.contracts

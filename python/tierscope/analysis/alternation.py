@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import DEFAULT_WINDOW_NS
+from tierscope.contracts import DEFAULT_WINDOW_NS
 
 MIN_SHARE = 0.02
 RELATIVE_SHARE = 0.1

@@ -22,13 +22,13 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tierscope.analysis import DEFAULT_WINDOW_NS
 from tierscope.analysis.alternation import Verdict
 from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
 from tierscope.analysis.heavy import heavy_requests, heavy_summary, stall_events
 from tierscope.analysis.points import Point, find_points
 from tierscope.analysis.whitebox import WhiteBox, whitebox
+from tierscope.contracts import DEFAULT_WINDOW_NS
 from tierscope.ingest import ImportResult, load
 
 

@@ -28,7 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import DEFAULT_WINDOW_NS, after_calls, alternation, pauses, saturation, silences, stalls
+from tierscope.contracts import DEFAULT_WINDOW_NS
+
+from . import after_calls, alternation, pauses, saturation, silences, stalls
 from .alternation import Verdict
 from .saturation import NStar
 from .windows import (

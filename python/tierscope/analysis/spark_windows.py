@@ -33,7 +33,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import DEFAULT_WINDOW_NS
+from tierscope.contracts import DEFAULT_WINDOW_NS
+
 from .windows import (
     _check_window,
     floor_base,

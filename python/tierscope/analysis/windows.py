@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tierscope.analysis import DEFAULT_WINDOW_NS
+from tierscope.contracts import DEFAULT_WINDOW_NS
 
 #: Columns of the table `window_series` returns (optional ones only when asked).
 SERIES_COLUMNS = (

@@ -10,9 +10,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from tierscope.cli import _output
+from tierscope.contracts import DEFAULT_WINDOW_NS, MIN_WINDOW_NS
 
-#: the smallest window: below 1 ms a window holds a fraction of one request's service
-MIN_WINDOW_MS = 1.0
+#: the smallest window (contracts.MIN_WINDOW_NS), in ms
+MIN_WINDOW_MS = MIN_WINDOW_NS / 1e6
 #: bytes per (server, window) cell of the fine-grained series, all columns and passes together
 CELL_BYTES = 200
 #: pcap and pcapng magic numbers
@@ -286,7 +287,9 @@ def analyze(
         "of detecting it: otlp, jaeger, zipkin, nginx, apache, parquet.",
     ),
     window_ms: float = typer.Option(
-        50.0, "--window-ms", help=f"Window of the fine-grained analysis, in ms (at least {MIN_WINDOW_MS:g})."
+        DEFAULT_WINDOW_NS / 1e6,
+        "--window-ms",
+        help=f"Window of the fine-grained analysis, in ms (at least {MIN_WINDOW_MS:g}).",
     ),
     output: Path = typer.Option(
         Path("tierscope-analysis"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from tierscope.analysis import DEFAULT_WINDOW_NS
+from tierscope.contracts import DEFAULT_WINDOW_NS, MIN_WINDOW_NS
 
 
 def report(
@@ -55,8 +55,8 @@ def report(
     err = Console(stderr=True)
     window_ns = int(round(window_ms * 1e6))
     try:
-        if window_ms < 1.0:
-            raise ValueError(f"--window-ms {window_ms:g}: at least 1 ms")
+        if window_ms * 1e6 < MIN_WINDOW_NS:
+            raise ValueError(f"--window-ms {window_ms:g}: at least {MIN_WINDOW_NS / 1e6:g} ms")
         _output.check_output_file(output, "-o")
         if json_out not in (None, "-"):
             _output.check_output_file(Path(json_out), "--json")
