@@ -33,35 +33,7 @@ from tierscope.middleware.replies import HIDE, PASS, ReplyPlan
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# --- pure: classification ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "text, kind",
-    [
-        ("SELECT * FROM stories WHERE id = $1 /*request_id='abc'*/", sql.READ),
-        ("  /* leading */ select 1", sql.READ),
-        ("(SELECT 1) UNION (SELECT 2)", sql.READ),
-        ("SHOW server_version", sql.READ),
-        ("WITH r AS (SELECT 1) SELECT * FROM r", sql.READ),
-        ("SELECT 'FOR UPDATE', \"insert\" FROM t -- for update", sql.READ),  # only in literals/comments
-        ("", sql.READ),
-        ("SELECT * FROM users WHERE id = $1 FOR UPDATE", sql.WRITE),
-        ("select * from t for share", sql.WRITE),
-        ("SELECT nextval('comments_id_seq')", sql.WRITE),
-        ("SELECT * INTO copy_of_t FROM t", sql.WRITE),
-        ("INSERT INTO comments (writer) VALUES ($1) RETURNING id", sql.WRITE),
-        ("UPDATE users SET rating = rating + $1 WHERE id = $2", sql.WRITE),
-        ("DELETE FROM submissions WHERE id = $1", sql.WRITE),
-        ("WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", sql.WRITE),
-        ("BEGIN", sql.WRITE),
-        ("SET statement_timeout = 0", sql.WRITE),
-        ("CREATE TABLE t (id int)", sql.WRITE),
-        ("SELECT 1; UPDATE t SET a = 1", sql.WRITE),
-    ],
-)
-def test_classification(text, kind):
-    assert sql.classify(text) == kind
+# --- pure: classification: tests/test_middleware_sql_cases.py (the cases the Rust middleware shares)
 
 
 # --- pure: LPRF and round robin ------------------------------------------------------------------
