@@ -272,6 +272,9 @@ class NoisyNeighbour(_Target):
     job: Duration = 0.001  # CPU time of one unit of work (seconds)
     peak: float = Field(default=1.0, gt=0, le=64)  # demand while ON, cores (the burner is one thread)
     regular: bool = False  # ON and OFF last exactly their means: the same mean over any run (seed 001 §5)
+    # the burner's nice value: below 0 it outweighs the host's own threads in the CPU scheduler, as a
+    # collocated VM gets its share of a shared core however many threads the other runs (needs root)
+    nice: int = Field(default=0, ge=-20, le=19)
 
     @model_validator(mode="after")
     def _peak(self) -> Self:
