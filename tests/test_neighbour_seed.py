@@ -169,6 +169,6 @@ def test_seed_001_5_a_bursty_neighbour_raises_response_time_at_the_same_mean_cpu
         "the machine did not give the database host its quota: the neighbour's bursts were smoothed",
         bursty,
     )
-    # and yet the response time rises with burstiness (seed 001 Fig. 8): 2.2-10.7x in four runs,
+    # and yet the response time rises with burstiness (seed 001 Fig. 8): 2.2-10.7x in five runs,
     # two of them beside two CPU-spinning shells (docs/spec.md)
     assert bursty["rt_mean_ms"] > 1.5 * steady["rt_mean_ms"], (steady, bursty)
