@@ -18,9 +18,8 @@ PACKAGE = ROOT / "python" / "tierscope"
 
 #: the cycles of today, each closed by the edges in its comment
 KNOWN = [
-    # analysis -> trace (experiment links a run: trace.link) -> testbed (trace.capture's Host) ->
-    # spec (testbed.lab, cgroups) -> analysis (spec.model takes the window's default)
-    {"analysis", "spec", "testbed", "trace"},
+    # (gone: analysis -> trace -> testbed -> spec -> analysis, since the spec takes the window's
+    # default from tierscope.contracts)
     # services -> apps (DbConfig in apps.dal; the app servers' providers) -> services (AppServer);
     # services <-> middleware; assembly <-> apps
     {"apps", "assembly", "middleware", "services"},

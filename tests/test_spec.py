@@ -205,16 +205,8 @@ users = 5
             "soft.middleware.weights: only with policy = \"wrr\" (policy is 'lprf')",
         ),
         (
-            'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "rust"\npolicy = "aware"\n',
-            't.toml: soft.middleware.implementation: "rust" has no policy "aware"',
-        ),
-        (
             'topology = "1/1/1/2M"\n' + MIN + '[soft.middleware]\nimplementation = "rust"\n',
             't.toml: soft.middleware.implementation: "rust" speaks the PostgreSQL protocol only, the database tier is mariadb',
-        ),
-        (
-            'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "rust"\nlabels = true\n',
-            't.toml: soft.middleware.labels: only with implementation = "python"',
         ),
         (
             'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "java"\n',

@@ -95,11 +95,8 @@ class Middleware(Service):
             raise ValueError(f"middleware dbms: expected one of {', '.join(PROTOCOLS)}, got {dbms!r}")
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"middleware implementation: expected python or rust, got {implementation!r}")
-        if implementation == "rust" and (PROTOCOLS[dbms] != "postgres" or policy == "aware" or labels):
-            raise ValueError(
-                "middleware implementation rust: PostgreSQL only, no policy aware and no labels "
-                f"(got {dbms}, {policy}, labels={labels}); use implementation python"
-            )
+        if implementation == "rust" and PROTOCOLS[dbms] != "postgres":
+            raise ValueError(f"middleware implementation rust: PostgreSQL only (got {dbms}); use implementation python")
         self.backends = list(backends)
         self.database = database
         if user is None or password is None:

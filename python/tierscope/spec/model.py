@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from tierscope.analysis import DEFAULT_WINDOW_NS
+from tierscope.contracts import DEFAULT_WINDOW_NS, MAX_WINDOW_NS, MIN_WINDOW_NS
 from tierscope.tiers import SERVER_PREFIX, TIERS
 
 from .notation import DBMS, DBMS_LETTER, RESERVED_LETTERS, parse_notation
@@ -229,8 +229,10 @@ class Monitor(_Model):
     @field_validator("window")
     @classmethod
     def _window(cls, v: float) -> float:
-        if not 0.001 - 1e-12 <= v <= 60:
-            raise ValueError(f"expected an analysis window between 1ms and 60s, got {v:g}s")
+        if not MIN_WINDOW_NS / 1e9 - 1e-12 <= v <= MAX_WINDOW_NS / 1e9:
+            raise ValueError(
+                f"expected an analysis window between {MIN_WINDOW_NS / 1e6:g}ms and {MAX_WINDOW_NS / 1e9:g}s, got {v:g}s"
+            )
         return v
 
 
@@ -409,19 +411,11 @@ class PointConfig(_Model):
             )
         if mw.weights is not None and mw.policy != "wrr":
             raise ValueError(f'soft.middleware.weights: only with policy = "wrr" (policy is {mw.policy!r})')
-        if mw.implementation == "rust" and self.topology.middleware.count:
-            if mw.policy == "aware":
-                raise ValueError(
-                    'soft.middleware.implementation: "rust" has no policy "aware" (use "python" for it, '
-                    "or policy lprf, rr, wrr or lrt)"
-                )
-            if self.topology.db.dbms != "postgres":
-                raise ValueError(
-                    f'soft.middleware.implementation: "rust" speaks the PostgreSQL protocol only, the database '
-                    f'tier is {self.topology.db.dbms} (use "python" for it)'
-                )
-            if mw.labels:
-                raise ValueError('soft.middleware.labels: only with implementation = "python"')
+        if mw.implementation == "rust" and self.topology.middleware.count and self.topology.db.dbms != "postgres":
+            raise ValueError(
+                f'soft.middleware.implementation: "rust" speaks the PostgreSQL protocol only, the database '
+                f'tier is {self.topology.db.dbms} (use "python" for it)'
+            )
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")
