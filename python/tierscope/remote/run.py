@@ -258,7 +258,9 @@ def gather(ctx, servers: dict, assigned: dict, offsets: dict, generators: dict) 
                         ctx.server_map.append(tuple(entry))
                 break
         for pcap in ("capture.pcap", CAPTURE_LO):  # a server's capture: its interface's and lo's
-            if (d / pcap).exists():
+            # one that caught nothing (lo with no client on the host) is its 24-byte header alone:
+            # it adds no packet, and editcap would turn it into an empty pcapng mergecap refuses
+            if (d / pcap).exists() and (d / pcap).stat().st_size > PCAP_HEADER_BYTES:
                 pcaps.append(_shifted_pcap(d / pcap, shift[name]))
         if (d / "resources.parquet").exists():
             resources.append(_shifted(pq.read_table(d / "resources.parquet"), shift[name]))
@@ -336,6 +338,10 @@ def _shifted(t: pa.Table, shift_ns: int) -> pa.Table:
         if f.name.endswith("_ns") and pa.types.is_integer(f.type) and "duration" not in f.name:
             t = t.set_column(i, f.name, pc.add(t.column(i), pa.scalar(shift_ns, f.type)))
     return t
+
+
+#: a pcap file's global header: a file no longer holds no packet
+PCAP_HEADER_BYTES = 24
 
 
 def _shifted_pcap(path: Path, shift_ns: int) -> Path:
