@@ -110,6 +110,20 @@ def give_to(user: str, path: Path) -> None:
     make_traversable(path)
 
 
+def open_the_way(acct: pwd.struct_passwd, paths: list[Path], role: str) -> None:
+    """Make every path of `paths` reachable by `acct` (o+x on the ancestors closed to it, e.g. a
+    checkout under /root), or raise AccountError naming the first one it still cannot read."""
+    for path in paths:
+        if blocked_for(acct, path) is not None:
+            make_traversable(path)
+        blocked = blocked_for(acct, path)
+        if blocked is not None:
+            raise AccountError(
+                f"{role} runs as the unprivileged user {acct.pw_name!r}, which cannot reach {path} ({blocked} is "
+                "closed to it); install tierscope where other users can read it (e.g. not under /root)"
+            )
+
+
 def blocked_for(acct: pwd.struct_passwd, path: Path) -> Path | None:
     """The first directory on the way to `path` (or `path` itself) that `acct` may not search
     (or, for `path`, read): None when the account can read `path`."""

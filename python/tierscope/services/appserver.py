@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tierscope.apps.dal import DbConfig
-from tierscope.services._accounts import AccountError, blocked_for, give_to, lab_account, make_traversable, run_as
+from tierscope.services._accounts import AccountError, give_to, lab_account, open_the_way, run_as
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
@@ -124,16 +124,10 @@ class AppServer(Service):
         self.events_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             acct = self.run_account()
-            for path in self._code_paths():
-                if blocked_for(acct, path) is not None:  # e.g. a checkout under /root: open the way (o+x)
-                    make_traversable(path)
-                blocked = blocked_for(acct, path)
-                if blocked is not None:
-                    raise ServiceError(
-                        f"{self.name}: the app server runs as the unprivileged user {acct.pw_name!r}, which cannot "
-                        f"reach {path} ({blocked} is closed to it); install tierscope where other users can "
-                        "read it (e.g. not under /root)"
-                    )
+            try:
+                open_the_way(acct, self._code_paths(), "the app server")
+            except AccountError as err:
+                raise ServiceError(f"{self.name}: {err}") from None
             give_to(acct.pw_name, self.workdir)  # its logs and pid file
             give_to(acct.pw_name, self.events_dir)  # the events its workers record
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from tierscope.apps.dal import DbConfig
-from tierscope.services._accounts import AccountError, blocked_for, give_to, lab_account, make_traversable, run_as
+from tierscope.services._accounts import AccountError, give_to, lab_account, make_traversable, open_the_way, run_as
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
@@ -148,16 +148,10 @@ class Middleware(Service):
         self.stats_path.unlink(missing_ok=True)
         if os.geteuid() == 0:
             acct = self.run_account()
-            for path in self._code_paths():
-                if blocked_for(acct, path) is not None:  # e.g. a checkout under /root: open the way (o+x)
-                    make_traversable(path)
-                blocked = blocked_for(acct, path)
-                if blocked is not None:
-                    raise ServiceError(
-                        f"{self.name}: the middleware runs as the unprivileged user {acct.pw_name!r}, which cannot "
-                        f"reach {path} ({blocked} is closed to it); install tierscope where other users can "
-                        "read it (e.g. not under /root)"
-                    )
+            try:
+                open_the_way(acct, self._code_paths(), "the middleware")
+            except AccountError as err:
+                raise ServiceError(f"{self.name}: {err}") from None
             give_to(acct.pw_name, self.workdir)  # where it writes its stats on exit
             os.chmod(self.workdir, 0o700)  # its console and stats: that user's and root's only
 
