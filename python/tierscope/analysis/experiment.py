@@ -46,6 +46,10 @@ class Analysis:
     blackbox: dict[str, BlackBox] = field(default_factory=dict)  # configuration -> curve, knee
     whitebox: dict[str, WhiteBox] = field(default_factory=dict)
     focus_config: str | None = None
+    #: configuration -> its topology and swept fields but the workload level, in the sweep's order
+    configurations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: configuration -> its name by what differs between the configurations ("db memory 150 MiB")
+    labels: dict[str, str] = field(default_factory=dict)
     bmap: pa.Table | None = None
     heavy: pa.Table | None = None
     heavy_summary: pa.Table | None = None
@@ -165,6 +169,7 @@ def analyze_run(
     by_config: dict[str, list[Point]] = {}
     for p in points:
         by_config.setdefault(p.config or "(this system)", []).append(p)
+    data.configurations, data.labels = configurations_of(by_config)
     for config, pts in by_config.items():
         levels = [p for p in pts if p.users is not None]
         curve_pts: list[tuple[float, pa.Table, float]] = []
@@ -241,6 +246,28 @@ def analyze_run(
         data.notes.append("no point has a requests table: no fine-grained analysis")
         data.focus_config = next(iter(data.whitebox), None)
     return data
+
+
+def configurations_of(by_config: dict[str, list[Point]]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each configuration's fields (its topology and swept values but the workload level, from its
+    first point's manifest), in the sweep's order (its points' lowest index), and its label by what
+    differs (`analysis.study.configuration_labels`)."""
+    from tierscope.analysis.study import configuration_labels
+
+    def order(item: tuple[str, list[Point]]) -> tuple[int, str]:
+        indexes = [p.manifest.point.index for p in item[1] if p.manifest.point.index is not None]
+        return (min(indexes) if indexes else 1 << 30, item[0])
+
+    configs: dict[str, dict[str, Any]] = {}
+    for config, pts in sorted(by_config.items(), key=order):
+        m = pts[0].manifest
+        fields: dict[str, Any] = {"topology": m.topology} if m.topology else {}
+        fields.update({k: v for k, v in m.point.params.items() if k not in ("workload.users", "topology")})
+        if "topology" in m.point.params:
+            fields["topology"] = m.point.params["topology"]
+        configs[config] = fields
+    values = [c if c else {"configuration": name} for name, c in configs.items()]
+    return configs, dict(zip(configs, configuration_labels(values)))
 
 
 def _level(p: Point) -> float:

@@ -25,6 +25,8 @@ class Study:
     finding: str
     minutes: float
     path: Path
+    #: what its results are checked against (tierscope.analysis.study; None: nothing is checked)
+    claim: dict | None = None
 
 
 def presets_dir() -> Path:
@@ -43,9 +45,16 @@ def studies() -> list[Study]:
         where = f"{catalog}: [{name}]"
         if not isinstance(table, dict):
             raise ValueError(f"{where}: expected a table")
-        extra = set(table) - {"kind", "seed", "finding", "minutes"}
+        extra = set(table) - {"kind", "seed", "finding", "minutes", "claim"}
         if extra:
-            raise ValueError(f"{where}: {sorted(extra)[0]}: unknown key (expected kind, seed, finding, minutes)")
+            raise ValueError(f"{where}: {sorted(extra)[0]}: unknown key (expected kind, seed, finding, minutes, claim)")
+        claim = table.get("claim")
+        if claim is not None:
+            from tierscope.analysis.study import check_claim
+
+            if not isinstance(claim, dict):
+                raise ValueError(f"{where}: claim: expected a table")
+            check_claim(claim, f"{catalog}: [{name}.claim]")
         kind, seed, finding, minutes = (table.get(k) for k in ("kind", "seed", "finding", "minutes"))
         if kind not in KINDS:
             raise ValueError(f"{where}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
@@ -53,7 +62,7 @@ def studies() -> list[Study]:
             raise ValueError(f"{where}: seed and finding: expected strings")
         if not isinstance(minutes, int | float) or isinstance(minutes, bool) or minutes <= 0:
             raise ValueError(f"{where}: minutes: expected a number > 0, got {minutes!r}")
-        out.append(Study(name, kind, seed, finding, float(minutes), presets_dir() / f"{name}.toml"))
+        out.append(Study(name, kind, seed, finding, float(minutes), presets_dir() / f"{name}.toml", claim))
     return out
 
 
@@ -63,6 +72,14 @@ def study_lines() -> list[str]:
     width = max(len(s.name) for s in rows)
     seed_width = max(len(s.seed) for s in rows) + 5
     return [f"{s.name:<{width}}  {'seed ' + s.seed:<{seed_width}}  {s.finding}  (~{s.minutes:g} min)" for s in rows]
+
+
+def study_of(path: Path) -> Study | None:
+    """The shipped study whose preset is the file at `path`, if any."""
+    try:
+        return next((s for s in studies() if s.path.resolve() == path.resolve()), None)
+    except (OSError, ValueError, tomllib.TOMLDecodeError):
+        return None
 
 
 def _names() -> str:
@@ -330,6 +347,7 @@ def execute(
     if result.interrupted:
         console.print("[yellow]interrupted[/yellow]: finished points are kept; continue with --resume")
         return 130
+    finding = None
     if result.report is not None:
         from tierscope.report import configuration_table, print_summary
 
@@ -338,8 +356,13 @@ def execute(
         if configurations is not None:
             console.print(configurations)
         console.print(f"report: {result.report}", markup=False)
+    if result.data is not None:
+        finding = finding_of(result.data, spec_path)
+        console.print(f"[bold]Finding:[/bold] {escape(finding.line())}", highlight=False, soft_wrap=True)
     if json_out is not None:
         doc = _output.verdict_document(result.data, result.summary) if result.summary is not None else {}
+        if finding is not None:
+            doc["finding"] = finding.as_dict()
         doc["run"] = {
             "dir": str(result.dir),
             "done": result.done,
@@ -351,6 +374,15 @@ def execute(
         if where != "stdout":
             console.print(f"wrote {where}", markup=False)
     return 0 if not result.failed else 1
+
+
+def finding_of(data, spec_path: Path):
+    """The study's finding across its configurations (`analysis.study.study_finding`), checked
+    against its claim when `spec_path` is a shipped study's preset."""
+    from tierscope.analysis.study import study_finding
+
+    study = study_of(spec_path)
+    return study_finding(data, study.claim if study is not None else None)
 
 
 def register(app: typer.Typer) -> None:

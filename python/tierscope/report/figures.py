@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from plotly.subplots import make_subplots
 
 from tierscope.analysis.experiment import Analysis
+from tierscope.analysis.study import label_of
 
 MAX_POINTS = 3000
 MAX_BANDS = 500  # pause/stall bands drawn on the timeline (the longest ones when there are more)
@@ -446,7 +447,7 @@ def load_curve(data: Analysis) -> go.Figure | None:
     for k, (config, bb) in enumerate(data.blackbox.items()):
         c = bb.curve
         users = _np(c, "users")
-        tag = f" {config}" if many else ""
+        tag = f" {label_of(data, config)}" if many else ""
         colour, dash = styles.take(k, 0, "solid")
         fig.add_trace(
             go.Scatter(
@@ -539,7 +540,9 @@ def utilisation_density(data: Analysis, max_resources: int = 6) -> go.Figure | N
     fig = make_subplots(
         rows=rows,
         cols=cols,
-        subplot_titles=[f"{h} {m}" for h, m in chosen],
+        subplot_titles=[
+            f"{h} {m}" + (f" ({label_of(data, config)})" if len(data.whitebox) > 1 else "") for h, m in chosen
+        ],
         vertical_spacing=0.18,
         horizontal_spacing=0.1,
     )
@@ -666,7 +669,10 @@ def bottleneck_map_figure(data: Analysis) -> go.Figure | None:
     if data.bmap is None or data.bmap.num_rows == 0:
         return None
     rows = data.bmap.to_pylist()
-    if all(r["app"] is not None and r["db"] is not None for r in rows):
+    cells = [(r["app"], r["db"]) for r in rows]
+    # a grid of app x db servers only when each configuration has a cell of its own (a sweep of, say,
+    # the database's memory has one topology: its configurations are bars)
+    if all(a is not None and d is not None for a, d in cells) and len(set(cells)) == len(cells):
         apps = sorted({r["app"] for r in rows})
         dbs = sorted({r["db"] for r in rows})
         z = np.full((len(apps), len(dbs)), np.nan)
@@ -674,7 +680,9 @@ def bottleneck_map_figure(data: Analysis) -> go.Figure | None:
         for r in rows:
             i, j = apps.index(r["app"]), dbs.index(r["db"])
             z[i, j] = r["max_throughput"]
-            text[i][j] = f"{r['config']}<br>{r['max_throughput']:.0f}/s<br>{r['bottleneck'] or 'none'} (g{r['group']})"
+            text[i][j] = (
+                f"{label_of(data, r['config'])}<br>{r['max_throughput']:.0f}/s<br>{r['bottleneck'] or 'none'} (g{r['group']})"
+            )
         fig = go.Figure(
             go.Heatmap(
                 z=z,
@@ -691,7 +699,7 @@ def bottleneck_map_figure(data: Analysis) -> go.Figure | None:
     else:
         fig = go.Figure(
             go.Bar(
-                x=[r["config"] for r in rows],
+                x=[label_of(data, r["config"]) for r in rows],
                 y=[r["max_throughput"] for r in rows],
                 text=[f"{r['bottleneck'] or 'none'} (g{r['group']})" for r in rows],
             )

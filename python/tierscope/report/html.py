@@ -25,6 +25,7 @@ import plotly.offline
 from plotly.io.json import to_json_plotly
 
 from tierscope.analysis.experiment import Analysis
+from tierscope.analysis.study import label_of
 from tierscope.analysis.summary import Summary, build_summary
 from tierscope.report import figures
 
@@ -167,7 +168,8 @@ def _config_rows(data: Analysis) -> list[tuple[str, str]]:
         rows.append(("analysed point", data.fine_point))
     rows.append(("window", f"{data.window_ns / 1e6:g} ms"))
     if data.blackbox:
-        rows.append(("configurations", ", ".join(data.blackbox)))
+        names = [label_of(data, c) for c in data.blackbox]
+        rows.append(("configurations", ("; " if any("," in n for n in names) else ", ").join(names)))
     levels = _levels(data)
     if levels:
         rows.append(("workload levels", ", ".join(f"{u:g}" for u in levels) + " users"))

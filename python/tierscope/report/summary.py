@@ -7,6 +7,7 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
+from tierscope.analysis.study import label_of
 from tierscope.analysis.summary import Summary
 
 
@@ -29,7 +30,8 @@ def level_table(data) -> Table | None:
     bb = data.blackbox.get(data.focus_config) if data.focus_config else next(iter(data.blackbox.values()), None)
     if bb is None or bb.curve.num_rows == 0:
         return None
-    table = Table(title=escape(f"workload levels ({data.focus_config or 'this system'})"), expand=False)
+    name = label_of(data, data.focus_config) if data.focus_config else "this system"
+    table = Table(title=escape(f"workload levels ({name})"), expand=False)
     for name in ("users", "throughput/s", "p50 ms", "p90 ms", "p99 ms", "errors"):
         table.add_column(name, justify="right")
     for r in bb.curve.to_pylist():
@@ -42,7 +44,8 @@ def level_table(data) -> Table | None:
 
 
 def configuration_table(data) -> Table | None:
-    """One row per configuration of a sweep (the bottleneck map): maximum throughput, the knee of
+    """One row per configuration of a sweep (the bottleneck map), named by what differs between the
+    configurations (`analysis.study.configuration_labels`): maximum throughput, the knee of
     its load curve, the most saturated resource at the maximum and every tier's saturated
     resources. None with fewer than two configurations."""
     bmap = getattr(data, "bmap", None)
@@ -63,7 +66,7 @@ def configuration_table(data) -> Table | None:
         knee = f"{bb.knee.users:g}" if bb is not None and bb.knee is not None else "-"
         share = f" ({r['bottleneck_share']:.0%} of the time)" if r["bottleneck"] else ""
         table.add_row(
-            escape(r["config"]),
+            escape(label_of(data, r["config"])),
             f"{r['max_throughput']:.1f}",
             knee,
             escape((r["bottleneck"] or "no saturated resource") + share),
