@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tierscope.analysis.experiment import Analysis
+from tierscope.analysis.study import label_of
 
 
 @dataclass
@@ -247,7 +248,7 @@ def build_summary(data: Analysis) -> Summary:
         facts += more
     # coarse grain: saturated resources at the maximum throughput of each configuration
     for config, bb in data.blackbox.items():
-        tag = "" if len(data.blackbox) == 1 else f" ({config})"
+        tag = "" if len(data.blackbox) == 1 else f" ({label_of(data, config)})"
         facts.append(
             (f"maximum throughput{tag}", f"{bb.max_throughput:.1f} requests/s at {bb.max_throughput_users:g} users")
         )
@@ -311,7 +312,7 @@ def build_summary(data: Analysis) -> Summary:
         for g, rows in sorted(groups.items()):
             bottlenecks = sorted({r["bottleneck"] or "no saturated resource" for r in rows})
             look.append(
-                f"configuration group {g} ({', '.join(r['config'] for r in rows)}): max throughput "
+                f"configuration group {g} ({'; '.join(label_of(data, r['config']) for r in rows)}): max throughput "
                 f"{min(r['max_throughput'] for r in rows):.0f}-{max(r['max_throughput'] for r in rows):.0f}/s, "
                 f"bottleneck {', '.join(bottlenecks)} (bottleneck map)"
             )
