@@ -273,3 +273,20 @@ def test_a_synthetic_memory_sweep_gets_labels_and_its_finding(tmp_path):
     console.print(configuration_table(data))
     out = console.export_text()
     assert "db memory 150 MiB" in out and "db memory 1 GiB" in out and "node_types" not in out
+
+
+def test_the_scaling_finding_gives_the_throughput_per_node_from_the_fewest_nodes_to_the_most():
+    from tierscope.analysis.study import scaling_finding
+
+    rows = [
+        {"target": "galera", "workload": "ycsb-b", "nodes": n, "metric": "ops/s", "throughput_per_node": x}
+        for n, x in ((3, 301.0), (1, 812.0), (2, 450.5))
+    ]
+    rows.append({"target": "middleware", "workload": "tpcc", "nodes": 1, "metric": "tpmC", "throughput_per_node": 90})
+    f = scaling_finding(rows)
+    assert f.text == (
+        f"galera ycsb-b 812 -> 301 ops/s per node over 1-3 nodes ({301 / 812:.2f}x); "
+        "middleware tpcc 90 tpmC per node at 1 node(s)"
+    )
+    assert f.holds is None and f.figures[0]["per_node"] == {1: 812.0, 2: 450.5, 3: 301.0}
+    assert scaling_finding([]).holds is None

@@ -521,3 +521,37 @@ def study_finding(data: Any, claim: Mapping[str, Any] | None) -> Finding:
     if claim is None:
         return Finding(found.text, None, "no stated finding to check: not a shipped study", "", found.figures)
     return found
+
+
+def scaling_finding(rows: Sequence[Mapping[str, Any]]) -> Finding:
+    """Seed 002's scaling study (`tierscope oltp scale`): per target and workload, the throughput
+    per node from the fewest nodes to the most ("galera ycsb-b 812 -> 301 ops/s per node over 1-3
+    nodes (0.37x)"). The catalog states figures, not a direction: nothing is checked (on one
+    machine the nodes share its cores)."""
+    series: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        series.setdefault((str(r["target"]), str(r["workload"])), []).append(r)
+    parts, figs = [], []
+    for (target, workload), rs in series.items():
+        rs = sorted(rs, key=lambda r: int(r["nodes"]))
+        a, b = rs[0], rs[-1]
+        pa_, pb = float(a["throughput_per_node"]), float(b["throughput_per_node"])
+        figs.append(
+            {
+                "target": target,
+                "workload": workload,
+                "metric": a.get("metric"),
+                "per_node": {int(r["nodes"]): r["throughput_per_node"] for r in rs},
+            }
+        )
+        if len(rs) == 1:
+            parts.append(f"{target} {workload} {pa_:g} {a.get('metric', '')} per node at {a['nodes']} node(s)")
+        else:
+            ratio = f" ({pb / pa_:.2f}x)" if pa_ else ""
+            parts.append(
+                f"{target} {workload} {pa_:g} -> {pb:g} {a.get('metric', '')} per node over "
+                f"{a['nodes']}-{b['nodes']} nodes{ratio}"
+            )
+    if not parts:
+        return Finding("no result", None, "nothing measured")
+    return Finding("; ".join(parts), None, "the study states figures, no claim to check", figures=figs)

@@ -348,6 +348,9 @@ def scale(
     for cells in table_rows(rows):
         t.add_row(*cells)
     console.print(t)
+    from tierscope.analysis.study import scaling_finding
+
+    console.print(f"[bold]Finding:[/bold] {escape(scaling_finding(rows).line())}", highlight=False, soft_wrap=True)
     console.print(f"results: {out / 'results.json'}, {out / 'results.parquet'}, {out / 'nodes.parquet'}", markup=False)
 
 
