@@ -290,3 +290,15 @@ def test_the_scaling_finding_gives_the_throughput_per_node_from_the_fewest_nodes
     )
     assert f.holds is None and f.figures[0]["per_node"] == {1: 812.0, 2: 450.5, 3: 301.0}
     assert scaling_finding([]).holds is None
+
+
+def test_the_line_says_whether_the_claim_holds_and_why():
+    figs = _memory_figs(CPU_QUOTA)
+    assert (
+        bottleneck_finding(figs[:1], {"1GiB": "db CPU"})
+        .line()
+        .endswith("The study's finding cannot be decided: no result for 1GiB")
+    )
+    assert ". The study's finding does not hold: " in bottleneck_finding(figs, {"*": "app"}).line()
+    unclaimed = bottleneck_finding(figs, None)
+    assert unclaimed.line() == f"{unclaimed.text} (the study states no bottleneck to check)"

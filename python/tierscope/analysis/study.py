@@ -60,7 +60,7 @@ class Finding:
 
     def line(self) -> str:
         """The one line the terminal prints after "Finding:"."""
-        verdict = {True: "holds", False: "does not hold", None: "undecided"}[self.holds]
+        verdict = {True: "holds", False: "does not hold", None: "cannot be decided"}[self.holds]
         if not self.claim and self.holds is None:
             return f"{self.text} ({self.why})" if self.why else self.text
         return f"{self.text}. The study's finding {verdict}: {self.why}"
