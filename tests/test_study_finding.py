@@ -265,6 +265,17 @@ def test_a_synthetic_memory_sweep_gets_labels_and_its_finding(tmp_path):
     assert f.holds is True, f
     assert f.text.startswith("db memory 150 MiB: disk-bound (db1 disk above 95 % in 100 % of the samples")
     assert "; 1 GiB: CPU-bound (db1 CPU above 95 % in 100 %" in f.text
+    # `tierscope report RUN` checks the claim of the study its run.json names (tpcw-memory's)
+    from tierscope.cli.run import finding_of_run
+
+    assert finding_of_run(data, tmp_path) is None  # no run.json: not the runner's run
+    (tmp_path / "run.json").write_text(json.dumps({"spec": str(PRESETS / "tpcw-memory.toml")}))
+    shipped = finding_of_run(data, tmp_path)
+    assert shipped is not None and shipped.holds is True and shipped.claim == "db disk at 150MiB; db CPU at 1GiB"
+    (tmp_path / "run.json").write_text(json.dumps({"spec": str(PRESETS / "rubbos-neighbour.toml")}))
+    other = finding_of_run(data, tmp_path)  # the neighbour's claim: db1's CPU is not sampled at 150 MiB
+    assert other is not None and other.holds is None
+    assert other.why == "db1's CPU not measured: the same mean cannot be checked"
     from rich.console import Console
 
     from tierscope.report import configuration_table

@@ -74,6 +74,13 @@ def report(
         raise typer.Exit(_output.BAD_INPUT) from None
     summary = build_summary(data)
     print_summary(summary, console, verbose=verbose, data=data)
+    finding = None
+    if len(inputs) == 1 and inputs[0].is_dir():
+        from tierscope.cli.run import finding_of_run
+
+        finding = finding_of_run(data, inputs[0])
+        if finding is not None:
+            console.print(f"[bold]Finding:[/bold] {escape(finding.line())}", highlight=False, soft_wrap=True)
     if verbose:
         for note in data.notes:
             console.print(f"[dim]note: {escape(note)}[/dim]")
@@ -82,7 +89,10 @@ def report(
     try:
         console.print(f"wrote {write_report(data, output, summary)}", markup=False)
         if json_out is not None:
-            where = _output.write_json(data, summary, json_out)
+            doc = _output.verdict_document(data, summary)
+            if finding is not None:
+                doc["finding"] = finding.as_dict()
+            where = _output.write_document(doc, json_out)
             if where != "stdout":
                 console.print(f"wrote {where}", markup=False)
     except OSError as e:

@@ -385,5 +385,22 @@ def finding_of(data, spec_path: Path):
     return study_finding(data, study.claim if study is not None else None)
 
 
+def finding_of_run(data, run_dir: Path):
+    """The finding of an analysed run directory (`tierscope report RUN`): checked against the claim
+    of the study whose preset its run.json names; None when it is not a run of the runner (no
+    run.json in it nor above it) or has no load curve."""
+    import json
+
+    if not getattr(data, "blackbox", None):
+        return None
+    for d in (run_dir, run_dir.parent):
+        try:
+            spec = json.loads((d / "run.json").read_text()).get("spec")
+        except (OSError, ValueError, AttributeError):
+            continue
+        return finding_of(data, Path(spec)) if isinstance(spec, str) else None
+    return None
+
+
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
