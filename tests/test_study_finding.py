@@ -130,7 +130,10 @@ def test_the_neighbour_ratio_is_the_bursty_mean_response_time_over_the_steady_on
     f = ratio_finding([steady, bursty], 1.5, host="db1", same_cpu=0.15)
     assert f.holds is True
     ratio = 0.124 / 0.040
-    assert f.text.startswith(f"mean response time {ratio:.1f}x higher with neighbour burstiness 400")
+    assert f.text.startswith(f"mean response time {ratio:.1f}x higher with neighbour burstiness 400 than with ")
+    parts = {"parts": [("neighbour burstiness", "1")]}
+    short = ratio_finding([steady | parts, bursty | {"parts": [("neighbour burstiness", "400")]}], 1.5)
+    assert short.text.startswith(f"mean response time {ratio:.1f}x higher with neighbour burstiness 400 than with 1 (")
     assert "(124 ms against 40 ms) at db1 CPU 84 % against 80 %" in f.text
     # below the claimed ratio; or at an unequal mean CPU (84 / 60 - 1 = 40 % > 15 %)
     assert ratio_finding([steady, bursty], 3.5, host="db1").holds is False

@@ -291,9 +291,11 @@ def ratio_finding(
     if not a or b is None:
         return Finding(f"no {what} measured", None, f"{what} missing", claim, figs)
     ratio = b / a
+    # "with neighbour burstiness 400 than with 1" when the two differ in one field
+    than = short_labels([str(last["label"]), str(first["label"])], [last.get("parts") or [], first.get("parts") or []])
     text = (
-        f"{what} {ratio:.1f}x {'higher' if ratio >= 1 else 'as high'} with {last['label']} than with "
-        f"{first['label']} ({1e3 * b:.0f} ms against {1e3 * a:.0f} ms)"
+        f"{what} {ratio:.1f}x {'higher' if ratio >= 1 else 'as high'} with {than[0]} than with "
+        f"{than[1]} ({1e3 * b:.0f} ms against {1e3 * a:.0f} ms)"
     )
     cpu_a = (first.get("cpu") or {}).get(host) if host else None
     cpu_b = (last.get("cpu") or {}).get(host) if host else None
