@@ -13,6 +13,7 @@
 
 pub mod balance;
 pub mod pool;
+pub mod recovery;
 pub mod replies;
 pub mod scram;
 pub mod session;
@@ -88,6 +89,12 @@ pub struct MiddlewareArgs {
     /// Answer a write after the first backend succeeded or after all finished.
     #[arg(long, default_value = "first", value_parser = ["first", "all"])]
     pub wait: String,
+    /// The recovery log: every write unit gets a sequence number and is appended here (fsync'd
+    /// before its client is answered); each backend keeps its last unit's number in a table
+    /// (tierscope_recovery). At start, a backend behind the others is brought to the head from the
+    /// log before anything is served, or refused when the log cannot (off: no log, no table).
+    #[arg(long, value_name = "PATH")]
+    pub recovery_log: Option<PathBuf>,
     /// Write the counts as JSON here on exit.
     #[arg(long, value_name = "PATH")]
     pub stats: Option<PathBuf>,
@@ -245,6 +252,12 @@ pub struct Manager {
     pub write_lock: Arc<tokio::sync::Mutex<()>>,
     pub st: Mutex<State>,
     pub parameters: OnceLock<Vec<(String, String)>>,
+    /// the recovery log (--recovery-log)
+    pub recovery: Option<Arc<recovery::Log>>,
+    /// what the start found and did: each backend's position, the head, the units replayed
+    recovered: Mutex<Value>,
+    /// reads get labels (the state's `labels.track`, read without the lock: set before serving)
+    labels_on: bool,
     /// bumped by every write that may invalidate statements prepared on backend connections
     pub statement_epoch: AtomicU64,
     started: Instant,
@@ -296,6 +309,9 @@ impl Manager {
                 wrr_current: vec![0.0; n],
             }),
             parameters: OnceLock::new(),
+            labels_on: policy == Policy::Aware,
+            recovery: None,
+            recovered: Mutex::new(Value::Null),
             statement_epoch: AtomicU64::new(0),
             started: Instant::now(),
             inflight: watch::Sender::new(0),
@@ -309,18 +325,25 @@ impl Manager {
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
         st.labels.track = st.labels.track || on;
         st.labels.heavy_factor = heavy_factor;
+        self.labels_on = st.labels.track;
     }
 
     /// Whether reads get labels (and their service times are kept).
     pub fn tracks_labels(&self) -> bool {
-        self.state().labels.track
+        self.labels_on
     }
 
     /// The label of a unit running `texts` (cached by the joined text): each statement's label,
     /// joined by "; ".
     pub fn label(&self, texts: &[&str]) -> Arc<str> {
-        let key = if texts.len() == 1 { texts[0].to_string() } else { texts.join("\n") };
-        if let Some(l) = self.state().labels.cache.get(&key) {
+        let joined;
+        let key = if texts.len() == 1 {
+            texts[0]
+        } else {
+            joined = texts.join("\n");
+            joined.as_str()
+        };
+        if let Some(l) = self.state().labels.cache.get(key) {
             return l.clone();
         }
         let lab: Arc<str> = texts.iter().map(|t| sql::label(t)).collect::<Vec<_>>().join("; ").into();
@@ -328,7 +351,7 @@ impl Manager {
         if st.labels.cache.len() > 10_000 {
             st.labels.cache.clear();
         }
-        st.labels.cache.insert(key, lab.clone());
+        st.labels.cache.insert(key.to_string(), lab.clone());
         lab
     }
 
@@ -510,6 +533,167 @@ impl Manager {
         Ok(())
     }
 
+    /// A transaction the backends rolled back (its connections closed): a ROLLBACK record, so that
+    /// a replay does not run the units after it inside it.
+    pub fn log_rollback(&self) {
+        if let Some(l) = &self.recovery {
+            let seq = l.take_seq();
+            if let Err(e) = l.append(seq, &wire::query("ROLLBACK")) {
+                log(&format!("recovery log {}: cannot append unit {seq}: {e}", l.path.display()));
+            }
+        }
+    }
+
+    /// With a recovery log, before anything is served: each enabled backend's position (its
+    /// recovery table, made when missing: position 0); the head is the log's last unit or the
+    /// highest position. A backend behind the head gets the missing units replayed from the log
+    /// on one connection, then the head as its position; one the log cannot bring there (the units
+    /// are gone from it, or the log is behind the backends) is refused: disabled with one message
+    /// naming it and the positions. With every backend at the head, the log is emptied.
+    pub async fn recover(&self) -> Result<(), NoBackend> {
+        let Some(rlog) = &self.recovery else { return Ok(()) };
+        let n = self.backends.len();
+        let mut pos: Vec<Option<u64>> = vec![None; n];
+        for i in self.enabled() {
+            let b = &self.backends[i];
+            let found: Result<u64, String> = async {
+                let mut conn = b.pool.acquire().await.map_err(|e| e.0)?;
+                let r = async {
+                    let t = recovery::TABLE;
+                    recovery::simple_query(&mut conn, &format!("CREATE TABLE IF NOT EXISTS {t} (seq bigint NOT NULL)")).await?;
+                    let rows = recovery::simple_query(&mut conn, &format!("SELECT seq FROM {t}")).await?;
+                    match rows.as_slice() {
+                        [] => {
+                            recovery::simple_query(&mut conn, &format!("INSERT INTO {t} VALUES (0)")).await?;
+                            Ok(0)
+                        }
+                        [Some(v)] if v.starts_with('-') => Err(format!(
+                            "{t}.seq is {v}: a replay from the recovery log left it different from the others; copy another backend's database to it"
+                        )),
+                        [Some(v)] => v.parse::<u64>().map_err(|e| format!("{t}.seq {v:?}: {e}")),
+                        _ => Err(format!("{t} holds {} rows, expected one", rows.len())),
+                    }
+                }
+                .await;
+                b.pool.release(conn);
+                r
+            }
+            .await;
+            match found {
+                Ok(p) => pos[i] = Some(p),
+                Err(e) => self.disable(i, &format!("recovery: cannot read its position: {e}")),
+            }
+        }
+        let range = rlog.range();
+        let top = pos.iter().flatten().copied().max().unwrap_or(0);
+        let head = range.map_or(top, |r| r.1.max(top));
+        let path = rlog.path.display().to_string();
+        let positions: Vec<String> =
+            self.backends.iter().zip(&pos).map(|(b, p)| format!("{} at {}", b.name, p.map_or("?".to_string(), |p| p.to_string()))).collect();
+        let mut replayed = serde_json::Map::new();
+        // an up-to-date backend's sequences, to check a replayed one against
+        let mut reference: Option<(String, Vec<(String, String)>)> = None;
+        if let Some(r) = (0..n).find(|&i| pos[i] == Some(head)) {
+            let b = &self.backends[r];
+            if let Ok(mut conn) = b.pool.acquire().await {
+                if let Ok(seqs) = recovery::sequences(&mut conn).await {
+                    reference = Some((b.name.clone(), seqs));
+                }
+                b.pool.release(conn);
+            }
+        }
+        for (i, &p) in pos.iter().enumerate() {
+            let Some(p) = p else { continue };
+            if p == head {
+                continue;
+            }
+            let name = &self.backends[i].name;
+            let covered = range.is_some_and(|(first, last)| last == head && first <= p + 1 && p < head);
+            if !covered {
+                let why = if p > head {
+                    format!("it is ahead of the recovery log {path} (head {head})")
+                } else {
+                    match range {
+                        Some((first, last)) => format!("the recovery log {path} holds units {first}..{last} only"),
+                        None => format!("the recovery log {path} is empty"),
+                    }
+                };
+                let msg = format!(
+                    "stale backend {name} REFUSED: its position is {p}, the head is {head} ({}); {why}: it cannot be brought to the head and is not used (copy another backend's database to it, then restart)",
+                    positions.join(", ")
+                );
+                self.disable(i, &msg); // (logged there, once)
+                continue;
+            }
+            let b = &self.backends[i];
+            let done: Result<usize, String> = async {
+                let records = rlog.read(p + 1, head).map_err(|e| format!("reading {path}: {e}"))?;
+                let mut conn = b.pool.acquire().await.map_err(|e| e.0)?;
+                let r = async {
+                    let errors = recovery::replay(&mut conn, &records).await?;
+                    if conn.status != b'I' {
+                        recovery::simple_query(&mut conn, "ROLLBACK").await?;
+                    }
+                    // sequences are not transactional: a transaction it was running when it went
+                    // down may have taken values the others did not, and the replay then gave rows
+                    // other numbers. Its sequences must equal an up-to-date backend's.
+                    if let Some((ref_name, ref_seqs)) = &reference {
+                        let mine = recovery::sequences(&mut conn).await?;
+                        if mine != *ref_seqs {
+                            let diff = recovery::differences(&mine, ref_seqs);
+                            recovery::simple_query(&mut conn, &recovery::position_sql_refused()).await?;
+                            return Err(format!(
+                                "after the replay its sequences differ from {ref_name}'s ({diff}): values taken by a transaction it was running when it went down"
+                            ));
+                        }
+                    }
+                    recovery::simple_query(&mut conn, &recovery::position_sql(head)).await?;
+                    Ok::<usize, String>(errors)
+                }
+                .await;
+                conn.close(); // its session settings are the replay's
+                b.pool.release(conn);
+                r.map(|errors| {
+                    log(&format!(
+                        "backend {name} was behind: units {}..{head} replayed from {path} ({errors} answered with an error, as they did on the others); now at {head}",
+                        p + 1
+                    ));
+                    records.len()
+                })
+            }
+            .await;
+            match done {
+                Ok(k) => {
+                    replayed.insert(name.clone(), json!({"from": p, "units": k}));
+                }
+                Err(e) => {
+                    let msg = format!("stale backend {name} REFUSED: its position is {p}, the head is {head}; replaying from {path} failed: {e}");
+                    self.disable(i, &msg);
+                }
+            }
+        }
+        // every backend at the head: the log's units are everywhere (a checkpoint); else the
+        // records after the head (applied nowhere) go and numbering goes on after the head
+        let all_there = (0..n).all(|i| self.backends[i].enabled());
+        let cut = if all_there { rlog.checkpoint(head) } else { rlog.cut_after(head) };
+        if let Err(e) = cut {
+            return Err(NoBackend(format!("recovery log {path}: {e}")));
+        }
+        if !all_there && range.is_some() {
+            self.log_rollback(); // a transaction cut by a crash ends here for any later replay
+        }
+        *self.recovered.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+            "log": path,
+            "head_at_start": head,
+            "positions_at_start": self.backends.iter().zip(&pos).map(|(b, p)| (b.name.clone(), json!(p))).collect::<serde_json::Map<_, _>>(),
+            "replayed": replayed,
+        });
+        if self.enabled().is_empty() {
+            return Err(NoBackend(format!("no backend can be served: {}", positions.join(", "))));
+        }
+        Ok(())
+    }
+
     fn sample(&self) {
         let t = round3(self.started.elapsed().as_secs_f64());
         let (pending, heavy, reads) = {
@@ -603,6 +787,13 @@ impl Manager {
             "backends": backends,
             "labels": labels,
             "series": series,
+            "recovery": self.recovery.as_ref().map(|l| {
+                let mut r = self.recovered.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Value::Object(o) = &mut r {
+                    o.insert("next_seq".into(), json!(l.peek_seq()));
+                }
+                r
+            }),
         })
     }
 }
@@ -674,6 +865,15 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
     let manager = match Manager::new(&args.backend, &args.user, &password, &args.db, args.pool, policy, args.wait == "all", &weights) {
         Ok(mut m) => {
             m.track_labels(args.labels, args.heavy_factor);
+            if let Some(path) = &args.recovery_log {
+                match recovery::Log::open(path) {
+                    Ok(l) => m.recovery = Some(Arc::new(l)),
+                    Err(e) => {
+                        log(&format!("recovery log {}: {e}", path.display()));
+                        return Ok(2);
+                    }
+                }
+            }
             Arc::new(m)
         }
         Err(e) => {
@@ -698,6 +898,10 @@ async fn serve(m: Arc<Manager>, args: MiddlewareArgs, host: String, port: u16) -
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     if let Err(err) = m.check_backends(Duration::from_secs_f64(args.connect_timeout.max(0.0))).await {
+        log(&err.0);
+        return Ok(1);
+    }
+    if let Err(err) = m.recover().await {
         log(&err.0);
         return Ok(1);
     }

@@ -135,7 +135,7 @@ impl Conn {
     }
 
     /// The next message (type, body).
-    async fn read_message(&mut self) -> Result<(u8, Vec<u8>), BackendError> {
+    pub async fn read_message(&mut self) -> Result<(u8, Vec<u8>), BackendError> {
         loop {
             let avail = self.buf.len() - self.pos;
             if avail >= 5 {

@@ -16,6 +16,9 @@ pub enum Mode {
     Pass,
     Hide,
     Synth,
+    /// a Query whose text begins with a statement of the proxy's (the recovery log's position):
+    /// its first CommandComplete is hidden, the rest passed
+    PassButFirst,
 }
 
 #[derive(Clone, Debug)]
@@ -25,6 +28,8 @@ struct Expect {
     target: u8,
     synth: Vec<u8>,
     seen_param_desc: bool,
+    /// PassButFirst: the first CommandComplete went by (hidden)
+    first_hidden: bool,
 }
 
 /// The replies still due for the messages sent in one unit of work.
@@ -65,13 +70,13 @@ impl ReplyPlan {
             }
             self.skipping = false;
         }
-        self.queue.push_back(Expect { kind, mode, target, synth: Vec::new(), seen_param_desc: false });
+        self.queue.push_back(Expect { kind, mode, target, synth: Vec::new(), seen_param_desc: false, first_hidden: false });
     }
 
     /// A message the proxy answers itself (it was not sent); `answer` is encoded.
     pub fn answered_here(&mut self, answer: Vec<u8>) {
         if !self.skipping {
-            self.queue.push_back(Expect { kind: 0, mode: Mode::Synth, target: 0, synth: answer, seen_param_desc: false });
+            self.queue.push_back(Expect { kind: 0, mode: Mode::Synth, target: 0, synth: answer, seen_param_desc: false, first_hidden: false });
         }
     }
 
@@ -103,7 +108,7 @@ impl ReplyPlan {
         let Some(head) = self.queue.front_mut() else {
             return Err(ProtocolError(format!("backend sent {:?} with nothing outstanding", kind as char)));
         };
-        let pass = head.mode == Mode::Pass;
+        let pass = matches!(head.mode, Mode::Pass | Mode::PassButFirst);
         if head.kind == wire::DESCRIBE {
             if head.target == b'S' && kind == wire::PARAMETER_DESCRIPTION && !head.seen_param_desc {
                 head.seen_param_desc = true;
@@ -117,6 +122,10 @@ impl ReplyPlan {
             return Err(ProtocolError(format!("backend sent {:?} in reply to Describe", kind as char)));
         }
         if is_interim(head.kind, kind) {
+            if head.mode == Mode::PassButFirst && kind == wire::COMMAND_COMPLETE && !head.first_hidden {
+                head.first_hidden = true;
+                return Ok(false);
+            }
             return Ok(pass);
         }
         if is_final(head.kind, kind) {
@@ -164,6 +173,20 @@ mod tests {
         .collect();
         assert_eq!(seen, [false, true, true, true, true, true, true, true]);
         assert!(p.done() && after.is_empty());
+    }
+
+    #[test]
+    fn a_query_with_the_proxys_statement_first_hides_its_first_command_complete() {
+        let mut p = ReplyPlan::default();
+        p.sent(wire::QUERY, Mode::PassButFirst, 0);
+        let mut after = Vec::new();
+        let seen: Vec<bool> =
+            [wire::COMMAND_COMPLETE, wire::ROW_DESCRIPTION, wire::DATA_ROW, wire::COMMAND_COMPLETE, wire::COMMAND_COMPLETE, wire::READY]
+                .iter()
+                .map(|&k| p.reply(k, &mut after).unwrap())
+                .collect();
+        assert_eq!(seen, [false, true, true, true, true, true]);
+        assert!(p.done());
     }
 
     #[test]

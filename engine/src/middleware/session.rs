@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
+use futures_util::future::{FutureExt, Shared};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -17,10 +18,21 @@ use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::pool::{Conn, RECV_SIZE, STMTS_MAX};
+use super::recovery;
 use super::replies::{Mode, ReplyPlan};
 use super::sql::{self, Kind, Micros};
 use super::wire::{self, Message, Parse, ProtocolError};
 use super::{log, pylist, scram, Manager, NoBackend};
+
+/// Whether a Query's body may be a DEALLOCATE (its text is decoded only then): the first
+/// character after whitespace is not ASCII (Unicode whitespace may come first), or the text starts
+/// with the word, as `Session::deallocate` checks after `trim_start`.
+fn may_deallocate(body: &[u8]) -> bool {
+    let Some(start) = body.iter().position(|&c| !matches!(c, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ')) else {
+        return false;
+    };
+    body[start] >= 0x80 || body.get(start..start + 10).is_some_and(|w| w.eq_ignore_ascii_case(b"DEALLOCATE"))
+}
 
 static DEALLOCATE: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(r#"(?i)^\s*DEALLOCATE\s+(?:PREPARE\s+)?(ALL|"?[A-Za-z0-9_$]+"?)\s*;?\s*$"#).expect("valid regex"));
@@ -68,6 +80,82 @@ fn resets_statements(text: &str) -> bool {
     const RESETS: [&str; 7] = ["CREATE", "ALTER", "DROP", "SET", "RESET", "DISCARD", "DEALLOCATE"];
     let toks = sql::tokens(text);
     sql::statements(&toks).iter().any(|st| RESETS.contains(&st[0].text.as_str()))
+}
+
+impl AsRef<[u8]> for Outgoing {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+/// Make a write unit record position `seq` in each backend's recovery table first, hidden from the
+/// client, so that the position commits or rolls back with the unit's own statements: a Parse,
+/// Bind, Execute and Close before the unit's messages (extended protocol), or `UPDATE ...;` before
+/// a simple Query's text (its CommandComplete hidden). False (no position recorded) for a unit
+/// running a statement PostgreSQL refuses in a transaction block, or an empty Query.
+fn with_position(out: &mut Outgoing, seq: u64) -> bool {
+    let msgs = recovery::messages(&out.data);
+    let Some(&(first, _, ref body)) = msgs.first() else {
+        return false;
+    };
+    for (k, _, b) in &msgs {
+        let text = match *k {
+            wire::QUERY => wire::query_text(&out.data[b.clone()]).ok(),
+            wire::PARSE => Parse::decode(&out.data[b.clone()]).ok().map(|p| p.sql),
+            _ => None,
+        };
+        if text.is_some_and(|t| recovery::outside_transactions(&t)) {
+            return false;
+        }
+    }
+    let update = recovery::position_sql(seq);
+    let Some(step) = out.plan.iter().position(|s| matches!(s, Step::Sent(..))) else {
+        return false;
+    };
+    if first == wire::QUERY && msgs.len() == 1 {
+        let Ok(text) = wire::query_text(&out.data[body.clone()]) else {
+            return false;
+        };
+        if sql::tokens(&text).is_empty() {
+            return false; // an empty query is answered EmptyQueryResponse, not a CommandComplete
+        }
+        out.data = wire::query(&format!("{update};\n{text}"));
+        out.plan[step] = Step::Sent(wire::QUERY, Mode::PassButFirst, 0);
+        return true;
+    }
+    if msgs.iter().any(|m| m.0 == wire::QUERY) {
+        return false; // (a Query ending a flushed unit: not recorded)
+    }
+    const PORTAL: &str = "_tierscope_recovery";
+    let mut pre = Vec::with_capacity(update.len() + 64);
+    let mut body = Vec::new();
+    body.push(0);
+    body.extend_from_slice(update.as_bytes());
+    body.extend_from_slice(&[0, 0, 0]);
+    wire::frame_into(&mut pre, wire::PARSE, &body);
+    body.clear();
+    body.extend_from_slice(PORTAL.as_bytes());
+    body.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+    wire::frame_into(&mut pre, wire::BIND, &body);
+    body.clear();
+    body.extend_from_slice(PORTAL.as_bytes());
+    body.extend_from_slice(&[0, 0, 0, 0, 0]);
+    wire::frame_into(&mut pre, wire::EXECUTE, &body);
+    body.clear();
+    body.push(b'P');
+    body.extend_from_slice(PORTAL.as_bytes());
+    body.push(0);
+    wire::frame_into(&mut pre, wire::CLOSE, &body);
+    pre.extend_from_slice(&out.data);
+    out.data = pre;
+    let hidden = [
+        Step::Sent(wire::PARSE, Mode::Hide, 0),
+        Step::Sent(wire::BIND, Mode::Hide, 0),
+        Step::Sent(wire::EXECUTE, Mode::Hide, 0),
+        Step::Sent(wire::CLOSE, Mode::Hide, b'P'),
+    ];
+    out.plan.splice(step..step, hidden);
+    true
 }
 
 impl Outgoing {
@@ -306,6 +394,9 @@ struct Answer {
 struct OpenUnit {
     slots: Vec<OpenSlot>,
     guard: OwnedMutexGuard<()>,
+    /// its number in the recovery log, whether its position is recorded, its bytes so far
+    seq: Option<(u64, bool)>,
+    logged: Vec<u8>,
     macros_at: Micros,
     slot: Option<Arc<Parse>>,
     answering: Option<usize>,
@@ -595,6 +686,7 @@ impl Session {
                 conn.close();
                 self.m.backends[b].pool.release(conn);
             }
+            self.m.log_rollback();
             drop(txn.guard);
         }
         let _ = self.wr.shutdown().await;
@@ -610,13 +702,15 @@ impl Session {
             }
         }
         self.m.count(|c| c.units += 1);
-        if unit[0].kind == wire::QUERY && self.deallocate(&wire::query_text(&unit[0].body)?) {
+        if unit[0].kind == wire::QUERY && may_deallocate(&unit[0].body) && self.deallocate(&wire::query_text(&unit[0].body)?) {
             return Ok(());
         }
         if self.local_only(&unit)? {
             return Ok(());
         }
-        let kind = self.unit_kind(&unit)?;
+        // labels only for a read outside a transaction (decided in the same pass as the kind)
+        let want_label = self.txn.is_none() && self.m.tracks_labels();
+        let (kind, label) = self.unit_kind_label(&unit, want_label)?;
         if kind == Kind::Copy {
             self.m.count(|c| c.errors_to_clients += 1);
             self.out.extend_from_slice(&wire::error(
@@ -632,7 +726,6 @@ impl Session {
             self.m.count(|c| c.transaction_units += 1);
             self.write(&unit).await
         } else if kind == Kind::Read {
-            let label = if self.m.tracks_labels() { self.unit_label(&unit)? } else { None };
             self.read(&unit, label).await
         } else {
             self.write(&unit).await
@@ -719,70 +812,63 @@ impl Session {
         true
     }
 
-    /// Copy if any SQL the unit runs is COPY, else Write if any is a write, else Read (statements
-    /// named in Bind count too).
-    fn unit_kind(&self, unit: &[Message]) -> SResult<Kind> {
-        let mut kinds = Vec::new();
+    /// What a unit runs, from one pass over its messages: Copy if any SQL it runs is COPY, else
+    /// Write if any is a write, else Read (statements named in Bind count too); with `want_label`,
+    /// the label of a Read unit as well (the labels of the SQL it runs, statements named in Bind
+    /// included, as the Python middleware's `texts`; None when it runs none).
+    fn unit_kind_label(&self, unit: &[Message], want_label: bool) -> SResult<(Kind, Option<Arc<str>>)> {
+        /// a statement's text: decoded from a Query, or held by a Parse
+        enum Text {
+            Query(String),
+            Stmt(Arc<Parse>),
+        }
+        let mut kind = Kind::Read;
+        let mut texts: Vec<Text> = Vec::new();
         let mut unnamed = self.unnamed.clone();
+        let mut add = |k: Kind, t: Text| {
+            kind = match (kind, k) {
+                (Kind::Copy, _) | (_, Kind::Copy) => Kind::Copy,
+                (Kind::Write, _) | (_, Kind::Write) => Kind::Write,
+                _ => Kind::Read,
+            };
+            if want_label {
+                texts.push(t);
+            }
+        };
         for msg in unit {
             match msg.kind {
-                wire::QUERY => kinds.push(sql::kind_of(&wire::query_text(&msg.body)?)),
+                wire::QUERY => {
+                    let text = wire::query_text(&msg.body)?;
+                    add(sql::kind_of(&text), Text::Query(text));
+                }
                 wire::PARSE => {
-                    let p = Parse::decode(&msg.body)?;
-                    kinds.push(p.kind());
+                    let p = Arc::new(Parse::decode(&msg.body)?);
                     if p.name.is_empty() {
-                        unnamed = Some(Arc::new(p));
+                        unnamed = Some(p.clone());
                     }
+                    add(p.kind(), Text::Stmt(p));
                 }
                 wire::BIND => {
                     let b = wire::Bind::decode(&msg.body)?;
                     let p = if b.statement.is_empty() { unnamed.as_ref() } else { self.statements.get(&b.statement) };
                     if let Some(p) = p {
-                        kinds.push(p.kind()); // classified once per statement object
+                        add(p.kind(), Text::Stmt(p.clone())); // classified once per statement object
                     }
                 }
                 _ => {}
             }
         }
-        Ok(if kinds.contains(&Kind::Copy) {
-            Kind::Copy
-        } else if kinds.contains(&Kind::Write) {
-            Kind::Write
-        } else {
-            Kind::Read
-        })
-    }
-
-    /// The label of a read unit (labels tracked): the labels of the SQL it runs (statements named in
-    /// Bind included, as the Python middleware's `texts`), None when it runs none.
-    fn unit_label(&self, unit: &[Message]) -> SResult<Option<Arc<str>>> {
-        let mut texts: Vec<String> = Vec::new();
-        let mut unnamed = self.unnamed.clone();
-        for msg in unit {
-            match msg.kind {
-                wire::QUERY => texts.push(wire::query_text(&msg.body)?),
-                wire::PARSE => {
-                    let p = Parse::decode(&msg.body)?;
-                    texts.push(p.sql.clone());
-                    if p.name.is_empty() {
-                        unnamed = Some(Arc::new(p));
-                    }
-                }
-                wire::BIND => {
-                    let b = wire::Bind::decode(&msg.body)?;
-                    let p = if b.statement.is_empty() { unnamed.as_ref() } else { self.statements.get(&b.statement) };
-                    if let Some(p) = p {
-                        texts.push(p.sql.clone());
-                    }
-                }
-                _ => {}
-            }
+        if kind != Kind::Read || texts.is_empty() {
+            return Ok((kind, None));
         }
-        if texts.is_empty() {
-            return Ok(None);
-        }
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        Ok(Some(self.m.label(&refs)))
+        let refs: Vec<&str> = texts
+            .iter()
+            .map(|t| match t {
+                Text::Query(s) => s.as_str(),
+                Text::Stmt(p) => p.sql.as_str(),
+            })
+            .collect();
+        Ok((kind, Some(self.m.label(&refs))))
     }
 
     /// The bytes for a backend connection and the reply plan (the same for every backend). `slot`
@@ -1049,17 +1135,36 @@ impl Session {
     async fn write(&mut self, unit: &[Message]) -> SResult<()> {
         let lease = self.lease_for_write().await?;
         let pinned = lease.pinned;
-        let out = Arc::new(self.outgoing(unit, Some(sql::now_micros()), None)?);
+        let mut out = self.outgoing(unit, Some(sql::now_micros()), None)?;
+        // the recovery log: a sequence number (under the write lock), the position recorded by the
+        // unit itself (not in an aborted transaction: its only way out is a rollback), the record
+        // appended and fsync'd while the backends run it
+        let durable = self.m.recovery.clone().map(|log| {
+            let seq = log.take_seq();
+            if !lease.conns.iter().any(|(_, c)| c.status == b'E') {
+                with_position(&mut out, seq);
+            }
+            (log, seq)
+        });
+        let out = Arc::new(out);
+        let durable = durable.map(|(log, seq)| logged(log, seq, out.clone()));
         if out.resets {
             self.m.statement_epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
         self.m.count(|c| c.writes += 1);
         let (tx, rx) = oneshot::channel();
         self.m.inflight_add(1);
-        let handle = tokio::spawn(broadcast(self.m.clone(), lease, out, tx));
+        let handle = tokio::spawn(broadcast(self.m.clone(), lease, out, tx, durable.clone()));
         let Ok(answer) = rx.await else {
             return Err(Fail::End(Some("a write failed unexpectedly".into())));
         };
+        if let Some(d) = durable {
+            // answered only once its record is on disk
+            if let Err(e) = d.await {
+                log(&e);
+                return Err(Fail::End(Some(e)));
+            }
+        }
         self.out.extend_from_slice(&answer.replies);
         if !answer.ok {
             self.m.count(|c| c.errors_to_clients += 1);
@@ -1088,6 +1193,8 @@ impl Session {
             }
         }
         self.txn = None;
+        // connections closed: whatever transaction they had is rolled back, on replay too
+        self.m.log_rollback();
         drop(ou.guard);
     }
 
@@ -1103,12 +1210,13 @@ impl Session {
             c.writes += 1;
             c.flushed_units += 1;
         });
+        let seq = self.m.recovery.as_ref().map(|log| (log.take_seq(), !lease.conns.iter().any(|(_, c)| c.status == b'E')));
         let slots = lease
             .conns
             .into_iter()
             .map(|(b, conn)| OpenSlot { b, conn: Some(conn), plan: ReplyPlan::default(), acc: Exec { ok: true, status: b'I', ..Default::default() } })
             .collect();
-        self.open = Some(OpenUnit { slots, guard: lease.guard, macros_at: sql::now_micros(), slot: None, answering: None });
+        self.open = Some(OpenUnit { slots, guard: lease.guard, seq, logged: Vec::new(), macros_at: sql::now_micros(), slot: None, answering: None });
         Ok(())
     }
 
@@ -1118,7 +1226,17 @@ impl Session {
         };
         let idx: Vec<usize> = ou.slots.iter().map(|s| s.b).collect();
         let out = match self.outgoing(&msgs, Some(ou.macros_at), ou.slot.clone()) {
-            Ok(o) => Arc::new(o),
+            Ok(mut o) => {
+                if let Some((seq, true)) = ou.seq {
+                    if ou.logged.is_empty() {
+                        with_position(&mut o, seq); // first, as in a unit sent at once
+                    }
+                }
+                if ou.seq.is_some() {
+                    ou.logged.extend_from_slice(&o.data);
+                }
+                Arc::new(o)
+            }
             Err(e) => {
                 self.abandon_open(ou);
                 self.writes_over(&idx);
@@ -1168,11 +1286,22 @@ impl Session {
             self.open = Some(ou);
             return Ok(());
         }
+        let mut log_failed = None;
+        if let (Some((seq, _)), Some(rlog)) = (ou.seq, self.m.recovery.clone()) {
+            // the whole unit, one record, on disk before the lock goes and the client is answered
+            if let Err(e) = recovery::append(rlog, seq, Arc::new(std::mem::take(&mut ou.logged))).await {
+                log(&e);
+                log_failed = Some(e);
+            }
+        }
         let chosen_pos = ou.slots.iter().position(|s| s.b == answer_b);
         let results: Vec<Res> = ou.slots.into_iter().map(|s| Res { b: s.b, conn: s.conn, replies: Vec::new(), x: s.acc }).collect();
         let (chosen, results, txn) = settle(&self.m, results, chosen_pos, ou.guard);
         self.txn = txn;
         self.writes_over(&idx);
+        if let Some(e) = log_failed {
+            return Err(Fail::End(Some(e)));
+        }
         if !results[chosen].x.ok {
             self.m.count(|c| c.errors_to_clients += 1);
         }
@@ -1180,9 +1309,18 @@ impl Session {
     }
 }
 
+/// A unit's record in the recovery log: Ok once it is on disk.
+type Durable = Shared<futures_util::future::BoxFuture<'static, Result<(), String>>>;
+
+/// Append `out` to the recovery log as unit `seq` (a task of its own, started now).
+fn logged(log: Arc<recovery::Log>, seq: u64, out: Arc<Outgoing>) -> Durable {
+    let task = tokio::spawn(recovery::append(log, seq, out));
+    async move { task.await.unwrap_or_else(|e| Err(format!("recovery log: {e}"))) }.boxed().shared()
+}
+
 /// Run a write unit on every leased backend; answer the client by the wait policy (the first
 /// backend to succeed, or all), then settle the unit. Returns the transaction, if one is open.
-async fn broadcast(m: Arc<Manager>, lease: Lease, out: Arc<Outgoing>, tx: oneshot::Sender<Answer>) -> Option<Txn> {
+async fn broadcast(m: Arc<Manager>, lease: Lease, out: Arc<Outgoing>, tx: oneshot::Sender<Answer>, durable: Option<Durable>) -> Option<Txn> {
     let idx: Vec<usize> = lease.conns.iter().map(|c| c.0).collect();
     m.writes_begin(&idx);
     let n = idx.len();
@@ -1229,6 +1367,10 @@ async fn broadcast(m: Arc<Manager>, lease: Lease, out: Arc<Outgoing>, tx: onesho
         .enumerate()
         .map(|(pos, r)| r.unwrap_or_else(|| Res { b: idx[pos], conn: None, replies: Vec::new(), x: panicked() }))
         .collect();
+    if let Some(d) = durable {
+        // the write lock is held until the record is appended: the log's order is the units'
+        let _ = d.await;
+    }
     let (c, results, txn) = settle(&m, results, chosen, lease.guard);
     for (pos, &b) in idx.iter().enumerate() {
         if !finished_here[pos] {
@@ -1286,7 +1428,17 @@ fn settle(m: &Manager, mut results: Vec<Res>, chosen: Option<usize>, guard: Owne
 
 #[cfg(test)]
 mod tests {
-    use super::resets_statements;
+    use super::{may_deallocate, resets_statements};
+
+    #[test]
+    fn only_a_query_that_may_be_a_deallocate_is_decoded_for_it() {
+        for body in [&b"DEALLOCATE x\0"[..], b" \t\x0b\x0cdeallocate all\0", b"\xc2\xa0DEALLOCATE x\0", b"\xff\0"] {
+            assert!(may_deallocate(body), "{body:?}");
+        }
+        for body in [&b"SELECT 1\0"[..], b"DEALLOC\0", b"\0", b"", b"  \0DEALLOCATE x"] {
+            assert!(!may_deallocate(body), "{body:?}");
+        }
+    }
 
     #[test]
     fn ddl_and_settings_reset_prepared_statements() {

@@ -1,0 +1,326 @@
+//! The recovery log (C-JDBC's): replicas that cannot drift.
+//!
+//! With `--recovery-log PATH`, every write unit the middleware broadcasts gets a sequence number
+//! and is appended to PATH (the bytes sent to the backends) and fsync'd before its client is
+//! answered. Each backend keeps the number of the last unit it applied in a one-row table,
+//! `tierscope_recovery(seq)`, updated by the unit itself, in the unit's own transaction where the
+//! protocol allows (extended protocol: hidden Parse/Bind/Execute/Close before the Sync; a simple
+//! Query: `;UPDATE ...` appended to its text, the extra CommandComplete hidden). A unit that fails
+//! on a backend rolls its position back with it. A middleware starting over backends whose
+//! positions differ replays the missing units from the log to the stale backends, on one
+//! connection, before it serves anything; a backend the log cannot bring to the head (its units
+//! are no longer in the log, or it is ahead of the log) is refused with one message naming it and
+//! the positions, and never read. With every backend at the head, the log is emptied (a checkpoint):
+//! numbering goes on from the backends' position.
+//!
+//! Record: seq (u64 LE), length (u32 LE), FNV-1a of the bytes (u32 LE), the bytes. A torn last
+//! record (a crash while appending: never acknowledged) is cut off when the log is opened. Numbers
+//! only grow; a number taken by a unit that was abandoned before it was logged leaves a gap.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::AsyncWriteExt;
+
+use super::pool::Conn;
+use super::sql;
+use super::wire;
+
+/// the table each backend keeps its position in (one row)
+pub const TABLE: &str = "tierscope_recovery";
+
+const HEADER: usize = 16;
+
+fn fnv1a(data: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in data {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// The log file: its records' offsets (read at start) and the file appended to.
+pub struct Log {
+    pub path: PathBuf,
+    file: Mutex<File>,
+    /// seq -> offset of the record, for the records read at start (replay)
+    records: Mutex<Vec<(u64, u64)>>,
+    /// next sequence number
+    next: AtomicU64,
+}
+
+impl Log {
+    /// Open (or create) the log and read its records; a torn tail is cut off.
+    pub fn open(path: &Path) -> std::io::Result<Log> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
+        let mut bytes = Vec::new();
+        file.seek(SeekFrom::Start(0))?;
+        file.read_to_end(&mut bytes)?;
+        let mut records = Vec::new();
+        let mut pos = 0usize;
+        let mut last = 0u64;
+        while pos + HEADER <= bytes.len() {
+            let seq = u64::from_le_bytes(bytes[pos..pos + 8].try_into().expect("8 bytes"));
+            let len = u32::from_le_bytes(bytes[pos + 8..pos + 12].try_into().expect("4 bytes")) as usize;
+            let sum = u32::from_le_bytes(bytes[pos + 12..pos + 16].try_into().expect("4 bytes"));
+            let end = pos + HEADER + len;
+            if end > bytes.len() || fnv1a(&bytes[pos + HEADER..end]) != sum || seq <= last {
+                break;
+            }
+            records.push((seq, pos as u64));
+            last = seq;
+            pos = end;
+        }
+        if pos < bytes.len() {
+            super::log(&format!("recovery log {}: a torn record at byte {pos} cut off ({} bytes)", path.display(), bytes.len() - pos));
+            file.set_len(pos as u64)?;
+            file.sync_all()?;
+        }
+        Ok(Log { path: path.to_path_buf(), file: Mutex::new(file), records: Mutex::new(records), next: AtomicU64::new(last + 1) })
+    }
+
+    /// (first, last) sequence numbers held, None when empty.
+    pub fn range(&self) -> Option<(u64, u64)> {
+        let r = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        Some((r.first()?.0, r.last()?.0))
+    }
+
+    /// The records `from..=to` (bytes), read back from the file.
+    pub fn read(&self, from: u64, to: u64) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
+        let r = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = File::open(&self.path)?;
+        let mut out = Vec::new();
+        for &(seq, off) in r.iter().filter(|(s, _)| (from..=to).contains(s)) {
+            let mut head = [0u8; HEADER];
+            f.seek(SeekFrom::Start(off))?;
+            f.read_exact(&mut head)?;
+            let len = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as usize;
+            let mut data = vec![0u8; len];
+            f.read_exact(&mut data)?;
+            out.push((seq, data));
+        }
+        Ok(out)
+    }
+
+    /// Empty the log (every backend holds every record); numbering goes on after `head`.
+    pub fn checkpoint(&self, head: u64) -> std::io::Result<()> {
+        let f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        f.set_len(0)?;
+        f.sync_all()?;
+        self.records.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.next.store(head + 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Cut the records after `head` (written, applied nowhere: never acknowledged).
+    pub fn cut_after(&self, head: u64) -> std::io::Result<()> {
+        let mut r = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = r.iter().position(|(s, _)| *s > head) {
+            let f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            f.set_len(r[i].1)?;
+            f.sync_all()?;
+            r.truncate(i);
+        }
+        self.next.store(head + 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// The number the next unit will get.
+    pub fn peek_seq(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// The next unit's sequence number (taken under the write lock: log order is execution order).
+    pub fn take_seq(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// Append one record and fsync it (blocking: run it off the runtime's threads).
+    pub fn append(&self, seq: u64, data: &[u8]) -> std::io::Result<()> {
+        let mut rec = Vec::with_capacity(HEADER + data.len());
+        rec.extend_from_slice(&seq.to_le_bytes());
+        rec.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&fnv1a(data).to_le_bytes());
+        rec.extend_from_slice(data);
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        f.write_all(&rec)?;
+        f.sync_data()
+    }
+}
+
+/// Append a record off the runtime's threads; the result when it is durable.
+pub async fn append<D: AsRef<[u8]> + Send + Sync + 'static>(log: Arc<Log>, seq: u64, data: Arc<D>) -> Result<(), String> {
+    let path = log.path.clone();
+    match tokio::task::spawn_blocking(move || log.append(seq, (*data).as_ref())).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("recovery log {}: cannot append unit {seq}: {e}", path.display())),
+        Err(e) => Err(format!("recovery log {}: cannot append unit {seq}: {e}", path.display())),
+    }
+}
+
+/// The statement that records position `seq` in a backend.
+pub fn position_sql(seq: u64) -> String {
+    format!("UPDATE {TABLE} SET seq = {seq}")
+}
+
+/// The position of a backend a replay left different from the others: refused at every start.
+pub fn position_sql_refused() -> String {
+    format!("UPDATE {TABLE} SET seq = -1")
+}
+
+/// Every sequence of the database and its state (last value, called), in name order.
+pub async fn sequences(conn: &mut Conn) -> Result<Vec<(String, String)>, String> {
+    let q = "SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename) || '=' || coalesce(last_value::text, '-') \
+             FROM pg_sequences ORDER BY schemaname, sequencename";
+    let rows = simple_query(conn, q).await?;
+    Ok(rows
+        .into_iter()
+        .flatten()
+        .map(|r| match r.rsplit_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (r, String::new()),
+        })
+        .collect())
+}
+
+/// The sequences whose state differs, "name: mine against theirs".
+pub fn differences(mine: &[(String, String)], theirs: &[(String, String)]) -> String {
+    let theirs: std::collections::HashMap<&str, &str> = theirs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut out: Vec<String> = mine
+        .iter()
+        .filter(|(k, v)| theirs.get(k.as_str()) != Some(&v.as_str()))
+        .map(|(k, v)| format!("{k}: {v} against {}", theirs.get(k.as_str()).unwrap_or(&"none")))
+        .collect();
+    let names: std::collections::HashSet<&str> = mine.iter().map(|(k, _)| k.as_str()).collect();
+    out.extend(theirs.keys().filter(|k| !names.contains(*k)).map(|k| format!("{k}: none against {}", theirs[k])));
+    out.join(", ")
+}
+
+/// Statements PostgreSQL refuses inside a transaction block: a unit running one gets no position
+/// update (its replay, should it happen, is harmless: they are idempotent or fail again).
+pub fn outside_transactions(text: &str) -> bool {
+    let toks = sql::tokens(text);
+    sql::statements(&toks).iter().any(|st| {
+        let w = |i: usize| st.get(i).map(|t| t.text.as_str()).unwrap_or("");
+        matches!(w(0), "VACUUM" | "CLUSTER" | "REINDEX")
+            || (w(0) == "ALTER" && w(1) == "SYSTEM")
+            || (matches!(w(0), "CREATE" | "DROP") && matches!(w(1), "DATABASE" | "TABLESPACE"))
+            || st.iter().any(|t| t.text == "CONCURRENTLY")
+    })
+}
+
+/// Messages in `data` (kind, start offset, body range).
+pub fn messages(data: &[u8]) -> Vec<(u8, usize, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos + 5 <= data.len() {
+        let Ok(n) = wire::header_length(data, pos) else { break };
+        if pos + 5 + n > data.len() {
+            break;
+        }
+        out.push((data[pos], pos, pos + 5..pos + 5 + n));
+        pos += 5 + n;
+    }
+    out
+}
+
+/// Run one simple query on a connection: the first column of its rows, or the error.
+pub async fn simple_query(conn: &mut Conn, text: &str) -> Result<Vec<Option<String>>, String> {
+    conn.stream.write_all(&wire::query(text)).await.map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    let mut error = None;
+    loop {
+        let (kind, body) = conn.read_message().await.map_err(|e| e.0)?;
+        match kind {
+            wire::DATA_ROW => {
+                let n = i32::from_be_bytes(body.get(2..6).and_then(|b| b.try_into().ok()).unwrap_or([255; 4]));
+                rows.push(if n < 0 { None } else { body.get(6..6 + n as usize).map(|v| String::from_utf8_lossy(v).into_owned()) });
+            }
+            wire::ERROR if error.is_none() => error = Some(wire::error_text(&body)),
+            wire::READY => {
+                conn.status = body.first().copied().unwrap_or(b'I');
+                return match error {
+                    Some(e) => Err(e),
+                    None => Ok(rows),
+                };
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Send the units of `records` to a backend in order, on one connection, as they were sent to
+/// the others; their answers are read and dropped (a unit that failed everywhere fails again).
+/// Returns the number of units that answered with an error.
+pub async fn replay(conn: &mut Conn, records: &[(u64, Vec<u8>)]) -> Result<usize, String> {
+    let mut errors = 0;
+    for (seq, data) in records {
+        let readies = messages(data).iter().filter(|m| m.0 == wire::SYNC || m.0 == wire::QUERY).count();
+        conn.stream.write_all(data).await.map_err(|e| format!("replaying unit {seq}: {e}"))?;
+        let mut seen = 0;
+        let mut failed = false;
+        while seen < readies {
+            let (kind, body) = conn.read_message().await.map_err(|e| format!("replaying unit {seq}: {}", e.0))?;
+            match kind {
+                wire::ERROR => failed = true,
+                wire::READY => {
+                    seen += 1;
+                    conn.status = body.first().copied().unwrap_or(b'I');
+                }
+                _ => {}
+            }
+        }
+        errors += failed as usize;
+    }
+    Ok(errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_keeps_its_records_and_cuts_a_torn_tail() {
+        let dir = std::env::temp_dir().join(format!("tierscope-rlog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("recovery.log");
+        let log = Log::open(&path).unwrap();
+        assert_eq!(log.range(), None);
+        for data in [&b"one"[..], b"two", b"three"] {
+            let seq = log.take_seq();
+            log.append(seq, data).unwrap();
+        }
+        drop(log);
+        // a torn record: half a header
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&[4, 0, 0]).unwrap();
+        let log = Log::open(&path).unwrap();
+        assert_eq!(log.range(), Some((1, 3)));
+        assert_eq!(log.read(2, 3).unwrap(), vec![(2, b"two".to_vec()), (3, b"three".to_vec())]);
+        assert_eq!(log.take_seq(), 4);
+        log.cut_after(2).unwrap();
+        drop(log);
+        let log = Log::open(&path).unwrap();
+        assert_eq!(log.range(), Some((1, 2)));
+        log.checkpoint(7).unwrap();
+        assert_eq!(log.range(), None);
+        assert_eq!(log.take_seq(), 8);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn statements_refused_in_a_transaction_block_are_recognised() {
+        for t in ["VACUUM t", "vacuum", "CREATE DATABASE x", "drop tablespace y", "CREATE INDEX CONCURRENTLY i ON t (a)", "ALTER SYSTEM SET x = 1"] {
+            assert!(outside_transactions(t), "{t}");
+        }
+        for t in ["UPDATE t SET a = 1", "CREATE TABLE t (a int)", "DROP TABLE t", "SELECT 'VACUUM'", "BEGIN"] {
+            assert!(!outside_transactions(t), "{t}");
+        }
+    }
+}
