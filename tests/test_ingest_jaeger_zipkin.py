@@ -243,7 +243,7 @@ def test_a_pool_checkout_is_no_request_of_the_database_in_zipkin_and_jaeger(tmp_
     path.write_text(json.dumps(spans))
     rows = load_file(path, format="zipkin").requests.to_pylist()
     assert sorted((r["tier"], r["label"]) for r in rows) == [
-        ("postgresql", "pg.query:SELECT postgres"),
+        ("postgresql", "SELECT id FROM items WHERE id = ?"),  # the statement's fingerprint, not the span's name
         ("shop-express", "GET /page"),
     ]
     t = "b" * 32
@@ -264,7 +264,7 @@ def test_a_pool_checkout_is_no_request_of_the_database_in_zipkin_and_jaeger(tmp_
     path.write_text(json.dumps(jaeger))
     rows = load_file(path, format="jaeger").requests.to_pylist()
     assert sorted((r["tier"], r["label"]) for r in rows) == [
-        ("postgresql", "pg.query:SELECT postgres"),
+        ("postgresql", "SELECT ?"),
         ("shop-express", "GET /page"),
     ]
 

@@ -436,6 +436,17 @@ mod tests {
     }
 
     #[test]
+    fn fingerprints_shared_with_the_trace_importers() {
+        // engine/tests/fingerprint_cases.json: python/tierscope/ingest/sql_label.py gives the same
+        let cases: serde_json::Value = serde_json::from_str(include_str!("../../tests/fingerprint_cases.json")).unwrap();
+        for case in cases["cases"].as_array().unwrap() {
+            let sql = case["sql"].as_str().unwrap();
+            let dialect = if case["mysql"].as_bool().unwrap() { Dialect::MySql } else { Dialect::Postgres };
+            assert_eq!(sql_fingerprint(sql.as_bytes(), dialect, false).0, case["label"].as_str().unwrap(), "{sql}");
+        }
+    }
+
+    #[test]
     fn truncated_statement_is_marked() {
         let (fp, _) = sql_fingerprint(b"SELECT a FROM t WHERE b = 'abc", Dialect::Postgres, true);
         assert_eq!(fp, "SELECT a FROM t WHERE b = ? [truncated]");

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from tierscope.contracts import DEFAULT_WINDOW_NS
 
-from . import after_calls, alternation, pauses, saturation, silences, stalls
+from . import after_calls, alternation, busy, pauses, saturation, silences, stalls
 from .alternation import Verdict
 from .saturation import NStar
 from .windows import (
@@ -134,8 +134,11 @@ CEILING_WEIGHT = 0.45
 #: A server pinned at a ceiling whose calls arriving there take less than this many times as long
 #: as those that found it idle is not congested: no queue forms at it, its callers' pool is full.
 UNCONGESTED_RATIO = 1.5
-#: ...judged on at least this many calls of each kind (per statement: at least MIN_LABEL_CALLS of
-#: each kind, MIN_CONGESTION_CALLS idle ones over the statements compared).
+#: ...judged on at least this many calls at the ceiling, and at least MIN_LABEL_CALLS that found it
+#: idle (per statement: at least MIN_LABEL_CALLS of each kind). A full pool leaves the server idle
+#: rarely (a pool of 2 always busy: 5 idle calls in 1,400), so the comparison is of medians, which
+#: a few idle calls already place (a congested server at a ceiling of k multiplies its calls'
+#: times by about k: 2x at a pool of 2, where the medians of the corpus's pools gave 0.7-1.2x).
 MIN_CONGESTION_CALLS = 20
 MIN_LABEL_CALLS = 5
 #: A verdict naming a caller's full pool (the callee held its ceiling, no slower than idle) is said
@@ -146,7 +149,7 @@ POOL_CONFIDENCE = 0.75
 def _uncongested(
     level: np.ndarray, own: np.ndarray, mine: np.ndarray, pinned: int, labels: np.ndarray | None = None
 ) -> float | None:
-    """The ratio of the mean residence of a server's calls that arrived with it at its ceiling
+    """The ratio of the median residence of a server's calls that arrived with it at its ceiling
     (`pinned` - 1 others present, or more) to that of those that found it idle; None when either
     kind is too rare to tell. Near 1: the calls found no queue at the server even when it was full.
     With `labels` (the calls' statements), per label, weighted by the calls at the ceiling, over the
@@ -154,19 +157,18 @@ def _uncongested(
     than its fast ones is no queue."""
     full = mine & (level >= pinned - 1)
     idle = mine & (level <= 0)
-    if pinned < 2 or int(full.sum()) < MIN_CONGESTION_CALLS or int(idle.sum()) < MIN_CONGESTION_CALLS:
+    if pinned < 2 or int(full.sum()) < MIN_CONGESTION_CALLS or int(idle.sum()) < MIN_LABEL_CALLS:
         return None
     if labels is None:
-        base = float(own[idle].mean())
-        return float(own[full].mean()) / base if base > 0 else None
-    ratios, weights, seen = [], [], 0
+        base = float(np.median(own[idle]))
+        return float(np.median(own[full])) / base if base > 0 else None
+    ratios, weights = [], []
     for label in np.unique(labels[full]):
         f, i = full & (labels == label), idle & (labels == label)
-        if int(f.sum()) >= MIN_LABEL_CALLS and int(i.sum()) >= MIN_LABEL_CALLS and own[i].mean() > 0:
-            ratios.append(float(own[f].mean()) / float(own[i].mean()))
+        if int(f.sum()) >= MIN_LABEL_CALLS and int(i.sum()) >= MIN_LABEL_CALLS and np.median(own[i]) > 0:
+            ratios.append(float(np.median(own[f])) / float(np.median(own[i])))
             weights.append(float(f.sum()))
-            seen += int(i.sum())
-    return float(np.average(ratios, weights=weights)) if ratios and seen >= MIN_CONGESTION_CALLS else None
+    return float(np.average(ratios, weights=weights)) if ratios else None
 
 
 #: A server whose per-window maximum is not pinned (CEILING_SHARE) still has a ceiling k when it
@@ -365,6 +367,8 @@ def analyze_fine(
         raise ValueError("requests: the table is empty; nothing to analyse")
     # pauses of the processes that stamped the times (their silences, their pause events) are
     # theirs: a call they stamped ends, for the callee, when its caller stopped
+    # busy silences are read from the stamps as recorded, before any pause is charged
+    found_busy = busy.busy_silences(requests, parent_rows(requests))
     requests, events, moved = silences.charge_recorder_pauses(requests, events)
     if moved:
         notes.append(
@@ -604,6 +608,18 @@ def analyze_fine(
     )
 
     tier_sat = _tier_saturated(series, tiers, n_windows)
+    observed_by = _observed_by(requests)
+    busy_share = _busy_callers(found_busy, requests, keys, observed_by, spans)
+    plain_sat = dict(tier_sat)
+    busy_windows: dict[str, np.ndarray] = {}
+    for callee, caller in observed_by.items():
+        if busy_share.get(caller, 0.0) >= BUSY_SHARE and callee in tier_sat and caller in tier_sat:
+            # the caller ran its own code while others waited, often: the calls it stamped ended
+            # late whenever it was busy, so the callee's apparent saturation is the caller's
+            moved = tier_sat[callee] & ~tier_sat[caller]
+            busy_windows[caller] = busy_windows.get(caller, np.zeros(n_windows, bool)) | moved
+            tier_sat[caller] = tier_sat[caller] | tier_sat[callee]
+            tier_sat[callee] = np.zeros(n_windows, bool)
     incl = np.asarray(series.column("load"), np.float64)
     tier_incl, tier_excl = {}, {}
     for t in tiers:
@@ -612,6 +628,7 @@ def analyze_fine(
         tier_excl[t] = used[rows].reshape(-1, n_windows).sum(0)
     pairs = alternation.pair_table(tiers, tier_incl, tier_excl, tier_sat)
     switches = alternation.switches_per_second(tiers, tier_sat, window_ns)
+    plain_switches = alternation.switches_per_second(tiers, plain_sat, window_ns)
     n_star_text = {}
     for t in tiers:
         values = [n_star[s] for (tt, s) in keys if tt == t]
@@ -647,22 +664,23 @@ def analyze_fine(
             for i, (_, s) in enumerate(keys)
             if unknown[i] and float((crowded[i] >= SATURATED_SHARE).mean()) >= alternation.MIN_SHARE
         ]
-    observed_by = _observed_by(requests)
-    verdict = alternation.verdict(
-        tiers,
-        tier_sat,
-        switches,
+    on_its_own = (
+        _tier_own_after_calls(requests, parent_row, series, tiers, base_ns, window_ns, n_windows) if exclusive else None
+    )
+    options: dict[str, Any] = dict(
         window_ns=window_ns,
         n_star_text=n_star_text,
         calls=_tier_calls(requests, parent_row) if exclusive else None,
         n_star_weight=weights,
         unexplained=unexplained,
         uncertain=uncertain,
-        own=_tier_own_after_calls(requests, parent_row, series, tiers, base_ns, window_ns, n_windows)
-        if exclusive
-        else None,
         observed_by=observed_by,
     )
+    verdict = alternation.verdict(tiers, tier_sat, switches, own=on_its_own, **options)
+    if busy_windows:  # what the busy silences changed: without them, would the verdict be another?
+        plain = alternation.verdict(tiers, plain_sat, plain_switches, own=on_its_own, **options)
+        if (plain.kind, sorted(plain.tiers)) != (verdict.kind, sorted(verdict.tiers)):
+            verdict = _busy_words(verdict, busy_windows, busy_share, observed_by)
     unsure = {t for t, s in keys if any(x.startswith(f"{s} (") for x in unexplained + uncertain)}
     # a tier seen only through its callers' stamps whose saturated windows completed too little work
     # to fill half of them at its typical (median) service time: its saturation after a pause may
@@ -746,6 +764,74 @@ def _stalled_awake(
     if not found:
         return verdict
     return alternation.capped(verdict, STALLED_AWAKE_CAP, "; ".join(found))
+
+
+def _busy_callers(
+    found: dict[str, tuple[np.ndarray, np.ndarray]],
+    requests: pa.Table,
+    keys: list[tuple[str, str]],
+    observed_by: dict[str, str],
+    paused: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
+) -> dict[str, float]:
+    """Per calling tier whose callee is seen only through its stamps: the largest share of the
+    trace one of its servers spent in busy silences (`found`, from `busy.busy_silences`: running
+    one request's code while others waited), those that overlap a pause of that server (`paused`,
+    absolute ns) left out: a stopped process runs no code."""
+    callers = set(observed_by.values())
+    if not callers or not found:
+        return {}
+    arrival = np.asarray(requests.column("arrival_ns"), np.int64)
+    departure = np.asarray(requests.column("departure_ns"), np.int64)
+    span = float(departure.max() - arrival.min()) or 1.0
+    out: dict[str, float] = {}
+    for key in keys:
+        tier, server = key
+        if tier in callers and server in found:
+            start, end = found[server]
+            if key in paused:
+                p_start, p_end = paused[key]
+                order = np.argsort(p_start)
+                p_start, p_end = p_start[order], np.maximum.accumulate(p_end[order])
+                # the last pause beginning before each silence's end, and whether it ends after its start
+                j = np.searchsorted(p_start, end, side="left") - 1
+                hit = (j >= 0) & (p_end[np.maximum(j, 0)] > start)
+                start, end = start[~hit], end[~hit]
+            out[tier] = max(out.get(tier, 0.0), float((end - start).sum()) / span)
+    return out
+
+
+#: A caller whose busy silences cover at least this share of the trace stretched the calls it
+#: stamped often enough that its callee's apparent saturation (seen only through those calls) is
+#: taken as the caller's. Counted once on the diagnosis corpus (a probe, /work/scratch/busyshare.py):
+#: 0.14-0.61 in its 7 cases of a CPU-bound or CPU-starved app, at most 0.04 in its 42 cases without
+#: a fault in the app (the database paused, saturated or disk-bound, a full pool, no fault).
+BUSY_SHARE = 0.1
+#: A verdict that names a caller because of its busy silences is said with at most this: they are
+#: inferred from its stamps, not its CPU.
+BUSY_CAP = 0.6
+
+
+def _busy_words(
+    verdict: Verdict, busy_windows: dict[str, np.ndarray], busy_share: dict[str, float], observed_by: dict[str, str]
+) -> Verdict:
+    """A verdict naming a caller because of its busy silences (see `busy`) says so, with at most
+    BUSY_CAP."""
+    named = [t for t in verdict.tiers if t in busy_windows]
+    if not named or verdict.kind not in ("single", "several", "alternating"):
+        return verdict
+    text = "; ".join(
+        f"{t} ran one request's code at a time, stamping nothing else while others waited, for "
+        f"{busy_share[t]:.0%} of the trace (a busy event loop, threads under one GIL or on too few cores): "
+        f"the calls it stamped to {_join_callees([c for c, a in observed_by.items() if a == t])} ended late "
+        f"whenever it was busy, so their saturation ({float(busy_windows[t].mean()):.0%} of the windows) is "
+        f"taken as {t}'s"
+        for t in named
+    )
+    return alternation.capped(verdict, BUSY_CAP, text)
+
+
+def _join_callees(names: list[str]) -> str:
+    return " and ".join(sorted(names))
 
 
 def _pool_words(verdict: Verdict, pool_text: dict[str, str]) -> Verdict:

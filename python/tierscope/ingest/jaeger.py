@@ -21,7 +21,7 @@ from typing import Any
 from tierscope.ingest import _json
 from tierscope.ingest.registry import Format, register_format
 from tierscope.ingest.result import FormatError, RequestSink
-from tierscope.ingest.semconv import not_the_callees_work
+from tierscope.ingest.semconv import client_label, not_the_callees_work
 
 NAME = "jaeger"
 
@@ -119,7 +119,7 @@ def _span(span: dict, processes: dict, service_of: dict, sink: RequestSink) -> N
         departure_ns=(start_us + dur_us) * 1000,
         request_id=span_id,
         parent_id=parent,
-        label=span.get("operationName"),
+        label=client_label(tags, span.get("operationName")) if kind == "client" else span.get("operationName"),
         status=str(status),
         kind=kind,
         recorder=str(server) if kind == "server" else str(ptags.get("hostname") or ptags.get("ip") or service),

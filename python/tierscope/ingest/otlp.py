@@ -15,7 +15,9 @@ Mapping to `requests` (one row per request at one server):
   ``http.status_code``), else ``ERROR``/``OK`` from the span status;
 - a CLIENT span is a request at the *downstream* tier only when no SERVER span answers it (an
   uninstrumented database, say): tier = ``peer.service``, else ``db.system.name``/``db.system``,
-  else ``server.address``; server = ``server.address[:port]`` (or ``net.peer.name[:port]``);
+  else ``server.address``; server = ``server.address[:port]`` (or ``net.peer.name[:port]``); label
+  = the fingerprint of its SQL statement (``db.query.text``/``db.statement``, as the tracer labels
+  it on the wire), else the span name;
 - INTERNAL, PRODUCER and CONSUMER spans are not requests but still link parents to children,
   nor is a database CLIENT span named for a pool or a connection that sent no operation (a pool
   checkout such as ``pg-pool.connect``: the caller waiting for its own pool, not the database's work);
@@ -40,7 +42,7 @@ from ijson.common import ObjectBuilder
 from tierscope.ingest import _json
 from tierscope.ingest.registry import Format, register_format
 from tierscope.ingest.result import FormatError, RequestSink
-from tierscope.ingest.semconv import not_the_callees_work
+from tierscope.ingest.semconv import client_label, not_the_callees_work
 
 NAME = "otlp"
 _KINDS = {
@@ -224,7 +226,7 @@ def _span(span: dict, service: str | None, instance: str | None, sink: RequestSi
         departure_ns=end,
         request_id=span_id,
         parent_id=parent,
-        label=span.get("name"),
+        label=client_label(attrs, span.get("name")) if kind == "client" else span.get("name"),
         status=_status(attrs, span),
         bytes_in=_int_or_none(attrs.get("http.request.body.size")),
         bytes_out=_int_or_none(attrs.get("http.response.body.size")),

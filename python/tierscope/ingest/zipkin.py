@@ -22,7 +22,7 @@ from typing import Any
 from tierscope.ingest import _json
 from tierscope.ingest.registry import Format, register_format
 from tierscope.ingest.result import FormatError, RequestSink
-from tierscope.ingest.semconv import not_the_callees_work
+from tierscope.ingest.semconv import client_label, not_the_callees_work
 
 NAME = "zipkin"
 
@@ -91,7 +91,7 @@ def read_span(span: Any, where: str, sink: RequestSink) -> None:
             departure_ns=(start_us + dur_us) * 1000,
             request_id=span_id,
             parent_id=parent,
-            label=span.get("name"),
+            label=client_label(tags, span.get("name")) if kind == "client" else span.get("name"),
             status=str(status),
             kind=kind,
             recorder=str(server) if kind == "server" else str(addr or service or tier),
