@@ -28,7 +28,7 @@ from conftest import needs_root
 from tierscope.apps.bookstore import datagen, static
 from tierscope.apps.bookstore.app import AppConfig, create_app
 from tierscope.apps.bookstore.datagen import SUBJECTS, digsyl, nurand
-from tierscope.apps.dal import DbConfig
+from tierscope.contracts.dbms import DbConfig
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
 

@@ -23,7 +23,8 @@ import pymysql
 import pytest
 
 from tierscope.apps import snapshot
-from tierscope.apps.dal import Database, DbConfig, hosts_of
+from tierscope.apps.dal import Database, hosts_of
+from tierscope.contracts.dbms import DbConfig
 from tierscope.services.base import ServiceError, free_port, tcp_answers
 from tierscope.services.credentials import LAB_USER
 from tierscope.services.databases import client_config, data_dbms, dbms_name

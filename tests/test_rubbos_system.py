@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_root
-from tierscope.apps.dal import DbConfig
 from tierscope.apps.rubbos import datagen, mixes, pages
 from tierscope.apps.rubbos.system import make_db
+from tierscope.contracts.dbms import DbConfig
 from tierscope.services.appserver import AppServer
 from tierscope.services.base import free_port
 from tierscope.services.nginx import Nginx

@@ -25,8 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tierscope.contracts.apps import AppProvider
+from tierscope.services import databases
+from tierscope.services.base import read_through
+from tierscope.services.middleware import Middleware
+from tierscope.services.nginx import Nginx
+
 if TYPE_CHECKING:
-    from tierscope.apps import AppProvider
     from tierscope.testbed.host import Host
 
 #: ports the web and app tiers listen on inside their hosts (every host has its own address; a
@@ -121,8 +126,6 @@ class RunningSystem:
 def point_layout(config: Any, hosts: Mapping[str, Any], workdir: Path) -> Layout:
     """The layout of a spec point (`config`: its PointConfig) in `hosts` (server name -> Host), each
     server working in `workdir/<name>`, an app server's events in `workdir/app-events/<name>`."""
-    from tierscope.services import databases
-
     dbms = databases.dbms_name(config.dbms)
 
     def servers(tier: str, port: int) -> list[Server]:
@@ -196,9 +199,6 @@ def start_database(
     (service, DbConfig) filling it once it answers; with `soft.warm` its table files read through
     its host's page cache. Returns the service, its `DbConfig` and (bytes, seconds) warmed (None
     when not warmed)."""
-    from tierscope.services import databases
-    from tierscope.services.base import read_through
-
     db, cfg = database_server(app, dbms, server, soft)
     if data_dir is not None:
         app.restore(data_dir, db)
@@ -219,8 +219,6 @@ def start_database(
 def middleware_server(s: Server, backends: list[str], db_cfg: Any, resources: Soft) -> Any:
     """The middleware (not started) on server `s` in front of the database servers `backends`
     ("addr:port") holding the database `db_cfg` names."""
-    from tierscope.services.middleware import Middleware
-
     soft = resources.middleware
     mw = Middleware(
         s.host,
@@ -280,8 +278,6 @@ def start_app_server(app: AppProvider, server: Server, db_cfg: Any, soft: Soft, 
 
 def start_web(server: Server, root: Path, upstreams: list[str], soft: Soft, system: RunningSystem) -> Any:
     """Start one nginx serving `root` in front of the app servers `upstreams` ("addr:port")."""
-    from tierscope.services.nginx import Nginx
-
     web = Nginx(
         server.host,
         server.port,

@@ -1,10 +1,11 @@
 """Applications tierscope builds and serves as systems under test.
 
-The runner knows no application: it asks the spec's `benchmark` for its `AppProvider` (`provider`),
-which says how to load the data once, put it into each database server, run the app server, write
-the static pages nginx serves, which workload file drives a mix, and where the app's own events
-(GC, injected pauses) are. RUBBoS is `apps.rubbos.provider`, the TPC-W-like bookstore `apps.bookstore.provider`; a new system
-plugs in by adding its provider to `PROVIDERS`.
+The runner knows no application: it asks the spec's `benchmark` for its `AppProvider` (`provider`;
+the Protocol is tierscope.contracts.apps's), which says how to load the data once, put it into each
+database server, run the app server, write the static pages nginx serves, which workload file
+drives a mix, and where the app's own events (GC, injected pauses) are. RUBBoS is
+`apps.rubbos.provider`, the TPC-W-like bookstore `apps.bookstore.provider`; a new system plugs in
+by adding its provider to `PROVIDERS`.
 """
 
 from __future__ import annotations
@@ -12,62 +13,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 
+from tierscope.contracts.apps import AppProvider
 
-class AppProvider(Protocol):
-    """What the runner needs of a system under test's application (see the module docstring)."""
-
-    name: str
-
-    def data_key(self, config: Any) -> tuple:
-        """What the loaded data depends on (points with the same key share one load)."""
-
-    def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
-        """Load the data for `config` once (or reuse a snapshot); the loaded data directory."""
-
-    def database_server(
-        self,
-        dbms: str,
-        host: Any,
-        port: int,
-        workdir: Path,
-        *,
-        cache: str,
-        max_connections: int,
-        name: str | None,
-        fsync: bool = False,
-    ) -> tuple[Any, Any]:
-        """The database server (not started) holding the app's database, and its `DbConfig`."""
-
-    def restore(self, data_dir: Path, server: Any) -> None:
-        """Put the loaded data into a (stopped) database server's data directory."""
-
-    def app_server(
-        self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str | None
-    ) -> Any:
-        """The app server (not started) running the application against `db`."""
-
-    def static_root(self, directory: Path, config: Any = None) -> Path:
-        """Write the static content for `config` (a PointConfig) under `directory`; the document
-        root nginx serves."""
-
-    def workload_file(self, mix: str, config: Any = None) -> Path:
-        """The generator's workload file for `mix` at the data set of `config` (a PointConfig;
-        FileNotFoundError when there is none)."""
-
-    def events(self, events_dir: Path) -> pa.Table:
-        """The app's own events (GC, injected pauses) written under `events_dir`, as an events table."""
+__all__ = ["PROVIDERS", "AppProvider", "WsgiApp", "default_wsgi_app", "provider"]
 
 
 @dataclass(frozen=True)
 class WsgiApp:
-    """A WSGI application as the app server (`services.appserver.AppServer`) runs it against a
-    database: its entry point ("module:factory()"), the path that answers 200 once it serves, the
-    environment that configures it for one server (`env(server)`: from the server's `db`, name,
-    events directory and pauses) and the reader of the events it records (`events(events_dir)`)."""
+    """A WSGI application (`tierscope.contracts.apps.WsgiApp`) as the app server
+    (`services.appserver.AppServer`) runs it against a database: its entry point
+    ("module:factory()"), the path that answers 200 once it serves, the environment that configures
+    it for one server (`env(server)`: from the server's `db`, name, events directory and pauses)
+    and the reader of the events it records (`events(events_dir)`)."""
 
     entry: str
     health_path: str

@@ -23,11 +23,12 @@ import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-DBMS = ("postgresql", "mariadb")
+# DbConfig lives on the ground floor (tierscope.contracts.dbms); the name stays here for the
+# middleware service, which imports it from this module
+from tierscope.contracts.dbms import DbConfig as DbConfig
 
 
 class DatabaseError(RuntimeError):
@@ -43,24 +44,6 @@ class PoolTimeout(DatabaseError):
 
 class DuplicateKey(DatabaseError):
     """An INSERT violated a unique constraint."""
-
-
-@dataclass(frozen=True)
-class DbConfig:
-    dbms: str = "postgresql"
-    host: str = "127.0.0.1"
-    port: int = 5432
-    user: str = "postgres"
-    password: str = ""
-    database: str = "rubbos"
-    pool_size: int = 8
-    pool_timeout_s: float = 10.0
-
-    def __post_init__(self):
-        if self.dbms not in DBMS:
-            raise ValueError(f"dbms: expected one of {DBMS}, got {self.dbms!r}")
-        if self.pool_size < 1:
-            raise ValueError(f"pool_size: expected >= 1, got {self.pool_size}")
 
 
 def hosts_of(host: str, port: int) -> list[tuple[str, int]]:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from urllib.parse import parse_qs
 
-from tierscope.apps.dal import DbConfig
+from tierscope.contracts.dbms import DbConfig
 from tierscope.services.credentials import LAB_USER
 
 

@@ -27,13 +27,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tierscope.apps.dal import DbConfig
+import tierscope
+from tierscope import tables
+from tierscope.apps import default_wsgi_app
+from tierscope.contracts.dbms import DbConfig
 from tierscope.services._accounts import AccountError, give_to, lab_account, open_the_way, run_as
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
 
 if TYPE_CHECKING:
-    from tierscope.apps import WsgiApp
+    from tierscope.contracts.apps import WsgiApp
 
 
 def _has_setting(name: str) -> bool:
@@ -81,8 +84,6 @@ class AppServer(Service):
         self.threads = int(threads)
         self.db = replace(db, pool_size=int(pool_size or threads), pool_timeout_s=pool_timeout_s) if db else None
         if app is None:
-            from tierscope.apps import default_wsgi_app
-
             app = default_wsgi_app()
         self.wsgi: WsgiApp | None = None if isinstance(app, str) else app
         self.app = app if isinstance(app, str) else app.entry
@@ -141,8 +142,6 @@ class AppServer(Service):
     def _code_paths(self) -> list[Path]:
         """What the unprivileged user must read to run the app: the interpreter, gunicorn, tierscope."""
         import gunicorn
-
-        import tierscope
 
         return [Path(sys.executable), Path(gunicorn.__file__), Path(tierscope.__file__)]
 
@@ -207,7 +206,5 @@ class AppServer(Service):
     def events(self):
         """The `events` table the app's workers recorded so far (none for an app without a reader)."""
         if self.wsgi is None:
-            from tierscope import tables
-
             return tables.empty("events")
         return self.wsgi.events(self.events_dir)

@@ -10,26 +10,36 @@ bootstraps it and the others join as they start (tierscope.services.galera). Its
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
-from tierscope.apps.dal import DbConfig
+from tierscope.contracts import dbms as dbms_table
+from tierscope.contracts.dbms import DbConfig
+from tierscope.services import galera
 from tierscope.services.base import Service
-from tierscope.services.credentials import Credentials
+from tierscope.services.credentials import Credentials, lab_credentials
+from tierscope.services.galera import cluster_serving, node_of
+from tierscope.services.mariadb import MariaDB
+from tierscope.services.postgres import Postgres, pg_bindir
 from tierscope.testbed.host import Host
 
-#: the DBMS names of the services and of `DbConfig` (a spec's "postgres" is "postgresql" here)
-DBMS = ("postgresql", "mariadb", "galera")
+#: the DBMS names of the services and of `DbConfig` (a spec's "postgres" is "postgresql" here);
+#: the vocabulary is tierscope.contracts.dbms's one table
+DBMS = dbms_table.NAMES
 #: the port a database server listens on inside its own host
-PORT = {"postgresql": 5432, "mariadb": 3306, "galera": 3306}
+PORT = {d.name: d.port for d in dbms_table.TABLE}
 #: the wire protocol the passive tracer decodes for it
-PROTOCOL = {"postgresql": "postgres", "mariadb": "mysql", "galera": "mysql"}
+PROTOCOL = {d.name: d.protocol for d in dbms_table.TABLE}
 #: the DBMS whose data files (and loaded snapshots) a DBMS uses
-DATA_DBMS = {"postgresql": "postgresql", "mariadb": "mariadb", "galera": "mariadb"}
+DATA_DBMS = {d.name: d.data for d in dbms_table.TABLE}
 
 
 def dbms_name(spec_dbms: str) -> str:
-    """A spec's DBMS (`postgres`, `mariadb`) as the services name it."""
-    return "postgresql" if spec_dbms in ("postgres", "postgresql") else spec_dbms
+    """A spec's DBMS (`postgres`, `mariadb`) as the services name it (an unknown name unchanged)."""
+    try:
+        return dbms_table.dbms(spec_dbms).name
+    except ValueError:
+        return spec_dbms
 
 
 def data_dbms(dbms: str) -> str:
@@ -42,10 +52,6 @@ def client_config(db: DbConfig) -> DbConfig:
     """What an app server uses to reach the database `db` names: for a node of a running Galera
     cluster, every running node (`host` = "addr:port,addr:port,...": the app's pool spreads its
     sessions over them round robin, tierscope.apps.dal); otherwise `db` itself."""
-    from dataclasses import replace
-
-    from tierscope.services.galera import cluster_serving
-
     cluster = cluster_serving(db.host, db.port)
     return replace(db, host=cluster.client_hosts()) if cluster is not None else db
 
@@ -70,12 +76,8 @@ def database_server(
     `credentials`: the lab user and password the server requires and the configuration carries
     (default: the lab's file beside `workdir`, `credentials.lab_credentials(workdir.parent)`, so
     the servers of one point or lab share them)."""
-    from tierscope.services.credentials import lab_credentials
-
     creds = credentials or lab_credentials(Path(workdir).absolute().parent)
     if dbms == "postgresql":
-        from tierscope.services.postgres import Postgres
-
         svc: Service = Postgres(
             host,
             port,
@@ -88,8 +90,6 @@ def database_server(
             database=database,
         )
     elif dbms == "mariadb":
-        from tierscope.services.mariadb import MariaDB
-
         svc = MariaDB(
             host,
             port,
@@ -102,8 +102,6 @@ def database_server(
             database=database,
         )
     elif dbms == "galera":
-        from tierscope.services.galera import node_of
-
         svc = node_of(
             host,
             port,
@@ -118,7 +116,7 @@ def database_server(
     else:
         raise ValueError(f"dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
     return svc, DbConfig(
-        "postgresql" if dbms == "postgresql" else "mariadb",
+        DATA_DBMS[dbms],
         host=host.address,
         port=port,
         user=creds.user,
@@ -134,15 +132,13 @@ PACKAGES = {"postgresql": ["postgresql-15"], "mariadb": ["mariadb-server"], "gal
 
 def missing_packages(dbms: str) -> list[str]:
     """The packages of `PACKAGES[dbms]` whose programs this host lacks (empty: it can run the DBMS)."""
-    from tierscope.services.galera import PROVIDER_LIBRARY
-
     if dbms not in DBMS:
         raise ValueError(f"dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
     binaries = server_binaries()
     have = {
         "postgresql-15": binaries["postgres"] is not None and Path(binaries["postgres"]).exists(),
         "mariadb-server": bool(shutil.which("mariadbd") or shutil.which("mysqld")),
-        "galera-4": Path(PROVIDER_LIBRARY).exists(),
+        "galera-4": Path(galera.PROVIDER_LIBRARY).exists(),
     }
     return [p for p in PACKAGES[dbms] if not have[p]]
 
@@ -150,8 +146,6 @@ def missing_packages(dbms: str) -> list[str]:
 def server_binaries() -> dict[str, str | None]:
     """The server program of each DBMS by the manifest's name for it (None when not installed)."""
     try:
-        from tierscope.services.postgres import pg_bindir
-
         postgres: str | None = str(pg_bindir() / "postgres")
     except Exception:  # not installed: the manifest says None
         postgres = None

@@ -11,18 +11,17 @@ databases made with `create_database`), so clients in other network namespaces c
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from tierscope.contracts.dbms import DbConfig
 from tierscope.services._accounts import give_to
 from tierscope.services.base import Service, ServiceError, drop_socket_dir, private_dir, socket_dir
 from tierscope.services.credentials import LAB_USER, Credentials, lab_credentials
 from tierscope.testbed.host import Host
-
-if TYPE_CHECKING:
-    from tierscope.apps.dal import DbConfig
 
 __all__ = ["LAB_USER", "MariaDB"]
 
@@ -146,8 +145,6 @@ class MariaDB(Service):
 
     def command(self) -> list[str]:
         argv = [_binary("mariadbd", "mysqld"), f"--defaults-file={self.conf_path}"]
-        import os
-
         if os.geteuid() == 0:
             argv.append(f"--user={self.user}")
         return argv
@@ -178,8 +175,6 @@ class MariaDB(Service):
         password, also over TCP); the lab user with the lab's password and privileges on the lab's
         database only."""
         self.lock_root()
-        import hashlib
-
         c = self.credentials
         # as mysql_native_password's hash: the password itself is never in a statement
         hashed = "*" + hashlib.sha1(hashlib.sha1(c.password.encode()).digest()).hexdigest().upper()
@@ -207,8 +202,6 @@ class MariaDB(Service):
 
     def db_config(self, database: str, **kwargs) -> DbConfig:
         """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
-        from tierscope.apps.dal import DbConfig
-
         c = self.credentials
         return DbConfig(
             "mariadb",

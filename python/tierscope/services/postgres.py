@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import glob
 import os
+import pwd
+import signal
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from tierscope.contracts.dbms import DbConfig
+from tierscope.middleware.scram import ScramVerifier
 from tierscope.services._accounts import give_to, run_as
 from tierscope.services.base import Service, ServiceError, drop_socket_dir, private_dir, socket_dir
 from tierscope.services.credentials import Credentials, lab_credentials
 from tierscope.testbed.host import Host
-
-if TYPE_CHECKING:
-    from tierscope.apps.dal import DbConfig
 
 
 def pg_bindir() -> Path:
@@ -107,8 +107,6 @@ class Postgres(Service):
 
     def db_config(self, database: str, **kwargs) -> DbConfig:
         """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
-        from tierscope.apps.dal import DbConfig
-
         c = self.credentials
         return DbConfig(
             "postgresql",
@@ -137,8 +135,6 @@ class Postgres(Service):
 
     def ident(self) -> str:
         """pg_ident.conf: the OS users allowed to be the superuser over the socket."""
-        import pwd
-
         users = {"postgres", "root", pwd.getpwuid(os.geteuid()).pw_name}
         return "# written by tierscope\n" + "".join(f"admin {u} postgres\n" for u in sorted(users))
 
@@ -214,8 +210,6 @@ class Postgres(Service):
         owned by it."""
         from psycopg import sql as q
 
-        from tierscope.middleware.scram import ScramVerifier
-
         c = self.credentials  # sent as its SCRAM verifier: the password is never in a statement
         role = q.Identifier(c.user)
         exists = self.sql("select 1 from pg_roles where rolname = %s", params=(c.user,), admin=True)
@@ -232,8 +226,6 @@ class Postgres(Service):
 
     def stop(self, timeout: float = 30.0) -> None:
         # SIGINT = "fast" shutdown: abort sessions, checkpoint, exit.
-        import signal
-
         self.stop_signal = signal.SIGINT
         super().stop(timeout)
         drop_socket_dir(self.socket_dir, self.workdir)

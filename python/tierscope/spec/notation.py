@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tierscope.contracts.dbms import TABLE as DBMS_TABLE
 from tierscope.tiers import TIERS
 
-DBMS = {"M": "mariadb", "P": "postgres", "G": "galera"}
+#: notation letter -> the spec's DBMS name (tierscope.contracts.dbms's one table)
+DBMS = {d.letter: d.spec for d in DBMS_TABLE}
 DBMS_LETTER = {v: k for k, v in DBMS.items()}
 #: node-type letters must not collide with DBMS letters in the notation
 RESERVED_LETTERS = set(DBMS)
@@ -17,7 +19,7 @@ RESERVED_LETTERS = set(DBMS)
 # --- topology ----------------------------------------------------------------------------------
 
 _FIELD_RE = re.compile(r"^(\d+)([A-Z]?)$")
-_DB_FIELD_RE = re.compile(r"^(\d+)(?:([MPG])([A-Z]?)|([A-Z]?)(?:-([A-Z]))?)$")
+_DB_FIELD_RE = re.compile(rf"^(\d+)(?:([{''.join(DBMS)}])([A-Z]?)|([A-Z]?)(?:-([A-Z]))?)$")
 
 
 def parse_notation(text: str, default_dbms: str | None = None) -> dict[str, Any]:

@@ -69,8 +69,9 @@ from datetime import date, timedelta
 from tierscope.apps.bookstore import pages
 from tierscope.apps.bookstore.datagen import CARD_TYPES, SHIP_TYPES, SUBJECTS, TAX_RATE, digsyl
 from tierscope.apps.bookstore.pages import money, url
-from tierscope.apps.dal import Database, DatabaseError, DbConfig, PoolTimeout, like_prefix
+from tierscope.apps.dal import Database, DatabaseError, PoolTimeout, like_prefix
 from tierscope.apps.web import BadRequest, FormRequest, db_config_from_env, esc, fmt_date, now, sorry
+from tierscope.contracts.dbms import DbConfig
 
 log = logging.getLogger("tierscope.bookstore")
 

@@ -46,7 +46,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from tierscope.apps.bulkload import load_tsv_mariadb
-from tierscope.apps.dal import DbConfig
+from tierscope.contracts.dbms import DbConfig
 
 #: bumped when the same (items, ebs, seed) would give different rows, or a scale name another size
 #: (3: `paper` went from 100 k to 1 M items); older snapshots are reloaded

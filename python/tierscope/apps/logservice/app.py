@@ -35,9 +35,10 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tierscope.apps.dal import Database, DatabaseError, DbConfig, PoolTimeout
+from tierscope.apps.dal import Database, DatabaseError, PoolTimeout
 from tierscope.apps.logservice.schema import token_sha256
 from tierscope.apps.logservice.store import DirectStore, DurableStore, QueueStore, Record, Refused
+from tierscope.contracts.dbms import DbConfig
 
 MODES = ("direct", "queue", "durable")
 

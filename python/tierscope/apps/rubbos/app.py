@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import parse_qs
 
-from tierscope.apps.dal import Database, DatabaseError, DbConfig, DuplicateKey, PoolTimeout, like_prefix, like_prefix10
+from tierscope.apps.dal import Database, DatabaseError, DuplicateKey, PoolTimeout, like_prefix, like_prefix10
 from tierscope.apps.rubbos import pages
+from tierscope.apps.rubbos.events import EventRecorder
 from tierscope.apps.rubbos.pages import url
 from tierscope.apps.web import BadRequest, FormRequest, db_config_from_env, esc, fmt_date, now, sorry
+from tierscope.contracts.dbms import DbConfig
 
 log = logging.getLogger("tierscope.rubbos")
 
@@ -598,8 +600,6 @@ class RubbosApp:
         self.logo = pages.logo_bytes()
         self.events = None
         if config.events_dir:
-            from tierscope.apps.rubbos.events import EventRecorder
-
             self.events = EventRecorder(config.events_dir, config.host_name)
             if config.pause_every_s > 0 and config.pause_ms > 0:
                 threading.Thread(target=self._periodic_pauses, name="pauses", daemon=True).start()

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from tierscope.apps.bulkload import load_tsv_mariadb
-from tierscope.apps.dal import DbConfig
+from tierscope.contracts.dbms import DbConfig
 
 #: bumped when the same (scale, seed) would give different rows; older snapshots are reloaded
 GENERATOR_VERSION = 2

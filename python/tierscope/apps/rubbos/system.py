@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -24,10 +25,10 @@ from types import SimpleNamespace
 
 from tierscope import assembly, statedir
 from tierscope.apps import snapshot
-from tierscope.apps.dal import DbConfig
 from tierscope.apps.rubbos import datagen
 from tierscope.apps.rubbos.provider import PROVIDER
 from tierscope.assembly import Server, Soft
+from tierscope.contracts.dbms import DbConfig
 from tierscope.services.appserver import AppServer
 from tierscope.services.base import Service, ServiceError, tcp_answers
 from tierscope.services.nginx import Nginx
@@ -188,8 +189,6 @@ def bring_up(o: Options, say=print) -> System:
         if tcp_answers("127.0.0.1", p, timeout=0.2):
             raise ServiceError(f"port {p} is already in use (choose another with --port/--app-port)")
     # logs and events of an earlier run in the same directory would mix with this one's
-    import shutil
-
     shutil.rmtree(run / "events", ignore_errors=True)
     for stale in (run / "nginx" / "access.log", run / "nginx" / "error.log"):
         stale.unlink(missing_ok=True)
