@@ -112,3 +112,8 @@ def test_no_new_package_cycle():
             + "; ".join(f"{a} -> {sorted(edges[a] & group)}" for a in sorted(group))
             + ". Move the shared part to a package both can import (issue 23: contracts on the ground floor)."
         )
+
+
+def test_the_contracts_import_nothing_of_the_project():
+    """The ground floor (tierscope.contracts) stands on nothing of the project."""
+    assert not import_graph().get("contracts")
