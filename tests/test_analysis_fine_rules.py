@@ -68,8 +68,9 @@ def test_a_full_pool_in_front_of_an_idle_database_is_the_callers_bottleneck():
     v = result.verdict
     assert v.kind == "single" and v.tiers == ["app"], (v.text, v.evidence)
     assert "pool of connections to db was full" in v.text, v.text
-    # inferred from a ceiling, never more than the pool rule's confidence
-    assert v.confidence <= fine.POOL_CONFIDENCE
+    # inferred from a ceiling, never more than the pool rule's confidence; and not "low" for
+    # stalling awake: what the app waited on is known, its pool
+    assert fine.STALLED_AWAKE_CAP < v.confidence <= fine.POOL_CONFIDENCE, v.evidence
 
 
 def _pooled_app_as_on_the_wire(seconds: float = 20.0) -> pa.Table:

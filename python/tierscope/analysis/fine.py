@@ -703,7 +703,9 @@ def analyze_fine(
         observed_by,
         _tier_calls(requests, parent_row) if exclusive else None,
     )
-    verdict = _stalled_awake(verdict, requests, keys, stalled, pause_col.reshape(n_servers, n_windows), tier_sat)
+    verdict = _stalled_awake(
+        verdict, requests, keys, stalled, pause_col.reshape(n_servers, n_windows), tier_sat, set(pool_text)
+    )
     verdict = _stuck_callee(verdict, requests, observed_by, tier_sat, base_ns, window_ns)
     if len(tiers) == 1 and verdict.kind in ("single", "several", "alternating"):
         verdict = _one_tier_cannot_tell(verdict, tiers[0])
@@ -737,18 +739,23 @@ def _stalled_awake(
     stalled: np.ndarray,
     paused: np.ndarray,
     tier_sat: dict[str, np.ndarray],
+    pool_full: set[str] | frozenset[str] = frozenset(),
 ) -> Verdict:
     """At most STALLED_AWAKE_CAP when a tier the verdict names was saturated mostly (half of its
     saturated windows or more) while its servers, recording their own times, *stalled awake*:
     they held requests and handed none on (`stalls`) without being paused (no silence, no pause
     event): they kept stamping, so they waited on something the trace does not show (an untraced
-    call such as opening a connection, a lock), whose saturation theirs may be."""
+    call such as opening a connection, a lock), whose saturation theirs may be. Not a tier in
+    `pool_full`: what it waited on is known, a connection of its full pool to a callee held at
+    its ceiling (the pool rule, which caps the verdict itself)."""
     if verdict.kind not in ("single", "several", "alternating") or "recorder" not in requests.column_names:
         return verdict
     pairs = requests.select(["server", "recorder"]).group_by(["server", "recorder"]).aggregate([]).to_pylist()
     self_recorded = {r["server"] for r in pairs if r["recorder"] == r["server"]}
     found = []
     for t in verdict.tiers:
+        if t in pool_full:
+            continue
         rows = [i for i, (tt, s) in enumerate(keys) if tt == t and s in self_recorded]
         sat = tier_sat.get(t)
         if not rows or sat is None or not sat.any():
