@@ -49,7 +49,7 @@ MIN_GAP_NS = 2_000_000
 
 # stamp kinds, in the order of stamps at one instant: the end of a piece of code before the next
 _CALL, _ANSWER, _ARRIVE, _REPLY = 0, 1, 2, 3
-MS = 1_000_000
+MS = 1_000_000  # ns
 #: A stamp within this long (ns) after another request's reply may have waited for what the reply
 #: freed (a pooled connection handed on): it does not end a busy silence, nor is a request whose
 #: next step it is taken as running its own code before it.
@@ -102,7 +102,7 @@ def busy_silences(requests: pa.Table, parent_row: np.ndarray) -> dict[str, tuple
         # freed (a pooled connection): a start stamped early may even come before that reply
         reply_at = np.where(kinds == _REPLY, times, np.iinfo(np.int64).max)
         next_reply = np.minimum.accumulate(reply_at[::-1])[::-1]
-        last_reply = np.maximum.accumulate(np.where(kinds == _REPLY, times, np.iinfo(np.int64).min))
+        last_reply = np.maximum.accumulate(np.where(kinds == _REPLY, times, -(2**62)))  # none yet: far back
         handoff = (times - last_reply <= HANDOFF_NS) | (
             (coarse > 0) & np.isin(kinds, (_ARRIVE, _CALL)) & (next_reply - times < coarse)
         )

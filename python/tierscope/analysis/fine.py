@@ -365,10 +365,12 @@ def analyze_fine(
         raise ValueError(f"window_ns must be a positive number of nanoseconds, got {window_ns}")
     if requests.num_rows == 0:
         raise ValueError("requests: the table is empty; nothing to analyse")
+    # callees seen only through their callers' stamps, and the busy silences of those callers,
+    # read from the stamps as recorded, before any pause is charged
+    observed_by = _observed_by(requests)
+    found_busy = busy.busy_silences(requests, parent_rows(requests)) if observed_by else {}
     # pauses of the processes that stamped the times (their silences, their pause events) are
     # theirs: a call they stamped ends, for the callee, when its caller stopped
-    # busy silences are read from the stamps as recorded, before any pause is charged
-    found_busy = busy.busy_silences(requests, parent_rows(requests))
     requests, events, moved = silences.charge_recorder_pauses(requests, events)
     if moved:
         notes.append(
@@ -608,7 +610,6 @@ def analyze_fine(
     )
 
     tier_sat = _tier_saturated(series, tiers, n_windows)
-    observed_by = _observed_by(requests)
     busy_share = _busy_callers(found_busy, requests, keys, observed_by, spans)
     plain_sat = dict(tier_sat)
     busy_windows: dict[str, np.ndarray] = {}
@@ -616,8 +617,8 @@ def analyze_fine(
         if busy_share.get(caller, 0.0) >= BUSY_SHARE and callee in tier_sat and caller in tier_sat:
             # the caller ran its own code while others waited, often: the calls it stamped ended
             # late whenever it was busy, so the callee's apparent saturation is the caller's
-            moved = tier_sat[callee] & ~tier_sat[caller]
-            busy_windows[caller] = busy_windows.get(caller, np.zeros(n_windows, bool)) | moved
+            taken = tier_sat[callee] & ~tier_sat[caller]
+            busy_windows[caller] = busy_windows.get(caller, np.zeros(n_windows, bool)) | taken
             tier_sat[caller] = tier_sat[caller] | tier_sat[callee]
             tier_sat[callee] = np.zeros(n_windows, bool)
     incl = np.asarray(series.column("load"), np.float64)
@@ -796,9 +797,7 @@ def _busy_callers(
         if tier in callers and server in found:
             start, end = found[server]
             if key in paused:
-                p_start, p_end = paused[key]
-                order = np.argsort(p_start)
-                p_start, p_end = p_start[order], np.maximum.accumulate(p_end[order])
+                p_start, p_end = paused[key]  # merged and sorted
                 # the last pause beginning before each silence's end, and whether it ends after its start
                 j = np.searchsorted(p_start, end, side="left") - 1
                 hit = (j >= 0) & (p_end[np.maximum(j, 0)] > start)
@@ -829,16 +828,12 @@ def _busy_words(
     text = "; ".join(
         f"{t} ran one request's code at a time, stamping nothing else while others waited, for "
         f"{busy_share[t]:.0%} of the trace (a busy event loop, threads under one GIL or on too few cores): "
-        f"the calls it stamped to {_join_callees([c for c, a in observed_by.items() if a == t])} ended late "
+        f"the calls it stamped to {' and '.join(sorted(c for c, a in observed_by.items() if a == t))} ended late "
         f"whenever it was busy, so their saturation ({float(busy_windows[t].mean()):.0%} of the windows) is "
         f"taken as {t}'s"
         for t in named
     )
     return alternation.capped(verdict, BUSY_CAP, text)
-
-
-def _join_callees(names: list[str]) -> str:
-    return " and ".join(sorted(names))
 
 
 def _pool_words(verdict: Verdict, pool_text: dict[str, str]) -> Verdict:
