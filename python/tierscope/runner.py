@@ -19,6 +19,7 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,8 +29,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tierscope import __version__, assembly, manifest, tables
+from tierscope.analysis.experiment import analyze_run
+from tierscope.analysis.summary import build_summary
+from tierscope.apps import provider
+from tierscope.contracts import DEFAULT_WINDOW_NS
+from tierscope.engine import engine_version
+from tierscope.load import LoadError, engine_args, merge_client_logs, run_load, split_users
+from tierscope.report import write_report
+from tierscope.services.databases import server_binaries
+from tierscope.services.middleware import Middleware
 from tierscope.spec import Point, Spec, db_topology_problem, expand
+from tierscope.testbed.lab import Interference, Testbed, find_orphans, free_lab, holders, remove_orphan
+from tierscope.testbed.monitor import Monitor
 from tierscope.tiers import TIERS
+from tierscope.trace.capture import LiveCapture
+from tierscope.trace.link import link_file
+from tierscope.trace.run import TraceError, trace_capture
+from tierscope.trace.servermap import ServerEntry, write_server_map
 
 #: the ports inside the hosts (web, app, middleware; a database server listens on its DBMS's port):
 #: the assembly's, named here too for the remote controller
@@ -68,17 +84,26 @@ class Progress:
 
 
 @dataclass
+class Placement:
+    """Where a point's hosts are when no local testbed holds them (a `--hosts` run,
+    tierscope.remote): the manifest's testbed mode and the hosts lost on the way."""
+
+    mode: str
+    lost: list[str] = field(default_factory=list)
+
+
+@dataclass
 class PointContext:
     """Everything one point starts, so that teardown can stop exactly that, in reverse."""
 
     point: Point
     dir: Path
-    testbed: object | None = None
+    testbed: Testbed | Placement | None = None
     hosts: dict = field(default_factory=dict)
     services: list = field(default_factory=list)
-    capture: object | None = None
-    monitor: object | None = None
-    interference: object | None = None
+    capture: LiveCapture | None = None
+    monitor: Monitor | None = None
+    interference: Interference | None = None
     phases: dict = field(default_factory=dict)
     events: list[pa.Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -91,8 +116,6 @@ class PointContext:
 def prepare_data(points: list[Point], work: Path, say: Callable[[str], None]) -> dict[tuple, Path]:
     """Load (or reuse) the data every point starts from, once per (benchmark, data key); returns
     the loaded data directories by that key."""
-    from tierscope.apps import provider
-
     out: dict[tuple, Path] = {}
     for p in points:
         c = p.config
@@ -116,8 +139,6 @@ def start_tiers(ctx: PointContext, data_dirs: dict[tuple, Path], progress: Progr
     together by `tierscope.assembly` from the point's layout; what runs in each tier comes from the
     benchmark's provider (`tierscope.apps`). What starts goes to the point's services, server map
     and notes as it answers, so that teardown stops exactly that."""
-    from tierscope.apps import provider
-
     c = ctx.point.config
     app = provider(c.benchmark)
     check_db_topology(c.dbms, len(c.tier_servers("db")), len(c.tier_servers("middleware")))
@@ -161,11 +182,11 @@ CAPTURE_FILTER = (
 
 def start_capture(ctx: PointContext) -> None:
     """tcpdump on the bridge (one clock for every tier), written to capture.pcap."""
-    from tierscope.trace.capture import LiveCapture
-
     c = ctx.point.config
+    if not isinstance(ctx.testbed, Testbed):
+        raise RuntimeError("the capture needs the point's testbed (its bridge)")
     ctx.capture = LiveCapture(
-        ctx.testbed.capture_interface,  # type: ignore[attr-defined]
+        ctx.testbed.capture_interface,
         ctx.dir / "capture.pcap",
         filter=CAPTURE_FILTER,
         snaplen=c.monitor.snaplen,
@@ -173,8 +194,6 @@ def start_capture(ctx: PointContext) -> None:
 
 
 def workload_file(config) -> Path:
-    from tierscope.apps import provider
-
     try:
         return provider(config.benchmark).workload_file(config.mix, config)
     except FileNotFoundError as err:
@@ -198,10 +217,6 @@ def drive(ctx: PointContext, url: str, progress: Progress) -> dict:
             ctx.dir / "generator.stderr.log",
             show=True,
         )
-    import threading
-
-    from tierscope.load import merge_client_logs, split_users
-
     shares = split_users(_users_of(ctx.point), k)
     results: list = [None] * k
     errors: list = [None] * k
@@ -248,8 +263,6 @@ def _drive_one(
     ctx: PointContext, url: str, progress: Progress, users: int, seed: int, log: Path, stderr_log: Path, show: bool
 ) -> dict:
     """One generator from the client host; `show`: it feeds the live display and the phase times."""
-    from tierscope.load import LoadError, engine_args, run_load
-
     c = ctx.point.config
     w = c.workload
     argv = engine_args(
@@ -323,17 +336,15 @@ def collect(ctx: PointContext) -> dict:
     """Stop what runs and gather every table of the point; returns counts per table."""
     counts: dict[str, int] = {}
     if ctx.interference is not None:
-        ctx.events.append(ctx.interference.stop())  # type: ignore[attr-defined]
+        ctx.events.append(ctx.interference.stop())
         ctx.interference = None
     if ctx.monitor is not None:
-        ctx.monitor.stop()  # type: ignore[attr-defined]
+        ctx.monitor.stop()
         ctx.monitor = None
     if ctx.capture is not None:
-        ctx.capture.stop()  # type: ignore[attr-defined]
+        ctx.capture.stop()
         ctx.capture = None
     stop_services(ctx)
-    from tierscope.apps import provider
-
     ev_dir = ctx.dir / "app-events"
     if ev_dir.exists():
         app = provider(ctx.point.config.benchmark)
@@ -356,9 +367,6 @@ def collect(ctx: PointContext) -> dict:
 
 def trace_point_capture(ctx: PointContext, pcap: Path) -> int:
     """The capture traced into requests.parquet with the point's server map; returns the rows."""
-    from tierscope.trace.run import TraceError, trace_capture
-    from tierscope.trace.servermap import ServerEntry, write_server_map
-
     entries = []
     for address, tier, name, proto in ctx.server_map:
         addr, port = address.rsplit(":", 1)
@@ -385,8 +393,6 @@ def link_point_requests(ctx: PointContext) -> None:
     X-Request-Id at web and app, sqlcommenter request_id on SQL — else by time containment on the
     caller's host), so the analysis can compute exclusive load. The counts per link kind go to
     trace.json under "links"."""
-    from tierscope.trace.link import link_file
-
     path = ctx.dir / "requests.parquet"
     try:
         if pq.ParquetFile(path).metadata.num_rows == 0:
@@ -404,8 +410,6 @@ def link_point_requests(ctx: PointContext) -> None:
 def note_disabled_backends(ctx: PointContext, middleware) -> None:
     """A middleware that disabled a database server (a failed write the others executed) leaves
     the replicas out of sync for the rest of the point: say so in the manifest's notes."""
-    import json
-
     try:
         stats = json.loads(middleware.stats_path.read_text())
     except (OSError, ValueError) as err:
@@ -422,8 +426,6 @@ def stop_services(ctx: PointContext) -> None:
     assembly.RunningSystem(services=ctx.services).stop(
         on_error=lambda svc, err: ctx.notes.append(f"stopping {svc.name}: {err}")
     )
-    from tierscope.services.middleware import Middleware
-
     for svc in ctx.services:
         if isinstance(svc, Middleware):
             note_disabled_backends(ctx, svc)
@@ -457,9 +459,6 @@ def versions() -> dict:
             return None
         text = (out.stdout or out.stderr).strip().splitlines()
         return text[0] if text else None
-
-    from tierscope.engine import engine_version
-    from tierscope.services.databases import server_binaries
 
     return {
         "tierscope": __version__,
@@ -500,8 +499,8 @@ def write_manifest(
         tables=counts,
         generator=summary or None,
         testbed={
-            "mode": getattr(ctx.testbed, "mode", None),
-            "lost": getattr(ctx.testbed, "lost", []),
+            "mode": ctx.testbed.mode if ctx.testbed is not None else None,
+            "lost": ctx.testbed.lost if ctx.testbed is not None else [],
             "hosts": {n: {"address": h.address, "netns": h.netns, "cgroup": h.cgroup} for n, h in ctx.hosts.items()},
         },
         servers=[manifest.Server(address=a, tier=t, server=n, protocol=p) for a, t, n, p in ctx.server_map],
@@ -542,12 +541,8 @@ def run_point(
     point: Point, spec: Spec, run_dir: Path, data_dirs: dict, mode: str, progress: Progress, vers: dict
 ) -> tuple[str, str | None]:
     """Run one point start to finish; always tears down; returns (status, reason)."""
-    from tierscope.testbed.lab import Testbed, free_lab
-
     pdir = run_dir / point.id
     if pdir.exists():
-        from tierscope.testbed.lab import holders
-
         held = holders([pdir])
         if held:  # a killed run's processes still write there: never delete under them
             who = "; ".join(f"pid {pid} ({what})" for pid, what in sorted(held.items())[:3])
@@ -565,19 +560,19 @@ def run_point(
     try:
         progress.phase = "building hosts"
         ctx.testbed = Testbed(lab=free_lab(), workdir=pdir / "testbed", mode=mode, point_dir=pdir)
-        ctx.hosts = ctx.testbed.up(point)  # type: ignore[attr-defined]
+        ctx.hosts = ctx.testbed.up(point)
         url = start_tiers(ctx, data_dirs, progress)
         c = point.config
         if c.monitor.capture:
             start_capture(ctx)
         ctx.monitor = ctx.testbed.start_monitor(
             c.monitor.interval,
-            pdir / "resources.parquet",  # type: ignore[attr-defined]
+            pdir / "resources.parquet",
             socket_limits=socket_limits(c),
         )
         if c.interference.pause or c.interference.noisy_neighbour:
             pids = {s.name: s.pids for s in ctx.services}
-            ctx.interference = ctx.testbed.start_interference(point, seed=point.seed, pids=pids)  # type: ignore[attr-defined]
+            ctx.interference = ctx.testbed.start_interference(point, seed=point.seed, pids=pids)
         summary = drive(ctx, url, progress)
         check_tiers_alive(ctx)
         status = DONE
@@ -596,9 +591,9 @@ def run_point(
                 status, reason = FAILED, f"collect failed: {err}"
         finally:
             stop_services(ctx)
-            if ctx.testbed is not None:
+            if isinstance(ctx.testbed, Testbed):
                 try:
-                    ctx.testbed.down()  # type: ignore[attr-defined]
+                    ctx.testbed.down()
                 except Exception as err:
                     ctx.notes.append(f"testbed down: {err}")
         if status == DONE and counts.get("client_requests", 0) == 0:
@@ -614,8 +609,6 @@ def run_point(
 def remove_orphaned_labs(say) -> int:
     """Find the labs a killed run left (their owner is dead), say so one line each and remove them
     (`tierscope testbed clean --orphans`); returns how many."""
-    from tierscope.testbed.lab import find_orphans, remove_orphan
-
     try:
         orphans = find_orphans()
     except OSError:
@@ -686,11 +679,6 @@ def run_experiment(
 
 def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object, object]:
     """Analyse the run and write run_dir/report.html; returns its path, the summary and the data."""
-    from tierscope.analysis.experiment import analyze_run
-    from tierscope.analysis.summary import build_summary
-    from tierscope.contracts import DEFAULT_WINDOW_NS
-    from tierscope.report import write_report
-
     points = expand(spec)
     window_ns = int(round(points[0].config.monitor.window * 1e9)) if points else DEFAULT_WINDOW_NS
     data = analyze_run(run_dir, window_ns=window_ns)

@@ -17,22 +17,39 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tierscope import manifest, tables
-from tierscope.load import merge_client_logs
+from tierscope.load import merge_client_logs, split_users
 from tierscope.remote import RemoteError, clock, playbooks, preflight
 from tierscope.remote.agent import CAPTURE_LO
 from tierscope.remote.inventory import Inventory, load_inventory
+from tierscope.runner import (
+    DONE,
+    FAILED,
+    WEB_PORT,
+    Placement,
+    PointContext,
+    Progress,
+    RunResult,
+    _phase_times,
+    collect,
+    point_status,
+    stop_services,
+    versions,
+    write_manifest,
+    write_run_report,
+)
+from tierscope.services.credentials import lab_credentials
+from tierscope.spec import expand
+from tierscope.testbed.host import Host
 
 
 def check_spec(spec, inv: Inventory) -> list:
     """The spec's points, each assigned to hosts; RemoteError for what a remote run cannot do."""
-    from tierscope.spec import expand
-
     points = expand(spec)
     for p in points:
         c = p.config
@@ -57,8 +74,6 @@ def run_remote(
     clock_shift_ns: dict[str, int] | None = None,
 ):
     """Run every point of `spec` on the hosts of `inventory` into `out/<run>/`; the runner's RunResult."""
-    from tierscope.runner import DONE, Progress, RunResult, point_status, versions, write_run_report
-
     progress = progress or Progress()
     inv = load_inventory(inventory)
     points = check_spec(spec, inv)
@@ -117,9 +132,6 @@ def run_remote_point(
     point, spec, run_dir: Path, run_id: str, inv: Inventory, cfg: Path, offsets: dict, progress, vers: dict
 ) -> tuple[str, str | None]:
     """One point on the hosts; always runs down.yml; returns (status, reason)."""
-    from tierscope.runner import DONE, FAILED, WEB_PORT, PointContext, collect, stop_services, write_manifest
-    from tierscope.testbed.host import Host
-
     pdir = run_dir / point.id
     if pdir.exists():
         shutil.rmtree(pdir)
@@ -134,17 +146,13 @@ def run_remote_point(
         for s in c.servers()
     }
     ctx.hosts = {n: Host(name=n, address=h.address) for n, h in assigned.items()}
-    from tierscope.load import split_users
-
     shares = split_users(int(c.workload.users[0]), c.client.hosts)
     generators = {
         assigned[f"client{k + 1}"].name: {"name": f"client{k + 1}", "users": n, "first": first}
         for k, (first, n) in enumerate(shares)
     }
-    ctx.testbed = SimpleNamespace(mode="remote", lost=[])
+    ctx.testbed = Placement(mode="remote")
     point_file = pdir / "remote" / "point.json"
-    from tierscope.services.credentials import lab_credentials
-
     # the point's secret, for every host's servers: the file (and its copies) are root's alone
     creds = lab_credentials(pdir)
     point_file.unlink(missing_ok=True)
@@ -323,8 +331,6 @@ def _correction(o) -> int:
 
 
 def _phase_times_of(t0: int, w) -> dict:
-    from tierscope.runner import _phase_times
-
     return _phase_times(t0, w.ramp_up, w.run, w.ramp_down)
 
 
@@ -332,8 +338,6 @@ def _shifted(t: pa.Table, shift_ns: int) -> pa.Table:
     """`t` with every *_ns time column moved by shift_ns (a host's clock onto the controller's)."""
     if not shift_ns:
         return t
-    import pyarrow.compute as pc
-
     for i, f in enumerate(t.schema):
         if f.name.endswith("_ns") and pa.types.is_integer(f.type) and "duration" not in f.name:
             t = t.set_column(i, f.name, pc.add(t.column(i), pa.scalar(shift_ns, f.type)))
