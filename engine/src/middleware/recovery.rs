@@ -1,8 +1,10 @@
 //! The recovery log (C-JDBC's): replicas that cannot drift.
 //!
 //! With `--recovery-log PATH`, every write unit the middleware broadcasts gets a sequence number
-//! and is appended to PATH (the bytes sent to the backends) and fsync'd before its client is
-//! answered. Each backend keeps the number of the last unit it applied in a one-row table,
+//! and is appended to PATH (the bytes sent to the backends); a unit that leaves no transaction open
+//! (autocommit, or the one ending a transaction) is fsync'd, with every record before it, before its
+//! client is answered (a unit inside a transaction is not: if the middleware dies first, the
+//! backends roll the transaction back). Each backend keeps the number of the last unit it applied in a one-row table,
 //! `tierscope_recovery(seq)`, updated by the unit itself, in the unit's own transaction where the
 //! protocol allows (extended protocol: hidden Parse/Bind/Execute/Close before the Sync; a simple
 //! Query: `;UPDATE ...` appended to its text, the extra CommandComplete hidden). A unit that fails
@@ -144,24 +146,44 @@ impl Log {
 
     /// Append one record and fsync it (blocking: run it off the runtime's threads).
     pub fn append(&self, seq: u64, data: &[u8]) -> std::io::Result<()> {
+        self.write(seq, data)?;
+        self.sync()
+    }
+
+    /// fsync what was appended so far (blocking).
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.file.lock().unwrap_or_else(|e| e.into_inner()).sync_data()
+    }
+
+    /// Append one record without fsync (a unit inside a transaction: the fsync of the unit that
+    /// ends it covers it; blocking).
+    pub fn write(&self, seq: u64, data: &[u8]) -> std::io::Result<()> {
         let mut rec = Vec::with_capacity(HEADER + data.len());
         rec.extend_from_slice(&seq.to_le_bytes());
         rec.extend_from_slice(&(data.len() as u32).to_le_bytes());
         rec.extend_from_slice(&fnv1a(data).to_le_bytes());
         rec.extend_from_slice(data);
-        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        f.write_all(&rec)?;
-        f.sync_data()
+        self.file.lock().unwrap_or_else(|e| e.into_inner()).write_all(&rec)
     }
 }
 
-/// Append a record off the runtime's threads; the result when it is durable.
-pub async fn append<D: AsRef<[u8]> + Send + Sync + 'static>(log: Arc<Log>, seq: u64, data: Arc<D>) -> Result<(), String> {
+/// Append a record off the runtime's threads (fsync'd with `sync`); the result when it is written.
+pub async fn append<D: AsRef<[u8]> + Send + Sync + 'static>(log: Arc<Log>, seq: u64, data: Arc<D>, sync: bool) -> Result<(), String> {
     let path = log.path.clone();
-    match tokio::task::spawn_blocking(move || log.append(seq, (*data).as_ref())).await {
+    match tokio::task::spawn_blocking(move || if sync { log.append(seq, (*data).as_ref()) } else { log.write(seq, (*data).as_ref()) }).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("recovery log {}: cannot append unit {seq}: {e}", path.display())),
         Err(e) => Err(format!("recovery log {}: cannot append unit {seq}: {e}", path.display())),
+    }
+}
+
+/// fsync the log off the runtime's threads.
+pub async fn sync(log: Arc<Log>) -> Result<(), String> {
+    let path = log.path.clone();
+    match tokio::task::spawn_blocking(move || log.sync()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("recovery log {}: cannot fsync: {e}", path.display())),
+        Err(e) => Err(format!("recovery log {}: cannot fsync: {e}", path.display())),
     }
 }
 

@@ -1159,8 +1159,13 @@ impl Session {
             return Err(Fail::End(Some("a write failed unexpectedly".into())));
         };
         if let Some(d) = durable {
-            // answered only once its record is on disk
-            if let Err(e) = d.await {
+            // answered only once its record is written, and on disk when it leaves no
+            // transaction open (the records of the transaction's units before it with it)
+            let mut r = d.await;
+            if let (Ok(()), b'I', Some(rlog)) = (&r, answer.status, self.m.recovery.clone()) {
+                r = recovery::sync(rlog).await;
+            }
+            if let Err(e) = r {
                 log(&e);
                 return Err(Fail::End(Some(e)));
             }
@@ -1289,7 +1294,7 @@ impl Session {
         let mut log_failed = None;
         if let (Some((seq, _)), Some(rlog)) = (ou.seq, self.m.recovery.clone()) {
             // the whole unit, one record, on disk before the lock goes and the client is answered
-            if let Err(e) = recovery::append(rlog, seq, Arc::new(std::mem::take(&mut ou.logged))).await {
+            if let Err(e) = recovery::append(rlog, seq, Arc::new(std::mem::take(&mut ou.logged)), true).await {
                 log(&e);
                 log_failed = Some(e);
             }
@@ -1309,12 +1314,12 @@ impl Session {
     }
 }
 
-/// A unit's record in the recovery log: Ok once it is on disk.
+/// A unit's record in the recovery log: Ok once it is written (the session fsyncs it).
 type Durable = Shared<futures_util::future::BoxFuture<'static, Result<(), String>>>;
 
 /// Append `out` to the recovery log as unit `seq` (a task of its own, started now).
 fn logged(log: Arc<recovery::Log>, seq: u64, out: Arc<Outgoing>) -> Durable {
-    let task = tokio::spawn(recovery::append(log, seq, out));
+    let task = tokio::spawn(recovery::append(log, seq, out, false));
     async move { task.await.unwrap_or_else(|e| Err(format!("recovery log: {e}"))) }.boxed().shared()
 }
 
