@@ -23,12 +23,11 @@ KNOWN = [
     # (gone: assembly -> apps, since the assembly sees an app through
     # tierscope.contracts.apps.AppProvider; services.{appserver,postgres,mariadb,databases} ->
     # apps.dal, since DbConfig lives in tierscope.contracts.dbms)
-    # Closed by services -> apps: services.middleware imports DbConfig from apps.dal (the name is
-    # kept there for it; that module is being changed elsewhere) and services.appserver imports
-    # apps.default_wsgi_app, the app an AppServer runs when given none (tests/test_middleware.py
-    # relies on it); with services <-> middleware, apps -> services (the providers start an
-    # AppServer) and apps -> assembly -> services (apps.rubbos.system assembles RUBBoS on loopback).
-    # Without the two services -> apps edges only {middleware, services} is left.
+    # Closed by services -> apps: services.appserver imports apps.default_wsgi_app, the app an
+    # AppServer runs when given none (tests/test_middleware.py relies on it); with services <->
+    # middleware, apps -> services (the providers start an AppServer) and apps -> assembly ->
+    # services (apps.rubbos.system assembles RUBBoS on loopback). Without that edge only
+    # {middleware, services} is left.
     {"apps", "assembly", "middleware", "services"},
 ]
 

@@ -26,9 +26,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import quote
 
-# DbConfig lives on the ground floor (tierscope.contracts.dbms); the name stays here for the
-# middleware service, which imports it from this module
-from tierscope.contracts.dbms import DbConfig as DbConfig
+from tierscope.contracts.dbms import DbConfig
 
 
 class DatabaseError(RuntimeError):

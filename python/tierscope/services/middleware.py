@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from tierscope.apps.dal import DbConfig
+from tierscope.contracts.dbms import DbConfig
 from tierscope.services._accounts import AccountError, give_to, lab_account, make_traversable, open_the_way, run_as
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
