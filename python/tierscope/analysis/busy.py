@@ -30,10 +30,11 @@ the silence before it its request's own code. A clock that stamps starts in whol
 millisecond later, and such a start with a reply stamped within a millisecond after it may have
 followed that reply.
 
-Counted once (a probe on the diagnosis corpus, /work/scratch/busyshare.py, not a bench): busy
-silences covered 14-61 % of the trace in its 7 cases of a CPU-bound or CPU-starved app, at most 4 %
-in its 42 cases without a fault in the app (the database paused, saturated or disk-bound, a full
-pool, no fault), 8 % in a paused app.
+Counted once (a one-off probe, not a bench: `busy_silences` over each cached corpus case's
+spans.otlp.json, busy time over the trace's span): busy silences covered 14-61 % of the trace in
+the diagnosis corpus' 7 cases of a CPU-bound or CPU-starved app, at most 4 % in its 42 cases
+without a fault in the app (the database paused, saturated or disk-bound, a full pool, no fault),
+8 % in a paused app.
 """
 
 from __future__ import annotations

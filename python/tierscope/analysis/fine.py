@@ -808,7 +808,7 @@ def _busy_callers(
 
 #: A caller whose busy silences cover at least this share of the trace stretched the calls it
 #: stamped often enough that its callee's apparent saturation (seen only through those calls) is
-#: taken as the caller's. Counted once on the diagnosis corpus (a probe, /work/scratch/busyshare.py):
+#: taken as the caller's. Counted once on the diagnosis corpus (a one-off probe, not a bench: see busy):
 #: 0.14-0.61 in its 7 cases of a CPU-bound or CPU-starved app, at most 0.04 in its 42 cases without
 #: a fault in the app (the database paused, saturated or disk-bound, a full pool, no fault).
 BUSY_SHARE = 0.1
