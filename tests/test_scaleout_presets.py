@@ -1,7 +1,7 @@
 """Seed 000's two headline experiments as shipped presets (issue 14), each checked by a real run.
 
 * `rubbos-scaleout` (§3), cut to 1/1/1/1 and 1/1/1/2 at one workload level past both knees
-  (120 users): with one replica the primary bottleneck is the database tier; a second replica
+  (120 users), each point twice, interleaved: with one replica the primary bottleneck is the database tier; a second replica
   raises the maximum throughput and moves the primary bottleneck off the database (to the app
   server or the middleware). Ground truth is the configuration (the node types' CPU quotas make
   the one replica the smallest capacity) and the kernel's counters: the named host's CPU must be
@@ -13,8 +13,8 @@
   the point, and `aware` against LPRF on p90 or throughput in the same run (the client's figures).
 
 Both run end to end through the runner (real nginx, app servers, the middleware, PostgreSQL
-replicas in namespaced hosts with cgroup limits). About 1.5 and 2.5 minutes (3 min 48 s for both
-at a machine load of about 8); marked `fidelity` (`pytest -m "not fidelity"` leaves them out).
+replicas in namespaced hosts with cgroup limits). About 3.3 and 2.5 minutes (the scale-out check
+runs each of its two points twice); marked `fidelity` (`pytest -m "not fidelity"` leaves them out).
 Needs root and PostgreSQL 15 (and tcpdump for the heavy run's capture).
 """
 
@@ -63,10 +63,16 @@ def test_a_second_replica_moves_the_bottleneck_off_the_database(tmp_path):
     raw = tomllib.loads((PRESETS / "rubbos-scaleout.toml").read_text())
     raw["workload"].update(users=[120], ramp_up="5s", run="20s", ramp_down="2s")
     raw["sweep"]["matrix"]["topology"] = list(SCALEOUT)
+    # each topology twice, interleaved (one, two, one, two): the machine is shared and its speed
+    # drifts by a third between points a minute apart (the same topology gave 22 and 30 pages/s
+    # with its database at its quota both times), so one point of each may compare a fast minute
+    # with a slow one; the map takes each configuration's maximum over its points
+    raw["sweep"]["repeats"] = 2
     result = run(raw, tmp_path, "scaleout")
     dirs = {
-        t: next(result.dir / p for p in result.done if p.startswith("topology" + t.replace("/", "_"))) for t in SCALEOUT
+        t: [result.dir / p for p in result.done if p.startswith("topology" + t.replace("/", "_"))] for t in SCALEOUT
     }
+    assert all(len(d) == 2 for d in dirs.values()), result.done
 
     data = analyze_run(result.dir, window_ns=50_000_000)
     assert data.bmap is not None and data.bmap.num_rows == 2, data.notes
@@ -75,15 +81,16 @@ def test_a_second_replica_moves_the_bottleneck_off_the_database(tmp_path):
 
     # one replica: the database tier, and db1's CPU at its quota in the run's own samples
     assert one["tier"] == "db" and one["resource"] in ("CPU", "CPU quota"), one
-    assert median(dirs[SCALEOUT[0]], "db1", "cpu_util") >= 85
-    assert median(dirs[SCALEOUT[0]], "db1", "cpu_quota") > 50  # throttled by its quota most of the time
+    for d in dirs[SCALEOUT[0]]:
+        assert median(d, "db1", "cpu_util") >= 85, d
+        assert median(d, "db1", "cpu_quota") > 50, d  # throttled by its quota most of the time
     # two replicas: more throughput, and the primary bottleneck off the database, on a host whose
     # CPU is at its quota (LPRF gives db1 the larger share of reads, so db1 may be busy too: the
     # map names the resource above 95 % for the largest share of the time)
     assert two["max_throughput"] > 1.2 * one["max_throughput"], (one, two)
     assert two["tier"] in ("app", "middleware"), two
     host = {"app": "app1", "middleware": "mw1"}[two["tier"]]
-    assert median(dirs[SCALEOUT[1]], host, "cpu_util") >= 85, (host, two)
+    assert max(median(d, host, "cpu_util") for d in dirs[SCALEOUT[1]]) >= 85, (host, two)
 
 
 def heavy_on_the_wire(point_dir: Path) -> int:
