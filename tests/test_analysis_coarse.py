@@ -134,9 +134,9 @@ def test_bottleneck_map_groups_like_seed_000():
     assert [m[c]["group"] for c in ("1/1/1/1M", "1/2/1/1M")] == [1, 1]
     assert [m[c]["group"] for c in ("1/1/1/2M", "1/1/1/3M")] == [2, 2]
     assert [m[c]["group"] for c in ("1/2/1/2M", "1/3/1/3M", "1/3/1/4M")] == [3, 3, 3]
-    assert m["1/1/1/1M"]["bottleneck"] == "db cpu"
-    assert m["1/1/1/3M"]["bottleneck"] == "app cpu"
-    assert m["1/2/1/2M"]["bottleneck"] == "middleware cpu"
+    assert m["1/1/1/1M"]["bottleneck"] == "db CPU" and m["1/1/1/1M"]["bottleneck_metric"] == "db cpu"
+    assert m["1/1/1/3M"]["bottleneck"] == "app CPU"
+    assert m["1/2/1/2M"]["bottleneck"] == "middleware CPU"
     assert m["1/3/1/4M"]["bottleneck"] is None and m["1/3/1/4M"]["bottleneck_share"] == 0.3
     assert (m["1/3/1/4M"]["app"], m["1/3/1/4M"]["db"]) == (3, 4)
     assert throughput_groups({"a": 100, "b": 109, "c": 121}, 0.10) == {"a": 1, "b": 1, "c": 2}

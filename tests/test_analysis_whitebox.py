@@ -197,7 +197,7 @@ def test_the_bottleneck_map_names_tier_and_resource_per_configuration():
     ]  # fmt: skip
     m = {r["config"]: r for r in bottleneck_map(results).to_pylist()}
     assert (m["1/1/0/1M"]["tier"], m["1/1/0/1M"]["resource"]) == ("db", "disk")
-    assert m["1/1/0/1M"]["bottleneck"] == "db disk_util"
+    assert m["1/1/0/1M"]["bottleneck"] == "db disk" and m["1/1/0/1M"]["bottleneck_metric"] == "db disk_util"
     assert (m["1/1/0/2M"]["tier"], m["1/1/0/2M"]["resource"]) == ("app", "sockets")
     assert m["1/1/0/2M"]["saturated"] == "app: sockets; db: disk"
     assert m["1/2/0/2M"]["bottleneck"] is None and m["1/2/0/2M"]["resource"] is None

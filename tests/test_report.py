@@ -142,7 +142,7 @@ def test_analyze_run_finds_knee_saturation_and_map(run_dir):
     wb = data.whitebox["1/1/0/1"]
     assert wb.saturated[260.0] == [("db1", "cpu")] and wb.saturated[20.0] == []
     m = {r["config"]: r for r in data.bmap.to_pylist()}
-    assert m["1/1/0/1"]["bottleneck"] == "db cpu" and m["1/1/0/2"]["bottleneck"] == "app cpu"
+    assert m["1/1/0/1"]["bottleneck"] == "db CPU" and m["1/1/0/2"]["bottleneck"] == "app CPU"
     assert m["1/1/0/1"]["group"] == 1 and m["1/1/0/2"]["group"] == 2
     # the fine-grained point: the first level at or past the knee of the first configuration
     assert data.fine_point is not None and "140 users" in data.fine_point

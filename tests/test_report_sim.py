@@ -63,7 +63,8 @@ def test_knee_max_throughput_and_bottleneck_from_simulation(sweep):
         assert [h for h, _m in wb.saturated[float(top)]] == [bottleneck], (config, wb.saturated[float(top)])
         assert wb.saturated[5.0] == []
     m = {r["config"]: r for r in data.bmap.to_pylist()}
-    assert m["A-1db-core"]["bottleneck"] == "db cpu_user" and m["B-4db-cores"]["bottleneck"] == "app cpu_user"
+    assert m["A-1db-core"]["bottleneck"] == "db CPU" and m["B-4db-cores"]["bottleneck"] == "app CPU"
+    assert m["A-1db-core"]["bottleneck_metric"] == "db cpu_user"
     assert (m["A-1db-core"]["group"], m["B-4db-cores"]["group"]) == (1, 2)
 
 

@@ -39,6 +39,7 @@ from tierscope.report import write_report
 from tierscope.services.databases import server_binaries
 from tierscope.services.middleware import Middleware
 from tierscope.spec import Point, Spec, db_topology_problem, expand
+from tierscope.studies import finding_of_run
 from tierscope.testbed.lab import Interference, Testbed, find_orphans, free_lab, holders, remove_orphan
 from tierscope.testbed.monitor import Monitor
 from tierscope.tiers import TIERS
@@ -678,9 +679,11 @@ def run_experiment(
 
 
 def write_run_report(run_dir: Path, spec: Spec) -> tuple[Path, object, object]:
-    """Analyse the run and write run_dir/report.html; returns its path, the summary and the data."""
+    """Analyse the run and write run_dir/report.html (with the finding of the shipped study its
+    run.json names, `studies.finding_of_run`); returns its path, the summary and the data."""
     points = expand(spec)
     window_ns = int(round(points[0].config.monitor.window * 1e9)) if points else DEFAULT_WINDOW_NS
     data = analyze_run(run_dir, window_ns=window_ns)
     summary = build_summary(data)
-    return write_report(data, run_dir / "report.html", summary), summary, data
+    finding = finding_of_run(data, run_dir)
+    return write_report(data, run_dir / "report.html", summary, finding=finding), summary, data

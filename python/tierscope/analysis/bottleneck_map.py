@@ -9,7 +9,9 @@ above 95 % utilisation (white-box). From these:
   "majority of values in the top five percent" of seed 000); else the configuration has *no
   saturated resource* (seed 001's case: look at the fine-grained analysis). Any utilisation the
   white box has counts: CPU, the CPU quota, disk, memory, sockets (`whitebox.resource_of`); the map
-  gives the tier and the resource in columns of their own besides "<tier> <metric>";
+  names it as users read it, "<tier> <resource>" ("db CPU quota", "db disk"), with the tier and the
+  resource in columns of their own and the metric it was read from in `bottleneck_metric`
+  ("db cpu_quota");
 * **saturated per tier**: every tier's saturated resources in one column ("db: disk; app: CPU"),
   so a configuration whose database is disk-bound and whose app server is socket-bound says both;
 * **groups** of configurations with similar maximum throughput: sort by maximum throughput and
@@ -46,7 +48,8 @@ class ConfigurationResult:
 
 
 def primary_bottleneck(shares: Mapping[tuple[str, str], float], min_share: float = 0.5) -> tuple[str | None, float]:
-    """``("<tier> <metric>", share)`` of the most saturated resource, or ``(None, best share)``."""
+    """``("<tier> <metric>", share)`` of the most saturated resource, or ``(None, best share)``
+    (the metric's name: the map's `bottleneck_metric`)."""
     if not shares:
         return None, 0.0
     (host, metric), share = max(shares.items(), key=lambda kv: (kv[1], kv[0]))
@@ -105,13 +108,15 @@ MAP_SCHEMA = pa.schema(
         ("tier", pa.string()),
         ("resource", pa.string()),
         ("saturated", pa.string()),
+        ("bottleneck_metric", pa.string()),
     ]
 )
 
 
 def bottleneck_map(results: Sequence[ConfigurationResult], tolerance: float = 0.10, min_share: float = 0.5) -> pa.Table:
     """One row per configuration: server counts, maximum throughput, primary bottleneck ("<tier>
-    <metric>", and its tier and resource apart), every tier's saturated resources, group."""
+    <resource>": "db CPU quota"; its tier and resource apart; "<tier> <metric>" in
+    `bottleneck_metric`: "db cpu_quota"), every tier's saturated resources, group."""
     groups = throughput_groups({r.config: r.max_throughput for r in results}, tolerance)
     rows = []
     for r in results:
@@ -126,12 +131,13 @@ def bottleneck_map(results: Sequence[ConfigurationResult], tolerance: float = 0.
                 "config": r.config,
                 **_counts(r),
                 "max_throughput": float(r.max_throughput),
-                "bottleneck": name,
+                "bottleneck": f"{tier} {resource}" if name is not None else None,
                 "bottleneck_share": share,
                 "group": groups[r.config],
                 "tier": tier,
                 "resource": resource,
                 "saturated": "; ".join(f"{t}: {', '.join(n)}" for t, n in per_tier.items()) or None,
+                "bottleneck_metric": name,
             }
         )
     return pa.Table.from_pylist(rows, schema=MAP_SCHEMA)

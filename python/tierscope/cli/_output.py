@@ -104,7 +104,8 @@ def _num(x: Any) -> Any:
 
 
 def verdict_document(data: Any, summary: Any) -> dict:
-    """The JSON document of `--json`: headline, verdict, shares, N*, levels, heavy requests, notes."""
+    """The JSON document of `--json`: headline, verdict, shares, N*, levels, the bottleneck map's
+    configurations (when there are several), heavy requests, notes."""
     doc: dict[str, Any] = {
         "headline": summary.headline,
         "confidence": summary.confidence,
@@ -142,6 +143,25 @@ def verdict_document(data: Any, summary: Any) -> dict:
         ]
         for cfg, bb in getattr(data, "blackbox", {}).items()
     }
+    bmap = getattr(data, "bmap", None)
+    if bmap is not None and bmap.num_rows:
+        # the bottleneck map, as the report draws it: "db CPU quota", the metric apart ("db cpu_quota")
+        labels = getattr(data, "labels", None) or {}
+        doc["configurations"] = [
+            {
+                "config": r["config"],
+                "label": labels.get(r["config"], r["config"]),
+                "max_throughput": _num(r["max_throughput"]),
+                "group": r["group"],
+                "bottleneck": r["bottleneck"],
+                "tier": r["tier"],
+                "resource": r["resource"],
+                "bottleneck_share": _num(r["bottleneck_share"]),
+                "bottleneck_metric": r["bottleneck_metric"],
+                "saturated": r["saturated"],
+            }
+            for r in bmap.to_pylist()
+        ]
     heavy = getattr(data, "heavy_summary", None)
     doc["heavy"] = heavy.to_pylist() if heavy is not None else []
     stalls = getattr(data, "stalls", None)

@@ -87,7 +87,7 @@ def report(
     elif data.notes:
         console.print(f"[dim]{len(data.notes)} note(s): --verbose shows them[/dim]")
     try:
-        console.print(f"wrote {write_report(data, output, summary)}", markup=False)
+        console.print(f"wrote {write_report(data, output, summary, finding=finding)}", markup=False)
         if json_out is not None:
             doc = _output.verdict_document(data, summary)
             if finding is not None:

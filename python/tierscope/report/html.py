@@ -25,7 +25,7 @@ import plotly.offline
 from plotly.io.json import to_json_plotly
 
 from tierscope.analysis.experiment import Analysis
-from tierscope.analysis.study import label_of
+from tierscope.analysis.study import Finding, label_of
 from tierscope.analysis.summary import Summary, build_summary
 from tierscope.report import figures
 
@@ -118,6 +118,11 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;margin-top:2em;border
 table.facts{border-collapse:collapse;margin-top:.6em} table.facts td{padding:.15em .8em .15em 0;vertical-align:top}
 table.facts td:first-child{color:#555;white-space:nowrap} .meta{color:#777;font-size:.9em}
 .plot{width:100%}
+.finding{background:#f6f8fa;border-left:4px solid #999;padding:.6em 1.2em;margin:1em 0}
+.finding.holds{border-left-color:#2ca02c} .finding.fails{border-left-color:#d62728}
+.finding h2{margin-top:.4em} .finding .verdict{font-weight:600}
+table.figures{border-collapse:collapse} table.figures th,table.figures td{padding:.2em .8em .2em 0;text-align:left;
+vertical-align:top} table.figures th{border-bottom:1px solid #ccc;font-weight:600}
 """
 
 #: Plotly's config for every figure
@@ -134,6 +139,85 @@ def _summary_html(summary: Summary) -> str:
         + (f"<p><b>What to look at:</b></p><ul>{look}</ul>" if look else "")
         + (f'<table class="facts">{facts}</table>' if facts else "")
         + "</section>"
+    )
+
+
+def _ms(x: object) -> str:
+    return f"{1e3 * x:.0f} ms" if isinstance(x, int | float) else "-"
+
+
+def _bottleneck_cell(f: dict) -> str:
+    b = f.get("bottleneck")
+    if b:
+        users = f" at {f['users']:g} users" if isinstance(f.get("users"), int | float) else ""
+        return f"{b['tier']} {b['resource']} ({b['host']} above 95 % in {100 * b['share']:.0f} % of the samples{users})"
+    busiest = f.get("busiest")
+    if busiest:
+        return f"no saturated resource (busiest: {busiest['host']} {busiest['resource']}, mean {busiest['mean']:.0f} %)"
+    return "-" if "users" not in f else "no saturated resource"
+
+
+#: the columns of a finding's figures: (key, heading, cell); a column is shown when a figure has its key
+_FIGURE_COLUMNS: list[tuple[str, str, Callable[[dict], str]]] = [
+    ("label", "configuration", lambda f: str(f["label"])),
+    ("mode", "mode", lambda f: str(f["mode"])),
+    ("target", "target", lambda f: f"{f['target']} {f.get('workload', '')}".strip()),
+    ("max_throughput", "max throughput", lambda f: f"{f['max_throughput']:.1f}/s"),
+    ("bottleneck", "bottleneck", _bottleneck_cell),
+    ("rt_mean", "mean response time", lambda f: _ms(f["rt_mean"])),
+    ("rt_p90", "p90 response time", lambda f: _ms(f["rt_p90"])),
+    ("rt_users", "response times at", lambda f: f"{f['rt_users']:g} users"),
+    ("cpu", "mean CPU (% of its allowance)", lambda f: ", ".join(f"{h} {x:.0f} %" for h, x in f["cpu"].items())),
+    ("sent", "sent", lambda f: str(f["sent"])),
+    ("lost", "lost", lambda f: "unknown" if f["lost"] is None else str(f["lost"])),
+    ("lost_share", "lost share", lambda f: "-" if f["lost_share"] is None else f"{100 * f['lost_share']:.1f} %"),
+    ("kind", "verdict", lambda f: f"{f['kind']} ({', '.join(f.get('tiers') or [])})"),
+    ("confidence", "confidence", lambda f: f"{f['confidence']:.2f}"),
+    ("per_node", "per node", lambda f: ", ".join(f"{n} node(s): {x:g}" for n, x in f["per_node"].items())),
+]
+
+
+def finding_figures(finding: Finding) -> tuple[list[str], list[list[str]]]:
+    """The figures a finding rests on as a table: (headings, one row per configuration or mode)."""
+    figs = [f for f in finding.figures if isinstance(f, dict)]
+    columns = [c for c in _FIGURE_COLUMNS if any(c[0] in f for f in figs)]
+    rows = []
+    for f in figs:
+        row = []
+        for key, _, cell in columns:
+            try:
+                row.append(cell(f) if f.get(key) is not None or key == "bottleneck" else "-")
+            except (KeyError, TypeError, ValueError):
+                row.append(str(f.get(key)))
+        rows.append(row)
+    return [c[1] for c in columns], rows
+
+
+def _finding_html(finding: Finding | None) -> str:
+    """The study's finding (as the terminal's "Finding:" line): what the study claims, whether it
+    holds and why, what was found, and the figures behind it."""
+    if finding is None:
+        return ""
+    verdict = {True: "holds", False: "does not hold", None: "cannot be decided"}[finding.holds]
+    look = {True: "holds", False: "fails", None: "undecided"}[finding.holds]
+    if finding.claim:
+        said = (
+            f'<p class="verdict">The study\'s finding {verdict}: {html.escape(finding.why)}</p>'
+            f"<p><b>Claimed:</b> {html.escape(finding.claim)}</p>"
+        )
+    elif finding.holds is None:
+        said = f'<p class="verdict">Nothing checked: {html.escape(finding.why)}</p>'
+    else:
+        said = f'<p class="verdict">The finding {verdict}: {html.escape(finding.why)}</p>'
+    heads, rows = finding_figures(finding)
+    table = ""
+    if rows and heads:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+        table = f'<table class="figures"><tr>{head}</tr>{body}</table>'
+    return (
+        f'<section class="finding {look}" id="finding"><h2>Finding</h2>{said}'
+        f"<p><b>Found:</b> {html.escape(finding.text)}</p>{table}</section>"
     )
 
 
@@ -256,9 +340,12 @@ def _plotlyjs(compress: bool) -> tuple[str, str]:
     return (f'<script type="application/octet-stream" id="plotlyjs-gz">{packed}</script>', unpack)
 
 
-def render_html(data: Analysis, summary: Summary | None = None, *, compress_js: bool = False) -> str:
+def render_html(
+    data: Analysis, summary: Summary | None = None, *, compress_js: bool = False, finding: Finding | None = None
+) -> str:
     """The report as one HTML string (Plotly inlined once; gzipped with `compress_js`, see the
-    module docstring)."""
+    module docstring); with `finding` (a shipped study's, `tierscope.studies.finding_of`), its
+    section after the summary."""
     summary = summary or build_summary(data)
     parts, missing = [], []
     embedded = _Figures()
@@ -288,16 +375,22 @@ def render_html(data: Analysis, summary: Summary | None = None, *, compress_js: 
         f"{head_js}</head><body>"
         f"<h1>tierscope report: {html.escape(data.title)}</h1>"
         f'<p class="meta">tierscope {__version__}, {when}; window {data.window_ns / 1e6:g} ms</p>'
-        f"{_summary_html(summary)}{_config_html(data)}{''.join(parts)}{omitted}"
+        f"{_summary_html(summary)}{_finding_html(finding)}{_config_html(data)}{''.join(parts)}{omitted}"
         f"{embedded.script()}{draw}</body></html>"
     )
 
 
 def write_report(
-    data: Analysis, path: str | Path, summary: Summary | None = None, *, compress_js: bool = False
+    data: Analysis,
+    path: str | Path,
+    summary: Summary | None = None,
+    *,
+    compress_js: bool = False,
+    finding: Finding | None = None,
 ) -> Path:
-    """Write the HTML report to `path` (parent directories created); `compress_js`: see render_html."""
+    """Write the HTML report to `path` (parent directories created); `compress_js`, `finding`: see
+    render_html."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(data, summary, compress_js=compress_js), encoding="utf-8")
+    path.write_text(render_html(data, summary, compress_js=compress_js, finding=finding), encoding="utf-8")
     return path
