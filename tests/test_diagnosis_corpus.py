@@ -66,6 +66,13 @@ def test_fast_subset_scorecard(tmp_path):
     summary = doc["summary"]
     kept = [c for c in doc["cases"] if c["materialised"]]
     assert len(kept) >= FLOOR["kept"], f"only {len(kept)} cases materialised:\n{tail}"
+    # the apps ran as the lab's unprivileged user, not as root (issue 21), read from /proc at start
+    as_root = [
+        (c["case"], c["measured"].get("app_user"))
+        for c in doc["cases"]
+        if c["system"] in ("flask", "express") and c["measured"].get("app_user") != "tierscope"
+    ]
+    assert not as_root, f"corpus apps not run as the lab's user: {as_root}"
     # every form the SDKs, the receiver and nginx write must import and analyse
     broken = [(c["case"], f, v["exit"], v["headline"]) for c in kept for f, v in c["forms"].items()
               if v["kind"] == "error"]  # fmt: skip

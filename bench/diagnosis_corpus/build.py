@@ -174,6 +174,7 @@ class AppStack:
             wire = None
             nginx.close()  # first: its upstream keep-alive connections would hold the app's graceful stop
             nginx = None
+            app_user = app.user
             app.close()  # SIGTERM: the SDK flushes its last spans
             app = None
             with self.pg.connect() as c:  # queries the app left running must not load the next case
@@ -188,6 +189,7 @@ class AppStack:
             total = counts["ok"] + counts["error"]
             measured = {
                 "requests": total,
+                "app_user": app_user,  # the OS user the app ran as (issue 21: never root)
                 "throughput": round(total / elapsed, 1),
                 "error_share": round(counts["error"] / max(1, total), 4),
                 "app_util": round(d_app / elapsed / (case.app_cpu or ncpu), 3),

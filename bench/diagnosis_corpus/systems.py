@@ -1,7 +1,8 @@
 """The real parts of the diagnosis corpus: cgroups, PostgreSQL, nginx, the two apps, a load generator.
 
 Everything runs on loopback, on free ports, in temp dirs and in cgroups under
-/sys/fs/cgroup/<controller>/tierscope-diagnosis-<pid>/;
+/sys/fs/cgroup/<controller>/tierscope-diagnosis-<pid>/; run as root, the apps and nginx's workers
+run as the lab's unprivileged system user (as in tierscope's own labs), PostgreSQL as postgres;
 `Stack.close()` ends every process it started and removes what it made, also after a failure.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import pwd
 import random
 import secrets
 import shutil
@@ -19,6 +21,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from tierscope.services._accounts import group_name, lab_account, open_the_way, run_as
 
 HERE = Path(__file__).resolve().parent
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -371,8 +375,13 @@ class Nginx:
         self.port = free_port()
         self.access_log = self.dir / f"{name}.log"
         conf = self.dir / "nginx.conf"
+        user = ""
+        if os.geteuid() == 0:  # the workers as the lab's unprivileged user, never root
+            acct = lab_account()
+            user = f"user {acct.pw_name} {group_name(acct)};"
         conf.write_text(f"""
 daemon off;
+{user}
 worker_processes 1;
 pid {self.dir}/nginx.pid;
 error_log {self.dir}/error.log warn;
@@ -440,16 +449,29 @@ class App:
             cwd = app_dir
         else:
             raise ValueError(system)
+        if os.geteuid() == 0:  # as the lab's unprivileged user: it reads its code, writes nothing
+            acct = lab_account()
+            open_the_way(acct, [Path(argv[0]) if system == "flask" else cwd, cwd], f"the {system} app")
+            argv = run_as(acct.pw_name, argv)
         self.log = open(root / f"{system}.log", "w")
         self.proc = popen(
             in_cgroup(cgroups.procs_files("app"), argv), env=env, cwd=cwd, stdout=self.log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
         wait_port(self.port, 60, self.proc, f"the {system} app")
+        self.user = process_user(self.proc.pid)
 
     def close(self) -> None:
         stop_proc(self.proc, 20)
         self.log.close()
+
+
+def process_user(pid: int) -> str:
+    """The name of the user a process runs as (its real uid, from /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return pwd.getpwuid(int(line.split()[1])).pw_name
+    raise RuntimeError(f"no Uid line in /proc/{pid}/status")
 
 
 def closed_loop(port: int, mix: list[tuple[float, str]], users: int, think: float, seconds: float,
