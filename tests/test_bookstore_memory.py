@@ -29,6 +29,7 @@ from conftest import needs_postgres, needs_root
 from tierscope.analysis.experiment import analyze_run
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
+from tierscope.studies import finding_of
 
 PRESET = Path(__file__).resolve().parent.parent / "python" / "tierscope" / "presets" / "tpcw-memory.toml"
 
@@ -72,3 +73,7 @@ def test_memory_moves_the_bottleneck_from_the_disk_to_the_cpu(tmp_path):
     assert rows[HIGH]["tier"] == "db" and rows[HIGH]["resource"] in ("CPU", "CPU quota"), rows[HIGH]
     # and memory buys throughput (seed 004 Fig. 2: more users served before the knee)
     assert rows[HIGH]["max_throughput"] > 2 * rows[LOW]["max_throughput"], (rows[LOW], rows[HIGH])
+    # the study's own finding on this run: its claim in presets/studies.toml (db disk at 150MiB,
+    # db CPU at 1GiB: the two sizes run here) checked as `tierscope run tpcw-memory` checks it
+    finding = finding_of(data, PRESET)
+    assert finding.holds is True, finding.line()

@@ -34,6 +34,7 @@ from tierscope.analysis.experiment import analyze_run
 from tierscope.analysis.summary import build_summary
 from tierscope.runner import run_experiment
 from tierscope.spec import spec_from_dict
+from tierscope.studies import finding_of
 
 pytestmark = [
     pytest.mark.fidelity,
@@ -90,6 +91,10 @@ def test_a_database_on_a_quarter_core_is_named_the_bottleneck(tmp_path):
     assert verdict.kind == "single" and verdict.tiers == ["db"], verdict
     assert summary.headline.startswith("Single bottleneck at db."), summary.headline
     assert "white box agrees: db1" in summary.headline
+    # the demo study's own finding on this cut of it (three of its four levels, shorter): its claim
+    # in presets/studies.toml (db CPU) checked as `tierscope run demo` checks it
+    finding = finding_of(data, PRESETS / "demo.toml")
+    assert finding.holds is True, finding.line()
 
 
 def test_more_database_cpu_moves_the_bottleneck_to_the_app_tier(tmp_path):
@@ -127,6 +132,11 @@ def test_injected_app_pauses_make_the_bottleneck_alternate(tmp_path):
     fine = data.fine
     assert fine.verdict.kind == "alternating", fine.verdict
     assert fine.verdict.tiers == ["app", "db"]
+    # the study's own finding on this cut of it (its 80-user level only): its claim in
+    # presets/studies.toml (alternating between app and db) checked as `tierscope run
+    # demo-alternating` checks it
+    finding = finding_of(data, PRESETS / "demo-alternating.toml")
+    assert finding.holds is True, finding.line()
     # in the seeds' words: the app paused (its events), the database saturated by the burst after
     assert re.fullmatch(
         r"Transient bottlenecks alternating between app \(paused \d+ times, median \d+ ms\) and db "

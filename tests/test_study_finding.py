@@ -316,3 +316,18 @@ def test_the_line_says_whether_the_claim_holds_and_why():
     assert ". The study's finding does not hold: " in bottleneck_finding(figs, {"*": "app"}).line()
     unclaimed = bottleneck_finding(figs, None)
     assert unclaimed.line() == f"{unclaimed.text} (the study states no bottleneck to check)"
+
+
+def test_the_log_services_modes_are_checked_against_the_ingest_claim(tmp_path):
+    """What `tierscope run ingest` prints (and tests/test_logservice_seed.py asserts): the loss of
+    each mode against [ingest.claim]; another file checks nothing."""
+    from types import SimpleNamespace
+
+    from tierscope.studies import loss_finding_of
+
+    rows = [SimpleNamespace(mode="direct", sent=3000, lost=2990), SimpleNamespace(mode="queue", sent=3000, lost=0)]
+    assert loss_finding_of("direct loses ...", rows, PRESETS / "ingest.toml").holds is True
+    rows[1].lost = 1
+    assert loss_finding_of("", rows, PRESETS / "ingest.toml").holds is False
+    other = loss_finding_of("", rows, tmp_path / "mine.toml")
+    assert other.holds is None and other.why == "no stated finding to check: not a shipped study"

@@ -6,11 +6,11 @@ runner puts the finding in the run's report.html, `tierscope report RUN` in its 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tierscope.analysis.study import Finding, check_claim, study_finding
+from tierscope.analysis.study import Finding, check_claim, loss_finding, study_finding
 
 #: how a study is run: the experiment runner, seed 003's log service, seed 002's scaling runner
 KINDS = ("spec", "logservice", "oltp-scaling")
@@ -95,3 +95,16 @@ def finding_of_run(data: Any, run_dir: Path) -> Finding | None:
             continue
         return finding_of(data, Path(spec)) if isinstance(spec, str) else None
     return None
+
+
+def loss_finding_of(text: str, results: list[Any], path: Path) -> Finding:
+    """The log service's finding (`text`, across its modes' `results`: each with `mode`, `sent`,
+    `lost`) checked against the shipped study's claim when `path` is its preset
+    (`analysis.study.loss_finding`): what `tierscope run ingest` and `tierscope ingest` print."""
+    study = study_of(path)
+    claim = (study.claim if study is not None else None) or {}
+    rows = [{"mode": r.mode, "sent": r.sent, "lost": r.lost} for r in results]
+    found = loss_finding(text or "no mode finished", rows, claim.get("min_loss"), claim.get("max_loss"))
+    if study is None and found.holds is None:
+        return replace(found, why="no stated finding to check: not a shipped study")
+    return found

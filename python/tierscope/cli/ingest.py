@@ -155,7 +155,9 @@ def run_study(
     for mode, reason in failed:
         err.print(f"[red]failed[/red] {mode}: {escape(reason)}", highlight=False, soft_wrap=True)
     verdict = finding(results) if results else ""
-    stated = _checked(verdict, results, path)
+    from tierscope.studies import loss_finding_of
+
+    stated = loss_finding_of(verdict, results, path)
     if verdict:
         console.print(f"[bold]Finding:[/bold] {escape(stated.line())}", highlight=False, soft_wrap=True)
     summary = {"finding": stated.as_dict(), "results": [r.as_dict() for r in results], "failed": failed}
@@ -176,21 +178,6 @@ def run_study(
         if where != "stdout":
             console.print(f"wrote {where}", markup=False)
     return 1 if failed or any(r.lost_acknowledged is None or r.lost_acknowledged for r in results) else 0
-
-
-def _checked(text: str, results: list, path: Path):
-    """The finding in words checked against the shipped study's claim (presets/studies.toml) when
-    `path` is its preset: `analysis.study.loss_finding`."""
-    from tierscope.analysis.study import loss_finding
-    from tierscope.cli.run import study_of
-
-    study = study_of(path)
-    claim = (study.claim if study is not None else None) or {}
-    rows = [{"mode": r.mode, "sent": r.sent, "lost": r.lost} for r in results]
-    found = loss_finding(text or "no mode finished", rows, claim.get("min_loss"), claim.get("max_loss"))
-    if study is None and found.holds is None:
-        return replace(found, why="no stated finding to check: not a shipped study")
-    return found
 
 
 def register(app: typer.Typer) -> None:
