@@ -113,6 +113,13 @@ def test_a_report_without_a_study_has_no_finding_section(tmp_path):
     data = analyze_run(run)
     assert finding_of_run(data, run) is None
     assert 'id="finding"' not in render_html(data)
+    # a run of a spec that is not a shipped study: its bottlenecks, nothing checked
+    (run / "run.json").write_text(json.dumps({"spec": str(tmp_path / "mine.toml")}))
+    finding = finding_of_run(data, run)
+    assert finding is not None and finding.holds is None
+    text = finding_section(render_html(data, finding=finding))
+    assert text.startswith("undecided ") and "No stated finding to check: not a shipped study." in text
+    assert "Claimed" not in text and "db memory 150 MiB: disk-bound" in text
 
 
 def test_the_runner_and_tierscope_report_write_the_finding_in_the_html(tmp_path):

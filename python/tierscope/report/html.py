@@ -206,7 +206,8 @@ def _finding_html(finding: Finding | None) -> str:
             f"<p><b>Claimed:</b> {html.escape(finding.claim)}</p>"
         )
     elif finding.holds is None:
-        said = f'<p class="verdict">Nothing checked: {html.escape(finding.why)}</p>'
+        why = finding.why[:1].upper() + finding.why[1:]
+        said = f'<p class="verdict">{html.escape(why)}.</p>' if why else ""
     else:
         said = f'<p class="verdict">The finding {verdict}: {html.escape(finding.why)}</p>'
     heads, rows = finding_figures(finding)
