@@ -373,10 +373,14 @@ impl Manager {
     }
 
     /// The backend for the next read (of `label`, when labels are tracked) by the configured
-    /// policy, counted as pending there, and the number of writes started there so far.
-    pub fn choose_read(&self, label: Option<&Arc<str>>) -> Result<(usize, u64), NoBackend> {
+    /// policy, counted as pending there, the number of writes started there so far, and the
+    /// read's token for `read_over` (labels tracked: it is in flight there, `read_begin`). The
+    /// choice and the in-flight entry are made under one lock, so a read routed by another thread
+    /// in between never sees this one pending without knowing what it runs (the Python middleware,
+    /// on one event loop, does both without an await in between).
+    pub fn choose_read(&self, label: Option<&Arc<str>>) -> Result<(usize, u64, Option<u64>), NoBackend> {
         let flags: Vec<bool> = self.backends.iter().map(Backend::enabled).collect();
-        let now = if self.policy == Policy::Aware { self.now() } else { 0.0 };
+        let now = if self.policy == Policy::Aware || label.is_some() { self.now() } else { 0.0 };
         let mut st = self.state();
         let pending: Vec<i64> = st.b.iter().map(|b| b.pending).collect();
         let i = match self.policy {
@@ -410,16 +414,15 @@ impl Manager {
         };
         let i = i.ok_or_else(|| NoBackend("no database backend is enabled".into()))?;
         st.b[i].pending += 1;
-        Ok((i, st.b[i].writes_started))
+        let token = Self::read_begin(&mut st, i, label, now);
+        Ok((i, st.b[i].writes_started, token))
     }
 
     /// A read of `label` was routed to backend `i` (labels tracked): remember what it expects (the
     /// label's average, the typical read's for a label not known yet); the token for `read_over`.
-    pub fn read_begin(&self, i: usize, label: Option<&Arc<str>>) -> Option<u64> {
+    fn read_begin(st: &mut State, i: usize, label: Option<&Arc<str>>, now: f64) -> Option<u64> {
         let label = label?;
-        let now = self.now();
-        let mut st = self.state();
-        let State { labels, b, .. } = &mut *st;
+        let State { labels, b, .. } = st;
         labels.tokens += 1;
         let expected = labels.service_s.get(label).copied().unwrap_or(labels.typical_s.unwrap_or(0.0));
         let heavy = labels.heavy_set.contains(label);
@@ -1041,30 +1044,27 @@ mod tests {
             assert_eq!(st.labels.typical_s, Some(0.001));
         }
         // a heavy read starts: the first backend (idle) gets it
-        let (h, _) = m.choose_read(Some(&heavy)).unwrap();
-        let th = m.read_begin(h, Some(&heavy));
+        let (h, _, th) = m.choose_read(Some(&heavy)).unwrap();
         assert_eq!(h, 0);
         // two light reads: both to the second backend although LPRF would put the second one on
         // the first ([1, 1] -> first)
         let mut picks = Vec::new();
         let mut tokens = Vec::new();
         for _ in 0..2 {
-            let (x, _) = m.choose_read(Some(&light)).unwrap();
-            tokens.push((x, m.read_begin(x, Some(&light))));
+            let (x, _, t) = m.choose_read(Some(&light)).unwrap();
+            tokens.push((x, t));
             picks.push(x);
         }
         assert_eq!(picks, [1, 1]);
         assert_eq!(balance::choose_lprf(&[1, 1], &[true, true]), Some(0));
         // a read of a label not known yet counts as the typical read: to the second backend too
         let unknown: Arc<str> = "unknown".into();
-        let (u, _) = m.choose_read(Some(&unknown)).unwrap();
-        let tu = m.read_begin(u, Some(&unknown));
+        let (u, _, tu) = m.choose_read(Some(&unknown)).unwrap();
         assert_eq!(u, 1);
         assert_eq!(m.state().b[1].inflight[&tu.unwrap()].0, 0.001);
         // a second heavy read joins the first (it would wait there at most as long as it runs)
-        let (h2, _) = m.choose_read(Some(&heavy)).unwrap();
+        let (h2, _, th2) = m.choose_read(Some(&heavy)).unwrap();
         assert_eq!(h2, 0);
-        let th2 = m.read_begin(h2, Some(&heavy));
         assert_eq!(m.state().b[0].heavy, 2);
         m.read_over(0, th2);
         m.read_over(0, th);
@@ -1095,5 +1095,62 @@ mod tests {
         let m = Manager::new(&addrs, "postgres", "pw", "db", 4, Policy::Lprf, false, &[1.0, 1.0]).unwrap();
         assert!(!m.tracks_labels());
         assert_eq!(m.stats()["labels"]["tracked"], json!(false));
+    }
+
+    #[test]
+    fn a_heavy_read_joins_heavy_reads_only_where_it_would_wait_at_most_its_own_time() {
+        let addrs: Vec<String> = (1..=3).map(|p| format!("127.0.0.1:{p}")).collect();
+        let mut m = Manager::new(&addrs[..2], "postgres", "pw", "db", 4, Policy::Aware, false, &[1.0, 1.0]).unwrap();
+        m.track_labels(false, balance::HEAVY_FACTOR);
+        let (light, heavy): (Arc<str>, Arc<str>) = ("light".into(), "heavy".into());
+        for _ in 0..20 {
+            m.read_done(0, 0.001, Some(&light));
+        }
+        m.read_done(0, 1.0, Some(&heavy)); // heavy from its first execution (a new label)
+        assert!(m.state().labels.heavy_set.contains(&heavy));
+        // four heavy reads of 1 s on average, none finishing: the first on the idle first replica;
+        // the second joins it (it would wait there under 1 s, at most its own time); the third
+        // would wait there about 2 s, more than it runs: the least expected wait, the second
+        // replica; the fourth would wait about 2 s on the first replica (the most heavy reads) and
+        // under 1 s on the second: it joins the second. LPRF alternates.
+        let picks: Vec<(usize, Option<u64>)> = (0..4).map(|_| m.choose_read(Some(&heavy)).map(|(i, _, t)| (i, t)).unwrap()).collect();
+        assert_eq!(picks.iter().map(|p| p.0).collect::<Vec<_>>(), [0, 0, 1, 1]);
+        let mut pending = [0i64; 2];
+        let lprf: Vec<usize> = (0..4)
+            .map(|_| {
+                let i = balance::choose_lprf(&pending, &[true, true]).unwrap();
+                pending[i] += 1;
+                i
+            })
+            .collect();
+        assert_eq!(lprf, [0, 1, 0, 1]);
+        {
+            let st = m.state();
+            assert_eq!((st.b[0].heavy, st.b[1].heavy), (2, 2));
+            assert_eq!((st.b[0].heavy_reads, st.b[1].heavy_reads), (2, 2));
+        }
+        // a light read now: both replicas expect about 2 s; the one whose heavy reads started
+        // earlier (less left) by the expected wait, ties: fewer pending, then the earliest
+        let (l, _, tl) = m.choose_read(Some(&light)).unwrap();
+        assert_eq!(l, 0);
+        for (i, t) in picks.into_iter().chain([(l, tl)]) {
+            m.read_over(i, t);
+        }
+        {
+            let st = m.state();
+            assert_eq!((st.b[0].heavy, st.b[1].heavy, st.b[0].pending, st.b[1].pending), (0, 0, 0, 0));
+            assert!(st.b[0].inflight.is_empty() && st.b[1].inflight.is_empty());
+        }
+        // a disabled replica running heavy reads is never joined
+        let mut m = Manager::new(&addrs, "postgres", "pw", "db", 4, Policy::Aware, false, &[1.0; 3]).unwrap();
+        m.track_labels(false, balance::HEAVY_FACTOR);
+        for _ in 0..20 {
+            m.read_done(0, 0.001, Some(&light));
+        }
+        m.read_done(0, 1.0, Some(&heavy));
+        assert_eq!(m.choose_read(Some(&heavy)).unwrap().0, 0);
+        m.disable(0, "test");
+        assert_eq!(m.choose_read(Some(&heavy)).unwrap().0, 1);
+        assert_eq!(m.choose_read(Some(&heavy)).unwrap().0, 1);
     }
 }

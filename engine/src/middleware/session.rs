@@ -992,8 +992,7 @@ impl Session {
         let mut general = if self.executes_named(unit) { None } else { Some(self.outgoing(unit, None, None)?) };
         let m = self.m.clone();
         loop {
-            let (b, started) = m.choose_read(label.as_ref())?;
-            let token = m.read_begin(b, label.as_ref());
+            let (b, started, token) = m.choose_read(label.as_ref())?;
             let backend = &m.backends[b];
             backend.wait_for_writes(started).await;
             if !backend.enabled() {
