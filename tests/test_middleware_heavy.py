@@ -7,7 +7,8 @@ clients sending a real heavy read (a LIKE '%...%' scan and sort of 200,000 rows)
 checked against the middleware's own read counts. LPRF counts requests, not their cost: it spreads
 the heavy reads over both replicas and puts light reads behind them; `aware` knows the heavy
 label's service time, keeps the heavy reads on one replica and the light ones on the other. Two
-interleaved repetitions of 4 s per policy, latencies pooled: 40-60 s.
+interleaved repetitions of 4 s per policy, latencies pooled: 40-60 s; once with the Python
+middleware, once with the Rust one (`tierscope-engine middleware`, the same rules and stats).
 """
 
 from __future__ import annotations
@@ -19,14 +20,24 @@ import pytest
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as its own OS user: needs root")
 
 
-def test_aware_beats_lprf_on_light_p90_and_throughput_with_heavy_reads():
+@pytest.mark.parametrize("implementation", ["python", "rust"])
+def test_aware_beats_lprf_on_light_p90_and_throughput_with_heavy_reads(implementation):
     from tierscope.middleware import heavy
 
     res = heavy.run(
-        ["lprf", "aware"], seconds=4, repeat=2, clients=6, think_ms=10, heavy_clients=2, rows=200_000, log=print
+        ["lprf", "aware"],
+        seconds=4,
+        repeat=2,
+        clients=6,
+        think_ms=10,
+        heavy_clients=2,
+        rows=200_000,
+        log=print,
+        implementation=implementation,
     )
     print(heavy.table(res))
     for r in res["runs"]:
+        assert r["implementation"] == implementation  # the middleware's own stats say which ran
         # pgbench's count of reads (think-time transactions excluded) is the middleware's count;
         # pgbench may end with a read it started but did not log (at most one per client)
         assert 0 <= r["middleware_reads"] - r["pgbench_reads"] <= 8, r

@@ -294,6 +294,103 @@ def test_aware_sends_light_reads_away_from_the_replica_running_a_heavy_one(serve
     assert max(series[pgs[0].address]) == 1 and max(series[pgs[1].address]) == 0
 
 
+@pytest.mark.parametrize(
+    "policy, extra, placed",
+    [("aware", (), [0, 0, 1, 1]), ("lprf", ("--labels",), [0, 1, 0, 1])],
+)
+def test_aware_keeps_heavy_reads_together_while_they_would_wait_at_most_their_own_time(servers, policy, extra, placed):
+    """The heavy-read rule on real servers. The middleware learns the labels (20 light reads, then
+    one heavy read, `pg_sleep(2)` and a scan of the heavy table: its average A is 2 s or more, 10x
+    the typical read's and more); then four heavy reads of that label start one after another, each
+    from its own connection, each sent once the previous one runs (pg_stat_activity), none ending
+    before all four run (3 s each). The rule: a heavy read goes to the replica already running the
+    most heavy reads if it would wait there at most A (its own time), else to the least expected
+    wait. H1: both idle, replica 1. H2: replica 1 expects max(A - e, A/4) <= A (e: the time H1 has
+    run), H2 joins it. H3 (sent 0.2 s after H2 runs): replica 1 expects 2A - e1 - e2 > A as long as
+    e1 + e2 < A, so it goes by the least expected wait to the idle replica 2; H4 would wait about
+    2A - e1 - e2 on replica 1 (the most heavy reads, but more than A) and max(A - e3, A/4) <= A on
+    replica 2: it joins H3. LPRF alternates by pending counts. The servers' pg_stat_activity says
+    where each heavy read runs, their scans of the heavy table how many ran where; the middleware's
+    stats and its 50 ms series say the same."""
+    import psycopg
+
+    _, pgs = servers
+    table, light_table = "probe_rust_heavy", "probe_rust_heavy_light"
+    fresh_table(pgs, table)
+    fresh_table(pgs, light_table)
+    before = seq_scans(pgs, table, 0)
+    heavy = "SELECT pg_sleep({}), count(*) FROM " + table
+    sleeps = (3.04, 3.03, 3.02, 3.01)  # distinct texts for pg_stat_activity, one label
+    running = "SELECT query FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'SELECT pg_sleep(%'"
+
+    def on_server() -> list[set[str]]:
+        return [{r[0] for r in p.sql(running, DB)} for p in pgs]
+
+    stats: dict = {}
+    errors: list[BaseException] = []
+    with rust_middleware(servers, policy, stats=stats, extra=extra) as mw:
+        conns = [psycopg.connect(dsn(mw), autocommit=True, prepare_threshold=None) for _ in range(5)]
+        threads: list[threading.Thread] = []
+        try:
+            lc, hcs = conns[0], conns[1:]
+            for k in range(20):
+                assert lc.execute(f"SELECT count(*) FROM {light_table} WHERE id = {k % 3 + 1}").fetchone() == (1,)
+            t0 = time.monotonic()
+            hcs[0].execute(heavy.format(2))
+            taught_s = time.monotonic() - t0
+
+            def run(conn, q):
+                try:
+                    conn.execute(q)
+                except BaseException as err:  # reported below
+                    errors.append(err)
+
+            sent, seen, where = [], [], []
+            deadline = time.monotonic() + 15
+            for k, s in enumerate(sleeps):
+                if k == 2:
+                    time.sleep(0.2)  # the series shows H1 and H2 together on replica 1 alone
+                q = heavy.format(s)
+                threads.append(threading.Thread(target=run, args=(hcs[k], q)))
+                sent.append(time.monotonic())
+                threads[-1].start()
+                found = on_server()
+                while not any(q in now for now in found):
+                    assert time.monotonic() < deadline and not errors, (found, errors)
+                    time.sleep(0.01)
+                    found = on_server()
+                seen.append(time.monotonic())
+                where.append(next(i for i, now in enumerate(found) if q in now))
+            assert on_server() == [{heavy.format(s) for s, w in zip(sleeps, where) if w == i} for i in (0, 1)]
+            for t in threads:
+                t.join(timeout=30)
+        finally:
+            for t in threads:
+                t.join(timeout=30)
+            for c in conns:
+                c.close()
+    assert not errors
+    avg_s = stats["labels"]["service_ms"][stats["labels"]["heavy"][0]] / 1e3
+    # the arithmetic holds when H1 and H2 together had run less than A when H4 was routed (an upper
+    # bound from the client's clocks: from sending H1 and H2 to seeing H4 run)
+    assert taught_s >= 2.0 and (seen[3] - sent[0]) + (seen[3] - sent[1]) < 2.0, (taught_s, sent, seen)
+    assert where == placed, where
+    after = seq_scans(pgs, table, sum(before) + 5)
+    assert [a - b for a, b in zip(after, before)] == [1 + placed.count(0), placed.count(1)]
+    lab = stats["labels"]
+    assert stats["policy"] == policy and len(lab["heavy"]) == 1 and lab["counts"][lab["heavy"][0]] == 5
+    assert avg_s >= 2.0  # the taught 2 s moved towards the four 3 s reads (moving average)
+    assert [b["heavy_reads"] for b in stats["backends"]] == [placed.count(0), placed.count(1)]
+    assert [b["reads"] for b in stats["backends"]] == [21 + placed.count(0), placed.count(1)]
+    series = stats["series"]
+    assert series["interval_s"] == 0.05
+    hs = list(zip(*(series["heavy"][p.address] for p in pgs)))
+    assert max(h[0] for h in hs) == placed.count(0) and max(h[1] for h in hs) == placed.count(1)
+    # H1 and H2 together on replica 1 with none on replica 2 for 0.2 s under aware, never under LPRF
+    assert ((2, 0) in hs) == (policy == "aware"), hs
+    assert all(len(v) == len(series["t_s"]) for part in ("pending", "heavy", "reads") for v in series[part].values())
+
+
 # --- writes --------------------------------------------------------------------------------------
 
 

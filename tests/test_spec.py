@@ -422,3 +422,32 @@ def test_the_middleware_implementations_example_runs_both_at_1_2_1_2():
     got = sorted((p.config.soft.middleware.implementation, p.config.workload.users[0]) for p in pts)
     assert got == sorted((impl, u) for impl in ("python", "rust") for u in (50, 100, 150))
     assert {p.config.topology.middleware.count for p in pts} == {1} and {p.config.topology.db.count for p in pts} == {2}
+
+
+def test_the_rust_middleware_takes_the_aware_policy_and_labels(tmp_path):
+    """Issue 25: the spec no longer refuses `implementation = "rust"` with `policy = "aware"` or
+    `labels`; the Middleware service starts `tierscope-engine middleware` with both flags."""
+    from tierscope.services.middleware import Middleware
+    from tierscope.testbed.host import Host
+
+    text = (
+        'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "rust"\npolicy = "aware"\nlabels = true\n'
+    )
+    (pt,) = points(text)
+    mw = pt.config.soft.middleware
+    assert (mw.implementation, mw.policy, mw.labels) == ("rust", "aware", True)
+    svc = Middleware(
+        Host.loopback("mw1"),
+        25322,
+        tmp_path / "mw1",
+        backends=["127.0.0.1:5433", "127.0.0.1:5434"],
+        user="u",
+        password="p",
+        policy=mw.policy,
+        implementation=mw.implementation,
+        labels=mw.labels,
+    )
+    argv = svc.command()
+    exe = next(i for i, a in enumerate(argv) if a.endswith("tierscope-engine"))  # after setpriv as root
+    assert argv[exe + 1] == "middleware"
+    assert argv[argv.index("--policy") + 1] == "aware" and "--labels" in argv

@@ -16,7 +16,8 @@ percentiles and for throughput (think-time transactions are not counted); the mi
 give the reads per replica and its 50 ms series of pending requests and heavy reads in flight per
 replica. Optionally the replicas get a CFS quota (`cpu`, `period`) or a CPU each (`pin`).
 
-Run: `python -m tierscope.middleware.heavy` (needs root: PostgreSQL runs as the postgres user).
+Run: `python -m tierscope.middleware.heavy` (needs root: PostgreSQL runs as the postgres user; `--impl rust`:
+the Rust middleware, `tierscope-engine middleware`, instead of the Python one).
 """
 
 from __future__ import annotations
@@ -98,8 +99,10 @@ def run(
     period: float = 0.02,
     think_ms: float = 10.0,
     log=print,
+    implementation: str = "python",
 ) -> dict:
-    """Build the case, run every policy `repeat` times (interleaved), return the figures."""
+    """Build the case, run every policy `repeat` times (interleaved), return the figures.
+    `implementation`: the middleware run, `python` or `rust` (`tierscope-engine middleware`)."""
     from tierscope.services.base import Service, free_port
     from tierscope.services.middleware import Middleware
     from tierscope.services.postgres import Postgres, pg_bindir
@@ -135,6 +138,7 @@ def run(
             "pin": pin,
             "period": period,
             "think_ms": think_ms,
+            "implementation": implementation,
         },
         "runs": [],
     }
@@ -197,6 +201,7 @@ def run(
                     database=DB,
                     pool=pool,
                     policy=policy,
+                    implementation=implementation,
                     name=name,
                 )
                 mw.start()
@@ -267,6 +272,7 @@ def run(
                 names = [b["name"] for b in stats["backends"]]
                 r = {
                     "policy": policy,
+                    "implementation": stats.get("implementation"),
                     "rep": rep,
                     "transactions": len(txs),
                     "tps": round(len(txs) / seconds, 1),
@@ -375,6 +381,13 @@ def main(argv: list[str] | None = None) -> int:
         help="middleware connections per replica: queries a replica runs at once (default 1)",
     )
     ap.add_argument("--repeat", type=int, default=2, help="runs per policy, interleaved (default 2)")
+    ap.add_argument(
+        "--impl",
+        dest="implementation",
+        choices=("python", "rust"),
+        default="python",
+        help="the middleware: python (python -m tierscope.middleware) or rust (tierscope-engine middleware)",
+    )
     ap.add_argument("--json", metavar="PATH", help="write every figure (series included) here")
     args = ap.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
@@ -394,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         args.period,
         args.think_ms,
         log=lambda m: print(m, flush=True),
+        implementation=args.implementation,
     )
     print(table(res))
     if args.json:

@@ -170,10 +170,11 @@ class MiddlewareSoft(_Model):
     weights: list[Annotated[float, Field(ge=0)]] | None = None  # wrr: one per database server
     wait: Literal["first", "all"] = "first"  # a write is answered after the first / all backends
     # python: `python -m tierscope.middleware` (every policy, both protocols); rust: `tierscope-engine
-    # middleware`, the same rules at a third of the CPU per transaction (PostgreSQL; not `aware`)
+    # middleware`, the same rules, policies (`aware` included), labels and stats at a third of the
+    # CPU per transaction (PostgreSQL only: the one refusal, in Spec's checks below)
     implementation: Literal["python", "rust"] = "python"
     # keep per-statement service times and heavy reads per backend under any policy (`--labels`;
-    # `aware` always does): the 50 ms series then shows where the heavy reads went (python only)
+    # `aware` always does): the 50 ms series then shows where the heavy reads went (either implementation)
     labels: bool = False
 
 
