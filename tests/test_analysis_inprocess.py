@@ -13,18 +13,18 @@ import pytest
 
 from independent_sim import Page, Server, System, freeze_events, periodic, simulate, truth_shares, write_otlp_inprocess
 from tierscope.analysis.experiment import analyze_files, run_fine
-from tierscope.analysis.silences import recorder_silences
+from tierscope.analysis.silences import callee_stops, recorder_silences
 
 DURATION_S = 24.0
 WARMUP_S = 4.0
 FREEZE_S = 0.15
 
 
-def shop(db_s: float, users: int = 400, app_cores: int = 2, freezes=(), seed: int = 1) -> System:
+def shop(db_s: float, users: int = 400, app_cores: int = 2, freezes=(), seed: int = 1, db_freezes=()) -> System:
     servers = [
         Server("frontend", "fe1", cores=8),
         Server("app", "app1", cores=app_cores, threads=1000, connections=1000, freezes=list(freezes)),
-        Server("postgres", "db1", cores=1),
+        Server("postgres", "db1", cores=1, freezes=list(db_freezes)),
     ]
     pages = [
         Page("ViewItem", 3, {"frontend": 0.0002, "app": 0.001, "postgres": db_s}, {"frontend": 1, "app": 1}),
@@ -92,6 +92,8 @@ def test_the_silences_of_a_frozen_recorder_are_its_freezes(tmp_path):
     data = analyze_files([path])
     found = recorder_silences(data.requests)
     assert set(found) == {"app1"}, found  # the frontend and the database (never a recorder) stay silent-free
+    # the gaps in the database's answers are the frozen app's, not the database's stops
+    assert callee_stops(data.requests, recorder_silent=found) == {}
     start, end = found["app1"]
     epoch = 1_763_800_000
     inside = [(a, b) for a, b in freezes if a >= WARMUP_S + 0.2 and b <= WARMUP_S + DURATION_S - 0.2]
@@ -115,6 +117,33 @@ def test_a_frozen_app_in_front_of_an_idle_database_is_the_single_bottleneck(tmp_
     assert fine.saturated_share["postgres"] < 0.05, fine.saturated_share
 
 
+def test_a_stopped_database_seen_only_through_client_spans_is_found_from_its_callers_stamps(tmp_path):
+    # the database freezes 150 ms every second (20 % busy between); the app keeps taking requests
+    # and sending calls nobody answers, which all end after the thaw: the database's stops, found
+    # in the app's stamps alone, are the freezes, and the verdict names the database, paused
+    freezes = periodic(0.51, 1.0, FREEZE_S, 60)
+    system = shop(db_s=0.0005, db_freezes=freezes)
+    fine, truth, data = analysed(system, tmp_path)
+    assert truth["postgres"] >= 0.15 and truth["app"] < 0.02, truth
+    assert recorder_silences(data.requests) == {}  # the app never stopped stamping
+    found = callee_stops(data.requests)
+    assert set(found) == {"db1:5432"}, found  # the server its CLIENT spans name (server.address:port)
+    start, end = found["db1:5432"]
+    epoch = 1_763_800_000
+    inside = [(a, b) for a, b in freezes if a >= WARMUP_S + 0.2 and b <= WARMUP_S + DURATION_S - 0.2]
+    assert len(start) == len(inside), (len(start), len(inside))
+    for (a, b), s_ns, e_ns in zip(inside, start, end):
+        s_s, e_s = s_ns / 1e9 - epoch, e_ns / 1e9 - epoch
+        # from the last answer before the freeze (or the first call sent into it) to the first after
+        # it, or to the end of the gaps while its backlog drained (one core shared by ~60 calls)
+        assert a - 0.01 <= s_s <= a + 0.02 and b - 1e-6 <= e_s <= b + 0.1, (a, b, s_s, e_s)
+    v = fine.verdict
+    assert v.kind == "single" and v.tiers == ["postgres"], (v.text, v.evidence)
+    assert v.text.startswith("single bottleneck at postgres (paused"), v.text
+    # without the stops: "single bottleneck at postgres" at 0.45 (the app saturated with it: blind)
+    assert v.confidence >= 0.8, (v.confidence, v.evidence)
+
+
 def test_a_saturated_database_seen_through_client_spans_has_no_silence(tmp_path):
     # nothing frozen, the database at one core for 4 ms a query against ~400/s offered: its queue
     # holds the app's calls; the app keeps stamping (arrivals go on): no silence, single database
@@ -122,6 +151,7 @@ def test_a_saturated_database_seen_through_client_spans_has_no_silence(tmp_path)
     fine, truth, data = analysed(system, tmp_path)
     assert truth["postgres"] >= 0.9 and truth["app"] == 0.0, truth
     assert recorder_silences(data.requests) == {}
+    assert callee_stops(data.requests) == {}  # a queue at its cores: its answers go on, one after another
     v = fine.verdict
     assert v.kind == "single" and v.tiers == ["postgres"], (v.text, v.evidence)
     assert "paused" not in v.text
@@ -132,6 +162,7 @@ def test_a_light_system_recorded_in_process_has_no_silence_and_no_saturated_tier
     fine, truth, data = analysed(system, tmp_path)
     assert max(truth.values()) < 0.02, truth
     assert recorder_silences(data.requests) == {}
+    assert callee_stops(data.requests) == {}
     assert fine.verdict.kind == "none", (fine.verdict.text, fine.verdict.evidence)
 
 

@@ -142,8 +142,12 @@ UNCONGESTED_RATIO = 1.5
 MIN_CONGESTION_CALLS = 20
 MIN_LABEL_CALLS = 5
 #: A verdict naming a caller's full pool (the callee held its ceiling, no slower than idle) is said
-#: with at most this: the pool is inferred from the callee's ceiling, not seen.
-POOL_CONFIDENCE = 0.75
+#: with at most this: the pool is inferred from the callee's ceiling, not seen. Its caller's
+#: saturation is that pool's queue, so the caller's own N* (often "low": a server never idle whose
+#: requests wait on something unseen, the pool) does not lower it further. On the diagnosis corpus
+#: the rule named the pool in 16 verdicts (4 cases of a pool of 2, Flask and Express, 4 forms
+#: each), every one right, and in no other case (docs/diagnosis.md).
+POOL_CONFIDENCE = 0.85
 
 
 def _uncongested(
@@ -371,7 +375,7 @@ def analyze_fine(
     found_busy = busy.busy_silences(requests, parent_rows(requests)) if observed_by else {}
     # pauses of the processes that stamped the times (their silences, their pause events) are
     # theirs: a call they stamped ends, for the callee, when its caller stopped
-    requests, events, moved = silences.charge_recorder_pauses(requests, events)
+    requests, events, moved = silences.charge_recorder_pauses(requests, events, busy=found_busy)
     if moved:
         notes.append(
             f"{moved} call(s) stamped by a caller that was paused end, for their callee, when the pause "
@@ -652,6 +656,8 @@ def analyze_fine(
         ns = n_star[s]
         if math.isfinite(ns.n_star):
             weight = CEILING_WEIGHT if ns.basis == "ceiling" else alternation.N_STAR_WEIGHT.get(ns.confidence, 0.6)
+            if t in pool_text:  # a full pool's caller: its queue is the pool's (POOL_CONFIDENCE)
+                weight = 1.0
             weights[t] = min(weights.get(t, 1.0), weight)
         elif float(np.median(used[i * n_windows : (i + 1) * n_windows])) >= UNEXPLAINED_LOAD:
             unexplained.append(f"{s} (median load {float(np.median(used[i * n_windows : (i + 1) * n_windows])):.1f})")
@@ -921,7 +927,7 @@ def _one_tier_cannot_tell(verdict: Verdict, tier: str) -> Verdict:
 
 #: A tier saturated mostly within this long (ns) after the end of another tier's pauses is
 #: "saturated by the burst after each pause" (the requests held during the pause, released at once).
-BURST_AFTER_NS = 500_000_000
+BURST_AFTER_NS = silences.BURST_AFTER_NS
 #: A pause-driven verdict (a tier paused at least PAUSES_SEEN times, the others saturated mostly in
 #: the burst after its pauses) is said with at least this confidence: the pattern repeated itself.
 PAUSE_CONFIDENCE = 0.85
@@ -979,8 +985,22 @@ def _in_pause_words(
         for t in verdict.tiers
         if t in paused and tier_sat[t].any() and float((touched[t] & tier_sat[t]).sum() / tier_sat[t].sum()) >= 0.5
     ]
-    # callees seen only through the stamps of a paused tier (named or not): after its thaws
-    blind = {c: p for c, p in (observed_by or {}).items() if p in paused and {c, p} & set(verdict.tiers)}
+    # callees seen only through the stamps of a paused tier (named or not): after its thaws. A callee
+    # the verdict names, whose caller paused only a few times (fewer than PAUSES_SEEN: no pattern)
+    # and which saturated mostly while that caller ran (outside its pauses and the bursts after
+    # them), was seen through a running caller's stamps: not blind
+    blind = {
+        c: p
+        for c, p in (observed_by or {}).items()
+        if p in paused
+        and {c, p} & set(verdict.tiers)
+        and (
+            c not in verdict.tiers
+            or c not in tier_sat
+            or paused[p][0] >= PAUSES_SEEN
+            or _share_near_pauses(tier_sat[c], spans, p, base_ns, window_ns) >= BLIND_NEAR_SHARE
+        )
+    }
     if not named:
         return _blind_after_thaws(verdict, blind)
 
@@ -991,9 +1011,20 @@ def _in_pause_words(
     # unsure tiers (servers without N*, callees seen only through stamps that do not show their
     # work) are a reservation only outside the paused tiers (a paused server's saturation is its
     # pauses', whatever its N*)
+    # an unsure tier saturated mostly during the named tiers' pauses or the bursts after them (a
+    # caller holding the requests a stopped callee does not answer) is explained by those pauses
+    unexplained_unsure = {
+        u
+        for u in (unsure_tiers or set()) - set(named)
+        if not (
+            u in tier_sat
+            and tier_sat[u].any()
+            and max(_share_near_pauses(tier_sat[u], spans, t, base_ns, window_ns) for t in named) >= BLIND_NEAR_SHARE
+        )
+    }
     repeated = (
         all(paused[t][0] >= PAUSES_SEEN for t in named)
-        and not (unsure_tiers or set()) - set(named)
+        and not unexplained_unsure
         and not any(r in verdict.evidence for r in _RESERVATIONS)
     )
     if verdict.kind == "single":
@@ -1051,6 +1082,35 @@ def _in_pause_words(
 
 #: The most confidence of an alternating pause verdict whose other tier is a caller of the paused one.
 UPSTREAM_BURST_CAP = 0.6
+#: A callee seen only through a paused caller's stamps is blind (`_blind_after_thaws`) when at least
+#: this share of its saturated windows touch one of the caller's pauses or the BURST_AFTER_NS after it.
+BLIND_NEAR_SHARE = 0.5
+
+
+def _share_near_pauses(
+    sat: np.ndarray,
+    spans: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
+    tier: str,
+    base_ns: int,
+    window_ns: int,
+) -> float:
+    """The share of the saturated windows `sat` that touch a pause of `tier` or the BURST_AFTER_NS
+    after its end (1.0 when none is saturated: nothing shows the callee apart from the pauses)."""
+    windows = np.flatnonzero(sat)
+    if windows.size == 0:
+        return 1.0
+    near = np.zeros(sat.size, bool)
+    for (t, _server), (a, b) in spans.items():
+        if t != tier:
+            continue
+        first = np.clip((a - base_ns) // window_ns, 0, sat.size - 1)
+        last = np.clip((b + BURST_AFTER_NS - 1 - base_ns) // window_ns, -1, sat.size - 1)
+        for f, g in zip(first, last):
+            if g >= f:
+                near[int(f) : int(g) + 1] = True
+    return float(near[windows].mean())
+
+
 #: The most confidence of a pause verdict when a tier is seen only through the paused tier's stamps.
 PAUSED_RECORDER_CAP = 0.45
 

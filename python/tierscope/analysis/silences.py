@@ -21,6 +21,18 @@ callee left idle while its caller was stopped, then hit by the caller's backlog,
 Nor was a caller whose threads all waited on a callee that had stopped answering: it went on
 sending calls (at least 2 open, none ending for 10 times its median call) before falling silent.
 
+A callee seen only through a recorder's CLIENT spans (an uninstrumented database) stamps nothing
+itself, but when it **stops** (`callee_stops`) its caller's stamps show it: the calls open to it
+stop ending while the caller goes on stamping (it takes requests, sends calls), then the held calls
+all end at once. So, per (recorder, callee server): a gap between consecutive call ends at least
+`factor` times the typical one while calls were open (and at least `min_ns`), with at least
+STUCK_HELD calls open across it, the recorder stamping something inside it (it ran: not its own
+silence, which its own pause or a busy single thread would give), followed by at least STUCK_HELD
+call ends within half the gap after it (a server thawed with a backlog drains it over
+a while), the gap and the burst together rarer than e^`log_p` by chance
+at the callee's mean rate of ends. One slow call is not a stop (the others go on ending); a callee
+saturated on its CPU or a lock keeps ending calls one after another.
+
 What the silences (and known pause events of a recorder) change (`charge_recorder_pauses`):
 
 * they are pauses of the recorder's server: a stopped server holding requests has zero capacity,
@@ -33,6 +45,9 @@ What the silences (and known pause events of a recorder) change (`charge_recorde
 * a request of the recorder's own first stamped in the burst after a pause waited in its backlog:
   its arrival is moved to the pause's start (never before its parent's arrival), so the caller
   upstream does not seem to hold it.
+
+A callee's stops are pauses of that callee (events of kind ``silence`` whose host is its server);
+its calls are not moved: it held them.
 """
 
 from __future__ import annotations
@@ -71,6 +86,10 @@ STUCK_FACTOR = 10.0
 STUCK_MIN_NS = 5_000_000
 #: The event kind of a silence in the `events` table (one of `pauses.PAUSE_KINDS`).
 KIND = "silence"
+#: The burst after a pause: the requests held during it, released at once, keep the paused process
+#: (and what it calls) busy for up to this long (ns) after its end. A gap in a callee's answers
+#: that begins within it is the caller working off its backlog, not the callee's stop.
+BURST_AFTER_NS = 500_000_000
 
 
 def _own_and_observed(requests: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -190,6 +209,93 @@ def _waiting_on_callee(
     return not (k < ends_sorted.size and ends_sorted[k] <= at)
 
 
+def callee_stops(
+    requests: pa.Table,
+    factor: float = FACTOR,
+    min_ns: int = MIN_NS,
+    burst_ns: int = BURST_NS,
+    log_p: float = LOG_P,
+    recorder_silent: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    recorder_busy: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per callee server seen only through a recorder's calls: its stops as sorted (start_ns, end_ns)
+    epoch arrays (module docstring). `recorder_silent`: the recorders' own pauses (default: their
+    silences, found here); a gap in call ends during one of them or within BURST_AFTER_NS after it
+    is the recorder's (its pause, then its backlog), not the callee's; `recorder_busy`: the
+    recorders' busy silences (`busy.busy_silences`), a gap half covered by which is the recorder
+    running other code before it took the replies (a thaw's backlog), not the callee's stop."""
+    found = _own_and_observed(requests)
+    if found is None:
+        return {}
+    codes, own, names = found
+    silent = recorder_silences(requests) if recorder_silent is None else recorder_silent
+    arrival = np.asarray(requests.column("arrival_ns"), np.int64)
+    departure = np.asarray(requests.column("departure_ns"), np.int64)
+    server = requests.column("server").to_numpy(zero_copy_only=False)
+    recorded = set(np.unique(server[own]).tolist())  # servers that stamp their own times
+    out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for code, name in enumerate(names):
+        mine = codes == code
+        stamps = np.unique(np.concatenate([arrival[mine], departure[mine]]))
+        quiet_a, quiet_b = silent.get(name, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        busy_a, busy_b = (recorder_busy or {}).get(name, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        for callee in np.unique(server[mine & ~own]).tolist():
+            if callee in recorded:
+                continue  # it stamps its own: its silences are found from them
+            rows = mine & ~own & (server == callee)
+            if int(rows.sum()) < 3:
+                continue
+            sent, answered = arrival[rows], departure[rows]
+            starts, ends = np.sort(sent), np.sort(answered)
+            # calls open just after each end: how many were sent and not yet answered
+            held = np.searchsorted(starts, ends, "right") - np.arange(1, ends.size + 1)
+            gap = np.diff(ends)
+            open_gaps = held[:-1] >= 1
+            if not open_gaps.any():
+                continue
+            typical = float(np.median(gap[open_gaps]))
+            shortest = max(factor * typical, STUCK_FACTOR * float(np.median(answered - sent)), float(min_ns))
+            span = float(ends[-1] - ends[0])
+            rate = ends.size / span if span > 0 else 0.0  # call ends per ns
+            found_a: list[int] = []
+            found_b: list[int] = []
+            for k in np.flatnonzero(gap >= shortest):
+                a, b = int(ends[k]), int(ends[k + 1])
+                # the calls open at the gap's end: sent before it, answered at its end or later; the
+                # callee answered none of them from the first one's sending (or the last answer) on
+                stuck = (sent < b) & (answered >= b)
+                if int(stuck.sum()) < STUCK_HELD:
+                    continue
+                since = max(a, int(sent[stuck].min()))
+                length = float(b - since)
+                if length < shortest:
+                    continue
+                window = max(burst_ns, int(length) // 2)  # a stopped server drains its backlog: not at once
+                burst = int(np.searchsorted(ends, b + window, "right") - (k + 1))
+                if burst < STUCK_HELD:
+                    continue
+                # the recorder ran meanwhile: its stamps leave no stamp-free stretch of half the gap
+                inside = stamps[(stamps > since) & (stamps < b)]
+                if inside.size == 0 or float(np.diff(np.r_[since, inside, b]).max()) > length / 2:
+                    continue
+                if quiet_a.size and bool(((quiet_a < b) & (quiet_b + BURST_AFTER_NS > since)).any()):
+                    continue  # the recorder's own pause, or its backlog after one
+                if busy_a.size:
+                    covered = np.clip(np.minimum(busy_b, b) - np.maximum(busy_a, since), 0, None).sum()
+                    if float(covered) >= length / 2:
+                        continue  # the recorder was running other code: the replies waited for it
+                chance = -rate * length + _log_tail(burst, rate * float(window))
+                if chance <= log_p:
+                    if found_b and since <= found_b[-1] + max(burst_ns, (found_b[-1] - found_a[-1]) // 2):
+                        found_b[-1] = b  # a gap while it drained the backlog of the stop before: that stop
+                    else:
+                        found_a.append(since)
+                        found_b.append(b)
+            if found_a:
+                out.setdefault(callee, []).append((np.asarray(found_a, np.int64), np.asarray(found_b, np.int64)))
+    return {c: _merged(np.concatenate([a for a, _ in v]), np.concatenate([b for _, b in v])) for c, v in out.items()}
+
+
 def silence_events(silences: dict[str, tuple[np.ndarray, np.ndarray]]) -> pa.Table:
     """The silences as an `events` table (kind ``silence``, host = the recorder)."""
     hosts = [h for h, (a, _) in silences.items() for _ in range(a.size)]
@@ -220,17 +326,34 @@ def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def charge_recorder_pauses(
-    requests: pa.Table, events: pa.Table | None, burst_ns: int = BURST_NS
+    requests: pa.Table,
+    events: pa.Table | None,
+    burst_ns: int = BURST_NS,
+    busy: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> tuple[pa.Table, pa.Table | None, int]:
     """The requests with the pauses of their recorders charged to the recorders (module docstring),
-    the events with the silences added (kind ``silence``), and how many rows were moved.
+    the events with the silences and the stops of callees seen only through them added (kind
+    ``silence``), and how many rows were moved. `busy`: the recorders' busy silences.
 
     A recorder's pauses are its silences and the pause events whose host names it."""
     found = _own_and_observed(requests)
     if found is None:
         return requests, events, 0
     silences = recorder_silences(requests)
-    extra = silence_events(silences) if silences else None
+    # a recorder's pauses: its silences and the pause events that name it
+    paused = dict(silences)
+    if events is not None and events.num_rows:
+        known = events.filter(pc.is_in(events.column("kind"), value_set=pa.array(PAUSE_KINDS)))
+        e_host = known.column("host").to_numpy(zero_copy_only=False)
+        e_start, e_end = np.asarray(known.column("start_ns"), np.int64), np.asarray(known.column("end_ns"), np.int64)
+        for name in found[2]:
+            sel = e_host == name
+            if sel.any():
+                a0, b0 = paused.get(name, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+                paused[name] = _merged(np.r_[a0, e_start[sel]], np.r_[b0, e_end[sel]])
+    stops = callee_stops(requests, recorder_silent=paused, recorder_busy=busy)
+    found_all = {**silences, **stops}
+    extra = silence_events(found_all) if found_all else None
     merged = events
     if extra is not None:
         merged = (
