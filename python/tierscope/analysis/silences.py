@@ -218,82 +218,133 @@ def callee_stops(
     recorder_silent: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
     recorder_busy: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per callee server seen only through a recorder's calls: its stops as sorted (start_ns, end_ns)
-    epoch arrays (module docstring). `recorder_silent`: the recorders' own pauses (default: their
-    silences, found here); a gap in call ends during one of them or within BURST_AFTER_NS after it
-    is the recorder's (its pause, then its backlog), not the callee's; `recorder_busy`: the
-    recorders' busy silences (`busy.busy_silences`), a gap half covered by which is the recorder
-    running other code before it took the replies (a thaw's backlog), not the callee's stop."""
+    """Per callee server seen only through a recorder's calls (an uninstrumented database behind the
+    app's CLIENT spans): its stops as sorted (start_ns, end_ns) epoch arrays (module docstring),
+    judged from that recorder's stamps: it ran while the calls hung.
+    `recorder_silent`: the recorders' own pauses (default: their silences, found here); a gap in
+    call ends during one of them or within BURST_AFTER_NS after it is the recorder's (its pause,
+    then its backlog), not the callee's; `recorder_busy`: the recorders' busy silences
+    (`busy.busy_silences`), a gap half covered by which is the recorder running other code before it
+    took the replies (a thaw's backlog), not the callee's stop."""
+    arrival = np.asarray(requests.column("arrival_ns"), np.int64)
+    departure = np.asarray(requests.column("departure_ns"), np.int64)
+    server = requests.column("server").to_numpy(zero_copy_only=False)
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     found = _own_and_observed(requests)
     if found is None:
         return {}
     codes, own, names = found
     silent = recorder_silences(requests) if recorder_silent is None else recorder_silent
-    arrival = np.asarray(requests.column("arrival_ns"), np.int64)
-    departure = np.asarray(requests.column("departure_ns"), np.int64)
-    server = requests.column("server").to_numpy(zero_copy_only=False)
     recorded = set(np.unique(server[own]).tolist())  # servers that stamp their own times
     out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+
     for code, name in enumerate(names):
         mine = codes == code
         stamps = np.unique(np.concatenate([arrival[mine], departure[mine]]))
-        quiet_a, quiet_b = silent.get(name, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-        busy_a, busy_b = (recorder_busy or {}).get(name, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        quiet = _merged(*silent.get(name, empty))
+        busy_gaps = _merged(*(recorder_busy or {}).get(name, empty))
         for callee in np.unique(server[mine & ~own]).tolist():
             if callee in recorded:
                 continue  # it stamps its own: its silences are found from them
             rows = mine & ~own & (server == callee)
-            if int(rows.sum()) < 3:
-                continue
-            sent, answered = arrival[rows], departure[rows]
-            starts, ends = np.sort(sent), np.sort(answered)
-            # calls open just after each end: how many were sent and not yet answered
-            held = np.searchsorted(starts, ends, "right") - np.arange(1, ends.size + 1)
-            gap = np.diff(ends)
-            open_gaps = held[:-1] >= 1
-            if not open_gaps.any():
-                continue
-            typical = float(np.median(gap[open_gaps]))
-            shortest = max(factor * typical, STUCK_FACTOR * float(np.median(answered - sent)), float(min_ns))
-            span = float(ends[-1] - ends[0])
-            rate = ends.size / span if span > 0 else 0.0  # call ends per ns
-            found_a: list[int] = []
-            found_b: list[int] = []
-            for k in np.flatnonzero(gap >= shortest):
-                a, b = int(ends[k]), int(ends[k + 1])
-                # the calls open at the gap's end: sent before it, answered at its end or later; the
-                # callee answered none of them from the first one's sending (or the last answer) on
-                stuck = (sent < b) & (answered >= b)
-                if int(stuck.sum()) < STUCK_HELD:
-                    continue
-                since = max(a, int(sent[stuck].min()))
-                length = float(b - since)
-                if length < shortest:
-                    continue
-                window = max(burst_ns, int(length) // 2)  # a stopped server drains its backlog: not at once
-                burst = int(np.searchsorted(ends, b + window, "right") - (k + 1))
-                if burst < STUCK_HELD:
-                    continue
-                # the recorder ran meanwhile: its stamps leave no stamp-free stretch of half the gap
-                inside = stamps[(stamps > since) & (stamps < b)]
-                if inside.size == 0 or float(np.diff(np.r_[since, inside, b]).max()) > length / 2:
-                    continue
-                if quiet_a.size and bool(((quiet_a < b) & (quiet_b + BURST_AFTER_NS > since)).any()):
-                    continue  # the recorder's own pause, or its backlog after one
-                if busy_a.size:
-                    covered = np.clip(np.minimum(busy_b, b) - np.maximum(busy_a, since), 0, None).sum()
-                    if float(covered) >= length / 2:
-                        continue  # the recorder was running other code: the replies waited for it
-                chance = -rate * length + _log_tail(burst, rate * float(window))
-                if chance <= log_p:
-                    if found_b and since <= found_b[-1] + max(burst_ns, (found_b[-1] - found_a[-1]) // 2):
-                        found_b[-1] = b  # a gap while it drained the backlog of the stop before: that stop
-                    else:
-                        found_a.append(since)
-                        found_b.append(b)
-            if found_a:
-                out.setdefault(callee, []).append((np.asarray(found_a, np.int64), np.asarray(found_b, np.int64)))
+            stops = _stops(
+                arrival[rows], departure[rows], stamps, quiet, busy_gaps,
+                factor=factor, min_ns=min_ns, burst_ns=burst_ns, log_p=log_p,
+            )  # fmt: skip
+            if stops is not None:
+                out.setdefault(callee, []).append(stops)
     return {c: _merged(np.concatenate([a for a, _ in v]), np.concatenate([b for _, b in v])) for c, v in out.items()}
+
+
+def _stops(
+    sent: np.ndarray,
+    answered: np.ndarray,
+    stamps: np.ndarray,
+    quiet: tuple[np.ndarray, np.ndarray],
+    busy_gaps: tuple[np.ndarray, np.ndarray],
+    *,
+    factor: float,
+    min_ns: int,
+    burst_ns: int,
+    log_p: float,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The stops of one server from its calls (`sent`, `answered`: epoch ns) and the sorted stamps
+    that show its caller or observer running (`stamps`); `quiet` and `busy_gaps`: the caller's own
+    pauses and busy silences, sorted and disjoint (see `callee_stops`). None when it never stopped."""
+    if sent.size < 3:
+        return None
+    starts, ends = np.sort(sent), np.sort(answered)
+    # calls open just after each end: how many were sent and not yet answered
+    held = np.searchsorted(starts, ends, "right") - np.arange(1, ends.size + 1)
+    gap = np.diff(ends)
+    open_gaps = held[:-1] >= 1
+    if not open_gaps.any():
+        return None
+    typical = float(np.median(gap[open_gaps]))
+    shortest = max(factor * typical, STUCK_FACTOR * float(np.median(answered - sent)), float(min_ns))
+    span = float(ends[-1] - ends[0])
+    rate = ends.size / span if span > 0 else 0.0  # answers per ns
+    # the candidate gaps, filtered with sorted lookups (a long trace has many idle gaps)
+    k = np.flatnonzero(gap >= shortest)
+    a, b = ends[k], ends[k + 1]
+    first_after = np.searchsorted(starts, a, "right")
+    # open across the gap's end: open just after its start, or sent during it (nothing was answered
+    # in between); none answered from the last answer (or the first call sent into the gap, when
+    # none was open) on
+    stuck = held[k] + (np.searchsorted(starts, b, "left") - first_after)
+    since = np.where(held[k] >= 1, a, starts[np.minimum(first_after, starts.size - 1)])
+    length = b - since
+    window = np.maximum(burst_ns, length // 2)  # a stopped server drains its backlog: not at once
+    burst = np.searchsorted(ends, b + window, "right") - (k + 1)
+    ok = (stuck >= STUCK_HELD) & (length >= shortest) & (burst >= STUCK_HELD)
+    quiet_a, quiet_b = quiet
+    busy_a, busy_b = busy_gaps
+    busy_sum = np.r_[0, np.cumsum(busy_b - busy_a)]
+    found_a: list[int] = []
+    found_b: list[int] = []
+    for since_j, b_j, length_j, window_j, burst_j in zip(
+        since[ok].tolist(), b[ok].tolist(), length[ok].tolist(), window[ok].tolist(), burst[ok].tolist()
+    ):
+        # the caller (or the observer's arrivals) ran meanwhile: no stamp-free stretch of half the gap
+        inside = stamps[np.searchsorted(stamps, since_j, "right") : np.searchsorted(stamps, b_j, "left")]
+        if inside.size == 0 or float(np.diff(np.r_[since_j, inside, b_j]).max()) > length_j / 2:
+            continue
+        if _overlaps(quiet_a, quiet_b + BURST_AFTER_NS, since_j, b_j):
+            continue  # the caller's own pause, or its backlog after one
+        if _covered(busy_a, busy_b, busy_sum, since_j, b_j) >= length_j / 2:
+            continue  # the caller was running other code: the replies waited for it
+        chance = -rate * length_j + _log_tail(burst_j, rate * float(window_j))
+        if chance > log_p:
+            continue
+        if found_b and since_j <= found_b[-1] + max(burst_ns, (found_b[-1] - found_a[-1]) // 2):
+            found_b[-1] = b_j  # a gap while it drained the backlog of the stop before: that stop
+        else:
+            found_a.append(since_j)
+            found_b.append(b_j)
+    if not found_a:
+        return None
+    return np.asarray(found_a, np.int64), np.asarray(found_b, np.int64)
+
+
+def _overlaps(start: np.ndarray, end: np.ndarray, a: int, b: int) -> bool:
+    """Whether [a, b) meets one of the sorted, disjoint intervals [start, end) (ends sorted too)."""
+    i = int(np.searchsorted(end, a, "right"))  # the first interval ending after a
+    return i < start.size and int(start[i]) < b
+
+
+def _covered(start: np.ndarray, end: np.ndarray, cumulative: np.ndarray, a: int, b: int) -> float:
+    """How much of [a, b) the sorted, disjoint intervals [start, end) cover (`cumulative`: the running
+    sum of their lengths, from 0)."""
+    if start.size == 0:
+        return 0.0
+    i = int(np.searchsorted(end, a, "right"))  # first ending after a
+    j = int(np.searchsorted(start, b, "left"))  # first starting at or after b
+    if j <= i:
+        return 0.0
+    total = float(cumulative[j] - cumulative[i])
+    total -= max(0, a - int(start[i]))  # the first one's part before a
+    total -= max(0, int(end[j - 1]) - b)  # the last one's part after b
+    return max(total, 0.0)
 
 
 def silence_events(silences: dict[str, tuple[np.ndarray, np.ndarray]]) -> pa.Table:
