@@ -245,3 +245,28 @@ def test_without_links_the_inclusive_load_decides_and_a_note_says_so():
     assert not fg.exclusive
     assert any("inclusive" in note for note in fg.notes)
     assert fg.series.column("load_exclusive").to_pylist() == fg.series.column("load").to_pylist()
+
+
+def test_a_tier_near_the_bar_caps_the_verdict_unless_it_waited_on_its_callee():
+    from tierscope.analysis.alternation import NEAR_CAP, verdict
+
+    n = 200
+    db = np.zeros(n, bool)
+    db[0::4] = True  # db saturated a quarter of the windows (25 %)
+    app = np.zeros(n, bool)
+    app[0:150:40] = True  # app 4 windows (2 %): just under the bar, near it
+    tiers = ["app", "db"]
+    off = np.zeros(n, bool)
+    # app's 4 windows inside db's saturated ones, but app does not call db: near the bar, at most NEAR_CAP
+    v = verdict(tiers, {"app": app, "db": db}, 0.0, min_share=0.03)
+    assert (v.kind, v.tiers) == ("single", ["db"]) and v.confidence <= NEAR_CAP and "near the" in v.evidence, v
+    # app calls db and was saturated only while db was: its queue waited on db (rule 2), not near the bar
+    v2 = verdict(tiers, {"app": app, "db": db}, 0.0, min_share=0.03, calls={("app", "db")})
+    assert (v2.kind, v2.tiers) == ("single", ["db"]) and "near the" not in v2.evidence, v2
+    assert v2.confidence > NEAR_CAP, v2
+    # app calls db but was saturated away from db's windows: it stays near the bar
+    app_away = np.zeros(n, bool)
+    app_away[1:150:40] = True
+    v3 = verdict(tiers, {"app": app_away, "db": db}, 0.0, min_share=0.03, calls={("app", "db")})
+    assert "near the" in v3.evidence and v3.confidence <= NEAR_CAP, v3
+    assert verdict(tiers, {"app": off, "db": db}, 0.0, min_share=0.03).confidence > NEAR_CAP

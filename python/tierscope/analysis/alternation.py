@@ -321,7 +321,21 @@ def _verdict(
             "saturated share is a lower bound): " + ", ".join(uncertain)
         )
     bar = max(min_share, RELATIVE_SHARE * lead)
-    near = [t for t in ranked if t not in part and t not in dropped and shares[t] >= NEAR * bar]
+
+    def inherited_from_callee(t: str) -> bool:
+        """Saturated mostly inside the saturation of a tier it calls: rule 2 would drop it."""
+        own_windows = float(saturated[t].sum())
+        return own_windows > 0 and any(
+            (t, b) in (calls or set()) and float((saturated[t] & saturated[b]).sum()) >= INHERITED * own_windows
+            for b in tiers
+            if b != t
+        )
+
+    near = [
+        t
+        for t in ranked
+        if t not in part and t not in dropped and shares[t] >= NEAR * bar and not inherited_from_callee(t)
+    ]
     if near:
         cap = min(cap, NEAR_CAP)
         evidence += f"; near the {bar:.1%} needed to take part: " + ", ".join(f"{t} {shares[t]:.1%}" for t in near)

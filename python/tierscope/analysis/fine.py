@@ -666,10 +666,26 @@ def analyze_fine(
     uncertain = []
     if (unknown > 0).any():
         crowded = share_above(parts, np.where(unknown > 0, 1.0, math.inf), n_servers, n_windows, window_ns)
+        callees_of: dict[str, set[str]] = {}
+        for caller, callee in _tier_calls(requests, parent_row) if exclusive else set():
+            callees_of.setdefault(caller, set()).add(callee)
+
+        def queued_downstream(i: int) -> bool:
+            """A server crowded mostly (alternation.INHERITED) while a tier it calls was saturated: its
+            crowd is its requests waiting on that callee (rule 2's queue amplification), not its own."""
+            full = crowded[i] >= SATURATED_SHARE
+            return any(
+                float((full & tier_sat[b]).sum()) >= alternation.INHERITED * float(full.sum())
+                for b in callees_of.get(keys[i][0], ())
+                if b in tier_sat
+            )
+
         uncertain = [
             f"{s} ({float((crowded[i] >= SATURATED_SHARE).mean()):.0%} of the windows)"
             for i, (_, s) in enumerate(keys)
-            if unknown[i] and float((crowded[i] >= SATURATED_SHARE).mean()) >= alternation.MIN_SHARE
+            if unknown[i]
+            and float((crowded[i] >= SATURATED_SHARE).mean()) >= alternation.MIN_SHARE
+            and not queued_downstream(i)
         ]
     on_its_own = (
         _tier_own_after_calls(requests, parent_row, series, tiers, base_ns, window_ns, n_windows) if exclusive else None
