@@ -120,6 +120,12 @@ class Middleware(Service):
     def stats_path(self) -> Path:
         return self.workdir / "middleware.stats.json"
 
+    @property
+    def recovery_log_path(self) -> Path | None:
+        """The Rust middleware's recovery log (`--recovery-log`, docs/middleware.md: replicas that
+        cannot drift), in its work directory; None for the Python one (it has none)."""
+        return self.workdir / "middleware.recovery.log" if self.implementation == "rust" else None
+
     def db_config(self, base: DbConfig | None = None) -> DbConfig:
         """The app's database configuration pointing at this middleware (its protocol's driver, the
         same user and password as the backends)."""
@@ -210,6 +216,8 @@ class Middleware(Service):
             argv += ["--weights", ",".join(f"{w:g}" for w in self.weights)]
         if self.labels:
             argv.append("--labels")
+        if self.recovery_log_path is not None:
+            argv += ["--recovery-log", str(self.recovery_log_path)]
         return run_as(self.run_account().pw_name, argv) if os.geteuid() == 0 else argv
 
     def stats(self) -> dict:
