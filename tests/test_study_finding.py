@@ -215,53 +215,11 @@ def test_a_wrong_claim_is_named():
 def test_a_synthetic_memory_sweep_gets_labels_and_its_finding(tmp_path):
     """Two configurations of one topology (db memory 150 MiB and 1 GiB) at two levels each: the
     150 MiB one's disk pinned at 100 %, the 1 GiB one's CPU; client requests at a fixed rate."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    from synthetic_runs import memory_run
     from tierscope.analysis.experiment import analyze_run
     from tierscope.analysis.study import study_finding
 
-    s = 1_000_000_000
-    for index, (memory, busy) in enumerate((("150MiB", "disk_util"), ("1GiB", "cpu_util"))):
-        for j, users in enumerate((50, 100)):
-            d = tmp_path / f"memory{memory}-users{users}"
-            d.mkdir()
-            m = {
-                "point": {
-                    "id": d.name,
-                    "index": 2 * index + j,
-                    "params": {"node_types.D.memory": memory, "workload.users": users},
-                    "users": users,
-                    "think_time_s": 1.0,
-                },
-                "topology": "1W/1A/0/1D-P",
-                "tiers": {"web": 1, "app": 1, "middleware": 0, "db": 1},
-                "phases": {"run": {"start_ns": 0, "end_ns": 20 * s}},
-            }
-            (d / "manifest.json").write_text(json.dumps(m))
-            n = users * (1 + index) * 20 // 10  # requests in 20 s: more with more memory
-            starts = [i * (20 * s // n) for i in range(n)]
-            pq.write_table(
-                pa.table(
-                    {
-                        "start_ns": pa.array(starts, pa.int64()),
-                        "end_ns": pa.array([t + 10_000_000 for t in starts], pa.int64()),
-                        "phase": ["run"] * n,
-                        "user": pa.array([i % users for i in range(n)], pa.int64()),
-                        "session": pa.array([0] * n, pa.int64()),
-                        "state": ["home"] * n,
-                    }
-                ),
-                d / "client_requests.parquet",
-            )
-            ts = [i * s for i in range(1, 21)]
-            rows = {"ts_ns": [], "host": [], "metric": [], "value": [], "unit": []}
-            for host, metric, value in (("db1", busy, 100.0), ("app1", "cpu_util", 30.0)):
-                for t in ts:
-                    for k, v in (("ts_ns", t), ("host", host), ("metric", metric), ("value", value)):
-                        rows[k].append(v)
-                    rows["unit"].append("percent")
-            pq.write_table(pa.table(rows), d / "resources.parquet")
+    memory_run(tmp_path, {"150MiB": "disk_util", "1GiB": "cpu_util"}, study=None)
     data = analyze_run(tmp_path)
     assert list(data.labels.values()) == ["db memory 150 MiB", "db memory 1 GiB"]
     f = study_finding(data, {"kind": "bottleneck", "expect": {"150MiB": "db disk", "1GiB": "db CPU"}})
