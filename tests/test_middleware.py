@@ -663,6 +663,7 @@ def test_a_backend_that_goes_away_is_disabled_and_reads_go_on(pair):
 
 def test_rubbos_pages_through_the_middleware(pair):
     from tierscope.apps.rubbos import datagen
+    from tierscope.apps.rubbos.provider import WSGI_APP
     from tierscope.services.appserver import AppServer
     from tierscope.services.base import free_port
     from tierscope.testbed.host import Host
@@ -682,7 +683,14 @@ def test_rubbos_pages_through_the_middleware(pair):
     stats: dict = {}
     with middleware(pair, db="rubbos", name="mw-rubbos", stats=stats) as mw:
         app = AppServer(
-            Host.loopback("app"), free_port(), work / "app", db=mw.db_config(), workers=1, threads=4, name="app"
+            Host.loopback("app"),
+            free_port(),
+            work / "app",
+            app=WSGI_APP,
+            db=mw.db_config(),
+            workers=1,
+            threads=4,
+            name="app",
         )
         app.start()
         try:

@@ -23,12 +23,13 @@ KNOWN = [
     # (gone: assembly -> apps, since the assembly sees an app through
     # tierscope.contracts.apps.AppProvider; services.{appserver,postgres,mariadb,databases} ->
     # apps.dal, since DbConfig lives in tierscope.contracts.dbms)
-    # Closed by services -> apps: services.appserver imports apps.default_wsgi_app, the app an
-    # AppServer runs when given none (tests/test_middleware.py relies on it); with services <->
-    # middleware, apps -> services (the providers start an AppServer) and apps -> assembly ->
-    # services (apps.rubbos.system assembles RUBBoS on loopback). Without that edge only
-    # {middleware, services} is left.
-    {"apps", "assembly", "middleware", "services"},
+    # (gone: services -> apps, since an AppServer runs the app its caller passes: a provider its
+    # own WsgiApp, the tests and bench/rubbos apps.rubbos.provider.WSGI_APP; apps.default_wsgi_app
+    # is gone with it)
+    # Closed by services <-> middleware: services.middleware imports middleware.balance (POLICIES)
+    # and services.postgres middleware.scram (ScramVerifier); middleware.heavy starts the services
+    # (Middleware, Postgres) and middleware.__main__ takes services.credentials.LAB_USER.
+    {"middleware", "services"},
 ]
 
 

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import needs_root
 from tierscope.apps.rubbos import datagen, mixes, pages
+from tierscope.apps.rubbos.provider import WSGI_APP
 from tierscope.apps.rubbos.system import make_db
 from tierscope.contracts.dbms import DbConfig
 from tierscope.services.appserver import AppServer
@@ -130,6 +131,7 @@ def rig(request):
             Host.loopback("app1"),
             free_port(),
             work / "app",
+            app=WSGI_APP,
             db=cfg,
             workers=1,
             threads=4,
@@ -908,6 +910,7 @@ def test_the_connection_pool_is_bounded_per_worker(rig, server_dir):
         Host.loopback("app2"),
         free_port(),
         server_dir / "app2",
+        app=WSGI_APP,
         db=rig.cfg,
         workers=1,
         threads=4,

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from tierscope.contracts.apps import AppProvider
 
-__all__ = ["PROVIDERS", "AppProvider", "WsgiApp", "default_wsgi_app", "provider"]
+__all__ = ["PROVIDERS", "AppProvider", "WsgiApp", "provider"]
 
 
 @dataclass(frozen=True)
@@ -34,14 +34,6 @@ class WsgiApp:
     health_path: str
     env: Callable[[Any], dict[str, str]]
     events: Callable[[Path], pa.Table]
-
-
-def default_wsgi_app() -> WsgiApp:
-    """What an app server given a database and no application runs: RUBBoS, the lab's first system
-    under test (its tests and bench/rubbos start it so)."""
-    from tierscope.apps.rubbos.provider import WSGI_APP
-
-    return WSGI_APP
 
 
 def _rubbos() -> AppProvider:

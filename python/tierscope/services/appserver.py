@@ -1,8 +1,8 @@
 """The application server: gunicorn with gthread workers running a WSGI application: `app` is a
-`tierscope.apps.WsgiApp` run against the database `db` (without `app`, the lab's default one,
-`apps.default_wsgi_app`), or an entry point "module:factory()" configured by `app_env` alone (e.g.
-the log service, the bookstore). This module knows no application: what an app reads from its
-environment and where its events are come from its `WsgiApp`.
+`tierscope.contracts.apps.WsgiApp` run against the database `db` (a provider passes its own, e.g.
+`apps.rubbos.provider.WSGI_APP`), or an entry point "module:factory()" configured by `app_env`
+alone (e.g. the log service, the bookstore). This module knows no application: which app it runs,
+what that app reads from its environment and where its events are come from its caller.
 
 The soft resources the seed papers turn are parameters: `workers` (processes), `threads` per
 worker (like Tomcat's maxThreads: requests in service at once per worker) and `pool_size`, the
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 import tierscope
 from tierscope import tables
-from tierscope.apps import default_wsgi_app
 from tierscope.contracts.dbms import DbConfig
 from tierscope.services._accounts import AccountError, give_to, lab_account, open_the_way, run_as
 from tierscope.services.base import Service, ServiceError
@@ -57,8 +56,8 @@ class AppServer(Service):
         port: int,
         workdir: str | Path,
         *,
+        app: str | WsgiApp,
         db: DbConfig | None = None,
-        app: str | WsgiApp | None = None,
         app_env: dict[str, str] | None = None,
         health_path: str | None = None,
         workers: int = 2,
@@ -83,8 +82,6 @@ class AppServer(Service):
         self.workers = int(workers)
         self.threads = int(threads)
         self.db = replace(db, pool_size=int(pool_size or threads), pool_timeout_s=pool_timeout_s) if db else None
-        if app is None:
-            app = default_wsgi_app()
         self.wsgi: WsgiApp | None = None if isinstance(app, str) else app
         self.app = app if isinstance(app, str) else app.entry
         self.app_env = dict(app_env or {})
