@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from tierscope.apps import bulkload
 from tierscope.apps.rubbos import datagen
 
 NOW = datetime(2026, 11, 22, 9, 30, 0)
@@ -95,15 +96,15 @@ def test_presets_have_the_papers_sizes():
 
 def test_schema_files_split_into_tables_and_indexes():
     for dbms in ("postgresql", "mariadb"):
-        tables, indexes = datagen.schema_parts(dbms)
+        tables, indexes = bulkload.schema_parts(datagen.HERE, dbms)
         created = [s for s in tables if s.upper().startswith("CREATE TABLE")]
         assert len(created) == 8
         assert any("Anonymous Coward" in s for s in tables)
         assert any("It''s funny.  Laugh." in s for s in tables)
         assert len(indexes) == 22
-    _, maria = datagen.schema_parts("mariadb")
+    _, maria = bulkload.schema_parts(datagen.HERE, "mariadb")
     assert sum("(10)" in s for s in maria) == 4  # the real prefix indexes
-    _, pg = datagen.schema_parts("postgresql")
+    _, pg = bulkload.schema_parts(datagen.HERE, "postgresql")
     assert sum("left(" in s for s in pg) == 4
 
 

@@ -41,11 +41,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from tierscope.apps.bulkload import load_tsv_mariadb
+from tierscope.apps import bulkload
 from tierscope.contracts.dbms import DbConfig
 
 #: bumped when the same (items, ebs, seed) would give different rows, or a scale name another size
@@ -647,83 +647,21 @@ def _main(argv: list[str]) -> int:
 
 
 @dataclass
-class LoadReport:
-    items: int
-    ebs: int
-    dbms: str
-    rows: dict[str, int]
-    seconds: float
-    generate_seconds: float
-    bytes_loaded: int
-    db_size_bytes: int
-    method: str
+class LoadReport(bulkload.LoadReport):
+    """A bookstore load's report (`bulkload.LoadReport`) at `items` items and `ebs` emulated
+    browsers, with the seconds its generation took (of `seconds`)."""
 
-    @property
-    def total_rows(self) -> int:
-        return sum(self.rows.values())
+    items: int = 0
+    ebs: int = 0
+    generate_seconds: float = 0.0
 
     def lines(self) -> list[str]:
-        out = [f"{t:20s} {n:>10d} rows" for t, n in self.rows.items()]
+        out = self.table_lines(20)
         out.append(
             f"total {self.total_rows} rows in {self.seconds:.1f} s (generation {self.generate_seconds:.1f} s, "
             f"{self.bytes_loaded / 1e6:.1f} MB of text, {self.method}); database size {self.db_size_bytes / 1e6:.1f} MB"
         )
         return out
-
-
-def schema_parts(dbms: str) -> tuple[list[str], list[str]]:
-    """(table statements, index statements) of the schema file for `dbms`."""
-    path = HERE / ("schema_postgres.sql" if dbms == "postgresql" else "schema_mariadb.sql")
-    head, _, tail = path.read_text().partition("\n-- @indexes\n")
-    return split_sql(head), split_sql(tail)
-
-
-def split_sql(text: str) -> list[str]:
-    """Statements of a script: comment lines dropped, split at `;` ending a line."""
-    out, cur = [], []
-    for ln in text.splitlines():
-        if ln.strip().startswith("--"):
-            continue
-        cur.append(ln)
-        if ln.rstrip().endswith(";"):
-            stmt = "\n".join(cur).strip().rstrip(";").strip()
-            if stmt:
-                out.append(stmt)
-            cur = []
-    rest = "\n".join(cur).strip()
-    if rest:
-        out.append(rest)
-    return out
-
-
-def _pg_conninfo(cfg: DbConfig) -> str:
-    import psycopg
-
-    return psycopg.conninfo.make_conninfo(
-        host=cfg.host, port=cfg.port, user=cfg.user, dbname=cfg.database, password=cfg.password or None
-    )
-
-
-def ensure_database(cfg: DbConfig) -> None:
-    """Create the database when it does not exist."""
-    if cfg.dbms == "postgresql":
-        import psycopg
-        from psycopg import sql as q
-
-        with psycopg.connect(_pg_conninfo(replace(cfg, database="postgres")), autocommit=True) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (cfg.database,)).fetchone():
-                conn.execute(q.SQL("CREATE DATABASE {}").format(q.Identifier(cfg.database)))
-    else:
-        import pymysql
-
-        if not cfg.database.replace("_", "").isalnum():
-            raise ValueError(f"database name {cfg.database!r}: letters, digits and _ only")
-        conn = pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password, autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"CREATE DATABASE IF NOT EXISTS `{cfg.database}` CHARACTER SET utf8mb4")
-        finally:
-            conn.close()
 
 
 def generate(
@@ -742,7 +680,7 @@ def generate(
     say = progress or (lambda _m: None)
     now = (now or datetime.now()).replace(microsecond=0)
     t0 = time.perf_counter()
-    ensure_database(db_config)
+    bulkload.ensure_database(db_config)
     with tempfile.TemporaryDirectory(prefix="tpcw-load-") as tmp:
         directory = Path(tmp)
         rows = write_tables(items, ebs, seed, now, directory, workers)
@@ -756,7 +694,10 @@ def generate(
     for t in TABLES:
         rows.setdefault(t, 0)
     ordered = {t: rows[t] for t in TABLES}
-    return LoadReport(items, ebs, db_config.dbms, ordered, time.perf_counter() - t0, t_gen, nbytes, int(size), method)
+    seconds = time.perf_counter() - t0
+    return LoadReport(
+        db_config.dbms, ordered, seconds, nbytes, int(size), method, items=items, ebs=ebs, generate_seconds=t_gen
+    )
 
 
 def load(
@@ -774,8 +715,8 @@ def load(
 def _load_postgres(cfg: DbConfig, directory: Path, rows: dict[str, int], say) -> tuple[str, int]:
     import psycopg
 
-    tables_sql, index_sql = schema_parts("postgresql")
-    with psycopg.connect(_pg_conninfo(cfg), autocommit=True) as conn:
+    tables_sql, index_sql = bulkload.schema_parts(HERE, "postgresql")
+    with psycopg.connect(bulkload.pg_conninfo(cfg), autocommit=True) as conn:
         for stmt in tables_sql:
             conn.execute(stmt)
         for table in TABLES:
@@ -800,48 +741,24 @@ def _load_postgres(cfg: DbConfig, directory: Path, rows: dict[str, int], say) ->
                 f"COALESCE((SELECT MAX({col}) FROM {table}), 0) + 1, false)"
             )
         conn.execute("VACUUM ANALYZE")
-        size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]  # type: ignore[index]  # one row
+        size = bulkload.postgres_size(conn)
     return "COPY", size
 
 
 def _load_mariadb(cfg: DbConfig, directory: Path, rows: dict[str, int], say) -> tuple[str, int]:
-    import pymysql
-
-    tables_sql, index_sql = schema_parts("mariadb")
-    conn = pymysql.connect(
-        host=cfg.host,
-        port=cfg.port,
-        user=cfg.user,
-        password=cfg.password,
-        database=cfg.database,
-        autocommit=True,
-        local_infile=True,
-        charset="utf8mb4",
-    )
-    method = "LOAD DATA LOCAL INFILE"
+    tables_sql, index_sql = bulkload.schema_parts(HERE, "mariadb")
+    conn = bulkload.connect_mariadb(cfg)
+    method = bulkload.LOCAL_INFILE
     try:
         with conn.cursor() as cur:
-            for stmt in tables_sql:
-                cur.execute(stmt)
-            cur.execute("SET unique_checks = 0, foreign_key_checks = 0")
+            bulkload.begin_mariadb(cur, tables_sql)
             for table in TABLES:
                 if table not in rows:
                     continue
                 path = directory / f"{table}.tsv"
-                method = load_tsv_mariadb(cur, table, TABLE_COLUMNS[table], path, method, say)
+                method = bulkload.load_tsv_mariadb(cur, table, TABLE_COLUMNS[table], path, method, say)
                 say(f"{table}: {rows[table]} rows")
-            cur.execute("SET unique_checks = 1, foreign_key_checks = 1")
-            for stmt in index_sql:
-                cur.execute(stmt)
-            say("indexes built")
-            for table in TABLES:
-                cur.execute(f"ANALYZE TABLE {table}")
-                cur.fetchall()
-            cur.execute(
-                "SELECT COALESCE(SUM(data_length + index_length), 0) FROM information_schema.tables "
-                "WHERE table_schema = DATABASE()"
-            )
-            size = int(cur.fetchone()[0])
+            size = bulkload.finish_mariadb(cur, index_sql, TABLES, say)
     finally:
         conn.close()
     return method, size

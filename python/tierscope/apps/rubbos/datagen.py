@@ -25,11 +25,11 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from tierscope.apps.bulkload import load_tsv_mariadb
+from tierscope.apps import bulkload
 from tierscope.contracts.dbms import DbConfig
 
 #: bumped when the same (scale, seed) would give different rows; older snapshots are reloaded
@@ -294,31 +294,6 @@ class Generator:
         ]
 
 
-def schema_parts(dbms: str) -> tuple[list[str], list[str]]:
-    """(table statements, index statements) of the schema file for `dbms`."""
-    path = HERE / ("schema_postgres.sql" if dbms == "postgresql" else "schema_mariadb.sql")
-    text = path.read_text()
-    head, _, tail = text.partition("\n-- @indexes\n")
-    return split_sql(head), split_sql(tail)
-
-
-def split_sql(text: str) -> list[str]:
-    """Statements of a script: comment lines dropped, split at `;` ending a line."""
-    lines = [ln for ln in text.splitlines() if not ln.strip().startswith("--")]
-    out, cur = [], []
-    for ln in lines:
-        cur.append(ln)
-        if ln.rstrip().endswith(";"):
-            stmt = "\n".join(cur).strip().rstrip(";").strip()
-            if stmt:
-                out.append(stmt)
-            cur = []
-    rest = "\n".join(cur).strip()
-    if rest:
-        out.append(rest)
-    return out
-
-
 def chunks(rows: Iterator[str], size: int = 5000) -> Iterator[tuple[str, int]]:
     buf: list[str] = []
     for row in rows:
@@ -331,65 +306,18 @@ def chunks(rows: Iterator[str], size: int = 5000) -> Iterator[tuple[str, int]]:
 
 
 @dataclass
-class LoadReport:
-    scale: str
-    dbms: str
-    rows: dict[str, int]
-    seconds: float
-    bytes_loaded: int
-    db_size_bytes: int
-    method: str
+class LoadReport(bulkload.LoadReport):
+    """A RUBBoS load's report (`bulkload.LoadReport`) at the data preset `scale`."""
 
-    @property
-    def total_rows(self) -> int:
-        return sum(self.rows.values())
-
-    @property
-    def rows_per_s(self) -> float:
-        return self.total_rows / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes_loaded / 1e6 / self.seconds if self.seconds > 0 else 0.0
+    scale: str = ""
 
     def lines(self) -> list[str]:
-        out = [f"{t:14s} {n:>10d} rows" for t, n in self.rows.items()]
+        out = self.table_lines(14)
         out.append(
             f"total {self.total_rows} rows in {self.seconds:.1f} s ({self.rows_per_s:.0f} rows/s, "
             f"{self.mb_per_s:.1f} MB/s of text, {self.method}); database size {self.db_size_bytes / 1e6:.1f} MB"
         )
         return out
-
-
-def ensure_database(cfg: DbConfig) -> None:
-    """Create the database when it does not exist."""
-    if cfg.dbms == "postgresql":
-        import psycopg
-        from psycopg import sql as q
-
-        admin = replace(cfg, database="postgres")
-        with psycopg.connect(_pg_conninfo(admin), autocommit=True) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (cfg.database,)).fetchone():
-                conn.execute(q.SQL("CREATE DATABASE {}").format(q.Identifier(cfg.database)))
-    else:
-        import pymysql
-
-        if not cfg.database.replace("_", "").isalnum():
-            raise ValueError(f"database name {cfg.database!r}: letters, digits and _ only")
-        conn = pymysql.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password, autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"CREATE DATABASE IF NOT EXISTS `{cfg.database}` CHARACTER SET utf8mb4")
-        finally:
-            conn.close()
-
-
-def _pg_conninfo(cfg: DbConfig) -> str:
-    import psycopg
-
-    return psycopg.conninfo.make_conninfo(
-        host=cfg.host, port=cfg.port, user=cfg.user, dbname=cfg.database, password=cfg.password or None
-    )
 
 
 def load(
@@ -404,16 +332,16 @@ def load(
     if isinstance(scale, str):
         scale = scale_named(scale)
     say = progress or (lambda _m: None)
-    ensure_database(cfg)
+    bulkload.ensure_database(cfg)
     gen = Generator(scale, seed, now)
-    tables_sql, index_sql = schema_parts(cfg.dbms)
+    tables_sql, index_sql = bulkload.schema_parts(HERE, cfg.dbms)
     t0 = time.perf_counter()
     rows: dict[str, int] = {}
     nbytes = 0
     if cfg.dbms == "postgresql":
         import psycopg
 
-        with psycopg.connect(_pg_conninfo(cfg), autocommit=True) as conn:
+        with psycopg.connect(bulkload.pg_conninfo(cfg), autocommit=True) as conn:
             for stmt in tables_sql:
                 conn.execute(stmt)
             method = "COPY"
@@ -438,26 +366,13 @@ def load(
             conn.execute("VACUUM ANALYZE")
             rows["categories"] = conn.execute("SELECT COUNT(*) FROM categories").fetchone()[0]  # type: ignore[index]  # an aggregate: one row
             rows["users"] += 1  # the Anonymous Coward from the schema
-            size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]  # type: ignore[index]  # one row
+            size = bulkload.postgres_size(conn)
     else:
-        import pymysql
-
-        conn = pymysql.connect(
-            host=cfg.host,
-            port=cfg.port,
-            user=cfg.user,
-            password=cfg.password,
-            database=cfg.database,
-            autocommit=True,
-            local_infile=True,
-            charset="utf8mb4",
-        )
+        conn = bulkload.connect_mariadb(cfg)
         try:
             with conn.cursor() as cur:
-                for stmt in tables_sql:
-                    cur.execute(stmt)
-                cur.execute("SET unique_checks = 0, foreign_key_checks = 0")
-                method = "LOAD DATA LOCAL INFILE"
+                bulkload.begin_mariadb(cur, tables_sql)
+                method = bulkload.LOCAL_INFILE
                 with tempfile.TemporaryDirectory(prefix="rubbos-load-") as tmp:
                     for table, it in gen.tables():
                         path = Path(tmp) / f"{table}.tsv"
@@ -467,27 +382,16 @@ def load(
                                 f.write(text)
                                 n += k
                         nbytes += path.stat().st_size
-                        method = load_tsv_mariadb(cur, table, TABLE_COLUMNS[table], path, method, say)
+                        method = bulkload.load_tsv_mariadb(cur, table, TABLE_COLUMNS[table], path, method, say)
                         rows[table] = n
                         path.unlink()
                         say(f"{table}: {n} rows")
-                cur.execute("SET unique_checks = 1, foreign_key_checks = 1")
-                for stmt in index_sql:
-                    cur.execute(stmt)
-                say("indexes built")
-                for table in TABLES:
-                    cur.execute(f"ANALYZE TABLE {table}")
-                    cur.fetchall()
+                size = bulkload.finish_mariadb(cur, index_sql, TABLES, say)
                 cur.execute("SELECT COUNT(*) FROM categories")
                 rows["categories"] = cur.fetchone()[0]
-                rows["users"] += 1
-                cur.execute(
-                    "SELECT COALESCE(SUM(data_length + index_length), 0) FROM information_schema.tables "
-                    "WHERE table_schema = DATABASE()"
-                )
-                size = int(cur.fetchone()[0])
+                rows["users"] += 1  # the Anonymous Coward from the schema
         finally:
             conn.close()
     seconds = time.perf_counter() - t0
     ordered = {t: rows.get(t, 0) for t in TABLES}
-    return LoadReport(scale.name, cfg.dbms, ordered, seconds, nbytes, int(size), method)
+    return LoadReport(cfg.dbms, ordered, seconds, nbytes, int(size), method, scale=scale.name)
