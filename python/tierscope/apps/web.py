@@ -1,17 +1,87 @@
-"""What the apps' WSGI front ends share (RUBBoS, the bookstore): a GET or POST form parsed
-safely, typed parameters that answer HTTP 400 when malformed, the database settings from
-`<PREFIX>_*` environment variables, and the small page helpers both use."""
+"""What the apps' WSGI front ends share (RUBBoS, the bookstore): a request served with its
+request id (`serve`), the health check, the answer to a page that failed (`failure`: 400 for a
+malformed request, 500 without the trace for the rest), a GET or POST form parsed safely, typed
+parameters that answer HTTP 400 when malformed, the database settings from `<PREFIX>_*`
+environment variables, and the small page helpers both use."""
 
 from __future__ import annotations
 
 import html
+import logging
 import re
-from collections.abc import Mapping
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 from urllib.parse import parse_qs
 
+from tierscope.apps.dal import DatabaseError, PoolTimeout
 from tierscope.contracts.dbms import DbConfig
 from tierscope.services.credentials import LAB_USER
+
+#: a request id a client may send (X-Request-Id): printable ASCII without spaces, 1 to 128 long
+REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
+#: the content type of the pages
+HTML = "text/html; charset=utf-8"
+
+#: what a front end answers: (status, content type, body)
+Answer = tuple[str, str, bytes]
+
+
+def serve(environ: dict, start_response: Callable[..., Any], dispatch: Callable[..., Answer]) -> list[bytes]:
+    """One request: `dispatch(environ, path, method, request id, start time)` answers it; the
+    request id is the client's X-Request-Id when well formed (a new one otherwise) and goes back
+    in the answer's X-Request-Id; a HEAD request gets no body."""
+    t0 = time.perf_counter()
+    rid = environ.get("HTTP_X_REQUEST_ID", "")
+    if not REQUEST_ID_RE.match(rid):
+        rid = uuid.uuid4().hex
+    path = environ.get("PATH_INFO", "/")
+    method = environ.get("REQUEST_METHOD", "GET")
+    status, ctype, body = dispatch(environ, path, method, rid, t0)
+    start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body))), ("X-Request-Id", rid)])
+    return [body] if method != "HEAD" else [b""]
+
+
+def health(db: Any, rid: str) -> Answer:
+    """200 "ok" once the database `db` (an apps.dal.Database) answers a query, 503 with the error
+    otherwise."""
+    try:
+        with db.session(rid) as s:
+            s.query("SELECT 1 AS one")
+        return "200 OK", "text/plain", b"ok\n"
+    except Exception as err:
+        return "503 Service Unavailable", "text/plain", f"ERROR: database: {err}\n".encode()
+
+
+def failure(err: Exception, rid: str, script: str, page: Callable[[str, str], str], log: logging.Logger) -> Answer:
+    """The answer to the page `script` that raised `err` (`page(title, body)` the app's page):
+    400 with the reason for a BadRequest; 500 with the pool's timeout for a PoolTimeout (logged);
+    otherwise 500 naming the kind of failure (a database error, or the exception's type) and the
+    request, without the trace (logged with it)."""
+    if isinstance(err, BadRequest):
+        return "400 Bad Request", HTML, page("Bad request", f"<p>Bad request: {esc(err)}</p>\n").encode()
+    if isinstance(err, PoolTimeout):
+        log.error("request %s %s: %s", rid, script, err)
+        return "500 Internal Server Error", HTML, page("ERROR", f"<p>ERROR: {esc(err)}</p>\n").encode()
+    log.error("request %s %s failed", rid, script, exc_info=err)
+    kind = "database error" if isinstance(err, DatabaseError) else type(err).__name__
+    return (
+        "500 Internal Server Error",
+        HTML,
+        page("ERROR", f"<p>ERROR: {esc(kind)} while processing {esc(script)} (request {esc(rid)}).</p>\n").encode(),
+    )
+
+
+def log_to_stderr() -> None:
+    """An app's log lines to stderr (gunicorn's error log) with time and pid, unless the process
+    has set up logging already."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
+        )
 
 
 class BadRequest(Exception):

@@ -60,16 +60,15 @@ import os
 import random
 import re
 import string
-import sys
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from tierscope.apps import web
 from tierscope.apps.bookstore import pages
 from tierscope.apps.bookstore.datagen import CARD_TYPES, SHIP_TYPES, SUBJECTS, TAX_RATE, digsyl
 from tierscope.apps.bookstore.pages import money, url
-from tierscope.apps.dal import Database, DatabaseError, PoolTimeout, like_prefix
+from tierscope.apps.dal import Database, DatabaseError, like_prefix
 from tierscope.apps.web import BadRequest, FormRequest, db_config_from_env, esc, fmt_date, now, sorry
 from tierscope.contracts.dbms import DbConfig
 
@@ -77,7 +76,6 @@ log = logging.getLogger("tierscope.bookstore")
 
 PREFIX = pages.PREFIX
 MAX_CART_LINES = 100
-REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
 IMAGE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,39}$")
 SEARCH_TYPES = ("author", "title", "subject")
 
@@ -894,34 +892,24 @@ class BookstoreApp:
         return self.rng.randint(1, self.item_count(s))
 
     def __call__(self, environ, start_response):
-        t0 = time.perf_counter()
-        rid = environ.get("HTTP_X_REQUEST_ID", "")
-        if not REQUEST_ID_RE.match(rid):
-            rid = uuid.uuid4().hex
-        path = environ.get("PATH_INFO", "/")
-        method = environ.get("REQUEST_METHOD", "GET")
-        status, ctype, body = self._dispatch(environ, path, method, rid, t0)
-        start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body))), ("X-Request-Id", rid)])
-        return [body] if method != "HEAD" else [b""]
+        return web.serve(environ, start_response, self._dispatch)
 
     def _dispatch(self, environ, path, method, rid, t0):
-        html_t = "text/html; charset=utf-8"
         if path in ("/", PREFIX, PREFIX + "/"):
             path = PREFIX + "/Home"
         if path == PREFIX + "/health":
-            try:
-                with self.db.session(rid) as s:
-                    s.query("SELECT 1 AS one")
-                return "200 OK", "text/plain", b"ok\n"
-            except Exception as err:
-                return "503 Service Unavailable", "text/plain", f"ERROR: database: {err}\n".encode()
+            return web.health(self.db, rid)
         script = path[len(PREFIX) + 1 :] if path.startswith(PREFIX + "/") else None
         handler = INTERACTIONS.get(script) if script else None
         if handler is None:
-            return "404 Not Found", html_t, pages.page("Not found", f"<p>No such page: {esc(path)}</p>\n").encode()
+            return "404 Not Found", web.HTML, pages.page("Not found", f"<p>No such page: {esc(path)}</p>\n").encode()
         assert script is not None  # the handler was found by it
         if method not in ("GET", "POST", "HEAD"):
-            return "405 Method Not Allowed", html_t, pages.page("Bad request", "<p>Method not allowed.</p>\n").encode()
+            return (
+                "405 Method Not Allowed",
+                web.HTML,
+                pages.page("Bad request", "<p>Method not allowed.</p>\n").encode(),
+            )
         try:
             req = Request(environ, rid, self)
             with self.db.session(rid) as s:
@@ -933,28 +921,12 @@ class BookstoreApp:
                 )
             )
             text = pages.page(title, content, buttons, (time.perf_counter() - t0) * 1000)
-            return "200 OK", html_t, text.encode()
-        except BadRequest as err:
-            return "400 Bad Request", html_t, pages.page("Bad request", f"<p>Bad request: {esc(err)}</p>\n").encode()
-        except PoolTimeout as err:
-            log.error("request %s %s: %s", rid, script, err)
-            return "500 Internal Server Error", html_t, pages.page("ERROR", f"<p>ERROR: {esc(err)}</p>\n").encode()
-        except Exception as err:  # a failure: log it with the trace, answer without it
-            log.exception("request %s %s failed", rid, script)
-            kind = "database error" if isinstance(err, DatabaseError) else type(err).__name__
-            return (
-                "500 Internal Server Error",
-                html_t,
-                pages.page(
-                    "ERROR", f"<p>ERROR: {esc(kind)} while processing {esc(script)} (request {esc(rid)}).</p>\n"
-                ).encode(),
-            )
+            return "200 OK", web.HTML, text.encode()
+        except Exception as err:  # 400 for a malformed request; a failure logged, answered without its trace
+            return web.failure(err, rid, script, pages.page, log)
 
 
 def create_app(config: AppConfig | None = None) -> BookstoreApp:
     """The WSGI application (gunicorn: `tierscope.apps.bookstore.app:create_app()`)."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
-        )
+    web.log_to_stderr()
     return BookstoreApp(config or AppConfig.from_env())

@@ -29,7 +29,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass, fields
@@ -38,6 +37,7 @@ from typing import Any
 from tierscope.apps.dal import Database, DatabaseError, PoolTimeout
 from tierscope.apps.logservice.schema import token_sha256
 from tierscope.apps.logservice.store import DirectStore, DurableStore, QueueStore, Record, Refused
+from tierscope.apps.web import log_to_stderr
 from tierscope.contracts.dbms import DbConfig
 
 MODES = ("direct", "queue", "durable")
@@ -330,8 +330,5 @@ class LogService:
 
 
 def create_app(config: LogServiceConfig | None = None) -> LogService:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
-        )
+    log_to_stderr()
     return LogService(config or LogServiceConfig.from_env())

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import parse_qs
 
-from tierscope.apps.dal import Database, DatabaseError, DuplicateKey, PoolTimeout, like_prefix, like_prefix10
+from tierscope.apps import web
+from tierscope.apps.dal import Database, DuplicateKey, like_prefix, like_prefix10
 from tierscope.apps.rubbos import pages
 from tierscope.apps.rubbos.events import EventRecorder
 from tierscope.apps.rubbos.pages import url
@@ -45,7 +43,6 @@ MAX_BODY_BYTES = 256 * 1024
 MAX_TEXT = 10000  # longest story/comment body accepted (TEXT columns hold 65535 bytes)
 PAGE_SIZE_DEFAULT = 25  # the scripts' default when nbOfStories is absent
 PAGE_SIZE_MAX = 200
-REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -611,68 +608,40 @@ class RubbosApp:
             self.events.pause(self.config.pause_ms)
 
     def __call__(self, environ, start_response):
-        t0 = time.perf_counter()
-        rid = environ.get("HTTP_X_REQUEST_ID", "")
-        if not REQUEST_ID_RE.match(rid):
-            rid = uuid.uuid4().hex
-        path = environ.get("PATH_INFO", "/")
-        method = environ.get("REQUEST_METHOD", "GET")
-        status, ctype, body = self._dispatch(environ, path, method, rid, t0)
-        headers = [
-            ("Content-Type", ctype),
-            ("Content-Length", str(len(body))),
-            ("X-Request-Id", rid),
-        ]
-        start_response(status, headers)
-        return [body] if method != "HEAD" else [b""]
+        return web.serve(environ, start_response, self._dispatch)
 
     def _dispatch(self, environ, path, method, rid, t0):
-        html_t = "text/html; charset=utf-8"
         if path in ("/", pages.PREFIX, pages.PREFIX + "/"):
             path = pages.PREFIX + "/index.html"
         if path in self.static:
-            return "200 OK", html_t, self.static[path]
+            return "200 OK", web.HTML, self.static[path]
         if path == pages.LOGO:
             return "200 OK", "image/png", self.logo
         if path == pages.PREFIX + "/health":
-            try:
-                with self.db.session(rid) as s:
-                    s.query("SELECT 1 AS one")
-                return "200 OK", "text/plain", b"ok\n"
-            except Exception as err:
-                return "503 Service Unavailable", "text/plain", f"ERROR: database: {err}\n".encode()
+            return web.health(self.db, rid)
         if path == pages.PREFIX + "/admin/pause":
             return self._admin_pause(environ)
         if not path.startswith(pages.PREFIX + "/"):
-            return "404 Not Found", html_t, pages.page("Not found", "<p>No such page.</p>\n").encode()
+            return "404 Not Found", web.HTML, pages.page("Not found", "<p>No such page.</p>\n").encode()
         script = path[len(pages.PREFIX) + 1 :]
         entry = INTERACTIONS.get(script)
         if entry is None:
-            return "404 Not Found", html_t, pages.page("Not found", f"<p>No such page: {esc(script)}</p>\n").encode()
+            return "404 Not Found", web.HTML, pages.page("Not found", f"<p>No such page: {esc(script)}</p>\n").encode()
         if method not in ("GET", "POST", "HEAD"):
-            return "405 Method Not Allowed", html_t, pages.page("Bad request", "<p>Method not allowed.</p>\n").encode()
+            return (
+                "405 Method Not Allowed",
+                web.HTML,
+                pages.page("Bad request", "<p>Method not allowed.</p>\n").encode(),
+            )
         handler, _ = entry
         try:
             req = Request(environ, rid, self.db)
             with self.db.session(rid) as s:
                 title, content = handler(req, s)
             text = pages.page(title, content, (time.perf_counter() - t0) * 1000)
-            return "200 OK", html_t, text.encode()
-        except BadRequest as err:
-            return "400 Bad Request", html_t, pages.page("Bad request", f"<p>Bad request: {esc(err)}</p>\n").encode()
-        except PoolTimeout as err:
-            log.error("request %s %s: %s", rid, script, err)
-            return "500 Internal Server Error", html_t, pages.page("ERROR", f"<p>ERROR: {esc(err)}</p>\n").encode()
-        except Exception as err:  # a failure: log it with the trace, answer without it
-            log.exception("request %s %s failed", rid, script)
-            kind = "database error" if isinstance(err, DatabaseError) else type(err).__name__
-            return (
-                "500 Internal Server Error",
-                html_t,
-                pages.page(
-                    "ERROR", f"<p>ERROR: {esc(kind)} while processing {esc(script)} (request {esc(rid)}).</p>\n"
-                ).encode(),
-            )
+            return "200 OK", web.HTML, text.encode()
+        except Exception as err:  # 400 for a malformed request; a failure logged, answered without its trace
+            return web.failure(err, rid, script, pages.page, log)
 
     def _admin_pause(self, environ):
         if not (self.config.allow_pause and self.events):
@@ -694,8 +663,5 @@ class RubbosApp:
 
 def create_app(config: AppConfig | None = None) -> RubbosApp:
     """The WSGI application (gunicorn: `tierscope.apps.rubbos.app:create_app()`)."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
-        )
+    web.log_to_stderr()
     return RubbosApp(config or AppConfig.from_env())
