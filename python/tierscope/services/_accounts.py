@@ -1,6 +1,8 @@
 """Running a server as an unprivileged OS user from a root lab: the database servers as their own
 (postgres, mysql, redis), nginx's workers and the app servers as the lab's system user
-`LAB_OS_USER` (made by `make setup`, or here on first use: `lab_account`)."""
+`LAB_OS_USER` (made by `make setup`, or here on first use: `lab_account`). And what the database
+servers (`Postgres`, `MariaDB`) share of their accounts: `DatabaseServer`, a server run as its own
+OS user that holds the lab's user and password and reaches the lab's database."""
 
 from __future__ import annotations
 
@@ -12,6 +14,12 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, TypedDict
+
+from tierscope.contracts.dbms import DbConfig
+from tierscope.services.base import Service
+from tierscope.services.credentials import Credentials, lab_credentials
+from tierscope.testbed.host import Host
 
 #: the unprivileged system user nginx's workers and the app servers run as in a root lab
 LAB_OS_USER = "tierscope"
@@ -142,3 +150,67 @@ def blocked_for(acct: pwd.struct_passwd, path: Path) -> Path | None:
         if not allowed(p, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)):
             return p
     return None if allowed(path, (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)) else path
+
+
+class ServerOptions(TypedDict, total=False):
+    """The options every `DatabaseServer` takes (see it), by keyword."""
+
+    max_connections: int
+    settings: dict[str, str] | None
+    name: str | None
+    credentials: Credentials | None
+    database: str | None
+
+
+class DatabaseServer(Service):
+    """A database server the lab starts, run as its own OS user (`user`), its data under
+    `<workdir>/data`: `credentials` are the lab's user and password on it (default: the lab's file
+    above the workdir, `lab_credentials`), `database` the lab's database there (made once it
+    answers, the lab user's), `max_connections` and `settings` (name -> value, over its defaults)
+    its configuration, and `db_config` what a client uses to reach one of its databases. A
+    subclass names its client (`dbms`, a `DbConfig` DBMS) and adds its own settings."""
+
+    #: the client DBMS of `DbConfig` ("postgresql", "mariadb")
+    dbms = ""
+
+    def __init__(
+        self,
+        host: Host,
+        port: int,
+        workdir: str | Path,
+        *,
+        max_connections: int = 200,
+        settings: dict[str, str] | None = None,
+        name: str | None = None,
+        credentials: Credentials | None = None,
+        database: str | None = None,
+    ):
+        super().__init__(host, port, workdir, name)
+        self.max_connections = max_connections
+        self.settings = dict(settings or {})
+        self._credentials = credentials
+        self.database = database
+
+    @property
+    def credentials(self) -> Credentials:
+        """The lab's user and password (default: the lab's file above the workdir, `lab_credentials`)."""
+        if self._credentials is None:
+            self._credentials = lab_credentials(self.workdir.parent)
+        return self._credentials
+
+    @property
+    def data_dir(self) -> Path:
+        return self.workdir / "data"
+
+    def db_config(self, database: str, **kwargs: Any) -> DbConfig:
+        """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
+        c = self.credentials
+        return DbConfig(
+            self.dbms,
+            host=self.host.address,
+            port=self.port,
+            user=c.user,
+            password=c.password,
+            database=database,
+            **kwargs,
+        )

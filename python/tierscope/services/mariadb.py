@@ -16,11 +16,11 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Unpack
 
-from tierscope.contracts.dbms import DbConfig
-from tierscope.services._accounts import give_to
-from tierscope.services.base import Service, ServiceError, drop_socket_dir, private_dir, socket_dir
-from tierscope.services.credentials import LAB_USER, Credentials, lab_credentials
+from tierscope.services._accounts import DatabaseServer, ServerOptions, give_to
+from tierscope.services.base import ServiceError, drop_socket_dir, private_dir, socket_dir
+from tierscope.services.credentials import LAB_USER
 from tierscope.testbed.host import Host
 
 __all__ = ["LAB_USER", "MariaDB"]
@@ -34,10 +34,12 @@ def _binary(*names: str) -> str:
     raise ServiceError(f"none of {names} found (is mariadb-server installed? run make setup)")
 
 
-class MariaDB(Service):
-    """A MariaDB server started in the foreground by tierscope."""
+class MariaDB(DatabaseServer):
+    """A MariaDB server started in the foreground by tierscope (the lab user's privileges are on
+    its `database` and on the databases made with `create_database`)."""
 
     kind = "mariadb"
+    dbms = "mariadb"
     user = "mysql"
     start_timeout = 90.0
 
@@ -47,34 +49,13 @@ class MariaDB(Service):
         port: int,
         workdir: str | Path,
         *,
-        max_connections: int = 200,
         buffer_pool: str = "128M",
         durable: bool = True,
-        settings: dict[str, str] | None = None,
-        name: str | None = None,
-        credentials: Credentials | None = None,
-        database: str | None = None,
+        **options: Unpack[ServerOptions],
     ):
-        super().__init__(host, port, workdir, name)
-        self.max_connections = max_connections
+        super().__init__(host, port, workdir, **options)
         self.buffer_pool = buffer_pool
         self.durable = durable
-        self.settings = dict(settings or {})
-        self._credentials = credentials
-        #: the lab's database on this server: the lab user's privileges are on it (and on the
-        #: databases made with `create_database`)
-        self.database = database
-
-    @property
-    def credentials(self) -> Credentials:
-        """The lab's user and password (default: the lab's file above the workdir, `lab_credentials`)."""
-        if self._credentials is None:
-            self._credentials = lab_credentials(self.workdir.parent)
-        return self._credentials
-
-    @property
-    def data_dir(self) -> Path:
-        return self.workdir / "data"
 
     def table_files(self) -> list[Path]:
         """The files of the tables and indexes (InnoDB's system and per-table spaces), not the redo
@@ -199,19 +180,6 @@ class MariaDB(Service):
         """Give the lab user every privilege on `database` (none on any other, none to grant)."""
         _check_name(database)
         self.sql(f"GRANT ALL PRIVILEGES ON `{database}`.* TO %s@'%%'", params=(self.credentials.user,))
-
-    def db_config(self, database: str, **kwargs) -> DbConfig:
-        """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
-        c = self.credentials
-        return DbConfig(
-            "mariadb",
-            host=self.host.address,
-            port=self.port,
-            user=c.user,
-            password=c.password,
-            database=database,
-            **kwargs,
-        )
 
     def connect_args(self, db: str | None = None) -> dict:
         """Keyword arguments for `pymysql.connect` reaching this server over TCP as the lab user."""

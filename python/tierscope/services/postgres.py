@@ -22,12 +22,11 @@ import pwd
 import signal
 import subprocess
 from pathlib import Path
+from typing import Unpack
 
-from tierscope.contracts.dbms import DbConfig
 from tierscope.middleware.scram import ScramVerifier
-from tierscope.services._accounts import give_to, run_as
-from tierscope.services.base import Service, ServiceError, drop_socket_dir, private_dir, socket_dir
-from tierscope.services.credentials import Credentials, lab_credentials
+from tierscope.services._accounts import DatabaseServer, ServerOptions, give_to, run_as
+from tierscope.services.base import ServiceError, drop_socket_dir, private_dir, socket_dir
 from tierscope.testbed.host import Host
 
 
@@ -42,10 +41,12 @@ def pg_bindir() -> Path:
     return Path(found[-1]).parent
 
 
-class Postgres(Service):
-    """A PostgreSQL cluster started in the foreground by tierscope."""
+class Postgres(DatabaseServer):
+    """A PostgreSQL cluster started in the foreground by tierscope (its `database` is made, owned
+    by the lab user, once it answers)."""
 
     kind = "postgres"
+    dbms = "postgresql"
     user = "postgres"
     start_timeout = 60.0
 
@@ -55,33 +56,13 @@ class Postgres(Service):
         port: int,
         workdir: str | Path,
         *,
-        max_connections: int = 200,
         shared_buffers: str = "128MB",
         fsync: bool = True,
-        settings: dict[str, str] | None = None,
-        name: str | None = None,
-        credentials: Credentials | None = None,
-        database: str | None = None,
+        **options: Unpack[ServerOptions],
     ):
-        super().__init__(host, port, workdir, name)
-        self.max_connections = max_connections
+        super().__init__(host, port, workdir, **options)
         self.shared_buffers = shared_buffers
         self.fsync = fsync
-        self.settings = dict(settings or {})
-        self._credentials = credentials
-        #: the lab's database on this server, made (owned by the lab user) once it answers
-        self.database = database
-
-    @property
-    def credentials(self) -> Credentials:
-        """The lab's user and password (default: the lab's file above the workdir, `lab_credentials`)."""
-        if self._credentials is None:
-            self._credentials = lab_credentials(self.workdir.parent)
-        return self._credentials
-
-    @property
-    def data_dir(self) -> Path:
-        return self.workdir / "data"
 
     def table_files(self) -> list[Path]:
         """The files of the tables and indexes (`base/`), not the write-ahead log."""
@@ -103,19 +84,6 @@ class Postgres(Service):
         c = self.credentials
         return psycopg.conninfo.make_conninfo(
             host=self.host.address, port=self.port, user=c.user, password=c.password, dbname=dbname
-        )
-
-    def db_config(self, database: str, **kwargs) -> DbConfig:
-        """What an app (or a loader) uses to reach `database` here: the lab user and password over TCP."""
-        c = self.credentials
-        return DbConfig(
-            "postgresql",
-            host=self.host.address,
-            port=self.port,
-            user=c.user,
-            password=c.password,
-            database=database,
-            **kwargs,
         )
 
     def admin_dsn(self, dbname: str = "postgres") -> str:
