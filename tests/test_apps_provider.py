@@ -10,11 +10,13 @@ import pytest
 from tierscope import apps
 from tierscope.apps.rubbos.provider import RubbosProvider, scale_name
 
-RUNNER = Path(apps.__file__).parent.parent / "runner.py"
+RUNNER = Path(apps.__file__).parent.parent / "runner"
 
 
-def test_the_runner_imports_no_application_and_no_dbms():
-    tree = ast.parse(RUNNER.read_text())
+@pytest.mark.parametrize("module", sorted(p.name for p in RUNNER.glob("*.py")))
+def test_the_runner_imports_no_application_and_no_dbms(module):
+    text = (RUNNER / module).read_text()
+    tree = ast.parse(text)
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not [
@@ -23,7 +25,12 @@ def test_the_runner_imports_no_application_and_no_dbms():
         if m.startswith("tierscope.apps.")
         or m in ("tierscope.services.postgres", "tierscope.services.mariadb", "tierscope.services.appserver")
     ]
-    assert "rubbos" not in RUNNER.read_text().lower()
+    for name in ("rubbos", "tpcw", "bookstore", "postgres", "mariadb", "mysql"):
+        assert name not in text.lower(), (module, name)
+
+
+def test_the_runner_is_a_package_of_its_stages():
+    assert {p.name for p in RUNNER.glob("*.py")} >= {"lifecycle.py", "drive.py", "collect.py", "record.py"}
 
 
 def test_providers_by_benchmark():

@@ -393,7 +393,7 @@ def stop_agent(workdir: Path, timeout: float) -> int:
 
 def load(point_file: str, target: str, workdir: Path, users: int | None, first_user: int) -> int:
     from tierscope.load import engine_args, run_load
-    from tierscope.runner import _users_of, workload_file
+    from tierscope.runner import users_of, workload_file
 
     point, raw = _read_point(point_file)
     c = point.config
@@ -403,7 +403,7 @@ def load(point_file: str, target: str, workdir: Path, users: int | None, first_u
         workload_file(c),
         target=target,
         log=workdir / "client_requests.parquet",
-        users=users if users is not None else _users_of(point),
+        users=users if users is not None else users_of(point),
         ramp_up=f"{w.ramp_up}s",
         duration=f"{w.run}s",
         ramp_down=f"{w.ramp_down}s",

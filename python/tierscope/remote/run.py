@@ -35,8 +35,8 @@ from tierscope.runner import (
     PointContext,
     Progress,
     RunResult,
-    _phase_times,
     collect,
+    phase_times,
     point_status,
     stop_services,
     versions,
@@ -331,7 +331,7 @@ def _correction(o) -> int:
 
 
 def _phase_times_of(t0: int, w) -> dict:
-    return _phase_times(t0, w.ramp_up, w.run, w.ramp_down)
+    return phase_times(t0, w.ramp_up, w.run, w.ramp_down)
 
 
 def _shifted(t: pa.Table, shift_ns: int) -> pa.Table:
