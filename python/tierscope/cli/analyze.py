@@ -14,6 +14,41 @@ from tierscope.contracts import DEFAULT_WINDOW_NS, MIN_WINDOW_NS
 
 #: the smallest window (contracts.MIN_WINDOW_NS), in ms
 MIN_WINDOW_MS = MIN_WINDOW_NS / 1e6
+
+# The options `analyze` and `report` share, one definition each.
+#: the window of the fine-grained analysis, in ms (`window_ns_of` checks it)
+WINDOW_MS_OPTION = typer.Option(
+    DEFAULT_WINDOW_NS / 1e6,
+    "--window-ms",
+    help=f"Window of the fine-grained analysis, in ms (at least {MIN_WINDOW_MS:g}).",
+)
+#: the format of the trace files, when not detected
+FORMAT_OPTION = typer.Option(
+    None,
+    "--format",
+    "-f",
+    help="Read every trace file as this format instead of detecting it: otlp, jaeger, zipkin, nginx, apache, parquet.",
+)
+#: the verdict as JSON
+JSON_OPTION = typer.Option(
+    None,
+    "--json",
+    help="Write the verdict, saturated shares, N* and the per-level table as JSON to this file ('-' for stdout).",
+)
+#: how the verdict was reached
+VERBOSE_OPTION = typer.Option(False, "--verbose", "-v", help="Also print how the verdict was reached.")
+
+
+def window_ns_of(window_ms: float) -> int:
+    """--window-ms in ns; ValueError below the smallest window."""
+    if window_ms < MIN_WINDOW_MS:
+        raise ValueError(
+            f"--window-ms {window_ms:g}: at least {MIN_WINDOW_MS:g} ms (a shorter window holds a fraction of one "
+            f"request's service)"
+        )
+    return int(round(window_ms * 1e6))
+
+
 #: bytes per (server, window) cell of the fine-grained series, all columns and passes together
 CELL_BYTES = 200
 #: pcap and pcapng magic numbers
@@ -279,18 +314,8 @@ def analyze(
         "--engine duckdb/spark: requests Parquet files or directories "
         "(spark also reads hdfs://, s3a://... URLs).",
     ),
-    format: str | None = typer.Option(
-        None,
-        "--format",
-        "-f",
-        help="Read every trace file as this format instead "
-        "of detecting it: otlp, jaeger, zipkin, nginx, apache, parquet.",
-    ),
-    window_ms: float = typer.Option(
-        DEFAULT_WINDOW_NS / 1e6,
-        "--window-ms",
-        help=f"Window of the fine-grained analysis, in ms (at least {MIN_WINDOW_MS:g}).",
-    ),
+    format: str | None = FORMAT_OPTION,
+    window_ms: float = WINDOW_MS_OPTION,
     output: Path = typer.Option(
         Path("tierscope-analysis"),
         "-o",
@@ -298,18 +323,14 @@ def analyze(
         help="Directory for requests.parquet (and report.html with --report).",
     ),
     report: bool = typer.Option(False, "--report", help="Also write DIR/report.html."),
-    json_out: str | None = typer.Option(
-        None,
-        "--json",
-        help="Write the verdict, saturated shares, N* and the per-level table as JSON to this file ('-' for stdout).",
-    ),
+    json_out: str | None = JSON_OPTION,
     log_format: str | None = typer.Option(
         None,
         "--log-format",
         help="The nginx log_format or Apache LogFormat string of the access logs, when it is not the documented one.",
     ),
     tier: str | None = typer.Option(None, "--tier", help="Tier name for access-log rows (default: web)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print how the verdict was reached."),
+    verbose: bool = VERBOSE_OPTION,
     engine: str = typer.Option(
         "numpy",
         "--engine",
@@ -357,12 +378,10 @@ def analyze(
         err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(_output.BAD_INPUT)
 
-    if window_ms < MIN_WINDOW_MS:
-        fail(
-            f"--window-ms {window_ms:g}: at least {MIN_WINDOW_MS:g} ms (a shorter window holds a fraction of one "
-            f"request's service)"
-        )
-    window_ns = int(round(window_ms * 1e6))
+    try:
+        window_ns = window_ns_of(window_ms)
+    except ValueError as e:
+        fail(str(e))
     if engine not in ENGINES:
         fail(f"--engine {engine}: one of {', '.join(ENGINES)}")
     if spark_master is not None and engine != "spark":

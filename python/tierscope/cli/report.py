@@ -7,7 +7,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from tierscope.contracts import DEFAULT_WINDOW_NS, MIN_WINDOW_NS
+from tierscope.cli.analyze import (
+    EPILOG,
+    FORMAT_OPTION,
+    JSON_OPTION,
+    VERBOSE_OPTION,
+    WINDOW_MS_OPTION,
+    window_ns_of,
+)
 
 
 def report(
@@ -17,9 +24,7 @@ def report(
         "manifest.json), a point directory, or trace/log files.",
     ),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML file to write."),
-    window_ms: float = typer.Option(
-        DEFAULT_WINDOW_NS / 1e6, "--window-ms", help="Window of the fine-grained analysis, in ms."
-    ),
+    window_ms: float = WINDOW_MS_OPTION,
     point: str | None = typer.Option(
         None,
         "--point",
@@ -30,14 +35,9 @@ def report(
         "--think-time",
         help="Users' mean think time in seconds, for the knee from asymptotic bounds (default: from the manifest).",
     ),
-    format: str | None = typer.Option(None, "--format", "-f", help="Format of trace files (default: detected)."),
-    json_out: str | None = typer.Option(
-        None,
-        "--json",
-        help="Also write the verdict, saturated shares, N* and the "
-        "per-level table as JSON to this file ('-' for stdout).",
-    ),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print how the verdict was reached."),
+    format: str | None = FORMAT_OPTION,
+    json_out: str | None = JSON_OPTION,
+    verbose: bool = VERBOSE_OPTION,
 ) -> None:
     """Write one self-contained HTML report (works offline) and print its summary.
 
@@ -53,10 +53,8 @@ def report(
 
     console = Console(stderr=json_out == "-")
     err = Console(stderr=True)
-    window_ns = int(round(window_ms * 1e6))
     try:
-        if window_ms * 1e6 < MIN_WINDOW_NS:
-            raise ValueError(f"--window-ms {window_ms:g}: at least {MIN_WINDOW_NS / 1e6:g} ms")
+        window_ns = window_ns_of(window_ms)
         _output.check_output_file(output, "-o")
         if json_out not in (None, "-"):
             _output.check_output_file(Path(json_out), "--json")
@@ -104,6 +102,4 @@ def report(
 
 
 def register(app: typer.Typer) -> None:
-    from tierscope.cli.analyze import EPILOG
-
     app.command("report", epilog=EPILOG)(report)
