@@ -15,7 +15,7 @@ counters and arithmetic rather than the driver alone:
   (the drivers' prepared statements pass through it), and its reads went to one replica each.
 * Nothing is left running and the work directory is removed.
 
-The real-cluster tests take about 2 minutes on the shared 2-core machine: marked `fidelity`.
+The real-cluster tests take about 2.5 minutes on the shared 2-core machine: marked `fidelity`.
 """
 
 from __future__ import annotations
@@ -154,8 +154,10 @@ def galera_rows(workdir):
     preset = ScalePreset(
         targets=["galera"],
         nodes=[1, 3],
-        workloads=["ycsb-b", "ycsb-a"],
-        duration=8,
+        # B, A, A, B on each cluster: a drift of the machine's speed during a cluster's runs
+        # (it is shared) weighs on both mixes alike instead of on the one that ran second
+        workloads=["ycsb-b", "ycsb-a", "ycsb-a", "ycsb-b"],
+        duration=6,
         warmup=0,
         records=2000,
         threads_per_node=2,
@@ -163,7 +165,11 @@ def galera_rows(workdir):
     rows = run_scaling(preset, out=workdir / "out", workdir=workdir, say=lambda m: None)
     assert not _left_behind(workdir)
     assert [p.name for p in workdir.iterdir()] == ["out"]  # the data directories are gone
-    return {(r["nodes"], r["workload"]): r for r in rows}
+    out: dict[tuple[int, str], list[dict]] = {}
+    for r in rows:
+        out.setdefault((r["nodes"], r["workload"]), []).append(r)
+    assert all(len(v) == 2 for v in out.values()) and len(out) == 4, sorted(out)
+    return out
 
 
 def _driver_ops(row) -> int:
@@ -174,7 +180,7 @@ def _driver_ops(row) -> int:
 @needs_root("MariaDB runs as its own OS user")
 @needs_galera
 def test_galera_every_write_is_applied_on_every_node(galera_rows):
-    one, three = galera_rows[(1, "ycsb-a")], galera_rows[(3, "ycsb-a")]
+    one, three = galera_rows[(1, "ycsb-a")][0], galera_rows[(3, "ycsb-a")][0]
     for row in (one, three):
         nodes = row["per_node"]
         assert len(nodes) == row["nodes"]
@@ -194,21 +200,23 @@ def test_galera_every_write_is_applied_on_every_node(galera_rows):
     assert per_op[3] >= 2.5 * per_op[1], per_op
 
 
-@pytest.mark.slow  # in `make fidelity`, not `make test`: see the docstring
 @pytest.mark.fidelity
 @needs_root("MariaDB runs as its own OS user")
 @needs_galera
 def test_galera_write_heavy_throughput_per_node_falls_faster_than_read_heavy(galera_rows):
-    """Alone on a quiet machine YCSB-A falls to 0.154 of its 1-node rate per node and YCSB-B to
-    0.206-0.214 (2026-11-26); inside the whole suite the two came out 0.184 / 0.175 and 0.173 /
-    0.172 in two runs in a row, with 8 s runs: too close to decide in `make test`."""
-    fall = {
-        w: galera_rows[(3, w)]["throughput_per_node"] / galera_rows[(1, w)]["throughput_per_node"]
-        for w in ("ycsb-a", "ycsb-b")
-    }
+    """Seed 002's finding on one machine: from 1 to 3 nodes YCSB-A's throughput per node falls
+    further than YCSB-B's (every write costs every node). Each mix runs twice per cluster, B A A B,
+    and the fall is that of the mean per-node rates. Run in the suite's order, one mix after the
+    other, the pair came out 0.184 / 0.175 and 0.173 / 0.172 (2026-11-26, 8 s runs) while alone it
+    was 0.154 / 0.21; interleaved, under other work (load average 5-8, 2026-11-28): 0.22-0.25 /
+    0.41-0.50 over three runs."""
+    mean = lambda rows: sum(r["throughput_per_node"] for r in rows) / len(rows)  # noqa: E731
+    fall = {w: mean(galera_rows[(3, w)]) / mean(galera_rows[(1, w)]) for w in ("ycsb-a", "ycsb-b")}
+    print(f"\nthroughput per node at 3 nodes over 1 node: {fall}")
     assert fall["ycsb-a"] < fall["ycsb-b"], fall
-    for r in galera_rows.values():
-        assert r["throughput_per_node"] == pytest.approx(r["throughput"] / r["nodes"], abs=0.1)
+    for rows in galera_rows.values():
+        for r in rows:
+            assert r["throughput_per_node"] == pytest.approx(r["throughput"] / r["nodes"], abs=0.1)
 
 
 @pytest.mark.fidelity
