@@ -3,7 +3,9 @@
 Pure parts: the MySQL framing, the login exchange (mysql_native_password), the answer follower
 and the time functions a write is run under one `SET timestamp` for.
 
-Real parts: two MariaDB servers on loopback behind the middleware, PyMySQL clients. The ground
+Real parts: two MariaDB servers on loopback behind the middleware, PyMySQL clients; each case runs
+with both implementations (`impl`: the Python middleware and the Rust one, `tierscope-engine
+middleware --protocol mysql`). The ground
 truth for where reads went is each server's own `Com_select` counter (SHOW GLOBAL STATUS);
 writes are checked by reading each server directly. The end-to-end test runs `tierscope run` with
 topology 1/1/1/2M.
@@ -180,9 +182,24 @@ def pair():
         shutil.rmtree(work, ignore_errors=True)
 
 
+@pytest.fixture(params=["python", "rust"])
+def impl(request):
+    """Each implementation of the MySQL-protocol middleware in turn: the Python one and the Rust one
+    (the binary from `tierscope.engine.engine_path()`: $TIERSCOPE_ENGINE, else the venv's; built by
+    `make setup`; a missing one fails the rust cases)."""
+    if request.param == "rust":
+        from tierscope.engine import engine_path
+
+        exe = engine_path()
+        if not exe.exists():
+            pytest.fail(f"{exe} does not exist; run `make setup`")
+    return request.param
+
+
 @contextlib.contextmanager
-def middleware(pair, policy="lprf", name="mw", stats=None, wait="first"):
-    """The middleware (MySQL protocol) in front of both servers; `stats` receives its counts after it stops."""
+def middleware(pair, policy="lprf", name="mw", stats=None, wait="first", implementation="python"):
+    """The middleware (MySQL protocol; `implementation` python or rust, `tierscope-engine middleware
+    --protocol mysql`) in front of both servers; `stats` receives its counts after it stops."""
     from tierscope.services.base import free_port
     from tierscope.services.middleware import Middleware
     from tierscope.testbed.host import Host
@@ -200,6 +217,7 @@ def middleware(pair, policy="lprf", name="mw", stats=None, wait="first"):
         pool=4,
         policy=policy,
         wait=wait,
+        implementation=implementation,
         name=name,
     )
     mw.start()
@@ -238,12 +256,12 @@ def rows(dbs, table):
     return [d.sql(f"SELECT id, v, at FROM {table} ORDER BY id", DB) for d in dbs]
 
 
-def test_sequential_reads_go_to_the_first_backend_under_lprf_and_alternate_under_rr(pair):
+def test_sequential_reads_go_to_the_first_backend_under_lprf_and_alternate_under_rr(pair, impl):
     _, dbs = pair
     fresh_table(dbs, "probe_reads")
     for policy, expected in (("lprf", [6, 0]), ("rr", [3, 3])):
         stats: dict = {}
-        with middleware(pair, policy, stats=stats) as mw:
+        with middleware(pair, policy, stats=stats, implementation=impl) as mw:
             conn = connect(mw)
             before = com_select(dbs)
             with conn.cursor() as cur:
@@ -254,14 +272,15 @@ def test_sequential_reads_go_to_the_first_backend_under_lprf_and_alternate_under
             conn.close()
         assert [a - b for a, b in zip(after, before)] == expected, policy
         assert [b["reads"] for b in stats["backends"]] == expected and stats["protocol"] == "mysql"
+        assert stats["implementation"] == impl
         assert stats["reads"] == 6 and stats["disabled"] == []
 
 
-def test_writes_land_on_both_servers_with_one_now_and_the_same_ids(pair):
+def test_writes_land_on_both_servers_with_one_now_and_the_same_ids(pair, impl):
     _, dbs = pair
     fresh_table(dbs, "probe_writes", rows=0)
     stats: dict = {}
-    with middleware(pair, "rr", stats=stats) as mw:
+    with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
         conn = connect(mw)
         with conn.cursor() as cur:
             ids = []
@@ -281,11 +300,11 @@ def test_writes_land_on_both_servers_with_one_now_and_the_same_ids(pair):
     assert [b["writes"] for b in stats["backends"]] == [7, 7]
 
 
-def test_transactions_commit_and_roll_back_on_both_servers(pair):
+def test_transactions_commit_and_roll_back_on_both_servers(pair, impl):
     _, dbs = pair
     fresh_table(dbs, "probe_txn", rows=0)
     stats: dict = {}
-    with middleware(pair, "rr", stats=stats) as mw:
+    with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
         conn = connect(mw)
         with conn.cursor() as cur:
             conn.begin()  # BEGIN
@@ -314,13 +333,13 @@ def test_transactions_commit_and_roll_back_on_both_servers(pair):
     assert stats["transaction_units"] >= 6 and stats["disabled"] == []
 
 
-def test_errors_pass_through_with_their_mysql_codes(pair):
+def test_errors_pass_through_with_their_mysql_codes(pair, impl):
     import pymysql
 
     _, dbs = pair
     fresh_table(dbs, "probe_errors", rows=1)
     stats: dict = {}
-    with middleware(pair, "rr", stats=stats) as mw:
+    with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
         conn = connect(mw)
         with conn.cursor() as cur:
             with pytest.raises(pymysql.err.ProgrammingError) as e:
@@ -397,13 +416,13 @@ def com(dbs, what) -> list[int]:
     return [int(d.sql(f"SHOW GLOBAL STATUS LIKE '{what}'")[0][1]) for d in dbs]
 
 
-def test_prepared_statements_read_by_policy_and_write_everywhere(pair):
+def test_prepared_statements_read_by_policy_and_write_everywhere(pair, impl):
     import pymysql
 
     _, dbs = pair
     fresh_table(dbs, "probe_ps", rows=4)
     stats: dict = {}
-    with middleware(pair, "rr", stats=stats) as mw:
+    with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
         conn = connect(mw)
         before = com(dbs, "Com_stmt_execute")
         sel = Prepared(conn, "SELECT v FROM probe_ps WHERE id = ?")
@@ -448,7 +467,7 @@ def kill(db) -> None:
     db.stop()
 
 
-def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair):
+def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair, impl):
     """Writers run all along; a read sleeping on db2 when db2 is SIGKILLed is retried on db1 (the
     client sees only its answer); the writes go on on db1 alone."""
     _, dbs = pair
@@ -481,7 +500,7 @@ def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair):
             errors.append(repr(err))
 
     try:
-        with middleware(pair, "rr", stats=stats) as mw:
+        with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
             threads = [threading.Thread(target=writer, args=(mw, k)) for k in range(3)]
             for t in threads:
                 t.start()

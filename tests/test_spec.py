@@ -205,10 +205,6 @@ users = 5
             "soft.middleware.weights: only with policy = \"wrr\" (policy is 'lprf')",
         ),
         (
-            'topology = "1/1/1/2M"\n' + MIN + '[soft.middleware]\nimplementation = "rust"\n',
-            't.toml: soft.middleware.implementation: "rust" speaks the PostgreSQL protocol only, the database tier is mariadb',
-        ),
-        (
             'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "java"\n',
             "t.toml: soft.middleware.implementation: Input should be 'python' or 'rust'",
         ),

@@ -46,7 +46,7 @@ enum Command {
     #[cfg(feature = "oltp")]
     /// TPC-C against PostgreSQL or MariaDB (load, run): tpmC and the 90th-percentile rules.
     Tpcc(oltp::tpcc::TpccArgs),
-    /// The RAIDb-1 clustering middleware (PostgreSQL protocol): `python -m tierscope.middleware` on tokio.
+    /// The RAIDb-1 clustering middleware (PostgreSQL or MySQL protocol): `python -m tierscope.middleware` on tokio.
     Middleware(middleware::MiddlewareArgs),
     /// Print the engine version.
     Version,

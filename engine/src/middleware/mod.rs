@@ -10,8 +10,13 @@
 //! Authentication: the middleware logs in to the backends as `--user` with the password in
 //! $TIERSCOPE_MIDDLEWARE_PASSWORD (scram-sha-256), and asks its clients for the same user and
 //! password (scram-sha-256); without a password it does not start.
+//!
+//! `--protocol mysql`: MariaDB backends and MySQL-protocol clients (`mysql_session`, the same
+//! routing on this manager; mysql_native_password on both sides).
 
 pub mod balance;
+pub mod mysql_session;
+pub mod mysql_wire;
 pub mod pool;
 pub mod recovery;
 pub mod replies;
@@ -46,6 +51,14 @@ times under any policy.
 The password (the backends', and what clients must log in with, scram-sha-256) is read from
 $TIERSCOPE_MIDDLEWARE_PASSWORD, never from the command line.
 
+--protocol mysql: MariaDB backends and MySQL-protocol clients (mysql_native_password on both
+sides, the same user and password). Served: COM_QUERY, COM_STMT_PREPARE/EXECUTE/CLOSE/RESET,
+COM_PING, COM_INIT_DB (the served database), COM_RESET_CONNECTION, COM_SET_OPTION, COM_QUIT;
+transactions followed by the backends' status flags; a write calling NOW() and the other time
+functions runs between SET timestamp = <one instant> and SET timestamp = DEFAULT on every
+backend. Cursors (COM_STMT_FETCH) and COM_STMT_SEND_LONG_DATA are answered with ERR 1235; no
+--recovery-log.
+
 Example: tierscope-engine middleware --listen 127.0.0.1:25322 --backend 127.0.0.1:5433 \\
     --backend 127.0.0.1:5434 --db rubbos --user tierscope --pool 16 --policy lprf --stats mw.json";
 
@@ -55,15 +68,20 @@ pub struct MiddlewareArgs {
     /// Address and port clients connect to (ADDR:PORT).
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: String,
-    /// A PostgreSQL server (repeat; the order is the LPRF order).
+    /// A database server: PostgreSQL, or MariaDB with --protocol mysql (repeat; the order is the
+    /// LPRF order).
     #[arg(long, value_name = "HOST:PORT", required = true)]
     pub backend: Vec<String>,
+    /// The wire protocol on both sides: postgres (PostgreSQL backends) or mysql (MariaDB backends,
+    /// mysql_native_password).
+    #[arg(long, default_value = "postgres", value_parser = ["postgres", "mysql"])]
+    pub protocol: String,
     /// The database served.
     #[arg(long, default_value = "rubbos", value_name = "NAME")]
     pub db: String,
     /// The user the middleware connects to the backends as, with the password in
-    /// $TIERSCOPE_MIDDLEWARE_PASSWORD (scram-sha-256), and the only user its clients may log in
-    /// as, with the same password.
+    /// $TIERSCOPE_MIDDLEWARE_PASSWORD (scram-sha-256; mysql_native_password with --protocol
+    /// mysql), and the only user its clients may log in as, with the same password.
     #[arg(long, default_value = "tierscope")]
     pub user: String,
     /// Connections to each backend at most.
@@ -844,6 +862,9 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
     if args.pool < 1 {
         return usage_error(&format!("--pool {}: expected >= 1", args.pool));
     }
+    if args.protocol == "mysql" && args.recovery_log.is_some() {
+        return usage_error("--recovery-log: PostgreSQL only (--protocol postgres)");
+    }
     if args.series_interval < 0.0 || !args.series_interval.is_finite() {
         return usage_error(&format!("--series-interval {}: expected >= 0", args.series_interval));
     }
@@ -891,7 +912,11 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
         rt.worker_threads(args.threads);
     }
     let rt = rt.enable_all().build().context("starting the tokio runtime")?;
-    let code = rt.block_on(serve(manager, args, listen_host, listen_port))?;
+    let code = if args.protocol == "mysql" {
+        rt.block_on(mysql_session::serve(manager, password, args, listen_host, listen_port))?
+    } else {
+        rt.block_on(serve(manager, args, listen_host, listen_port))?
+    };
     rt.shutdown_timeout(Duration::from_millis(200));
     Ok(code)
 }

@@ -95,8 +95,6 @@ class Middleware(Service):
             raise ValueError(f"middleware dbms: expected one of {', '.join(PROTOCOLS)}, got {dbms!r}")
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"middleware implementation: expected python or rust, got {implementation!r}")
-        if implementation == "rust" and PROTOCOLS[dbms] != "postgres":
-            raise ValueError(f"middleware implementation rust: PostgreSQL only (got {dbms}); use implementation python")
         self.backends = list(backends)
         self.database = database
         if user is None or password is None:
@@ -123,8 +121,11 @@ class Middleware(Service):
     @property
     def recovery_log_path(self) -> Path | None:
         """The Rust middleware's recovery log (`--recovery-log`, docs/middleware.md: replicas that
-        cannot drift), in its work directory; None for the Python one (it has none)."""
-        return self.workdir / "middleware.recovery.log" if self.implementation == "rust" else None
+        cannot drift), in its work directory; None for the Python one (it has none) and for the MySQL
+        protocol (the Rust one keeps none there yet)."""
+        if self.implementation == "rust" and self.protocol == "postgres":
+            return self.workdir / "middleware.recovery.log"
+        return None
 
     def db_config(self, base: DbConfig | None = None) -> DbConfig:
         """The app's database configuration pointing at this middleware (its protocol's driver, the

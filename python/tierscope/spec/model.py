@@ -171,7 +171,7 @@ class MiddlewareSoft(_Model):
     wait: Literal["first", "all"] = "first"  # a write is answered after the first / all backends
     # python: `python -m tierscope.middleware` (every policy, both protocols); rust: `tierscope-engine
     # middleware`, the same rules, policies (`aware` included), labels and stats at a third of the
-    # CPU per transaction (PostgreSQL only: the one refusal, in Spec's checks below)
+    # CPU per transaction, PostgreSQL and MariaDB (`--protocol mysql`)
     implementation: Literal["python", "rust"] = "python"
     # keep per-statement service times and heavy reads per backend under any policy (`--labels`;
     # `aware` always does): the 50 ms series then shows where the heavy reads went (either implementation)
@@ -412,11 +412,6 @@ class PointConfig(_Model):
             )
         if mw.weights is not None and mw.policy != "wrr":
             raise ValueError(f'soft.middleware.weights: only with policy = "wrr" (policy is {mw.policy!r})')
-        if mw.implementation == "rust" and self.topology.middleware.count and self.topology.db.dbms != "postgres":
-            raise ValueError(
-                f'soft.middleware.implementation: "rust" speaks the PostgreSQL protocol only, the database '
-                f'tier is {self.topology.db.dbms} (use "python" for it)'
-            )
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")
