@@ -39,6 +39,15 @@ JSON_OPTION = typer.Option(
 VERBOSE_OPTION = typer.Option(False, "--verbose", "-v", help="Also print how the verdict was reached.")
 
 
+def print_notes(notes: list[str], console: Console, verbose: bool) -> None:
+    """The analysis' notes with --verbose; else how many there are."""
+    if verbose:
+        for note in notes:
+            console.print(f"[dim]note: {escape(note)}[/dim]")
+    elif notes:
+        console.print(f"[dim]{len(notes)} note(s): --verbose shows them[/dim]")
+
+
 def window_ns_of(window_ms: float) -> int:
     """--window-ms in ns; ValueError below the smallest window."""
     if window_ms < MIN_WINDOW_MS:
@@ -454,11 +463,7 @@ def analyze(
         fail(_output.printable(str(e)))
     summary = build_summary(data)
     print_summary(summary, console, verbose=verbose, data=data)
-    if verbose:
-        for note in data.notes:
-            console.print(f"[dim]note: {escape(note)}[/dim]")
-    elif data.notes:
-        console.print(f"[dim]{len(data.notes)} note(s): --verbose shows them[/dim]")
+    print_notes(data.notes, console, verbose)
     try:
         if requests is not None and requests.num_rows:
             console.print(f"wrote {tables.write(requests, output / 'requests.parquet', 'requests')}", markup=False)

@@ -13,6 +13,7 @@ from tierscope.cli.analyze import (
     JSON_OPTION,
     VERBOSE_OPTION,
     WINDOW_MS_OPTION,
+    print_notes,
     window_ns_of,
 )
 
@@ -79,11 +80,7 @@ def report(
         finding = finding_of_run(data, inputs[0])
         if finding is not None:
             console.print(f"[bold]Finding:[/bold] {escape(finding.line())}", highlight=False, soft_wrap=True)
-    if verbose:
-        for note in data.notes:
-            console.print(f"[dim]note: {escape(note)}[/dim]")
-    elif data.notes:
-        console.print(f"[dim]{len(data.notes)} note(s): --verbose shows them[/dim]")
+    print_notes(data.notes, console, verbose)
     try:
         console.print(f"wrote {write_report(data, output, summary, finding=finding)}", markup=False)
         if json_out is not None:
