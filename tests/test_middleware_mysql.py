@@ -540,7 +540,7 @@ def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair, impl):
 
 @needs_root("the runner's hosts are network namespaces")
 @needs_mariadb
-def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path):
+def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path, impl):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -552,7 +552,7 @@ def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path):
     raw["mix"] = "read_write"  # writes too: each must reach both database servers
     raw["workload"]["users"] = [10]
     raw["workload"]["run"] = "5s"
-    raw.setdefault("soft", {})["middleware"] = {"policy": "rr"}
+    raw.setdefault("soft", {})["middleware"] = {"policy": "rr", "implementation": impl}
     spec = spec_from_dict(raw, where="mwm", name="mwm")
     result = run_experiment(spec, tmp_path, report=False)
     assert result.failed == [] and len(result.done) == 1, result.failed
@@ -565,7 +565,7 @@ def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path):
     served = client.filter(pc.equal(client["status"], 200)).num_rows
     assert served > 20 and served >= 0.95 * client.num_rows, (served, client.num_rows)
     stats = json.loads((d / "mw1" / "middleware.stats.json").read_text())
-    assert stats["protocol"] == "mysql" and stats["disabled"] == []
+    assert stats["protocol"] == "mysql" and stats["implementation"] == impl and stats["disabled"] == []
     reads = [b["reads"] for b in stats["backends"]]
     assert len(reads) == 2 and all(r > 10 for r in reads), reads
     assert stats["writes"] > 0 and all(b["writes"] == stats["writes"] for b in stats["backends"])
