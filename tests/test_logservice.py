@@ -19,8 +19,8 @@ import pytest
 from conftest import needs_root
 from tierscope.apps.logservice.app import BadRecord, LogServiceConfig, parse_record
 from tierscope.apps.logservice.driver import CONNECTION_ERROR, OUTCOMES, TIMEOUT, Load
-from tierscope.apps.logservice.experiment import Service, count, run_mode
-from tierscope.apps.logservice.preset import PresetError, load_preset
+from tierscope.studies.logservice import Service, count, run_mode
+from tierscope.studies.logservice_preset import PresetError, load_preset
 
 needs_root = needs_root("PostgreSQL runs as its own OS user")
 needs_redis = pytest.mark.skipif(not shutil.which("redis-server"), reason="redis-server not installed")
@@ -60,8 +60,8 @@ def test_counts_of_outcomes_against_the_stored_ids():
 def test_the_results_table_is_printed_when_the_database_could_not_be_counted():
     from rich.console import Console
 
-    from tierscope.apps.logservice.experiment import ModeResult
     from tierscope.cli.ingest import results_table
+    from tierscope.studies.logservice import ModeResult
 
     t = pa.Table.from_arrays(
         [pa.array(c, f.type) for c, f in zip(zip(("a", 1, 0, 10, 201)), OUTCOMES)], schema=OUTCOMES
@@ -110,7 +110,7 @@ def test_config_goes_through_the_environment_unchanged():
 
 
 def _result(mode: str, sent: int, stored: int, saturated=(), testbed="namespaces", **kw):
-    from tierscope.apps.logservice.experiment import ModeResult
+    from tierscope.studies.logservice import ModeResult
 
     return ModeResult(
         mode=mode,
@@ -134,7 +134,7 @@ def _result(mode: str, sent: int, stored: int, saturated=(), testbed="namespaces
 
 
 def test_the_finding_states_the_loss_of_each_mode_in_words():
-    from tierscope.apps.logservice.experiment import finding
+    from tierscope.studies.logservice import finding
 
     cpu = {"host": "db1", "resource": "CPU", "share_above": 0.9, "mean": 99.0}
     results = [_result("direct", 5000, 14, [cpu]), _result("queue", 5000, 5000), _result("durable", 5000, 5000)]
@@ -152,7 +152,7 @@ def test_the_finding_states_the_loss_of_each_mode_in_words():
 
 
 def test_the_saturated_resource_is_one_above_95_percent_in_half_the_samples_or_a_cpu_at_its_quota():
-    from tierscope.apps.logservice.experiment import describe_saturated, saturated
+    from tierscope.studies.logservice import describe_saturated, saturated
 
     def samples(host, metric, values):
         return [(i * 250_000_000, host, metric, float(v), "percent") for i, v in enumerate(values)]

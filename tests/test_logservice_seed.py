@@ -16,9 +16,9 @@ from dataclasses import replace
 import pytest
 
 from conftest import needs_root
-from tierscope.apps.logservice.experiment import finding, run_mode
-from tierscope.apps.logservice.preset import load_preset
 from tierscope.studies import loss_finding_of
+from tierscope.studies.logservice import finding, run_mode
+from tierscope.studies.logservice_preset import load_preset
 
 needs_root = needs_root("PostgreSQL runs as its own OS user")
 

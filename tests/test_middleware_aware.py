@@ -181,7 +181,7 @@ def test_aware_keeps_heavy_reads_together(waits, heavy, own, chosen):
 
 
 def test_percentile_is_nearest_rank():
-    from tierscope.middleware.heavy import percentile
+    from tierscope.studies.heavy import percentile
 
     v = [float(x) for x in range(1, 11)]  # 1..10
     assert percentile(v, 0.9) == 9.0 and percentile(v, 0.5) == 5.0 and percentile(v, 1.0) == 10.0
@@ -189,7 +189,7 @@ def test_percentile_is_nearest_rank():
 
 
 def test_pgbench_logs_are_read_per_transaction(tmp_path):
-    from tierscope.middleware.heavy import read_pgbench_logs
+    from tierscope.studies.heavy import read_pgbench_logs
 
     # client_id transaction_no time(us) script_no time_epoch time_us, one file per pgbench thread
     (tmp_path / "light.123").write_text("0 0 450 0 1764100000 100\n0 1 10123 1 1764100000 20000\n")
@@ -201,7 +201,7 @@ def test_pgbench_logs_are_read_per_transaction(tmp_path):
 
 
 def test_imbalance_summary_counts_light_reads_next_to_heavy_ones():
-    from tierscope.middleware.heavy import summary
+    from tierscope.studies.heavy import summary
 
     series = {"pending": {"a": [1, 3, 1, 0], "b": [2, 0, 1, 0]}, "heavy": {"a": [1, 1, 0, 0], "b": [0, 0, 1, 0]}}
     s = summary(series, ["a", "b"])

@@ -3,7 +3,7 @@
 Two PostgreSQL replicas behind the middleware (one connection each: a replica runs one query at
 a time), six pgbench clients sending light primary-key reads with think time and two pgbench
 clients sending a real heavy read (a LIKE '%...%' scan and sort of 200,000 rows) back to back
-(`tierscope.middleware.heavy`). Ground truth: pgbench's per-transaction logs (latencies, counts),
+(`tierscope.studies.heavy`). Ground truth: pgbench's per-transaction logs (latencies, counts),
 checked against the middleware's own read counts. LPRF counts requests, not their cost: it spreads
 the heavy reads over both replicas and puts light reads behind them; `aware` knows the heavy
 label's service time, keeps the heavy reads on one replica and the light ones on the other. Two
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as it
 
 @pytest.mark.parametrize("implementation", ["python", "rust"])
 def test_aware_beats_lprf_on_light_p90_and_throughput_with_heavy_reads(implementation):
-    from tierscope.middleware import heavy
+    from tierscope.studies import heavy
 
     res = heavy.run(
         ["lprf", "aware"],

@@ -1,4 +1,4 @@
-"""Seed 002's scaling experiment as a preset (`tierscope oltp scale`, tierscope.oltp.scaling).
+"""Seed 002's scaling experiment as a preset (`tierscope oltp scale`, tierscope.studies.scaling).
 
 What must hold on any fixed hardware, whatever its size, checked against the servers' own
 counters and arithmetic rather than the driver alone:
@@ -30,7 +30,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import PRESETS, needs_postgres, needs_root
-from tierscope.oltp.scaling import ScalePreset, combine, load_preset, node_work, run_scaling, table_rows
+from tierscope.studies.scaling import ScalePreset, combine, load_preset, node_work, run_scaling, table_rows
 
 needs_galera = pytest.mark.skipif(
     not Path("/usr/lib/galera/libgalera_smm.so").exists(), reason="galera-4 not installed"

@@ -26,10 +26,9 @@ KNOWN = [
     # (gone: services -> apps, since an AppServer runs the app its caller passes: a provider its
     # own WsgiApp, the tests and bench/rubbos apps.rubbos.provider.WSGI_APP; apps.default_wsgi_app
     # is gone with it)
-    # Closed by services <-> middleware: services.middleware imports middleware.balance (POLICIES)
-    # and services.postgres middleware.scram (ScramVerifier); middleware.heavy starts the services
-    # (Middleware, Postgres) and middleware.__main__ takes services.credentials.LAB_USER.
-    {"middleware", "services"},
+    # (gone: services <-> middleware, since the heavy-query study (studies.heavy) left the
+    # middleware package and the middleware takes the lab user's name from tierscope.contracts;
+    # services import middleware (POLICIES, ScramVerifier), never the other way)
 ]
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 
 
 def _saturated_cell(r) -> str:
-    from tierscope.apps.logservice.experiment import describe_saturated
+    from tierscope.studies.logservice import describe_saturated
 
     return "unknown" if r.testbed and r.testbed != "namespaces" else describe_saturated(r.saturated)
 
@@ -100,10 +100,10 @@ def run_study(
     """Run a log-service preset (`tierscope ingest`, `tierscope run ingest`): each mode in turn,
     the table, the finding across the modes in words; OUT/<run>/<mode>/ and OUT/<run>/summary.json
     (<run>: `run_name`, default ingest-<time>). Returns the exit status."""
-    from tierscope.apps.logservice.experiment import finding, run_mode
-    from tierscope.apps.logservice.preset import PresetError, load_preset
     from tierscope.cli import _output
     from tierscope.cli.demo import preset
+    from tierscope.studies.logservice import finding, run_mode
+    from tierscope.studies.logservice_preset import PresetError, load_preset
 
     console, err = Console(stderr=json_out == "-"), Console(stderr=True)
     try:

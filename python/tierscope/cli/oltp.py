@@ -296,7 +296,7 @@ def scale(
 ) -> None:
     from rich.table import Table as RichTable
 
-    from tierscope.oltp.scaling import load_preset, run_scaling, table_rows
+    from tierscope.studies.scaling import load_preset, run_scaling, table_rows
 
     console = Console() if Console().is_terminal else Console(width=200)  # a piped table keeps its columns
     try:

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: the database user of the lab's apps, loaders, benchmarks and middleware (never a superuser);
+#: its password is per lab or run (`services.credentials`)
+LAB_USER = "tierscope"
+
 
 @dataclass(frozen=True)
 class Dbms:

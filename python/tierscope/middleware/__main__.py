@@ -120,7 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = ap.parse_args(argv)
     if args.user is None:
-        from tierscope.services.credentials import LAB_USER
+        from tierscope.contracts.dbms import LAB_USER
 
         args.user = LAB_USER
     host, sep, port = args.listen.rpartition(":")

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-#: the database user of the lab's apps, loaders and benchmarks (never a superuser)
-LAB_USER = "tierscope"
+from tierscope.contracts.dbms import LAB_USER
+
 #: the file, in a lab's or run's directory, holding its credentials
 FILE_NAME = "credentials.json"
 

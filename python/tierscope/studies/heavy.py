@@ -16,7 +16,7 @@ percentiles and for throughput (think-time transactions are not counted); the mi
 give the reads per replica and its 50 ms series of pending requests and heavy reads in flight per
 replica. Optionally the replicas get a CFS quota (`cpu`, `period`) or a CPU each (`pin`).
 
-Run: `python -m tierscope.middleware.heavy` (needs root: PostgreSQL runs as the postgres user; `--impl rust`:
+Run: `python -m tierscope.studies.heavy` (needs root: PostgreSQL runs as the postgres user; `--impl rust`:
 the Rust middleware, `tierscope-engine middleware`, instead of the Python one).
 """
 
@@ -346,7 +346,7 @@ def table(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m tierscope.middleware.heavy",
+        prog="python -m tierscope.studies.heavy",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

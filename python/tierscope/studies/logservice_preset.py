@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tierscope.apps.logservice.app import MODES
 from tierscope.apps.logservice.driver import Load
-from tierscope.apps.logservice.experiment import Service
+from tierscope.studies.logservice import Service
 
 
 class PresetError(ValueError):
