@@ -1,10 +1,11 @@
-"""One mode of the log service at one offered load, on real servers, loss counted in the database.
+"""Seed 003's log-service study (`tierscope run ingest`): one mode of the log service (apps.logservice)
+at one offered load, on real servers, loss counted in the database.
 
 Hosts (namespaces with cgroups when the machine allows, else loopback): `app1` (gunicorn running
 the log service), `db1` (PostgreSQL or MariaDB, its CPU limited by `db_cpu` cores), `broker1`
 (Redis, durable mode only, `appendfsync always` and a password made for the run) and `client1`
 (the driver, `python -m tierscope.apps.logservice.driver`, given the clients' tokens, random per
-run, in a 0600 file). A supervisor (`supervisor.Supervisor`) restarts the database, the broker and
+run, in a 0600 file). A supervisor (`apps.logservice.supervisor.Supervisor`) restarts the database, the broker and
 the app server when one dies. The resource monitor samples every namespaced host. After the load,
 the service is drained (what its queue still holds is written) and stopped cleanly, then every
 record is looked up in the database by (client, id):
