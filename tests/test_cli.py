@@ -75,3 +75,25 @@ def test_every_verb_has_help_with_an_example(verb):
     assert shown, f"no `tierscope {verb} ...` command in the help's description:\n{out.stdout}"
     for line in shown:  # every option an example uses is one the parser takes
         assert unknown_options(verb, line) == [], (line, out.stdout)
+
+
+@pytest.mark.parametrize("verb", ["run", "analyze", "demo"])
+def test_help_paragraphs_fill_an_80_column_terminal(verb):
+    """Rich keeps a docstring's line breaks: lines wrapped at 100 columns in the source came out
+    as a long line and a stub on 80 columns. Each paragraph of the description flows: every line
+    but a paragraph's last fills at least half the width (a long path may wrap early)."""
+    env = dict(os.environ, COLUMNS="80")
+    out = subprocess.run([str(BIN / "tierscope"), verb, "--help"], capture_output=True, text=True, timeout=60, env=env)
+    text = out.stdout.split("\u256d", 1)[0]
+    paragraphs = [p.splitlines() for p in re.split(r"\n\s*\n", text) if p.strip() and "Usage:" not in p]
+    assert paragraphs, out.stdout
+    for lines in paragraphs:
+        for line in lines[:-1]:
+            assert len(line.rstrip()) >= 40, (line, lines)
+
+
+def test_flowing_joins_a_paragraphs_lines_and_keeps_lists():
+    from tierscope.cli import flowing
+
+    assert flowing("One idea\n    wrapped.\n\n    Two.") == "One idea wrapped.\n\nTwo."
+    assert flowing("A list:\n- one\n- two") == "A list:\n- one\n- two"
