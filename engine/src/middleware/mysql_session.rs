@@ -1054,6 +1054,14 @@ impl Session {
     /// A connection on every enabled backend with the write lock held (or the transaction's
     /// pinned connections), and whether they are the transaction's.
     async fn lease_for_write(&mut self) -> SResult<(Vec<(usize, MyConn)>, OwnedMutexGuard<()>, bool)> {
+        // the previous write holds the write lock until every backend ran it: wait for it here (the
+        // lock would wait as long), so a transaction it opened on a slower backend (status flags
+        // that differed) becomes this session's instead of keeping the lock forever
+        if let Some(h) = self.last_write.take() {
+            if let Ok(Some(txn)) = h.await {
+                self.txn = Some(txn);
+            }
+        }
         if let Some(txn) = self.txn.take() {
             return Ok((txn.conns, txn.guard, true));
         }
