@@ -8,6 +8,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::error::{masked, ConnectError, DsnError};
 use super::pgwire::{self, PgWire, WireError};
 
 /// Which server a DSN points at.
@@ -145,6 +146,70 @@ pub fn dollar_params(sql: &str) -> String {
     out
 }
 
+/// A PostgreSQL DSN (libpq keyword string or postgres:// URL) parsed.
+pub fn pg_config(dsn: &str) -> Result<postgres::Config, DsnError> {
+    dsn.parse().map_err(|e: postgres::Error| DsnError::Postgres { dsn: masked(dsn), reason: with_causes(&e) })
+}
+
+/// A MySQL/MariaDB DSN (mysql:// or mariadb:// URL) parsed.
+pub fn mysql_opts(dsn: &str) -> Result<mysql::Opts, DsnError> {
+    let url = dsn.trim().replacen("mariadb://", "mysql://", 1);
+    mysql::Opts::from_url(&url).map_err(|e| DsnError::Mysql { dsn: masked(dsn), reason: e.to_string() })
+}
+
+/// An error and its causes, as `{:#}` says an anyhow chain (the `postgres` crate's Display is
+/// only the kind: "db error", "error connecting to server").
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !out.ends_with(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cause = c.source();
+    }
+    out
+}
+
+/// What a failed `postgres` login was: an answer of the server (SQLSTATE, authentication) is a
+/// refusal, a reply that is not PostgreSQL's unexpected, no TCP connection unreachable.
+fn pg_connect_error(dsn: &str, at: String, e: postgres::Error) -> ConnectError {
+    const PG: &str = "PostgreSQL";
+    let kind = e.to_string();
+    let reason = with_causes(&e);
+    if e.code().is_some() || kind == "authentication error" {
+        ConnectError::Refused { dbms: PG, at, reason }
+    } else if kind == "invalid configuration" && reason.ends_with("password missing") {
+        let reason = format!("the server asks for a password and neither the DSN nor ${PASSWORD_ENV} has one");
+        ConnectError::Refused { dbms: PG, at, reason }
+    } else if kind == "invalid configuration" {
+        ConnectError::Dsn(DsnError::Postgres { dsn: masked(dsn), reason })
+    } else if kind == "unexpected message from server" || kind == "error parsing response from server" {
+        ConnectError::Unexpected { dbms: PG, at, what: reason }
+    } else if kind == "error communicating with the server" || kind == "connection closed" {
+        ConnectError::Lost { dbms: PG, at, reason }
+    } else {
+        ConnectError::Unreachable { dbms: PG, at, reason }
+    }
+}
+
+/// What a failed `mysql` login was (the crate's Display wraps each case in `Kind { ... }`).
+fn mysql_connect_error(at: String, e: mysql::Error) -> ConnectError {
+    const MY: &str = "MySQL/MariaDB";
+    match e {
+        mysql::Error::MySqlError(e) => ConnectError::Refused { dbms: MY, at, reason: e.to_string() },
+        mysql::Error::DriverError(e @ (mysql::DriverError::ConnectTimeout | mysql::DriverError::CouldNotConnect(_))) => {
+            ConnectError::Unreachable { dbms: MY, at, reason: e.to_string() }
+        }
+        mysql::Error::DriverError(e) => ConnectError::Unexpected { dbms: MY, at, what: e.to_string() },
+        mysql::Error::CodecError(e) => ConnectError::Unexpected { dbms: MY, at, what: e.to_string() },
+        mysql::Error::IoError(e) => ConnectError::Unreachable { dbms: MY, at, reason: e.to_string() },
+        e => ConnectError::Unreachable { dbms: MY, at, reason: e.to_string() },
+    }
+}
+
 /// the environment variable carrying the password of a DSN that has none
 pub const PASSWORD_ENV: &str = "TIERSCOPE_DB_PASSWORD";
 
@@ -152,22 +217,22 @@ impl Conn {
     /// Connect to `dsn`; a DSN without a password takes $TIERSCOPE_DB_PASSWORD when it is set
     /// (`PASSWORD_ENV`: how tierscope passes the lab's password, which a command line would show
     /// to every local user).
-    pub fn connect(dsn: &str) -> Result<Conn> {
+    pub fn connect(dsn: &str) -> Result<Conn, ConnectError> {
         let env_password = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty());
+        let at = format!("{:?}", masked(dsn));
         match Dbms::of_dsn(dsn) {
             Dbms::Postgres => {
-                let mut config: postgres::Config = dsn.parse().with_context(|| format!("DSN {dsn:?}"))?;
+                let mut config = pg_config(dsn)?;
                 if config.get_password().is_none() {
                     if let Some(p) = &env_password {
                         config.password(p);
                     }
                 }
-                let client = config.connect(postgres::NoTls).with_context(|| format!("connecting to PostgreSQL at {dsn:?}"))?;
+                let client = config.connect(postgres::NoTls).map_err(|e| pg_connect_error(dsn, at, e))?;
                 Ok(Conn::Pg { client: Box::new(client), stmts: Vec::new() })
             }
             Dbms::Mysql => {
-                let url = dsn.trim().replacen("mariadb://", "mysql://", 1);
-                let opts = mysql::Opts::from_url(&url).map_err(|e| anyhow!("DSN {dsn:?}: {e}"))?;
+                let opts = mysql_opts(dsn)?;
                 // the client closes statements its LRU cache evicts: keep room for all of ours; and
                 // an UPDATE's affected rows are the rows it found (CLIENT_FOUND_ROWS), as in
                 // PostgreSQL, not only those whose value changed: rewriting a field with the value
@@ -178,7 +243,7 @@ impl Conn {
                     opts = opts.pass(env_password);
                 }
                 let opts = opts.stmt_cache_size(Some(256)).additional_capabilities(mysql::consts::CapabilityFlags::CLIENT_FOUND_ROWS);
-                let conn = mysql::Conn::new(opts).with_context(|| format!("connecting to MySQL/MariaDB at {dsn:?}"))?;
+                let conn = mysql::Conn::new(opts).map_err(|e| mysql_connect_error(at, e))?;
                 Ok(Conn::My { conn: Box::new(conn), stmts: Vec::new() })
             }
         }
@@ -186,7 +251,7 @@ impl Conn {
 
     /// Like [`Conn::connect`], but PostgreSQL through [`PgWire`] (one write and usually one read
     /// per statement, rows walked in place) when it can log in; else as `connect`.
-    pub fn connect_fast(dsn: &str) -> Result<Conn> {
+    pub fn connect_fast(dsn: &str) -> Result<Conn, ConnectError> {
         if Dbms::of_dsn(dsn) == Dbms::Postgres {
             let env_password = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty());
             if let Some(w) = PgWire::connect(dsn, env_password.as_deref())? {
@@ -502,7 +567,7 @@ impl postgres::types::ToSql for Val {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -516,6 +581,101 @@ mod tests {
         assert_eq!(Dbms::of_dsn("postgresql://u@h/db"), Dbms::Postgres);
         assert_eq!(Dbms::of_dsn("mysql://u:p@127.0.0.1:3306/db"), Dbms::Mysql);
         assert_eq!(Dbms::of_dsn("mariadb://u:p@127.0.0.1:3306/db"), Dbms::Mysql);
+    }
+
+    use crate::oltp::error::{ConnectError, DsnError};
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A port nothing listens on (bound, then released).
+    fn closed_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// A one-connection server on 127.0.0.1 that reads the client's first message, answers
+    /// `reply` and closes its side, then waits for the client to go.
+    pub(crate) fn fake_server(reply: Vec<u8>) -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = l.accept() {
+                s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(&reply);
+                let _ = s.shutdown(std::net::Shutdown::Write);
+                while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            }
+        });
+        port
+    }
+
+    /// A PostgreSQL ErrorResponse refusing user x's password.
+    pub(crate) fn auth_refusal() -> Vec<u8> {
+        let mut body = Vec::new();
+        for (f, v) in [(b'S', "FATAL"), (b'V', "FATAL"), (b'C', "28P01"), (b'M', "password authentication failed for user \"x\"")] {
+            body.push(f);
+            body.extend_from_slice(v.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        crate::middleware::wire::frame(b'E', &body)
+    }
+
+    #[test]
+    fn a_dsn_that_does_not_parse_is_a_dsn_error() {
+        let e = Conn::connect("host=127.0.0.1 port=notaport user=x password=secret").err().expect("a bad DSN");
+        assert!(
+            matches!(&e, ConnectError::Dsn(DsnError::Postgres { dsn, .. }) if dsn == "host=127.0.0.1 port=notaport user=x password=***"),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.starts_with("DSN \"host=127.0.0.1 port=notaport user=x password=***\": invalid connection string"), "{text}");
+        assert!(text.contains("expected a libpq string") && !text.contains("secret"), "{text}");
+
+        let e = Conn::connect("mysql://u:secret@127.0.0.1:notaport/db").err().expect("a bad DSN");
+        assert!(matches!(&e, ConnectError::Dsn(DsnError::Mysql { dsn, .. }) if dsn == "mysql://u:***@127.0.0.1:notaport/db"), "{e:?}");
+        let text = e.to_string();
+        assert!(text.starts_with("DSN \"mysql://u:***@127.0.0.1:notaport/db\": "), "{text}");
+        assert!(text.ends_with("(expected mysql://user:password@host:port/db)") && !text.contains("secret"), "{text}");
+    }
+
+    #[test]
+    fn nothing_listening_is_unreachable() {
+        let port = closed_port();
+        let dsn = format!("host=127.0.0.1 port={port} user=x dbname=x");
+        let e = Conn::connect(&dsn).err().expect("nothing listens");
+        assert!(matches!(&e, ConnectError::Unreachable { dbms: "PostgreSQL", .. }), "{e:?}");
+        // tests/test_oltp.py looks for these words
+        assert!(e.to_string().starts_with(&format!("connecting to PostgreSQL at {dsn:?}: error connecting to server")), "{e}");
+
+        let e = Conn::connect_fast(&dsn).err().expect("nothing listens");
+        assert!(matches!(&e, ConnectError::Unreachable { dbms: "PostgreSQL", at, .. } if *at == format!("127.0.0.1:{port}")), "{e:?}");
+        assert!(e.to_string().starts_with(&format!("connecting to PostgreSQL at 127.0.0.1:{port}: ")), "{e}");
+
+        let e = Conn::connect(&format!("mysql://u@127.0.0.1:{port}/db")).err().expect("nothing listens");
+        assert!(matches!(&e, ConnectError::Unreachable { dbms: "MySQL/MariaDB", .. }), "{e:?}");
+        assert!(e.to_string().starts_with(&format!("connecting to MySQL/MariaDB at \"mysql://u@127.0.0.1:{port}/db\": ")), "{e}");
+    }
+
+    #[test]
+    fn a_refused_login_is_refused() {
+        let port = fake_server(auth_refusal());
+        let dsn = format!("host=127.0.0.1 port={port} user=x dbname=x");
+        let e = Conn::connect(&dsn).err().expect("refused");
+        assert!(matches!(&e, ConnectError::Refused { dbms: "PostgreSQL", .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.starts_with(&format!("connecting to PostgreSQL at {dsn:?}: the server refused the login: db error: ")), "{text}");
+        assert!(text.contains("password authentication failed for user \"x\""), "{text}");
+    }
+
+    #[test]
+    fn another_service_on_the_port_is_unexpected() {
+        let port = fake_server(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".to_vec());
+        let dsn = format!("host=127.0.0.1 port={port} user=x dbname=x");
+        let e = Conn::connect(&dsn).err().expect("not PostgreSQL");
+        assert!(matches!(&e, ConnectError::Unexpected { dbms: "PostgreSQL", .. } | ConnectError::Lost { dbms: "PostgreSQL", .. }), "{e:?}");
+        assert!(e.to_string().starts_with(&format!("connecting to PostgreSQL at {dsn:?}: ")), "{e}");
     }
 
     #[test]

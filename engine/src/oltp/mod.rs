@@ -5,6 +5,7 @@
 //! of client threads, one connection each, bounded by time and by operation count) that prints a
 //! summary JSON on stdout and can write one row per operation to Parquet.
 //!
+//! * [`error`] — the errors a user can cause (bad values, a DSN, a refused login, missing tables).
 //! * [`db`] — one client interface over both servers (`?` placeholders, typed values).
 //! * [`pgwire`] — a small synchronous PostgreSQL client: the YCSB run's connections.
 //! * [`generators`] — YCSB's Zipfian / scrambled Zipfian / latest key choosers.
@@ -13,6 +14,7 @@
 //! * [`tpcc`] — TPC-C: nine tables, five transactions, terminals with keying and think times.
 
 pub mod db;
+pub mod error;
 pub mod generators;
 pub mod pgwire;
 pub mod stats;

@@ -19,7 +19,14 @@ use std::os::unix::net::UnixStream;
 
 use anyhow::{Context, Result};
 
+use super::db::pg_config;
+use super::error::ConnectError;
 use crate::middleware::{scram, wire};
+
+/// BackendKeyData: the key to cancel this session's queries (sent once, during the login).
+const BACKEND_KEY_DATA: u8 = b'K';
+/// NegotiateProtocolVersion: the server's newest minor version, when older than asked.
+const NEGOTIATE_PROTOCOL_VERSION: u8 = b'v';
 
 /// An error the server reported (SQLSTATE `code`), or a connection that broke.
 #[derive(Debug, thiserror::Error)]
@@ -78,27 +85,34 @@ const READ_CHUNK: usize = 64 * 1024;
 
 impl PgWire {
     /// Connect and log in; `Ok(None)` when this client lacks what the DSN or the server needs.
-    pub fn connect(dsn: &str, env_password: Option<&str>) -> Result<Option<PgWire>> {
+    pub fn connect(dsn: &str, env_password: Option<&str>) -> Result<Option<PgWire>, ConnectError> {
         use postgres::config::{Host, SslMode};
-        let config: postgres::Config = dsn.parse().with_context(|| format!("DSN {dsn:?}"))?;
+        const PG: &str = "PostgreSQL";
+        let config = pg_config(dsn)?;
         if config.get_ssl_mode() == SslMode::Require || config.get_hosts().len() > 1 || config.get_options().is_some() {
             return Ok(None);
         }
         let Some(user) = config.get_user() else { return Ok(None) };
         let port = config.get_ports().first().copied().unwrap_or(5432);
-        let stream = match (config.get_hostaddrs().first(), config.get_hosts().first()) {
-            (Some(ip), _) => Stream::Tcp(TcpStream::connect((*ip, port)).with_context(|| format!("connecting to PostgreSQL at {ip}:{port}"))?),
+        let unreachable = |at: String, e: std::io::Error| ConnectError::Unreachable { dbms: PG, reason: e.to_string(), at };
+        let (stream, at) = match (config.get_hostaddrs().first(), config.get_hosts().first()) {
+            (Some(ip), _) => {
+                let at = format!("{ip}:{port}");
+                (Stream::Tcp(TcpStream::connect((*ip, port)).map_err(|e| unreachable(at.clone(), e))?), at)
+            }
             (None, Some(Host::Tcp(h))) => {
-                Stream::Tcp(TcpStream::connect((h.as_str(), port)).with_context(|| format!("connecting to PostgreSQL at {h}:{port}"))?)
+                let at = format!("{h}:{port}");
+                (Stream::Tcp(TcpStream::connect((h.as_str(), port)).map_err(|e| unreachable(at.clone(), e))?), at)
             }
             (None, Some(Host::Unix(dir))) => {
                 let path = dir.join(format!(".s.PGSQL.{port}"));
-                Stream::Unix(UnixStream::connect(&path).with_context(|| format!("connecting to PostgreSQL at {}", path.display()))?)
+                let at = path.display().to_string();
+                (Stream::Unix(UnixStream::connect(&path).map_err(|e| unreachable(at.clone(), e))?), at)
             }
             (None, None) => return Ok(None),
         };
         if let Stream::Tcp(s) = &stream {
-            s.set_nodelay(true)?;
+            s.set_nodelay(true).map_err(|e| unreachable(at.clone(), e))?;
         }
         let password = match config.get_password() {
             Some(p) => Some(String::from_utf8_lossy(p).into_owned()),
@@ -110,11 +124,17 @@ impl PgWire {
         if let Some(app) = config.get_application_name() {
             params.push(("application_name", app));
         }
+        // what went wrong during the login, as the user reads it
+        let login = |e: WireError| match e {
+            WireError::Server { .. } => ConnectError::Refused { dbms: PG, at: at.clone(), reason: e.to_string() },
+            WireError::Protocol(what) => ConnectError::Unexpected { dbms: PG, at: at.clone(), what },
+            WireError::Closed(reason) => ConnectError::Lost { dbms: PG, at: at.clone(), reason },
+        };
         let startup = wire::startup_message(&params);
-        c.send(&startup)?;
+        c.send(&startup).map_err(login)?;
         let mut sasl: Option<scram::Client> = None;
         loop {
-            let (kind, body) = c.next_message()?;
+            let (kind, body) = c.next_message().map_err(login)?;
             match kind {
                 wire::AUTH => {
                     let code = body.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(u32::MAX);
@@ -134,20 +154,26 @@ impl PgWire {
                         }
                         (scram::SASL_CONTINUE, _) if sasl.is_some() => {
                             let s = sasl.as_mut().expect("checked");
-                            wire::frame(wire::PASSWORD, &s.finish(&data).map_err(|e| WireError::Protocol(format!("SCRAM: {e}")))?)
+                            wire::frame(wire::PASSWORD, &s.finish(&data).map_err(|e| login(WireError::Protocol(format!("SCRAM: {e}"))))?)
                         }
                         (scram::SASL_FINAL, _) if sasl.is_some() => {
-                            sasl.as_ref().expect("checked").verify(&data).map_err(|e| WireError::Protocol(format!("SCRAM: {e}")))?;
+                            sasl.as_ref().expect("checked").verify(&data).map_err(|e| login(WireError::Protocol(format!("SCRAM: {e}"))))?;
                             continue;
                         }
                         // md5, GSS, SSPI, or a password we do not have: let the `postgres` crate try
                         _ => return Ok(None),
                     };
-                    c.send(&reply)?;
+                    c.send(&reply).map_err(login)?;
                 }
-                wire::ERROR => return Err(server_error(body).into()),
+                wire::ERROR => return Err(login(server_error(body))),
                 wire::READY => return Ok(Some(c)),
-                _ => {}
+                // what a server sends between the login and ReadyForQuery: its parameters, the
+                // cancel key, notices, a protocol-version negotiation
+                wire::PARAMETER_STATUS | BACKEND_KEY_DATA | wire::NOTICE | NEGOTIATE_PROTOCOL_VERSION => {}
+                other => {
+                    c.closed = true;
+                    return Err(login(WireError::Protocol(format!("message type {:?} before ReadyForQuery", other as char))));
+                }
             }
         }
     }
@@ -396,6 +422,74 @@ mod tests {
         assert_eq!(cols, vec![Some(&b"user1"[..]), None, Some(&b""[..])]);
         assert!(check_row(&b[..b.len() - 1]).is_err());
         assert!(columns(&b[..7]).is_err());
+    }
+
+    use crate::oltp::db::tests::{auth_refusal, fake_server};
+    use crate::oltp::error::{ConnectError, DsnError};
+
+    fn login(reply: Vec<u8>) -> (String, Result<Option<PgWire>, ConnectError>) {
+        let port = fake_server(reply);
+        (format!("127.0.0.1:{port}"), PgWire::connect(&format!("host=127.0.0.1 port={port} user=x dbname=x"), Some("pw")))
+    }
+
+    #[test]
+    fn a_bad_dsn_is_a_dsn_error() {
+        let e = PgWire::connect("host=127.0.0.1 port=", None).err().expect("a bad DSN");
+        assert!(matches!(&e, ConnectError::Dsn(DsnError::Postgres { dsn, .. }) if dsn == "host=127.0.0.1 port="), "{e:?}");
+        assert!(e.to_string().starts_with("DSN \"host=127.0.0.1 port=\": invalid connection string"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_login_names_the_servers_error() {
+        let (at, r) = login(auth_refusal());
+        let e = r.err().expect("refused");
+        assert!(matches!(&e, ConnectError::Refused { dbms: "PostgreSQL", at: a, .. } if *a == at), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("connecting to PostgreSQL at {at}: the server refused the login: FATAL 28P01: password authentication failed for user \"x\"")
+        );
+    }
+
+    #[test]
+    fn a_server_that_is_not_postgresql_is_unexpected() {
+        // an HTTP server: "TTP/" read as a message length of 1.4 GB
+        let (at, r) = login(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec());
+        let e = r.err().expect("not PostgreSQL");
+        assert!(matches!(&e, ConnectError::Unexpected { what, .. } if what.starts_with("bad message length")), "{e:?}");
+        assert!(
+            e.to_string().starts_with(&format!("connecting to PostgreSQL at {at}: unexpected answer during the login: bad message length")),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with("(expected PostgreSQL's login exchange)"), "{e}");
+
+        // well framed, but a data row before the login is over
+        let mut reply = wire::frame(wire::AUTH, &0u32.to_be_bytes());
+        reply.extend(wire::frame(wire::DATA_ROW, &0u16.to_be_bytes()));
+        let (at, r) = login(reply);
+        let e = r.err().expect("out of place");
+        assert!(matches!(&e, ConnectError::Unexpected { what, .. } if what == "message type 'D' before ReadyForQuery"), "{e:?}");
+        assert!(e.to_string().starts_with(&format!("connecting to PostgreSQL at {at}: unexpected answer during the login: message type 'D'")), "{e}");
+
+        // the server closes the connection in the middle of the login
+        let (at, r) = login(wire::frame(wire::AUTH, &0u32.to_be_bytes()));
+        let e = r.err().expect("closed");
+        assert!(matches!(&e, ConnectError::Lost { .. }), "{e:?}");
+        assert!(e.to_string().starts_with(&format!("connecting to PostgreSQL at {at}: the connection broke during the login: ")), "{e}");
+    }
+
+    #[test]
+    fn a_login_the_client_can_do_succeeds() {
+        let mut reply = wire::frame(wire::AUTH, &0u32.to_be_bytes());
+        reply.extend(wire::frame(wire::PARAMETER_STATUS, b"server_version\x0016.0\0"));
+        reply.extend(wire::frame(BACKEND_KEY_DATA, &[0, 0, 0, 1, 0, 0, 0, 2]));
+        reply.extend(wire::frame(wire::READY, b"I"));
+        let (_, r) = login(reply);
+        assert!(matches!(r, Ok(Some(_))));
+        // md5: not this client's; the caller falls back to the `postgres` crate
+        let mut md5 = 5u32.to_be_bytes().to_vec();
+        md5.extend_from_slice(b"salt");
+        let (_, r) = login(wire::frame(wire::AUTH, &md5));
+        assert!(matches!(r, Ok(None)));
     }
 
     #[test]

@@ -31,6 +31,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::db::{Conn, Dbms, Stmt, Val};
+use super::error::{at_least_one, seconds, within, OltpError, MAX_SECONDS};
 use super::generators::{fnv64, KeyChooser, ScrambledZipfian, Zipfian, ZIPFIAN_CONSTANT};
 use super::stats::{self, now_ns, OpRecord, Outcome, Stats};
 
@@ -190,9 +191,55 @@ pub fn field_value<R: Rng>(rng: &mut R, len: usize) -> String {
     (0..len).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
 }
 
-fn check_name(table: &str) -> Result<()> {
+fn check_name(table: &str) -> Result<(), OltpError> {
     if table.is_empty() || !table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        bail!("--table {table:?}: letters, digits and _ only");
+        return Err(OltpError::TableName(table.to_string()));
+    }
+    Ok(())
+}
+
+impl TableArgs {
+    /// The table name and the fields, as SQL and the drivers need them.
+    pub fn check(&self) -> Result<(), OltpError> {
+        check_name(&self.table)?;
+        at_least_one("--field-count", self.field_count as u64)
+    }
+}
+
+impl LoadArgs {
+    /// The values a load cannot run with.
+    pub fn check(&self) -> Result<(), OltpError> {
+        self.table.check()?;
+        at_least_one("--threads", self.threads as u64)?;
+        at_least_one("--batch", self.batch as u64)?;
+        seconds("--max-seconds", self.max_seconds, true)
+    }
+}
+
+impl RunArgs {
+    /// The values a run cannot run with (checked before connecting).
+    pub fn check(&self) -> Result<(), OltpError> {
+        self.table.check()?;
+        at_least_one("--threads", self.threads as u64)?;
+        seconds("--duration", self.duration, true)?;
+        seconds("--warmup", self.warmup, false)?;
+        // 0 = as fast as possible; else one operation per thread at least every 1e9 s
+        if self.target != 0.0 {
+            let slowest = self.threads as f64 / MAX_SECONDS;
+            within("--target", self.target, slowest, f64::MAX, "0 (as fast as possible) or a rate of operations per second >= --threads / 1e9")?;
+        }
+        at_least_one("--max-scan-length", self.max_scan_length)?;
+        if let Some(r) = self.records {
+            at_least_one("--records", r)?;
+        }
+        Ok(())
+    }
+}
+
+/// The table of a run among the database's `tables` (lower-cased, as [`Conn::tables`] gives them).
+pub fn check_table_present(tables: &[String], table: &str) -> Result<(), OltpError> {
+    if !tables.contains(&table.to_lowercase()) {
+        return Err(OltpError::MissingTable { table: table.to_string() });
     }
     Ok(())
 }
@@ -211,10 +258,7 @@ fn create_sql(t: &TableArgs, dbms: Dbms) -> String {
 }
 
 fn load(a: LoadArgs) -> Result<i32> {
-    check_name(&a.table.table)?;
-    if a.threads == 0 || a.batch == 0 {
-        bail!("--threads and --batch must be at least 1");
-    }
+    a.check()?;
     let started = Instant::now();
     let mut conn = Conn::connect(&a.table.dsn)?;
     let dbms = conn.dbms();
@@ -227,7 +271,7 @@ fn load(a: LoadArgs) -> Result<i32> {
     for t in 0..a.threads {
         let next = next.clone();
         let ta = a.table.clone();
-        let (records, batch, seed) = (a.records, a.batch as u64, a.seed);
+        let (records, batch, seed, max_seconds) = (a.records, a.batch as u64, a.seed, a.max_seconds);
         handles.push(std::thread::spawn(move || -> Result<u64> {
             let mut conn = Conn::connect(&ta.dsn)?;
             let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(t as u64));
@@ -236,7 +280,7 @@ fn load(a: LoadArgs) -> Result<i32> {
             let mut done = 0u64;
             loop {
                 if Instant::now() > deadline {
-                    bail!("load: --max-seconds reached");
+                    return Err(OltpError::LoadTimeout { seconds: max_seconds }.into());
                 }
                 let from = next.fetch_add(batch, Ordering::Relaxed);
                 if from >= records {
@@ -327,22 +371,11 @@ fn prepare(conn: &mut Conn, t: &TableArgs) -> Result<Prepared> {
 
 fn run_workload(a: RunArgs) -> Result<i32> {
     let t = &a.table;
-    check_name(&t.table)?;
-    if a.threads == 0 {
-        bail!("--threads must be at least 1");
-    }
-    if a.duration.is_nan() || a.duration <= 0.0 {
-        bail!("--duration must be > 0 seconds (every run is bounded in time)");
-    }
-    if a.max_scan_length == 0 {
-        bail!("--max-scan-length must be at least 1");
-    }
+    a.check()?;
     let mut conn = Conn::connect(&t.dsn)?;
     let dbms = conn.dbms();
     let tables = conn.tables()?;
-    if !tables.contains(&t.table.to_lowercase()) {
-        bail!("table {} is missing: run `tierscope-engine ycsb load --dsn ...` first", t.table);
-    }
+    check_table_present(&tables, &t.table)?;
     let records = match a.records {
         Some(r) => r,
         None => {
@@ -351,7 +384,7 @@ fn run_workload(a: RunArgs) -> Result<i32> {
         }
     };
     if records == 0 {
-        bail!("table {} is empty: load it first", t.table);
+        return Err(OltpError::EmptyTable { table: t.table.clone() }.into());
     }
     drop(conn);
     let (props, default_dist) = mix(a.workload);
@@ -608,6 +641,104 @@ mod tests {
                 assert_eq!(obs.iter().sum::<u64>(), obs[READ]);
             }
         }
+    }
+
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        phase: Phase,
+    }
+
+    fn parse(phase: &str, extra: &[&str]) -> Result<Phase, clap::Error> {
+        let mut argv = vec!["ycsb", phase, "--dsn", "host=127.0.0.1 user=x dbname=x"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).map(|c| c.phase)
+    }
+
+    fn run_check(extra: &[&str]) -> Result<(), OltpError> {
+        match parse("run", extra).expect("parses") {
+            Phase::Run(a) => a.check(),
+            Phase::Load(_) => unreachable!(),
+        }
+    }
+
+    fn load_check(extra: &[&str]) -> Result<(), OltpError> {
+        match parse("load", extra).expect("parses") {
+            Phase::Load(a) => a.check(),
+            Phase::Run(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        run_check(&[]).unwrap();
+        load_check(&[]).unwrap();
+        run_check(&["--target", "500", "--warmup", "2", "--records", "10"]).unwrap();
+    }
+
+    #[test]
+    fn counts_below_one_are_refused() {
+        for (opt, load) in [
+            ("--threads", false),
+            ("--threads", true),
+            ("--batch", true),
+            ("--field-count", false),
+            ("--max-scan-length", false),
+            ("--records", false),
+        ] {
+            let e = if load { load_check(&[opt, "0"]) } else { run_check(&[opt, "0"]) }.unwrap_err();
+            assert!(matches!(e, OltpError::TooFew { option, value: 0 } if option == opt), "{opt}: {e:?}");
+            assert_eq!(e.to_string(), format!("{opt} must be at least 1, got 0"));
+        }
+    }
+
+    #[test]
+    fn times_out_of_range_are_refused() {
+        let e = run_check(&["--duration", "0"]).unwrap_err();
+        assert!(matches!(e, OltpError::OutOfRange { option: "--duration", value, .. } if value == 0.0), "{e:?}");
+        assert_eq!(e.to_string(), "--duration must be a number of seconds > 0 and <= 1e9 (every run is bounded in time), got 0");
+        for bad in ["NaN", "inf", "-1", "1e10"] {
+            let e = run_check(&[&format!("--duration={bad}")]).unwrap_err();
+            assert!(matches!(e, OltpError::OutOfRange { option: "--duration", .. }), "{bad}: {e:?}");
+        }
+        let e = run_check(&["--warmup=-1"]).unwrap_err();
+        assert_eq!(e.to_string(), "--warmup must be a number of seconds >= 0 and <= 1e9, got -1");
+        let e = load_check(&["--max-seconds", "inf"]).unwrap_err();
+        assert!(matches!(e, OltpError::OutOfRange { option: "--max-seconds", value, .. } if value.is_infinite()), "{e:?}");
+        assert!(e.to_string().ends_with("got inf"), "{e}");
+        let e = run_check(&["--target=-5"]).unwrap_err();
+        assert!(matches!(e, OltpError::OutOfRange { option: "--target", .. }), "{e:?}");
+        assert_eq!(e.to_string(), "--target must be 0 (as fast as possible) or a rate of operations per second >= --threads / 1e9, got -5");
+    }
+
+    #[test]
+    fn a_table_name_sql_cannot_take_is_refused() {
+        for bad in ["user table", "t;drop", ""] {
+            let e = run_check(&["--table", bad]).unwrap_err();
+            assert!(matches!(&e, OltpError::TableName(t) if t == bad), "{e:?}");
+            assert_eq!(e.to_string(), format!("--table {bad:?}: letters, digits and _ only"));
+        }
+    }
+
+    #[test]
+    fn an_unknown_workload_is_refused_by_the_parser() {
+        let e = parse("run", &["--workload", "g"]).expect_err("no workload g");
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+        assert!(e.to_string().contains("'g'"), "{e}");
+        let e = parse("run", &["--distribution", "pareto"]).expect_err("no pareto");
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn a_missing_table_is_named() {
+        check_table_present(&["usertable".to_string()], "UserTable").unwrap();
+        let e = check_table_present(&["other".to_string()], "usertable").unwrap_err();
+        assert!(matches!(&e, OltpError::MissingTable { table } if table == "usertable"), "{e:?}");
+        // tests/test_oltp.py looks for "usertable is missing"
+        assert_eq!(e.to_string(), "table usertable is missing: run `tierscope-engine ycsb load --dsn ...` first");
+        assert_eq!(OltpError::EmptyTable { table: "usertable".into() }.to_string(), "table usertable is empty: load it first");
     }
 
     #[test]

@@ -6,13 +6,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use super::random::*;
 use crate::oltp::db::{Conn, Dbms};
+use crate::oltp::error::OltpError;
 
 pub const ITEMS: u64 = 100_000;
 pub const DISTRICTS: u64 = 10;
@@ -129,7 +130,7 @@ pub fn load(dsn: &str, warehouses: u64, threads: usize, batch: usize, seed: u64,
             let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(t as u64));
             loop {
                 if Instant::now() > deadline {
-                    bail!("load: --max-seconds reached");
+                    return Err(OltpError::LoadTimeout { seconds: max_seconds }.into());
                 }
                 let job = jobs.lock().expect("jobs lock").pop();
                 let Some(job) = job else { return Ok(()) };

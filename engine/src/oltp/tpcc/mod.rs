@@ -29,6 +29,7 @@ use serde_json::json;
 
 use self::random::{Deck, DECK, NEW_ORDER, TXNS};
 use super::db::{classify, Conn, Failure};
+use super::error::{at_least_one, seconds, within, OltpError};
 use super::stats::{self, now_ns, OpRecord, Outcome, Stats};
 
 #[derive(Args, Debug)]
@@ -129,9 +130,7 @@ pub const MAX_TPMC_PER_WAREHOUSE: f64 = 12.86;
 pub fn run(args: TpccArgs) -> Result<i32> {
     match args.phase {
         Phase::Load(a) => {
-            if a.warehouses == 0 || a.batch == 0 {
-                bail!("--warehouses and --batch must be at least 1");
-            }
+            a.check()?;
             let t0 = Instant::now();
             let dbms = Conn::connect(&a.dsn)?.dbms();
             let rows = load::load(&a.dsn, a.warehouses, a.threads, a.batch, a.seed, a.max_seconds)?;
@@ -147,6 +146,44 @@ pub fn run(args: TpccArgs) -> Result<i32> {
         }
         Phase::Run(a) => run_mix(a),
     }
+}
+
+impl LoadArgs {
+    /// The values a load cannot run with.
+    pub fn check(&self) -> Result<(), OltpError> {
+        at_least_one("--warehouses", self.warehouses)?;
+        at_least_one("--batch", self.batch as u64)?;
+        seconds("--max-seconds", self.max_seconds, true)
+    }
+}
+
+/// The largest `--wait-scale` (a transaction's keying plus think time stays far below the
+/// [`MAX_SECONDS`](super::error::MAX_SECONDS) a `Duration` is made of).
+pub const MAX_WAIT_SCALE: f64 = 1e6;
+
+impl RunArgs {
+    /// The values a run cannot run with (checked before connecting).
+    pub fn check(&self) -> Result<(), OltpError> {
+        if let Some(w) = self.warehouses {
+            at_least_one("--warehouses", w)?;
+        }
+        if let Some(t) = self.terminals {
+            at_least_one("--terminals", t as u64)?;
+        }
+        seconds("--duration", self.duration, true)?;
+        seconds("--warmup", self.warmup, false)?;
+        within("--wait-scale", self.wait_scale, 0.0, MAX_WAIT_SCALE, "a factor >= 0 and <= 1e6 (1 = the spec's keying and think times)")
+    }
+}
+
+/// The nine tables among the database's `present` ones (lower-cased, as [`Conn::tables`] gives
+/// them); the error names every one missing.
+pub fn check_tables_present(present: &[String]) -> Result<(), OltpError> {
+    let missing: Vec<String> = load::TABLES.iter().filter(|t| !present.iter().any(|p| p == *t)).map(|t| t.to_string()).collect();
+    if !missing.is_empty() {
+        return Err(OltpError::MissingTables { tables: missing });
+    }
+    Ok(())
 }
 
 /// Exponential think time with mean `mean`, truncated at 10× the mean.
@@ -201,28 +238,20 @@ impl Tally {
 }
 
 fn run_mix(a: RunArgs) -> Result<i32> {
-    if a.duration.is_nan() || a.duration <= 0.0 {
-        bail!("--duration must be > 0 seconds (every run is bounded in time)");
-    }
+    a.check()?;
     let mut conn = Conn::connect(&a.dsn)?;
     let dbms = conn.dbms();
     let present = conn.tables()?;
-    let missing: Vec<&str> = load::TABLES.iter().copied().filter(|t| !present.iter().any(|p| p == t)).collect();
-    if !missing.is_empty() {
-        bail!("TPC-C tables missing: {} (load them with `tierscope-engine tpcc load --dsn ...`)", missing.join(", "));
-    }
+    check_tables_present(&present)?;
     let warehouses = match a.warehouses {
         Some(w) => w,
         None => conn.simple_rows("SELECT COUNT(*) FROM warehouse")?.first().and_then(|r| r.first()).map(|v| v.i64()).transpose()?.unwrap_or(0) as u64,
     };
     if warehouses == 0 {
-        bail!("the warehouse table is empty: load it with `tierscope-engine tpcc load`");
+        return Err(OltpError::NoWarehouses.into());
     }
     drop(conn);
-    let terminals = a.terminals.unwrap_or((warehouses * 10) as usize);
-    if terminals == 0 {
-        bail!("--terminals must be at least 1");
-    }
+    let terminals = a.terminals.unwrap_or(warehouses.saturating_mul(10) as usize);
     let waits = !a.no_waits && a.wait_scale > 0.0;
     let stop = Arc::new(AtomicBool::new(false));
     let issued = Arc::new(AtomicU64::new(0));
@@ -416,6 +445,60 @@ fn run_mix(a: RunArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        phase: Phase,
+    }
+
+    fn check(phase: &str, extra: &[&str]) -> Result<(), OltpError> {
+        let mut argv = vec!["tpcc", phase, "--dsn", "host=127.0.0.1 user=x dbname=x"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).expect("parses").phase {
+            Phase::Load(a) => a.check(),
+            Phase::Run(a) => a.check(),
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        check("run", &[]).unwrap();
+        check("load", &[]).unwrap();
+        check("run", &["--no-waits", "--wait-scale", "0", "--terminals", "3", "--warehouses", "2"]).unwrap();
+        for (phase, opt) in [("load", "--warehouses"), ("load", "--batch"), ("run", "--warehouses"), ("run", "--terminals")] {
+            let e = check(phase, &[opt, "0"]).unwrap_err();
+            assert!(matches!(e, OltpError::TooFew { option, value: 0 } if option == opt), "{opt}: {e:?}");
+            assert_eq!(e.to_string(), format!("{opt} must be at least 1, got 0"));
+        }
+        let e = check("run", &["--duration=-3"]).unwrap_err();
+        assert!(matches!(e, OltpError::OutOfRange { option: "--duration", value, .. } if value == -3.0), "{e:?}");
+        assert_eq!(e.to_string(), "--duration must be a number of seconds > 0 and <= 1e9 (every run is bounded in time), got -3");
+        let e = check("run", &["--wait-scale", "inf"]).unwrap_err();
+        assert!(matches!(e, OltpError::OutOfRange { option: "--wait-scale", .. }), "{e:?}");
+        assert_eq!(e.to_string(), "--wait-scale must be a factor >= 0 and <= 1e6 (1 = the spec's keying and think times), got inf");
+        let e = check("load", &["--max-seconds", "0"]).unwrap_err();
+        assert!(matches!(e, OltpError::OutOfRange { option: "--max-seconds", .. }), "{e:?}");
+    }
+
+    #[test]
+    fn missing_tables_are_all_named() {
+        let all: Vec<String> = load::TABLES.iter().map(|t| t.to_string()).collect();
+        check_tables_present(&all).unwrap();
+        let e = check_tables_present(&["warehouse".to_string(), "item".to_string()]).unwrap_err();
+        assert!(
+            matches!(&e, OltpError::MissingTables { tables } if tables == &["district", "customer", "history", "orders", "new_order", "order_line", "stock"]),
+            "{e:?}"
+        );
+        // tests/test_oltp.py reads the list between "missing:" and "("
+        assert_eq!(
+            e.to_string(),
+            "TPC-C tables missing: district, customer, history, orders, new_order, order_line, stock (load them with `tierscope-engine tpcc load --dsn ...`)"
+        );
+        assert_eq!(OltpError::NoWarehouses.to_string(), "the warehouse table is empty: load it with `tierscope-engine tpcc load`");
+    }
 
     #[test]
     fn think_time_mean_and_truncation() {
