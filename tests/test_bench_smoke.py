@@ -95,6 +95,12 @@ SMOKE: dict[str, Smoke] = {
         ),
         needs=("nginx", "wrk", "hey", "taskset"),
     ),
+    "middleware_mysql": Smoke(
+        ("--smoke",),
+        ("python_ratio_vs_direct", "rust_ratio_vs_direct", "python_cpu_us_per_query", "rust_cpu_us_per_query"),
+        needs=("mariadbd",),
+        root=True,
+    ),
     "middleware": Smoke(
         ("--smoke",),
         (
