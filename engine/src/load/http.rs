@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::clock;
+use super::grid::Grid;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorKind {
@@ -100,13 +101,17 @@ pub struct Conn {
     pos: usize,
     fill: usize,
     pub requests: u64,
+    /// paced: responses are read at grid edges with the kernel's receive timestamps (`set_paced`)
+    paced: bool,
+    /// the receive timestamp (this process' clock, ns) of the bytes of the last paced read
+    rx_ns: i64,
 }
 
 pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<Conn, ErrorKind> {
     match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Ok(Ok(stream)) => {
             let _ = stream.set_nodelay(true);
-            Ok(Conn { stream, buf: vec![0u8; 8192], pos: 0, fill: 0, requests: 0 })
+            Ok(Conn { stream, buf: vec![0u8; 8192], pos: 0, fill: 0, requests: 0, paced: false, rx_ns: 0 })
         }
         Ok(Err(_)) | Err(_) => Err(ErrorKind::Connect),
     }
@@ -117,6 +122,9 @@ pub struct Response {
     /// response bytes on the wire (status line, headers, body framing and body)
     pub bytes: u64,
     pub first_byte_ns: i64,
+    /// when the last byte arrived (paced connections: the kernel's receive timestamp; 0 = not
+    /// known, the caller takes the time it got the response)
+    pub last_byte_ns: i64,
     pub keep_alive: bool,
 }
 
@@ -139,9 +147,99 @@ enum Framing {
     None,
 }
 
+/// `level` for socket option `name` (an int).
+fn set_int_opt(stream: &TcpStream, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid socket and a pointer to an int of the given size
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            level,
+            name,
+            &value as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
 impl Conn {
-    /// Make room and read more bytes; Ok(0) = EOF.
-    async fn read_more(&mut self) -> std::io::Result<usize> {
+    /// Read this connection's responses at grid edges (`exchange` with a `Grid`): the socket no
+    /// longer wakes the event loop when response bytes arrive (SO_RCVLOWAT above any response
+    /// the buffer holds; the end of the stream still does), and every read carries the kernel's
+    /// receive timestamp of its bytes (SO_TIMESTAMPNS), which become the response's first- and
+    /// last-byte times. Returns false (and the connection stays as it was) when the kernel
+    /// refuses either option.
+    pub fn set_paced(&mut self) -> bool {
+        if self.paced {
+            return true;
+        }
+        if !set_int_opt(&self.stream, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) {
+            return false;
+        }
+        if !set_int_opt(&self.stream, libc::SOL_SOCKET, libc::SO_RCVLOWAT, i32::MAX) {
+            set_int_opt(&self.stream, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 0);
+            return false;
+        }
+        self.paced = true;
+        true
+    }
+
+    /// One non-blocking recvmsg into `buf` with `flags`: the number of bytes and their receive
+    /// timestamp (that of the last segment read) in this process' clock (ns).
+    fn recvmsg_stamped(fd: std::os::fd::RawFd, buf: &mut [u8], flags: libc::c_int) -> std::io::Result<(usize, i64)> {
+        // room for one cmsg with a struct timespec (and a spare)
+        let mut control = [0u64; 16];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: msghdr is plain data; every pointer in it outlives the call
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: a valid socket, a buffer of iov_len bytes and a control buffer of msg_controllen
+        let n = unsafe { libc::recvmsg(fd, &mut msg, flags | libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let now = clock::now_ns();
+        let mut rx = now;
+        // SAFETY: the CMSG_* walk stays within the control bytes the kernel filled in
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                    let mut real = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    libc::clock_gettime(libc::CLOCK_REALTIME, &mut real);
+                    let ns = |t: &libc::timespec| t.tv_sec * 1_000_000_000 + t.tv_nsec;
+                    // the kernel stamps with CLOCK_REALTIME; this process' clock is monotonic
+                    // from an epoch base: carry the age of the bytes over
+                    rx = now - (ns(&real) - ns(&ts)).max(0);
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        Ok((n as usize, rx))
+    }
+
+    /// One non-blocking read into buf[fill..] with its receive timestamp (paced connections).
+    /// The kernel stamps a read with its last segment's time, and segments queued together are
+    /// merged under the newest one's: the first bytes of a response that arrived in several
+    /// segments before a pick-up are stamped when the last of those arrived (under 1 ms later).
+    fn recv_stamped(&mut self) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let fd = self.stream.as_raw_fd();
+        let (n, ts) = Self::recvmsg_stamped(fd, &mut self.buf[self.fill..], 0)?;
+        // the end of the stream carries no time: the last byte's stays
+        if n > 0 {
+            self.rx_ns = ts;
+        }
+        Ok(n)
+    }
+
+    /// Make room and read more bytes; Ok(0) = EOF. With a grid (paced connections) a read that
+    /// finds nothing waits for the next grid edge and tries again.
+    async fn read_more(&mut self, grid: Option<&Grid>) -> std::io::Result<usize> {
         if self.pos == self.fill {
             self.pos = 0;
             self.fill = 0;
@@ -155,15 +253,43 @@ impl Conn {
                 self.buf.resize(n, 0);
             }
         }
-        let n = self.stream.read(&mut self.buf[self.fill..]).await?;
+        let n = match grid.filter(|_| self.paced) {
+            None => self.stream.read(&mut self.buf[self.fill..]).await?,
+            Some(g) => loop {
+                match self.recv_stamped() {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => g.next_edge().await,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            },
+        };
         self.fill += n;
         Ok(n)
     }
 
+    /// The time of the bytes just read: their receive timestamp on a paced connection read at a
+    /// grid edge, else now.
+    fn stamp(&self, grid: Option<&Grid>) -> i64 {
+        if self.paced && grid.is_some() {
+            self.rx_ns
+        } else {
+            clock::now_ns()
+        }
+    }
+
     /// Send one request and read its response. `body` receives the response body when given
-    /// (up to `body_cap` bytes are kept).
-    pub async fn exchange(&mut self, request: &[u8], mut body: Option<&mut Vec<u8>>, body_cap: usize) -> Result<Response, ExchangeError> {
+    /// (up to `body_cap` bytes are kept). With `grid` a paced connection (`set_paced`) reads the
+    /// response at grid edges.
+    pub async fn exchange(
+        &mut self,
+        request: &[u8],
+        mut body: Option<&mut Vec<u8>>,
+        body_cap: usize,
+        grid: Option<&Grid>,
+    ) -> Result<Response, ExchangeError> {
         use ExchangeError::*;
+        debug_assert!(grid.is_some() || !self.paced, "a paced connection is read at grid edges");
         let io_err = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::TimedOut => Kind(ErrorKind::Timeout),
             _ => Kind(ErrorKind::Reset),
@@ -185,7 +311,7 @@ impl Conn {
             if self.fill - self.pos > 64 * 1024 {
                 return Err(Kind(ErrorKind::Other));
             }
-            let n = match self.read_more().await {
+            let n = match self.read_more(grid).await {
                 Ok(n) => n,
                 Err(e) => {
                     return Err(if first_byte_ns == 0 && !fresh { ClosedBeforeResponse } else { io_err(e) });
@@ -195,7 +321,7 @@ impl Conn {
                 return Err(if first_byte_ns == 0 && !fresh { ClosedBeforeResponse } else { Kind(ErrorKind::Reset) });
             }
             if first_byte_ns == 0 {
-                first_byte_ns = clock::now_ns();
+                first_byte_ns = self.stamp(grid);
             }
         };
         let head = &self.buf[self.pos..head_end];
@@ -219,7 +345,7 @@ impl Conn {
                 if rem == 0 {
                     break;
                 }
-                match self.read_more().await {
+                match self.read_more(grid).await {
                     Ok(0) => return Err(Kind(ErrorKind::Reset)),
                     Ok(_) => {}
                     Err(e) => return Err(io_err(e)),
@@ -230,7 +356,7 @@ impl Conn {
                 sink(&self.buf[self.pos..self.fill], &mut body);
                 bytes += avail as u64;
                 self.pos = self.fill;
-                match self.read_more().await {
+                match self.read_more(grid).await {
                     Ok(0) => break,
                     Ok(_) => {}
                     Err(e) => return Err(io_err(e)),
@@ -284,7 +410,7 @@ impl Conn {
                         }
                     };
                     if !progressed {
-                        match self.read_more().await {
+                        match self.read_more(grid).await {
                             Ok(0) => return Err(Kind(ErrorKind::Reset)),
                             Ok(_) => {}
                             Err(e) => return Err(io_err(e)),
@@ -294,7 +420,10 @@ impl Conn {
             }
         }
         let keep_alive = keep_alive && !matches!(framing, Framing::UntilClose);
-        Ok(Response { status, bytes, first_byte_ns, keep_alive })
+        // the last read brought the last byte (a response that was whole in the buffer has no
+        // time of its own: the caller's now)
+        let last_byte_ns = if self.paced && grid.is_some() && self.rx_ns >= first_byte_ns && first_byte_ns > 0 { self.rx_ns } else { 0 };
+        Ok(Response { status, bytes, first_byte_ns, last_byte_ns, keep_alive })
     }
 }
 
@@ -381,11 +510,42 @@ mod tests {
             let addr = serve_once(reply).await;
             let mut c = connect(addr, Duration::from_secs(1)).await.map_err(|_| ()).unwrap();
             let mut body = vec![];
-            let r = c.exchange(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", Some(&mut body), 1 << 20).await.map_err(|e| format!("{e:?}")).unwrap();
+            let r = c.exchange(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", Some(&mut body), 1 << 20, None).await.map_err(|e| format!("{e:?}")).unwrap();
             assert_eq!(r.status, status);
             assert_eq!(String::from_utf8(body).unwrap(), text);
             assert_eq!(r.bytes, reply.len() as u64);
             assert_eq!(r.keep_alive, ka);
+        }
+    }
+
+    #[tokio::test]
+    async fn paced_reads_at_grid_edges_keep_the_arrival_times() {
+        let cases: [(&'static [u8], &str, bool); 3] = [
+            (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", "hello", true),
+            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;x=y\r\n, world\r\n0\r\n\r\n", "hello, world", true),
+            (b"HTTP/1.0 200 OK\r\n\r\nuntil the end", "until the end", false),
+        ];
+        // a 20 ms grid: bytes are picked up well after they arrived, their times are the arrival's
+        let grid = Grid::new(std::time::Instant::now(), Duration::from_millis(20));
+        for (reply, text, ka) in cases {
+            let addr = serve_once(reply).await;
+            let mut c = connect(addr, Duration::from_secs(1)).await.map_err(|_| ()).unwrap();
+            assert!(c.set_paced());
+            let mut body = vec![];
+            let sent = clock::now_ns();
+            let r =
+                c.exchange(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", Some(&mut body), 1 << 20, Some(&grid)).await.map_err(|e| format!("{e:?}")).unwrap();
+            let got = clock::now_ns();
+            assert_eq!(String::from_utf8(body).unwrap(), text);
+            assert_eq!(r.bytes, reply.len() as u64);
+            assert_eq!(r.keep_alive, ka);
+            // the second half of the reply is sent 5 ms after the first: its bytes are stamped
+            // when they arrived, not when they were picked up (at an edge up to 20 ms later; the
+            // HTTP/1.0 reply ends when the server closes, 50 ms later still)
+            let last = r.last_byte_ns - sent;
+            assert!(r.first_byte_ns >= sent && r.last_byte_ns >= r.first_byte_ns, "{} {}", r.first_byte_ns - sent, last);
+            assert!((4_000_000..15_000_000).contains(&last), "last byte {last} ns after the request");
+            assert!(r.last_byte_ns <= got);
         }
     }
 

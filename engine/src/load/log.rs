@@ -141,7 +141,19 @@ fn write_group(writer: &mut SerializedFileWriter<File>, recs: &[Record], names: 
                 cw.typed::<ByteArrayType>().write_batch(&v, None, None)?;
             }
             3 => {
-                let v: Vec<ByteArray> = recs.iter().map(|r| ByteArray::from(r.path.as_bytes().to_vec())).collect();
+                // one copy per distinct path string (rows of a page share theirs), not per row
+                let mut last: Option<(*const u8, ByteArray)> = None;
+                let v: Vec<ByteArray> = recs
+                    .iter()
+                    .map(|r| match &last {
+                        Some((p, b)) if *p == r.path.as_ptr() => b.clone(),
+                        _ => {
+                            let b = ByteArray::from(r.path.as_bytes().to_vec());
+                            last = Some((r.path.as_ptr(), b.clone()));
+                            b
+                        }
+                    })
+                    .collect();
                 cw.typed::<ByteArrayType>().write_batch(&v, Some(&all_def), None)?;
             }
             4 => {

@@ -10,6 +10,7 @@ use clap::Args;
 pub mod arrivals;
 pub mod driver;
 pub mod embedded;
+pub mod grid;
 pub mod http;
 pub mod log;
 pub mod markov;

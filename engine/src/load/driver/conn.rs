@@ -40,13 +40,15 @@ impl Ctx {
 
 /// One exchange on `conn` (or a new connection), under the request timeout; a kept-alive
 /// connection found closed before any response byte is retried once on a new one. Returns the
-/// response and the connection when it can be kept.
+/// response and the connection when it can be kept. `paced`: the response is picked up at the
+/// next edge of the timer grid (`Ctx::paced`, `crate::load::grid`).
 pub(super) async fn exchange(
     ctx: &Ctx,
     mut conn: Option<Conn>,
     bytes: &[u8],
     mut body: Option<&mut Vec<u8>>,
     close: bool,
+    paced: bool,
 ) -> (Result<http::Response, ErrorKind>, Option<Conn>) {
     let mut attempt = 0;
     loop {
@@ -58,8 +60,9 @@ pub(super) async fn exchange(
                 Err(e) => return (Err(e), None),
             },
         };
+        let grid = if paced && c.set_paced() { Some(&ctx.grid) } else { None };
         let res = {
-            let exchange = std::pin::pin!(c.exchange(bytes, body.as_deref_mut(), BODY_CAP));
+            let exchange = std::pin::pin!(c.exchange(bytes, body.as_deref_mut(), BODY_CAP, grid));
             Deadline::new(ctx, exchange).await
         };
         match res {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use crate::load::clock;
+use crate::load::grid::Grid;
 use crate::load::http::{Conn, Target};
 use crate::load::log::Record;
 use crate::load::progress::Stats;
@@ -63,6 +64,12 @@ pub(super) struct Ctx {
     pub(super) static_requests: Vec<Option<Arc<[u8]>>>,
     /// per session type: whether it has `learn` variables
     pub(super) learns: Vec<bool>,
+    /// closed loop on a timer grid with think times after every page and no embedded objects:
+    /// responses are picked up at the next edge of `grid` (`crate::load::grid`; edges every
+    /// millisecond, or every quantum if it is shorter: they are edges of the timer grid, where
+    /// the users due then wake anyway) instead of waking the event loop each
+    pub(super) paced: bool,
+    pub(super) grid: Grid,
 }
 
 impl Ctx {
@@ -147,6 +154,14 @@ pub(super) fn new_ctx(wl: Workload, target: Target, log: Option<Sender<Vec<Recor
         deadlines: RefCell::new(Deadlines::default()),
         static_requests: vec![],
         learns,
+        paced: wl.think_quantum_ms > 0.0
+            && wl.arrivals.is_none()
+            && wl.embedded.is_none()
+            && wl.think_mean_s > 0.0
+            && wl.pages.iter().all(|p| p.think_mean_s.is_none_or(|m| m > 0.0)),
+        // responses are picked up every millisecond (or every quantum, if shorter): a think time
+        // shorter than that is the only one whose next request can start late (by less than it)
+        grid: Grid::new(t0, Duration::from_secs_f64((wl.think_quantum_ms / 1000.0).clamp(1e-6, 1e-3))),
         max_think_mean: wl.pages.iter().filter_map(|p| p.think_mean_s).fold(wl.think_mean_s, f64::max),
         wl,
     };

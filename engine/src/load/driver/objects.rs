@@ -30,7 +30,7 @@ async fn embedded_worker(ctx: &Ctx, urls: &[String], next: &Cell<usize>, mut con
         }
         next.set(i + 1);
         let bytes = ctx.object_request(&urls[i], close);
-        let (res, c) = exchange(ctx, conn.take(), &bytes, None, close).await;
+        let (res, c) = exchange(ctx, conn.take(), &bytes, None, close, false).await;
         conn = c;
         out.count += 1;
         match res {

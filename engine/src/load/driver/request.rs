@@ -99,13 +99,17 @@ pub(super) async fn request(
         st.think_real_n += 1;
     }
     let mut body = if ctx.needs_body { Some(Vec::new()) } else { None };
-    let (result, conn) = exchange(ctx, conn, &bytes, body.as_mut(), close).await;
+    let (result, conn) = exchange(ctx, conn, &bytes, body.as_mut(), close, ctx.paced).await;
     // give the connection back
     if let Some(c) = conn {
         ctx.give_back(conns, c);
     }
     drop(permit);
-    let end_ns = clock::now_ns();
+    // a response picked up at a grid edge ended when its last byte arrived
+    let end_ns = match &result {
+        Ok(r) if r.last_byte_ns > 0 => r.last_byte_ns.max(start_ns),
+        _ => clock::now_ns(),
+    };
     let mut force_back = false;
     {
         let rec = guard.rec.as_mut().expect("record");
