@@ -85,9 +85,10 @@ impl Future for EdgeWait<'_> {
             this.registered = false;
             return Poll::Ready(());
         }
-        let mut w = g.waiters.borrow_mut();
-        if !w.iter().any(|x| x.will_wake(cx.waker())) {
-            w.push(cx.waker().clone());
+        // once per edge (a scan for duplicates would cost O(waiters) per waiter: a thousand
+        // requests in flight would make every edge a million comparisons)
+        if !this.registered {
+            g.waiters.borrow_mut().push(cx.waker().clone());
         }
         this.registered = true;
         Poll::Pending
