@@ -311,7 +311,8 @@ def gather(ctx, servers: dict, assigned: dict, offsets: dict, generators: dict) 
     if summaries:
         t0 = min(x["load_start_ns"] for x in summaries)
         ctx.phases["load_start_ns"] = t0
-        ctx.phases.update(_phase_times_of(t0, ctx.point.config.workload))
+        w = ctx.point.config.workload
+        ctx.phases.update(phase_times(t0, w.ramp_up, w.run, w.ramp_down))
         summary = {k: v for k, v in summaries[0].items() if k not in ("generator", "host", "first_user")}
         if len(summaries) > 1:
             summary = {
@@ -328,10 +329,6 @@ def _correction(o) -> int:
     if o is None or abs(o.offset_ns) <= o.rtt_ns / 2:
         return 0
     return -o.offset_ns
-
-
-def _phase_times_of(t0: int, w) -> dict:
-    return phase_times(t0, w.ramp_up, w.run, w.ramp_down)
 
 
 def _shifted(t: pa.Table, shift_ns: int) -> pa.Table:
