@@ -103,8 +103,8 @@ def test_adding_servers_moves_the_bottleneck_db_app_middleware(tmp_path):
         assert median(d, "db1", "cpu_quota") > 50, d
     # a second replica raises the maximum throughput (the first two groups of Fig. 2/3); the
     # third configuration's gain over the second is not asserted: the middleware that caps it has
-    # about one app server's capacity at today's per-page costs (47.5 against 41.1 pages/s in the
-    # first run of this check, docs/scaleout.md)
+    # about one app server's capacity at today's per-page costs (47.5 against 41.1 pages/s in a
+    # one-off run of these configurations, docs/scaleout.md)
     assert two["max_throughput"] > 1.2 * one["max_throughput"], (one, two)
 
 
