@@ -142,6 +142,10 @@ def test_run_json_gives_the_points_and_the_verdict(tiny_run, tmp_path):
     assert doc["run"]["report"] == str(tmp_path / "tiny" / "report.html")
     assert sorted(r["users"] for cfg in doc["levels"].values() for r in cfg) == [5, 10]
     assert doc["headline"] and doc["confidence"]
+    # the layout and the document every study leaves (tierscope.studies.document): the same
+    # document in the run directory, naming the spec (not a shipped study: no seed)
+    assert json.loads((tmp_path / "tiny" / "study.json").read_text()) == doc
+    assert (doc["study"], doc["kind"], doc["seed"], doc["preset"]) == ("tiny", "spec", None, str(TINY))
     bad = subprocess.run(
         cmd[:-1] + [str(out / "v.json")],
         capture_output=True,  # under a file

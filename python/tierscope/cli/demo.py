@@ -63,9 +63,9 @@ def demo(
     [bold]tierscope demo --ingest[/bold]   or   [bold]tierscope demo --memory[/bold]
     """
     if ingest:
-        from tierscope.cli.ingest import ingest as run_ingest
+        from tierscope.cli.ingest import run_study
 
-        run_ingest(preset("ingest"), out, modes=None, clients=None, records=None, loopback=loopback)
+        raise typer.Exit(run_study(preset("ingest"), out, loopback=loopback))
     from tierscope.cli.run import execute
 
     if memory:

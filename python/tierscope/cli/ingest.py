@@ -3,8 +3,6 @@ counted by record id in the database."""
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tierscope.cli import _output
+from tierscope.studies import study_of
+from tierscope.studies.document import FILE_NAME, study_document
+
 
 def _saturated_cell(r) -> str:
     from tierscope.studies.logservice import describe_saturated
@@ -20,17 +22,14 @@ def _saturated_cell(r) -> str:
     return "unknown" if r.testbed and r.testbed != "namespaces" else describe_saturated(r.saturated)
 
 
-def results_table(results: list) -> Table:
-    """One column per mode, one row per measure (fits a terminal with three modes)."""
-    t = Table(title="log service: the same offered load in each mode")
-    t.add_column("")
-    for r in results:
-        t.add_column(r.mode, justify="right")
+def results_rows(results: list) -> tuple[list[str], list[list[str]]]:
+    """The modes' counts as (headings, rows): one column per mode, one row per measure (fits a
+    terminal with three modes); the terminal's table and the report's."""
 
     def known(v) -> str:
         return "unknown" if v is None else str(v)
 
-    rows = [
+    measures = [
         ("records sent", lambda r: str(r.sent)),
         ("acknowledged (201)", lambda r: str(r.acknowledged)),
         ("refused (503)", lambda r: str(r.refused)),
@@ -46,8 +45,17 @@ def results_table(results: list) -> Table:
         ("p90 of acknowledged, ms", lambda r: f"{r.p90_ms:.0f}" if r.p90_ms is not None else "-"),
         ("saturated resource", lambda r: _saturated_cell(r)),
     ]
-    for name, cell in rows:
-        t.add_row(name, *(cell(r) for r in results))
+    return ["", *(r.mode for r in results)], [[name, *(cell(r) for r in results)] for name, cell in measures]
+
+
+def results_table(results: list) -> Table:
+    """`results_rows` as a Rich table."""
+    t = Table(title="log service: the same offered load in each mode")
+    heads, rows = results_rows(results)
+    for i, h in enumerate(heads):
+        t.add_column(h, justify="right" if i else "left")
+    for row in rows:
+        t.add_row(*row)
     return t
 
 
@@ -57,13 +65,22 @@ def ingest(
         metavar="[PRESET]",
         help="An ingest preset (TOML); default: the shipped python/tierscope/presets/ingest.toml (tierscope run ingest).",
     ),
-    out: Path = typer.Option(Path("results"), "-o", "--out", help="Results directory: OUT/ingest-<time>/<mode>/."),
+    out: Path = typer.Option(
+        Path("results"),
+        "-o",
+        "--out",
+        help="Results directory: OUT/<run>/<mode>/, OUT/<run>/study.json and report.html (<run>: --name, default the preset's name).",
+    ),
     modes: list[str] | None = typer.Option(
         None, "--mode", help="Only this mode (repeat for several): direct, queue, durable."
     ),
     clients: int | None = typer.Option(None, "--clients", min=1, help="Override load.clients."),
     records: int | None = typer.Option(None, "--records", min=1, help="Override load.records (per client)."),
     loopback: bool = typer.Option(False, "--loopback", help="Run on loopback without namespaces or limits."),
+    run_name: str | None = typer.Option(None, "--name", help="Run name (default: the preset's name)."),
+    json_out: str | None = typer.Option(
+        None, "--json", metavar="FILE", help="Also write the study document to FILE ('-' for stdout)."
+    ),
 ) -> None:
     """Compare the log service's modes at the same offered load (seed 003).
 
@@ -76,14 +93,27 @@ def ingest(
     the supervisor restarted; the counts are printed even when the database could not be read at
     the end ("unknown"). Then the finding across the modes in one line ("direct loses 99.7 % of
     the records (4,986 of 5,000) with db1's CPU saturated; queue and durable lose none").
-    Tables in OUT/ingest-<time>/<mode>/. The same as `tierscope run ingest`.
+    Tables in OUT/ingest/<mode>/, the study document in OUT/ingest/study.json (as every study's:
+    docs/spec.md, "The study document"), the report in OUT/ingest/report.html. The same as
+    `tierscope run ingest`.
 
     Exit status: 0 done, 1 a mode failed, lost an acknowledged record or could not be counted,
     2 bad preset.
 
     Example: [bold]tierscope ingest[/bold]   or   [bold]tierscope ingest --mode direct --clients 500[/bold]
     """
-    raise typer.Exit(run_study(preset_path, out, modes=modes, clients=clients, records=records, loopback=loopback))
+    raise typer.Exit(
+        run_study(
+            preset_path,
+            out,
+            modes=modes,
+            clients=clients,
+            records=records,
+            loopback=loopback,
+            run_name=run_name,
+            json_out=json_out,
+        )
+    )
 
 
 def run_study(
@@ -98,10 +128,11 @@ def run_study(
     run_name: str | None = None,
 ) -> int:
     """Run a log-service preset (`tierscope ingest`, `tierscope run ingest`): each mode in turn,
-    the table, the finding across the modes in words; OUT/<run>/<mode>/ and OUT/<run>/summary.json
-    (<run>: `run_name`, default ingest-<time>). Returns the exit status."""
-    from tierscope.cli import _output
+    the table, the finding across the modes in words; OUT/<run>/<mode>/, OUT/<run>/study.json (the study
+    document, `tierscope.studies.document`) and OUT/<run>/report.html (<run>: `run_name`, default the
+    preset's name). Returns the exit status."""
     from tierscope.cli.demo import preset
+    from tierscope.report.html import write_study_page  # plotly: loaded when a study runs, not for --help
     from tierscope.studies.logservice import finding, run_mode
     from tierscope.studies.logservice_preset import PresetError, load_preset
 
@@ -120,7 +151,7 @@ def run_study(
     except (PresetError, FileNotFoundError, ValueError, OSError) as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         return _output.BAD_INPUT
-    run_dir = out / (run_name or f"ingest-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = out / (run_name or path.stem)
     console.print(
         f"{description or path}: {load.clients} clients x {load.records} records, timeout "
         f"{load.timeout_s:g} s; modes {', '.join(chosen)}",
@@ -160,10 +191,30 @@ def run_study(
     stated = loss_finding_of(verdict, results, path)
     if verdict:
         console.print(f"[bold]Finding:[/bold] {escape(stated.line())}", highlight=False, soft_wrap=True)
-    summary = {"finding": stated.as_dict(), "results": [r.as_dict() for r in results], "failed": failed}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    console.print(f"tables: {run_dir}", markup=False)
+    report = write_study_page(
+        run_dir / "report.html",
+        f"{path.stem}: the log service's modes at the same offered load",
+        stated,
+        [("Each mode at the same offered load", *results_rows(results))] if results else [],
+        [f"{r.mode}: {n}" for r in results for n in r.notes]
+        + [f"{r.mode}: {r.error}" for r in results if r.error]
+        + [f"{m} failed: {why}" for m, why in failed],
+    )
+    study = study_of(path)
+    doc = study_document(
+        name=study.name if study else path.stem,
+        kind="logservice",
+        preset=path,
+        seed=study.seed if study else None,
+        finding=stated,
+        run_dir=run_dir,
+        done=[r.mode for r in results],
+        failed=failed,
+        report=report,
+        body={"results": [r.as_dict() for r in results]},
+    )
+    _output.write_document(doc, str(run_dir / FILE_NAME))
+    console.print(f"tables: {run_dir}; report: {report}", markup=False)
     if any((run_dir / m / "secrets").exists() for m in chosen):
         broker = f", {run_dir}/durable/broker1/redis.password (the broker's)" if "durable" in chosen else ""
         console.print(
@@ -174,7 +225,7 @@ def run_study(
             soft_wrap=True,
         )
     if json_out is not None:
-        where = _output.write_document({"study": "logservice", **summary}, json_out)
+        where = _output.write_document(doc, json_out)
         if where != "stdout":
             console.print(f"wrote {where}", markup=False)
     return 1 if failed or any(r.lost_acknowledged is None or r.lost_acknowledged for r in results) else 0

@@ -255,7 +255,7 @@ _SCALE_HELP = (
     "costs per node, not seed 002's scale-out. Needs root, MariaDB with galera-4, PostgreSQL 15. The shipped preset "
     "takes about 8 minutes here. Preset format and measured figures: docs/oltp.md, 'Scaling (seed 002)'.\n\n"
     "Examples:\n\n"
-    "  tierscope oltp scale -o out/scaling\n\n"
+    "  tierscope oltp scale -o out   (the same as tierscope run oltp-scaling -o out)\n\n"
     "  tierscope oltp scale --target galera --workload ycsb-a --workload ycsb-b --nodes 1,3 --duration 10"
 )
 
@@ -269,13 +269,14 @@ def scale(
         "YCSB B and A, TPC-C).",
     ),
     out: Path = typer.Option(
-        Path("oltp-scaling-out"),
+        Path("results"),
         "--out",
         "-o",
-        help="Directory for results.json, "
-        "results.parquet (one row per target x nodes x workload) and nodes.parquet (one row "
-        "per node: its own counters).",
+        help="Results directory: OUT/<run>/ gets results.json, "
+        "results.parquet (one row per target x nodes x workload), nodes.parquet (one row "
+        "per node: its own counters), study.json (the study document) and report.html.",
     ),
+    run_name: str | None = typer.Option(None, "--name", help="Run name (default: the preset's name)."),
     target: list[str] | None = typer.Option(
         None, "--target", help="Only these targets of the preset (galera, middleware); repeatable."
     ),
@@ -292,13 +293,53 @@ def scale(
         "--workdir",
         help="Where the temporary data directories go (default: the system's temporary directory); removed at the end.",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON lines instead of the table."),
+    json_out: str | None = typer.Option(
+        None, "--json", metavar="FILE", help="Also write the study document to FILE ('-' for stdout)."
+    ),
 ) -> None:
+    raise typer.Exit(
+        run_scaling_study(
+            preset,
+            out,
+            run_name=run_name,
+            json_out=json_out,
+            target=target,
+            nodes=nodes,
+            workload=workload,
+            duration=duration,
+            workdir=workdir,
+        )
+    )
+
+
+def run_scaling_study(
+    preset: Path | None,
+    out: Path,
+    *,
+    run_name: str | None = None,
+    json_out: str | None = None,
+    target: list[str] | None = None,
+    nodes: str | None = None,
+    workload: list[str] | None = None,
+    duration: float | None = None,
+    workdir: Path | None = None,
+) -> int:
+    """Run a scaling preset (`tierscope oltp scale`, `tierscope run oltp-scaling`): the table, the
+    finding in words; OUT/<run>/ gets the tables, study.json (the study document,
+    `tierscope.studies.document`) and report.html (<run>: `run_name`, default the preset's name).
+    Returns the exit status."""
     from rich.table import Table as RichTable
 
-    from tierscope.studies.scaling import load_preset, run_scaling, table_rows
+    from tierscope.analysis.study import scaling_finding
+    from tierscope.cli import _output
+    from tierscope.report.html import write_study_page  # plotly: loaded when a study runs, not for --help
+    from tierscope.studies import study_of
+    from tierscope.studies.document import FILE_NAME, study_document
+    from tierscope.studies.scaling import DEFAULT_PRESET, load_preset, run_scaling, table_rows
 
-    console = Console() if Console().is_terminal else Console(width=200)  # a piped table keeps its columns
+    # a piped table keeps its columns; with --json - the terminal output goes to stderr
+    console = Console(stderr=json_out == "-") if Console().is_terminal else Console(width=200, stderr=json_out == "-")
+    path = Path(preset) if preset else DEFAULT_PRESET
     try:
         p = load_preset(preset)
         if target:
@@ -313,45 +354,60 @@ def scale(
         problems = p.problems()
         if problems:
             raise ValueError("; ".join(problems))
+        if json_out not in (None, "-"):
+            _output.check_output_file(Path(json_out), "--json")
     except (ValueError, OSError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from err
+        return _output.BAD_INPUT
     import os
 
     if os.geteuid() != 0:
         console.print("[red]error:[/red] the database servers run as their own OS users (mysql, postgres): run as root")
-        raise typer.Exit(2)
+        return _output.BAD_INPUT
+    run_dir = out / (run_name or path.stem)
     try:
-        rows = run_scaling(p, out=out, say=lambda m: console.print(m, style="dim", markup=False), workdir=workdir)
+        rows = run_scaling(p, out=run_dir, say=lambda m: console.print(m, style="dim", markup=False), workdir=workdir)
+    except KeyboardInterrupt:
+        Console(stderr=True).print("[yellow]interrupted[/yellow]: servers are stopped and their data removed")
+        return 130
     except Exception as err:  # a server that would not start, an engine that failed
         console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from err
-    if json_out:
-        for r in rows:
-            print(json.dumps({k: v for k, v in r.items() if k != "summaries"}, default=str))
-        return
-    t = RichTable(
-        title=f"{p.name}: {p.duration:g} s per workload ({p.warmup:g} s warm-up), "
+        return _output.FAILED
+    title = (
+        f"{p.name}: {p.duration:g} s per workload ({p.warmup:g} s warm-up), "
         f"{p.threads_per_node} YCSB threads / {p.terminals_per_node} TPC-C terminals per node"
     )
-    for col in (
-        "target",
-        "nodes",
-        "workload",
-        "throughput",
-        "per node",
-        "p90 ms",
-        "errors",
-        "per node measured: served / rows written",
-    ):
+    heads = ["target", "nodes", "workload", "throughput", "per node", "p90 ms", "errors"]
+    heads.append("per node measured: served / rows written")
+    cells = [list(c) for c in table_rows(rows)]
+    t = RichTable(title=title)
+    for col in heads:
         t.add_column(col, justify="left" if col in ("target", "workload") or col.startswith("per node m") else "right")
-    for cells in table_rows(rows):
-        t.add_row(*cells)
+    for row in cells:
+        t.add_row(*row)
     console.print(t)
-    from tierscope.analysis.study import scaling_finding
-
-    console.print(f"[bold]Finding:[/bold] {escape(scaling_finding(rows).line())}", highlight=False, soft_wrap=True)
-    console.print(f"results: {out / 'results.json'}, {out / 'results.parquet'}, {out / 'nodes.parquet'}", markup=False)
+    found = scaling_finding(rows)
+    console.print(f"[bold]Finding:[/bold] {escape(found.line())}", highlight=False, soft_wrap=True)
+    report = write_study_page(run_dir / "report.html", title, found, [("Throughput per node", heads, cells)])
+    study = study_of(path)
+    doc = study_document(
+        name=study.name if study else path.stem,
+        kind="oltp-scaling",
+        preset=path,
+        seed=study.seed if study else None,
+        finding=found,
+        run_dir=run_dir,
+        done=[f"{r['target']}-{r['nodes']}-{r['workload']}" for r in rows],
+        report=report,
+        body={"rows": [{k: v for k, v in r.items() if k != "summaries"} for r in rows]},
+    )
+    _output.write_document(doc, str(run_dir / FILE_NAME))
+    console.print(f"tables: {run_dir} (results.parquet, nodes.parquet, results.json); report: {report}", markup=False)
+    if json_out is not None:
+        where = _output.write_document(doc, json_out)
+        if where != "stdout":
+            console.print(f"wrote {where}", markup=False)
+    return _output.OK
 
 
 def register(app: typer.Typer) -> None:

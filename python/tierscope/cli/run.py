@@ -19,6 +19,7 @@ from tierscope.studies import finding_of_run as finding_of_run
 from tierscope.studies import presets_dir as presets_dir
 from tierscope.studies import studies as studies
 from tierscope.studies import study_of as study_of
+from tierscope.studies.document import FILE_NAME, study_document
 
 
 def study_lines() -> list[str]:
@@ -102,10 +103,12 @@ def run(
     one line each ("lab 0: orphaned, owner pid 28923 dead"), and removed like `tierscope testbed
     clean --orphans`; --resume never deletes a point directory that live processes still hold.
 
-    A shipped study is run by its own runner (`tierscope run --list`): `ingest` (seed 003's log
-    service) like `tierscope ingest`, its verdict the finding across its modes ("direct loses 99.2 %
-    of the records with db1's CPU saturated; queue and durable lose none"); `oltp-scaling` like
-    `tierscope oltp scale`.
+    A shipped study is run by the runner its kind names (`tierscope run --list`): `ingest` (seed
+    003's log service; `tierscope ingest` is the same with overrides), its verdict the finding
+    across its modes ("direct loses 99.2 % of the records with db1's CPU saturated; queue and
+    durable lose none"); `oltp-scaling` (`tierscope oltp scale` with overrides). Every study leaves
+    the same layout: OUT/<run>/<point>/ (a mode for the log service), OUT/<run>/report.html and
+    OUT/<run>/study.json, the document --json writes (docs/spec.md, "The study document").
 
     Exit status: 0 all points done, 1 a point failed, 2 bad spec or output, 130 interrupted.
 
@@ -182,10 +185,8 @@ def _run_other(
     from tierscope.cli import _output
 
     unused = [flag for flag, given in (("--resume", resume), ("--hosts", hosts is not None)) if given]
-    if kind == "oltp-scaling":
-        unused += [
-            flag for flag, given in (("--loopback", loopback), ("--json", json_out), ("--name", run_name)) if given
-        ]
+    if kind == "oltp-scaling" and loopback:
+        unused.append("--loopback")
     if unused:
         what = "seed 003's log service" if kind == "logservice" else "the OLTP scaling study"
         Console(stderr=True).print(
@@ -199,22 +200,9 @@ def _run_other(
         from tierscope.cli.ingest import run_study
 
         return run_study(path, out, loopback=loopback, json_out=json_out, run_name=run_name)
-    from tierscope.cli.oltp import scale
+    from tierscope.cli.oltp import run_scaling_study
 
-    try:
-        scale(
-            preset=path,
-            out=out / path.stem,
-            target=None,
-            nodes=None,
-            workload=None,
-            duration=None,
-            workdir=None,
-            json_out=False,
-        )
-    except typer.Exit as done:
-        return int(done.exit_code or 0)
-    return 0
+    return run_scaling_study(path, out, run_name=run_name, json_out=json_out)
 
 
 def changed_spec(spec_path: Path, changes: dict):
@@ -306,17 +294,22 @@ def execute(
     if result.data is not None:
         finding = finding_of(result.data, spec_path)
         console.print(f"[bold]Finding:[/bold] {escape(finding.line())}", highlight=False, soft_wrap=True)
+    study = study_of(spec_path)
+    doc = study_document(
+        name=study.name if study else spec.name,
+        kind="spec",
+        preset=spec_path,
+        seed=study.seed if study else None,
+        finding=finding,
+        run_dir=result.dir,
+        done=result.done,
+        skipped=result.skipped,
+        failed=result.failed,
+        report=result.report,
+        body=_output.verdict_document(result.data, result.summary) if result.summary is not None else {},
+    )
+    _output.write_document(doc, str(result.dir / FILE_NAME))
     if json_out is not None:
-        doc = _output.verdict_document(result.data, result.summary) if result.summary is not None else {}
-        if finding is not None:
-            doc["finding"] = finding.as_dict()
-        doc["run"] = {
-            "dir": str(result.dir),
-            "done": result.done,
-            "skipped": result.skipped,
-            "failed": [{"point": p, "reason": r} for p, r in result.failed],
-            "report": str(result.report) if result.report else None,
-        }
         where = _output.write_document(doc, json_out)
         if where != "stdout":
             console.print(f"wrote {where}", markup=False)

@@ -6,7 +6,15 @@ HTML file (Plotly inlined, works offline) and the Rich terminal summary.
 >>> write_report(analyze_run("runs/sweep1"), "report.html")
 """
 
-from tierscope.report.html import render_html, write_report
+from tierscope.report.html import render_html, write_report, write_study_page
 from tierscope.report.summary import configuration_table, level_table, print_summary, rich_table
 
-__all__ = ["configuration_table", "level_table", "print_summary", "render_html", "rich_table", "write_report"]
+__all__ = [
+    "configuration_table",
+    "level_table",
+    "print_summary",
+    "render_html",
+    "rich_table",
+    "write_report",
+    "write_study_page",
+]

@@ -16,7 +16,7 @@ import gzip
 import hashlib
 import html
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -394,4 +394,51 @@ def write_report(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_html(data, summary, compress_js=compress_js, finding=finding), encoding="utf-8")
+    return path
+
+
+def _table_html(heads: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="figures"><tr>{head}</tr>{body}</table>'
+
+
+def render_study_page(
+    title: str,
+    finding: Finding | None,
+    tables: list[tuple[str, list[str], list[list[str]]]],
+    notes: Sequence[str] = (),
+) -> str:
+    """The report of a study whose runner is not the experiment runner (seed 003's log service,
+    seed 002's scaling runner): its finding as `render_html` shows one, then each (caption,
+    headings, rows) table and the notes. No figures, no JavaScript."""
+    from tierscope import __version__
+
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    parts = "".join(
+        f"<section><h2>{html.escape(caption)}</h2>{_table_html(heads, rows)}</section>"
+        for caption, heads, rows in tables
+    )
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    noted = f'<section id="notes"><h2>Notes</h2><ul class="note">{items}</ul></section>' if items else ""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>tierscope report: {html.escape(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>tierscope report: {html.escape(title)}</h1>"
+        f'<p class="meta">tierscope {__version__}, {when}</p>'
+        f"{_finding_html(finding)}{parts}{noted}</body></html>"
+    )
+
+
+def write_study_page(
+    path: str | Path,
+    title: str,
+    finding: Finding | None,
+    tables: list[tuple[str, list[str], list[list[str]]]],
+    notes: Sequence[str] = (),
+) -> Path:
+    """Write `render_study_page` to `path` (parent directories created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_study_page(title, finding, tables, notes), encoding="utf-8")
     return path
