@@ -9,11 +9,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
+from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map, primary_bottleneck
 from tierscope.analysis.whitebox import (
     bound_words,
     density,
     density_peaks,
+    hardware_first,
     resource_of,
     saturated_in_tiers,
     two_grains,
@@ -194,18 +195,24 @@ def test_the_bottleneck_map_names_tier_and_resource_per_configuration():
                                               ("db2", "disk_util"): 0.55}),
         ConfigurationResult("1/2/0/2M", 600, {("app1", "cpu_util"): 0.3, ("db1", "mem_util"): 0.2}),
         ConfigurationResult("big box", 650, {("db1", "cpu_quota"): 0.7}, counts={"db": 1, "app": 1}),
+        ConfigurationResult("1/1/0/3M", 305, {("app1", "sockets_util"): 0.8, ("db1", "disk_util"): 0.45,
+                                              ("db1", "cpu_util"): 0.3}),
     ]  # fmt: skip
     m = {r["config"]: r for r in bottleneck_map(results).to_pylist()}
     assert (m["1/1/0/1M"]["tier"], m["1/1/0/1M"]["resource"]) == ("db", "disk")
     assert m["1/1/0/1M"]["bottleneck"] == "db disk" and m["1/1/0/1M"]["bottleneck_metric"] == "db disk_util"
-    assert (m["1/1/0/2M"]["tier"], m["1/1/0/2M"]["resource"]) == ("app", "sockets")
+    # the sockets more often above 95 % (0.8) than the disk (0.6), but the disk saturated: the
+    # hardware is the bottleneck, the connections its requests hold are a symptom (seed 004 §5)
+    assert (m["1/1/0/2M"]["tier"], m["1/1/0/2M"]["resource"]) == ("db", "disk")
     assert m["1/1/0/2M"]["saturated"] == "app: sockets; db: disk"
+    # the sockets saturated with no hardware resource saturated: the sockets
+    assert (m["1/1/0/3M"]["tier"], m["1/1/0/3M"]["resource"]) == ("app", "sockets")
     assert m["1/2/0/2M"]["bottleneck"] is None and m["1/2/0/2M"]["resource"] is None
     assert m["1/2/0/2M"]["saturated"] is None
     assert m["big box"]["resource"] == "CPU quota"
     assert (m["big box"]["db"], m["big box"]["app"], m["big box"]["web"]) == (1, 1, None)
     assert (m["1/1/0/2M"]["db"], m["1/1/0/2M"]["app"]) == (2, 1)
-    assert [m[c]["group"] for c in ("1/1/0/1M", "1/1/0/2M", "1/2/0/2M", "big box")] == [1, 1, 2, 2]
+    assert [m[c]["group"] for c in ("1/1/0/1M", "1/1/0/3M", "1/1/0/2M", "1/2/0/2M", "big box")] == [1, 1, 1, 2, 2]
 
 
 # --- one host at two grains -------------------------------------------------------------------
@@ -317,3 +324,33 @@ def test_the_monitor_turns_cgroup_counters_into_disk_memory_and_quota_metrics(tm
 def test_density_of_a_pinned_disk_peaks_at_100():
     d = density(np.full(50, 100.0))
     assert density_peaks(d) == [100.0]
+
+
+def test_sockets_are_the_bottleneck_only_where_no_hardware_is_saturated():
+    """Seed 004 §5's three memory scenarios in the database host's samples: on disk, the disk
+    saturated (90 % of the samples above 95 %) and the sockets pinned (all of them); partly in
+    memory, the sockets pinned with the disk at 80 % and the CPU at 50 %; in memory, the CPU
+    saturated and the sockets pinned as well. The primary bottleneck: disk, sockets, CPU."""
+    n = 100
+    disk_on_disk = np.where(np.arange(n) % 10 < 9, 99.0, 80.0)  # 90 % of the samples above 95 %
+    levels = {
+        "on disk": {("db1", "disk_util", "percent"): disk_on_disk, ("db1", "cpu_util", "percent"): np.full(n, 25.0),
+                    ("db1", "sockets_util", "percent"): np.full(n, 100.0)},
+        "partly": {("db1", "disk_util", "percent"): np.full(n, 80.0), ("db1", "cpu_util", "percent"): np.full(n, 50.0),
+                   ("db1", "sockets_util", "percent"): np.full(n, 100.0)},
+        "in memory": {("db1", "disk_util", "percent"): np.zeros(n), ("db1", "cpu_util", "percent"): np.full(n, 97.0),
+                      ("db1", "sockets_util", "percent"): np.full(n, 100.0)},
+    }  # fmt: skip
+    want = {"on disk": "db disk_util", "partly": "db sockets_util", "in memory": "db cpu_util"}
+    for name, samples in levels.items():
+        wb = whitebox([(400, _table(samples))])
+        shares = {(r["host"], r["metric"]): r["share_above"] for r in wb.shares.to_pylist()}
+        assert shares[("db1", "sockets_util")] == 1.0  # the most often above 95 % everywhere
+        assert primary_bottleneck(shares)[0] == want[name], (name, shares)
+        # the saturated resources: every one of them, the hardware first
+        assert wb.saturated[400.0][-1] == ("db1", "sockets_util")
+        assert len(wb.saturated[400.0]) == (1 if name == "partly" else 2)
+    assert hardware_first({("db1", "sockets_util"): 1.0, ("db1", "disk_util"): 0.49}) == {
+        ("db1", "sockets_util"): 1.0,
+        ("db1", "disk_util"): 0.49,
+    }

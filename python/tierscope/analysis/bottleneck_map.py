@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from tierscope.analysis.whitebox import resource_of
+from tierscope.analysis.whitebox import hardware_first, resource_of
 from tierscope.tiers import tier_of_host
 
 
@@ -48,14 +48,20 @@ class ConfigurationResult:
 
 
 def primary_bottleneck(shares: Mapping[tuple[str, str], float], min_share: float = 0.5) -> tuple[str | None, float]:
-    """``("<tier> <metric>", share)`` of the most saturated resource, or ``(None, best share)``
-    (the metric's name: the map's `bottleneck_metric`)."""
+    """``("<tier> <metric>", share)`` of the most saturated resource (a software limit only when
+    no hardware resource is saturated: `whitebox.hardware_first`), or ``(None, best share)`` (the
+    metric's name: the map's `bottleneck_metric`)."""
     if not shares:
         return None, 0.0
-    (host, metric), share = max(shares.items(), key=lambda kv: (kv[1], kv[0]))
+    (host, metric), share = _most_saturated(shares, min_share)
     if share < min_share:
         return None, float(share)
     return f"{tier_of_host(host)} {metric}", float(share)
+
+
+def _most_saturated(shares: Mapping[tuple[str, str], float], min_share: float) -> tuple[tuple[str, str], float]:
+    """The ``(host, metric)`` most often above 95 % and its share, the hardware first."""
+    return max(hardware_first(shares, min_share).items(), key=lambda kv: (kv[1], kv[0]))
 
 
 def throughput_groups(max_throughput: Mapping[str, float], tolerance: float = 0.10) -> dict[str, int]:
@@ -123,7 +129,7 @@ def bottleneck_map(results: Sequence[ConfigurationResult], tolerance: float = 0.
         name, share = primary_bottleneck(r.shares, min_share)
         tier = resource = None
         if name is not None:
-            (host, metric), _ = max(r.shares.items(), key=lambda kv: (kv[1], kv[0]))
+            (host, metric), _ = _most_saturated(r.shares, min_share)
             tier, resource = tier_of_host(host), resource_of(metric)
         per_tier = saturated_per_tier(r.shares, min_share)
         rows.append(

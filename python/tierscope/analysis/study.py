@@ -412,9 +412,12 @@ def _share(r: Mapping[str, Any]) -> float | None:
 
 
 def _bottleneck_at(rows: Sequence[Mapping[str, Any]], users: float, min_share: float) -> dict[str, Any] | None:
-    from tierscope.analysis.whitebox import resource_of
+    from tierscope.analysis.whitebox import hardware_first, resource_of
 
     level = [r for r in rows if r["users"] == users and tier_of_host(str(r["host"])) != "client"]
+    # a software limit only when no hardware resource is saturated (seed 004 §5)
+    kept = hardware_first({(r["host"], r["metric"]): r["share_above"] for r in level}, min_share)
+    level = [r for r in level if (r["host"], r["metric"]) in kept]
     # a utilisation before the time its CPU quota bites, as the summary does
     best = max(
         level,

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from tierscope.analysis.experiment import Analysis
 from tierscope.analysis.study import label_of
+from tierscope.analysis.whitebox import is_soft
 
 
 @dataclass
@@ -278,8 +279,9 @@ def build_summary(data: Analysis) -> Summary:
                     f"at {level:g} users{tag}, {names} spent most of the time above 95 % (utilisation densities)"
                 )
                 if headline is None or fine_says_none:
-                    # a utilisation rather than the time its CPU quota bites
-                    host, metric = sorted(sat, key=lambda hm: hm[1] == "cpu_quota")[0]
+                    # hardware before a software limit (whitebox.SOFT_RESOURCES), a utilisation
+                    # rather than the time its CPU quota bites
+                    host, metric = sorted(sat, key=lambda hm: (is_soft(hm[1]), hm[1] == "cpu_quota"))[0]
                     share = max(
                         r["share_above"]
                         for r in wb.shares.to_pylist()

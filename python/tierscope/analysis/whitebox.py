@@ -11,6 +11,9 @@ distribution of each resource's utilisation at each workload level, not its aver
 * A resource is **saturated** at a level when the majority of its samples lie in the top five
   percent (share above 95 % ≥ `min_share`, default 0.5), as seed 000 reads its density graphs:
   "past that workload the majority of values lay in the top five percent utilisation interval".
+  A software limit (sockets: the connections a server can be asked for) is listed after the
+  hardware and is the primary bottleneck only when no hardware resource is saturated at that
+  level (`hardware_first`, seed 004 §5).
 
 **Which metrics.** Every `resources` row with unit ``percent`` is a utilisation (values above 100,
 e.g. a disk rate briefly past its throttle, count as 100): CPU (``cpu_util``, ``cpu``), the CPU
@@ -63,6 +66,28 @@ _RESOURCE_PREFIX = (
     ("cpu_quota", "CPU quota"), ("cpu_util", "CPU"), ("cpu_user", "CPU"), ("cpu_system", "CPU"), ("cpu", "CPU"),
     ("disk_util", "disk"), ("mem_util", "memory"), ("sockets_util", "sockets"),
 )  # fmt: skip
+
+
+#: resources that are software limits (the connections a server can be asked for), not hardware:
+#: the primary bottleneck only where no hardware resource is saturated at that level (seed 004 §5:
+#: with part of the database in memory the database's sockets were pinned at their maximum "with
+#: neither the CPU nor the disk" saturated, the bottleneck; with most of it on disk they were
+#: pinned too, at times, but the disk was saturated: the disk was the bottleneck, the sockets
+#: held by requests waiting for it)
+SOFT_RESOURCES = frozenset({"sockets"})
+
+
+def is_soft(metric: str) -> bool:
+    """Whether the utilisation metric measures a software limit (`SOFT_RESOURCES`)."""
+    return resource_of(metric) in SOFT_RESOURCES
+
+
+def hardware_first(shares: Mapping[Any, float], min_share: float = MIN_SHARE) -> dict[Any, float]:
+    """`shares` (``(host, metric)`` -> share above 95 % at one level) without the soft resources
+    when a hardware resource reaches `min_share` (`SOFT_RESOURCES`): what the primary bottleneck
+    is chosen from."""
+    hard = {k: v for k, v in shares.items() if not is_soft(k[1])}
+    return hard if any(v >= min_share for v in hard.values()) else dict(shares)
 
 
 def resource_of(metric: str) -> str:
@@ -203,6 +228,7 @@ def whitebox(
             )
             if share >= min_share:
                 saturated[users].append((host, metric))
+        saturated[users].sort(key=lambda hm: is_soft(hm[1]))  # hardware first (SOFT_RESOURCES)
     return WhiteBox(
         density=pa.table(dens_rows, schema=DENSITY_SCHEMA),
         shares=pa.Table.from_pylist(share_rows, schema=SHARES_SCHEMA),
