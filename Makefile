@@ -88,8 +88,8 @@ test: setup lint test-engine test-python
 # House rules any change must keep: ruff's checks (pyflakes, pycodestyle, import order, bugbear,
 # pyupgrade, simplify; each ignore says why) and its formatting at 120 columns (`make format` applies
 # it), configured in pyproject.toml's [tool.ruff], which takes precedence over a user's own
-# configuration. The whole package type-checks with mypy ([tool.mypy]: strict on the tables'
-# contract, the manifest, the tiers and the spec). The engine: formatted as engine/rustfmt.toml says,
+# configuration. The whole package type-checks with mypy ([tool.mypy]: strict on the pure parts: the
+# contracts, the tables, the manifest, the tiers, the spec, the analysis, the study document). The engine: formatted as engine/rustfmt.toml says,
 # and clippy-clean with warnings as errors.
 
 PY_BENCH := $(filter-out %__pycache__,$(wildcard bench/*))
