@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tierscope.cli import _output
-from tierscope.studies import study_of
+from tierscope.studies import loss_finding_of, study_of
 from tierscope.studies.document import FILE_NAME, study_document
 
 
@@ -186,8 +186,6 @@ def run_study(
     for mode, reason in failed:
         err.print(f"[red]failed[/red] {mode}: {escape(reason)}", highlight=False, soft_wrap=True)
     verdict = finding(results) if results else ""
-    from tierscope.studies import loss_finding_of
-
     stated = loss_finding_of(verdict, results, path)
     if verdict:
         console.print(f"[bold]Finding:[/bold] {escape(stated.line())}", highlight=False, soft_wrap=True)
