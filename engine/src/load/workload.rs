@@ -96,5 +96,10 @@ params = { search_type = "subject", search_string = { choice = ["ARTS", "TRAVEL"
         // learn in a page parameter is an error
         let bad = text.replace("search_type = \"author\",", "search_type = { learn = 'x(y)' },");
         assert!(err(&bad).contains("only possible for session variables"), "{}", err(&bad));
+        // a parameter's error (load::params::ParamError) comes with the file, the line, the page and the key
+        let bad = text.replace("syllables = 7", "syllables = 70");
+        assert_eq!(err(&bad), "w.toml:7: page 'S' variant 1 params.search_string: digsyl syllables: expected an integer in [0, 20], got 70");
+        let bad = text.replace("blank = 0.2,", "blank = 0.2, lower = 1,");
+        assert_eq!(err(&bad), "w.toml:4: session variable 'C_ID': lower: expected true or false, got 1");
     }
 }
