@@ -8,13 +8,18 @@
 //!
 //! * `ycsb`, `tpcc` — database benchmark drivers (YCSB core workloads, TPC-C) that talk to
 //!   PostgreSQL or MariaDB directly; summary JSON on stdout, optional per-operation Parquet.
+//! * `middleware` — the RAIDb-1 clustering middleware in front of PostgreSQL or MySQL/MariaDB
+//!   replicas (reads to one, writes to all).
 //!
-//! The Python package `tierscope` drives both; users rarely call this binary directly.
+//! Each is a cargo feature of its own (engine/Cargo.toml), all built by default.
+//!
+//! The Python package `tierscope` drives them all; users rarely call this binary directly.
 
 use clap::{Parser, Subcommand};
 
 #[cfg(feature = "load")]
 mod load;
+#[cfg(feature = "middleware")]
 mod middleware;
 #[cfg(feature = "oltp")]
 mod oltp;
@@ -46,6 +51,7 @@ enum Command {
     #[cfg(feature = "oltp")]
     /// TPC-C against PostgreSQL or MariaDB (load, run): tpmC and the 90th-percentile rules.
     Tpcc(oltp::tpcc::TpccArgs),
+    #[cfg(feature = "middleware")]
     /// The RAIDb-1 clustering middleware (PostgreSQL or MySQL protocol): `python -m tierscope.middleware` on tokio.
     Middleware(middleware::MiddlewareArgs),
     /// Print the engine version.
@@ -65,6 +71,7 @@ fn main() {
         Command::Ycsb(args) => oltp::ycsb::run(args),
         #[cfg(feature = "oltp")]
         Command::Tpcc(args) => oltp::tpcc::run(args),
+        #[cfg(feature = "middleware")]
         Command::Middleware(args) => middleware::run(args),
         Command::Version => {
             println!("tierscope-engine {}", env!("CARGO_PKG_VERSION"));
