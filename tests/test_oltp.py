@@ -98,6 +98,35 @@ def test_ycsb_a_updates_equal_postgres_own_count_and_mix_is_half_half(pg):
         assert 0 < o["p50_us"] <= o["p90_us"] <= o["p99_us"] <= o["max_us"]
 
 
+def usertable_scans(dsn: str) -> tuple[int, int]:
+    """PostgreSQL's own count of index scans on usertable and the rows they fetched."""
+    scans, fetched = psql(
+        dsn,
+        "select pg_stat_clear_snapshot(); select idx_scan || ' ' || idx_tup_fetch from pg_stat_user_tables "
+        "where relname = 'usertable'",
+    )[-2:]
+    return int(scans), int(fetched)
+
+
+def test_ycsb_c_reads_equal_postgres_own_index_scans(pg):
+    """The reads bench/oltp counts per CPU-second (through the engine's own client, pgwire) are
+    reads the server did: one primary-key index scan fetching one row each, no more, no fewer."""
+    svc, dsn = pg
+    ycsb_load(dsn, records=10_000)
+    before = usertable_scans(dsn)
+    # --records given: the engine does not count the table first (that would scan it once more)
+    s = ycsb_run(dsn, workload="c", threads=4, duration=60, ops=20_000, records=10_000)
+    assert s["errors"] == 0 and s["ops"] == 20_000 and s["stopped_by"] == "ops"
+    assert s["operations"]["READ"]["count"] == 20_000
+    deadline = time.monotonic() + 10  # a backend flushes its counters when its session ends
+    while True:
+        scans, fetched = (a - b for a, b in zip(usertable_scans(dsn), before))
+        if scans >= 20_000 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert (scans, fetched) == (20_000, 20_000)
+
+
 def test_ycsb_d_inserts_grow_the_table_by_the_reported_count(pg):
     svc, dsn = pg
     ycsb_load(dsn, records=10_000)
