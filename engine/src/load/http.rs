@@ -4,11 +4,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::Result;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::clock;
+use super::error::LoadArgError;
 use super::grid::Grid;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -61,20 +62,14 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn parse(url: &str) -> Result<Target> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            if url.starts_with("https://") {
-                anyhow!("--target {url}: https is not supported (plain http only)")
-            } else {
-                anyhow!("--target {url}: expected http://HOST:PORT[/PREFIX]")
-            }
-        })?;
+    pub fn parse(url: &str) -> Result<Target, LoadArgError> {
+        let rest = url.strip_prefix("http://").ok_or_else(|| LoadArgError::TargetUrl { url: url.to_string(), https: url.starts_with("https://") })?;
         let (hostport, prefix) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
             None => (rest, ""),
         };
         if hostport.is_empty() {
-            bail!("--target {url}: no host");
+            return Err(LoadArgError::NoHost { url: url.to_string() });
         }
         let with_port = if hostport.rsplit_once(':').is_some_and(|(_, p)| p.chars().all(|c| c.is_ascii_digit())) && !hostport.ends_with(']') {
             hostport.to_string()
@@ -82,14 +77,10 @@ impl Target {
             format!("{hostport}:80")
         };
         use std::net::ToSocketAddrs;
-        let addrs: Vec<SocketAddr> = with_port.to_socket_addrs().map_err(|e| anyhow!("--target {url}: cannot resolve {with_port}: {e}"))?.collect();
+        let unresolved = |reason: String| LoadArgError::Unresolved { url: url.to_string(), host_port: with_port.clone(), reason };
+        let addrs: Vec<SocketAddr> = with_port.to_socket_addrs().map_err(|e| unresolved(e.to_string()))?.collect();
         // prefer IPv4 (servers in the lab listen on IPv4 addresses; "localhost" may be ::1 first)
-        let addr = addrs
-            .iter()
-            .find(|a| a.is_ipv4())
-            .or_else(|| addrs.first())
-            .copied()
-            .ok_or_else(|| anyhow!("--target {url}: {with_port} has no address"))?;
+        let addr = addrs.iter().find(|a| a.is_ipv4()).or_else(|| addrs.first()).copied().ok_or_else(|| unresolved("no address".into()))?;
         Ok(Target { addr, host_header: hostport.to_string(), prefix: prefix.to_string() })
     }
 }

@@ -4,12 +4,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 
 pub mod arrivals;
 pub mod driver;
 pub mod embedded;
+mod error;
+pub use error::LoadArgError;
 pub mod grid;
 pub mod http;
 pub mod log;
@@ -103,7 +105,7 @@ pub struct LoadArgs {
 }
 
 /// "20", "20s", "1.5m", "2h", "250ms" -> seconds.
-pub fn parse_duration(s: &str, what: &str) -> Result<f64> {
+pub fn parse_duration(s: &str, option: &'static str) -> Result<f64, LoadArgError> {
     let t = s.trim();
     let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
         (n, 0.001)
@@ -118,23 +120,36 @@ pub fn parse_duration(s: &str, what: &str) -> Result<f64> {
     };
     match num.trim().parse::<f64>() {
         Ok(x) if x >= 0.0 && x.is_finite() => Ok(x * mult),
-        _ => bail!("{what} {s:?}: expected a duration like 30, 30s, 5m, 1h or 250ms"),
+        _ => Err(LoadArgError::Duration { option, value: s.to_string() }),
     }
 }
 
-pub fn run(args: LoadArgs) -> Result<i32> {
-    let mut wl = workload::load(&args.workload)?;
+/// `value` within [lo, hi] (NaN never is).
+fn within(option: &'static str, value: f64, lo: f64, hi: f64, expected: &'static str) -> Result<f64, LoadArgError> {
+    if (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(LoadArgError::OutOfRange { option, value, expected })
+    }
+}
+
+/// The longest time an option may give, in seconds (≈ 31 years: beyond any use, and well below
+/// what `Duration` can hold).
+const MAX_SECONDS: f64 = 1e9;
+
+/// The command line's overrides of the workload file `wl`, checked.
+pub fn apply(args: &LoadArgs, wl: &mut workload::Workload) -> Result<(), LoadArgError> {
     if let Some(n) = args.users {
         if wl.arrivals.is_some() {
-            bail!("--users: {} is an open-loop workload ([arrivals]); use --rate", args.workload.display());
+            return Err(LoadArgError::UsersForOpenLoop { workload: args.workload.clone() });
         }
         wl.users = n;
     }
     if let Some(r) = args.rate {
+        let r = within("--rate", r, 0.0, 1e9, "a rate of arrivals per second >= 0 and <= 1e9")?;
         match wl.arrivals.as_mut() {
-            Some(a) if r >= 0.0 => a.rate_per_s = r,
-            Some(_) => bail!("--rate must be >= 0"),
-            None => bail!("--rate: {} is a closed-loop workload ([users]); use --users", args.workload.display()),
+            Some(a) => a.rate_per_s = r,
+            None => return Err(LoadArgError::RateForClosedLoop { workload: args.workload.clone() }),
         }
     }
     if let Some(d) = &args.duration {
@@ -147,54 +162,189 @@ pub fn run(args: LoadArgs) -> Result<i32> {
         wl.ramp_down_s = parse_duration(d, "--ramp-down")?;
     }
     if let Some(z) = args.think {
-        if z.is_nan() || z < 0.0 {
-            bail!("--think must be >= 0");
-        }
-        wl.think_mean_s = z;
+        wl.think_mean_s = within("--think", z, 0.0, MAX_SECONDS, "a mean think time in seconds >= 0 and <= 1e9")?;
     }
     if let Some(i) = args.think_dispersion {
-        if i.is_nan() || i < 1.0 {
-            bail!("--think-dispersion must be >= 1");
-        }
-        wl.think_dispersion = i;
+        wl.think_dispersion = within("--think-dispersion", i, 1.0, 1e9, "a dispersion >= 1 and <= 1e9")?;
     }
     if let Some(p) = &args.policy {
         wl.policy = match p.as_str() {
             "per-user" => workload::Policy::PerUser,
             "per-request" => workload::Policy::PerRequest,
             "pool" => workload::Policy::Pool,
-            _ => bail!("--policy {p:?}: expected per-user, per-request or pool"),
+            _ => return Err(LoadArgError::Policy { value: p.clone() }),
         };
     }
     if let Some(n) = args.pool_size {
         if n == 0 {
-            bail!("--pool-size must be >= 1");
+            return Err(LoadArgError::OutOfRange { option: "--pool-size", value: 0.0, expected: "at least 1" });
         }
         wl.pool_size = n;
     }
+    // timeouts: 0 (or less) means the shortest, 1 ms, as before; NaN and huge values are refused
     if let Some(t) = args.connect_timeout {
-        wl.connect_timeout_s = t.max(0.001);
+        wl.connect_timeout_s = within("--connect-timeout", t, f64::MIN, MAX_SECONDS, "a number of seconds <= 1e9")?.max(0.001);
     }
     if let Some(t) = args.request_timeout {
-        wl.request_timeout_s = t.max(0.001);
+        wl.request_timeout_s = within("--request-timeout", t, f64::MIN, MAX_SECONDS, "a number of seconds <= 1e9")?.max(0.001);
     }
     if let Some(n) = args.embedded_connections {
         if !(1..=workload::MAX_EMBEDDED).contains(&n) {
-            bail!("--embedded-connections must be in [1, {}]", workload::MAX_EMBEDDED);
+            return Err(LoadArgError::OutOfRange { option: "--embedded-connections", value: n as f64, expected: EMBEDDED_RANGE });
         }
         match wl.embedded.as_mut() {
             Some(e) => e.connections = n,
-            None => bail!("--embedded-connections: {} fetches no embedded objects (no [embedded] section)", args.workload.display()),
+            None => return Err(LoadArgError::NoEmbedded { workload: args.workload.clone() }),
         }
     }
     if args.no_embedded {
         wl.embedded = None;
     }
+    Ok(())
+}
+
+/// What `--embedded-connections` takes (`workload::MAX_EMBEDDED` is 64).
+const EMBEDDED_RANGE: &str = "in [1, 64]";
+const _: () = assert!(workload::MAX_EMBEDDED == 64, "EMBEDDED_RANGE says 64");
+
+pub fn run(args: LoadArgs) -> Result<i32> {
+    let mut wl = workload::load(&args.workload)?;
+    apply(&args, &mut wl)?;
     if let Some(n) = args.dry_run {
         println!("{}", driver::simulate(&wl, n, args.seed));
         return Ok(0);
     }
-    let Some(target) = &args.target else { bail!("--target URL is required (or --dry-run N)") };
+    let Some(target) = &args.target else { return Err(LoadArgError::NoTarget.into()) };
     let target = http::Target::parse(target)?;
     driver::run(wl, target, args.log.as_deref(), args.seed, args.quiet)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: LoadArgs,
+    }
+
+    const CLOSED: &str = "[workload]\nstart = \"A\"\n[[pages]]\nname = \"A\"\nurl = \"/a\"\n";
+
+    /// `load wl.toml ARGS...` applied to a closed-loop workload, or an open-loop one with `open`.
+    fn apply_to(open: bool, argv: &[&str]) -> Result<workload::Workload, LoadArgError> {
+        let text = if open { format!("{CLOSED}[arrivals]\nrate_per_s = 10.0\n") } else { CLOSED.to_string() };
+        let mut wl = workload::parse(&text, Path::new("wl.toml")).expect("a valid workload");
+        let args = Cli::try_parse_from([&["load", "wl.toml"], argv].concat()).expect("parses").args;
+        apply(&args, &mut wl)?;
+        Ok(wl)
+    }
+
+    fn out_of_range(e: &LoadArgError) -> (&'static str, f64) {
+        match e {
+            LoadArgError::OutOfRange { option, value, .. } => (option, *value),
+            other => panic!("not OutOfRange: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn good_overrides_change_the_workload() {
+        let wl = apply_to(false, &["--users", "7", "--duration", "2m", "--ramp-up", "250ms", "--think", "0", "--policy", "pool", "--pool-size", "3"])
+            .unwrap();
+        assert_eq!((wl.users, wl.run_s, wl.ramp_up_s, wl.think_mean_s, wl.pool_size), (7, 120.0, 0.25, 0.0, 3));
+        assert!(matches!(wl.policy, workload::Policy::Pool));
+        let wl = apply_to(true, &["--rate", "0", "--connect-timeout", "0", "--request-timeout=-5"]).unwrap();
+        assert_eq!(wl.arrivals.as_ref().unwrap().rate_per_s, 0.0);
+        assert_eq!((wl.connect_timeout_s, wl.request_timeout_s), (0.001, 0.001), "0 and less: the shortest, 1 ms");
+    }
+
+    #[test]
+    fn durations_that_are_not_durations_are_refused() {
+        for (opt, bad) in [("--duration", "5x"), ("--ramp-up", "-1s"), ("--ramp-down", "inf"), ("--duration", "NaN")] {
+            let e = apply_to(false, &[&format!("{opt}={bad}")]).unwrap_err();
+            assert!(matches!(&e, LoadArgError::Duration { option, value } if *option == opt && value == bad), "{e:?}");
+            assert_eq!(e.to_string(), format!("{opt} {bad:?}: expected a duration like 30, 30s, 5m, 1h or 250ms"));
+        }
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused() {
+        for (open, opt, bad) in [
+            (true, "--rate", "-1"),
+            (true, "--rate", "NaN"),
+            (true, "--rate", "inf"),
+            (false, "--think", "-0.5"),
+            (false, "--think", "inf"),
+            (false, "--think-dispersion", "0.5"),
+            (false, "--think-dispersion", "NaN"),
+            (false, "--pool-size", "0"),
+            (false, "--connect-timeout", "inf"),
+            (false, "--request-timeout", "NaN"),
+            (false, "--embedded-connections", "65"),
+            (false, "--embedded-connections", "0"),
+        ] {
+            let e = apply_to(open, &[&format!("{opt}={bad}")]).unwrap_err();
+            let (option, value) = out_of_range(&e);
+            assert_eq!(option, opt, "{e:?}");
+            let want: f64 = bad.parse().unwrap();
+            assert!(value == want || (value.is_nan() && want.is_nan()), "{opt}={bad}: {e:?}");
+            assert!(e.to_string().starts_with(&format!("{opt} must be ")), "{e}");
+        }
+        assert_eq!(
+            apply_to(false, &["--think=-0.5"]).unwrap_err().to_string(),
+            "--think must be a mean think time in seconds >= 0 and <= 1e9, got -0.5"
+        );
+        assert_eq!(apply_to(false, &["--embedded-connections", "65"]).unwrap_err().to_string(), "--embedded-connections must be in [1, 64], got 65");
+        assert_eq!(apply_to(false, &["--pool-size", "0"]).unwrap_err().to_string(), "--pool-size must be at least 1, got 0");
+    }
+
+    #[test]
+    fn overrides_the_workload_cannot_take_are_refused() {
+        let e = apply_to(true, &["--users", "5"]).unwrap_err();
+        assert!(matches!(&e, LoadArgError::UsersForOpenLoop { workload } if workload == Path::new("wl.toml")), "{e:?}");
+        assert_eq!(e.to_string(), "--users: wl.toml is an open-loop workload ([arrivals]); use --rate");
+        let e = apply_to(false, &["--rate", "5"]).unwrap_err();
+        assert!(matches!(e, LoadArgError::RateForClosedLoop { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "--rate: wl.toml is a closed-loop workload ([users]); use --users");
+        let e = apply_to(false, &["--embedded-connections", "4"]).unwrap_err();
+        assert!(matches!(e, LoadArgError::NoEmbedded { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "--embedded-connections: wl.toml fetches no embedded objects (no [embedded] section)");
+        let e = apply_to(false, &["--policy", "per-page"]).unwrap_err();
+        assert!(matches!(&e, LoadArgError::Policy { value } if value == "per-page"), "{e:?}");
+        assert_eq!(e.to_string(), "--policy \"per-page\": expected per-user, per-request or pool");
+    }
+
+    #[test]
+    fn a_run_needs_a_target_it_can_reach() {
+        let dir = std::env::temp_dir().join(format!("tierscope-loadargs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let wl = dir.join("wl.toml");
+        std::fs::write(&wl, CLOSED).unwrap();
+        let args = Cli::try_parse_from(["load", wl.to_str().unwrap(), "--duration", "1"]).unwrap().args;
+        let e = run(args).unwrap_err();
+        assert!(matches!(e.downcast_ref::<LoadArgError>(), Some(LoadArgError::NoTarget)), "{e:?}");
+        assert_eq!(e.to_string(), "--target URL is required (or --dry-run N)");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        for (url, https) in [("https://example.com/", true), ("ftp://x", false), ("127.0.0.1:8080", false)] {
+            let e = http::Target::parse(url).unwrap_err();
+            assert!(matches!(&e, LoadArgError::TargetUrl { url: u, https: h } if u == url && *h == https), "{e:?}");
+        }
+        assert_eq!(http::Target::parse("https://x").unwrap_err().to_string(), "--target https://x: https is not supported (plain http only)");
+        assert_eq!(http::Target::parse("ftp://x").unwrap_err().to_string(), "--target ftp://x: expected http://HOST:PORT[/PREFIX]");
+        let e = http::Target::parse("http:///rubbos").unwrap_err();
+        assert!(matches!(&e, LoadArgError::NoHost { url } if url == "http:///rubbos"), "{e:?}");
+        assert_eq!(e.to_string(), "--target http:///rubbos: no host");
+        // a port out of range (refused before any DNS query: the tests stay on loopback)
+        for (url, host_port) in [("http://127.0.0.1:99999", "127.0.0.1:99999"), ("http://localhost:70000/x", "localhost:70000")] {
+            let e = http::Target::parse(url).unwrap_err();
+            assert!(matches!(&e, LoadArgError::Unresolved { url: u, host_port: h, .. } if u == url && h == host_port), "{e:?}");
+            assert!(e.to_string().starts_with(&format!("--target {url}: cannot resolve {host_port}: ")), "{e}");
+        }
+        assert_eq!(http::Target::parse("http://127.0.0.1:8080/app/").unwrap().prefix, "/app");
+    }
 }
