@@ -130,6 +130,9 @@ pub enum Conn {
     },
 }
 
+/// The most parameters [`Conn::query_count_text`] and [`Conn::execute_text`] pass without allocating.
+const MAX_TEXT_PARAMS: usize = 4;
+
 /// `?` placeholders as `$1, $2, ...` (no `?` inside string literals in our statements).
 pub fn dollar_params(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len() + 8);
@@ -319,6 +322,39 @@ impl Conn {
             })?
             .rows),
             _ => Ok(self.query(stmt, params)?.len() as u64),
+        }
+    }
+
+    /// [`Conn::query_count`] with text parameters: through [`PgWire`] they go out as they are,
+    /// without a [`Val`] or any allocation per call (YCSB's hot path); other clients get `Val`s.
+    pub fn query_count_text(&mut self, stmt: Stmt, params: &[&str]) -> Result<u64> {
+        match self {
+            Conn::Wire(w) if params.len() <= MAX_TEXT_PARAMS => {
+                let mut p: [pgwire::Param; MAX_TEXT_PARAMS] = [None; MAX_TEXT_PARAMS];
+                for (slot, v) in p.iter_mut().zip(params) {
+                    *slot = Some(v.as_bytes());
+                }
+                Ok(w.run(stmt, &p[..params.len()], |body| {
+                    pgwire::check_row(body)?;
+                    Ok(())
+                })?
+                .rows)
+            }
+            _ => self.query_count(stmt, &params.iter().map(|v| Val::S(v.to_string())).collect::<Vec<_>>()),
+        }
+    }
+
+    /// [`Conn::execute`] with text parameters (no allocation per call through [`PgWire`]).
+    pub fn execute_text(&mut self, stmt: Stmt, params: &[&str]) -> Result<u64> {
+        match self {
+            Conn::Wire(w) if params.len() <= MAX_TEXT_PARAMS => {
+                let mut p: [pgwire::Param; MAX_TEXT_PARAMS] = [None; MAX_TEXT_PARAMS];
+                for (slot, v) in p.iter_mut().zip(params) {
+                    *slot = Some(v.as_bytes());
+                }
+                Ok(w.run(stmt, &p[..params.len()], |_| Ok(()))?.affected)
+            }
+            _ => self.execute(stmt, &params.iter().map(|v| Val::S(v.to_string())).collect::<Vec<_>>()),
         }
     }
 

@@ -181,14 +181,38 @@ pub fn choose_op<R: Rng>(rng: &mut R, props: &[f64; 5]) -> usize {
 
 /// The row key of key number `keynum` (YCSB's hashed insert order, zero padding 1).
 pub fn key_name(keynum: u64) -> String {
-    format!("user{}", fnv64(keynum as i64))
+    let mut k = String::with_capacity(24);
+    key_into(keynum, &mut k);
+    k
+}
+
+/// [`key_name`] into `out` (cleared first): no allocation once `out` has room for 24 bytes.
+pub fn key_into(keynum: u64, out: &mut String) {
+    use std::fmt::Write;
+    out.clear();
+    let _ = write!(out, "user{}", fnv64(keynum as i64));
 }
 
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 /// A random field value of `len` letters and digits.
 pub fn field_value<R: Rng>(rng: &mut R, len: usize) -> String {
-    (0..len).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
+    let mut v = String::with_capacity(len);
+    field_into(rng, len, &mut v);
+    v
+}
+
+/// [`field_value`] into `out` (cleared first).
+pub fn field_into<R: Rng>(rng: &mut R, len: usize, out: &mut String) {
+    out.clear();
+    out.extend((0..len).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char));
+}
+
+/// A thread's reused text buffers: the key and a field value.
+#[derive(Default)]
+struct Scratch {
+    key: String,
+    field: String,
 }
 
 fn check_name(table: &str) -> Result<(), OltpError> {
@@ -423,6 +447,7 @@ fn run_workload(a: RunArgs) -> Result<i32> {
             let mut next_at = interval.map(|iv| t0 + iv.mul_f64(rng.gen::<f64>()));
             let mut last_end = t0;
             let mut consecutive_errors = 0u32;
+            let mut scratch = Scratch::default();
             loop {
                 if stop.load(Ordering::Relaxed) {
                     break;
@@ -452,7 +477,7 @@ fn run_workload(a: RunArgs) -> Result<i32> {
                 }
                 let op = choose_op(&mut rng, &props);
                 let start = Instant::now();
-                let outcome = match do_op(&mut conn, &st, &ta, op, &mut rng, &mut chooser, &keys, max_scan) {
+                let outcome = match do_op(&mut conn, &st, &ta, op, &mut rng, &mut chooser, &keys, max_scan, &mut scratch) {
                     Ok(true) => Outcome::Ok,
                     Ok(false) => {
                         stats.note_error(op, || "no row found".to_string());
@@ -563,16 +588,18 @@ fn do_op(
     chooser: &mut KeyChooser,
     keys: &InsertKeys,
     max_scan: u64,
+    buf: &mut Scratch,
 ) -> Result<bool> {
     match op {
         READ => {
-            let k = key_name(chooser.next(rng, keys.last()));
-            Ok(conn.query_count(st.read, &[Val::S(k)])? > 0)
+            key_into(chooser.next(rng, keys.last()), &mut buf.key);
+            Ok(conn.query_count_text(st.read, &[&buf.key])? > 0)
         }
         UPDATE => {
-            let k = key_name(chooser.next(rng, keys.last()));
+            key_into(chooser.next(rng, keys.last()), &mut buf.key);
             let f = rng.gen_range(0..t.field_count);
-            Ok(conn.execute(st.update[f], &[Val::S(field_value(rng, t.field_length)), Val::S(k)])? == 1)
+            field_into(rng, t.field_length, &mut buf.field);
+            Ok(conn.execute_text(st.update[f], &[&buf.field, &buf.key])? == 1)
         }
         INSERT => {
             let n = keys.take();
@@ -586,17 +613,19 @@ fn do_op(
             Ok(r? == 1)
         }
         SCAN => {
-            let k = key_name(chooser.next(rng, keys.last()));
+            key_into(chooser.next(rng, keys.last()), &mut buf.key);
             let len = rng.gen_range(1..=max_scan);
-            Ok(conn.query_count(st.scan, &[Val::S(k), Val::I(len as i64)])? > 0)
+            // the length as a number: the postgres crate binds it as the LIMIT's bigint, MySQL as an integer
+            Ok(conn.query_count(st.scan, &[Val::S(buf.key.clone()), Val::I(len as i64)])? > 0)
         }
         RMW => {
-            let k = key_name(chooser.next(rng, keys.last()));
-            if conn.query_count(st.read, &[Val::S(k.clone())])? == 0 {
+            key_into(chooser.next(rng, keys.last()), &mut buf.key);
+            if conn.query_count_text(st.read, &[&buf.key])? == 0 {
                 return Ok(false);
             }
             let f = rng.gen_range(0..t.field_count);
-            Ok(conn.execute(st.update[f], &[Val::S(field_value(rng, t.field_length)), Val::S(k)])? == 1)
+            field_into(rng, t.field_length, &mut buf.field);
+            Ok(conn.execute_text(st.update[f], &[&buf.field, &buf.key])? == 1)
         }
         _ => Err(anyhow!("unknown operation {op}")),
     }
@@ -744,6 +773,19 @@ mod tests {
     #[test]
     fn keys_are_hashed_key_numbers() {
         assert_eq!(key_name(0), format!("user{}", fnv64(0)));
+        // the reused buffers of the hot path: cleared, then written, without growing
+        let mut k = String::with_capacity(24);
+        let at = k.as_ptr();
+        for n in [0, 12345, u64::MAX / 3, 7] {
+            key_into(n, &mut k);
+            assert_eq!(k, format!("user{}", fnv64(n as i64)));
+        }
+        assert_eq!(k.as_ptr(), at, "user + 19 digits fit in 24 bytes: no reallocation");
+        let mut rng = SmallRng::seed_from_u64(3);
+        let mut f = String::new();
+        field_into(&mut rng, 100, &mut f);
+        field_into(&mut rng, 7, &mut f);
+        assert!(f.len() == 7 && f.bytes().all(|b| ALPHABET.contains(&b)), "{f}");
         let names: std::collections::HashSet<String> = (0..10_000).map(key_name).collect();
         assert_eq!(names.len(), 10_000);
     }
