@@ -3,7 +3,7 @@ lab's secret (a random password per lab, in a 0600 file), and no other local use
 
 Real servers, started through the services layer. Another local user is `nobody` (`runuser -u
 nobody --`): psql over TCP and over the unix socket, mysql over TCP and over its socket, and a
-PostgreSQL client through the middleware (Python and Rust); every attempt without the secret is
+PostgreSQL client through the middleware (`tierscope-engine middleware`); every attempt without the secret is
 refused, and the lab user with the secret connects (from nobody too: the password is what counts).
 """
 
@@ -172,28 +172,24 @@ def test_postgres_listens_on_its_host_address_only(pg):
 # --- the middleware (PostgreSQL protocol) --------------------------------------------------------
 
 
-@pytest.mark.parametrize("implementation", ["python", "rust"])
 @needs_root("PostgreSQL runs as its own OS user")
 @needs_postgres
 @as_nobody_possible
-def test_the_middleware_refuses_clients_without_the_secret(pg, work, implementation):
+def test_the_middleware_refuses_clients_without_the_secret(pg, work):
+    from tierscope.engine import engine_path
     from tierscope.services.base import free_port
     from tierscope.services.middleware import Middleware
     from tierscope.testbed.host import Host
 
-    if implementation == "rust":  # a missing engine binary fails here (EngineNotFound), never skips
-        from tierscope.engine import engine_path
-
-        assert engine_path().exists(), engine_path()
+    assert engine_path().exists(), engine_path()  # a missing engine binary fails here, never skips
     mw = Middleware(
         Host.loopback("mw"),
         free_port(),
-        work / f"mw-{implementation}",
+        work / "mw",
         backends=[pg.address],
         database="lab",
         pool=2,
-        implementation=implementation,
-        name=f"mw-{implementation}",
+        name="mw",
     )
     assert (mw.user, mw.password) == (pg.credentials.user, pg.credentials.password)  # the lab's, by default
     mw.start()
@@ -357,26 +353,26 @@ def test_in_a_namespaced_lab_the_database_and_the_middleware_refuse_nobody(work)
                 assert ok.returncode == 0 and ok.stdout.strip() == "42", (host, ok.stderr)
 
 
-def test_scram_both_ends_agree_and_match_rfc7677():
+def test_the_scram_verifier_matches_rfc7677():
+    """The verifier the lab sets on its PostgreSQL role checks RFC 7677's example exchange (user
+    "user", password "pencil"). Both ends of the exchange are the Rust middleware's, checked by
+    `cargo test` (engine/src/middleware/scram.rs: client_and_server_agree_and_a_wrong_password_fails,
+    hi_matches_rfc7677) and end to end by the login tests above."""
     import base64
 
-    from tierscope.middleware.scram import ScramClient, ScramError, ScramServer, ScramVerifier
+    from tierscope.services.scram import ScramVerifier
 
-    v = ScramVerifier("s3cret")
-    client, server = ScramClient("s3cret"), ScramServer(v)
-    final = server.final(client.final(server.first(client.first())))
-    client.verify(final)  # the server proved it knows the password too
-    wrong, server = ScramClient("guess"), ScramServer(v)
-    with pytest.raises(ScramError, match="wrong password"):
-        server.final(wrong.final(server.first(wrong.first())))
-    # RFC 7677's example exchange (user "user", password "pencil")
-    rfc = ScramClient("pencil", nonce="rOprNGfwEbeRWgbNEkqO")
-    rfc.first_bare = "n=user,r=rOprNGfwEbeRWgbNEkqO"
-    server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
-    assert rfc.final(server_first) == (
-        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
-    )
-    rfc.verify(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    nonce = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+    auth = f"n=user,r=rOprNGfwEbeRWgbNEkqO,r={nonce},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096,c=biws,r={nonce}".encode()
+    proof = base64.b64decode("dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    v = ScramVerifier("pencil", salt=salt)
+    assert v.accepts(auth, proof)
+    assert v.server_signature(auth) == base64.b64decode("6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+    assert not ScramVerifier("pencil!", salt=salt).accepts(auth, proof)  # another password
+    assert not v.accepts(auth + b"x", proof)  # another exchange
     # the verifier PostgreSQL stores: SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>
-    secret = ScramVerifier("pencil", salt=base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")).postgres_secret()
+    secret = v.postgres_secret()
     assert secret.startswith("SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$") and secret.count(":") == 2
+    stored, server = (base64.b64decode(x) for x in secret.split("$")[2].split(":"))
+    assert (stored, server) == (v.stored_key, v.server_key)

@@ -1,7 +1,7 @@
-"""The clustering middleware (C-JDBC-like RAIDb-1, tierscope.middleware) on real PostgreSQL.
+"""The clustering middleware (C-JDBC-like RAIDb-1, `tierscope-engine middleware`) on real PostgreSQL.
 
-Pure parts: statement classification, the LPRF and round-robin choices (sequences worked out by
-hand from the rule), macro rewriting, the reply bookkeeping and the framing.
+Pure rules (classification, the policies' choices, macro rewriting, the reply bookkeeping, the
+framing): `cargo test` in engine/src/middleware (named below).
 
 Real parts: two PostgreSQL servers on loopback behind the middleware. The ground truth for where
 reads went is PostgreSQL's own statistics (`pg_stat_user_tables.seq_scan` of a probe table on
@@ -16,213 +16,47 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import tomllib
 import urllib.parse
 import urllib.request
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tierscope.middleware import balance, sql, wire
-from tierscope.middleware.replies import HIDE, PASS, ReplyPlan
-
 ROOT = Path(__file__).resolve().parent.parent
 
-# --- pure: classification: tests/test_middleware_sql_cases.py (the cases the Rust middleware shares)
+# --- pure rules: `cargo test` (engine/src/middleware), the cases the Python middleware had here ----
+#
+# classification and labels: engine/tests/sql_cases.json (sql.rs: classification_matches_the_shared_cases,
+#   labels_match_the_shared_cases; and pytest through the running middleware,
+#   tests/test_middleware_sql_cases.py)
+# LPRF: balance.rs lprf_takes_the_first_least_pending, lprf_sequence_of_reads_that_do_not_finish
+# round robin: balance.rs round_robin_skips_disabled_backends
+# smooth weighted round robin: balance.rs smooth_weighted_round_robin_interleaves_by_weight
+# least response time, the moving average: balance.rs least_response_time_times_in_flight
+# macro rewriting (this file's former cases included): sql.rs macros_are_rewritten_like_the_python_middleware
+# the reply plan: replies.rs hides_the_proxys_messages_and_adds_its_own_answers,
+#   after_an_error_expects_only_ready
+# framing: wire.rs framing_round_trip
 
 
-# --- pure: LPRF and round robin ------------------------------------------------------------------
+def test_help_names_every_option_and_bad_flags_are_refused():
+    from tierscope.services.middleware import engine_middleware
 
-
-@pytest.mark.parametrize(
-    "pending, enabled, chosen",
-    [
-        ([0, 0], None, 0),  # a tie goes to the first listed
-        ([2, 1], None, 1),  # strictly fewer pending wins
-        ([1, 1], None, 0),
-        ([1, 2], None, 0),
-        ([3, 0, 0], None, 1),  # stop at the first idle one
-        ([2, 1, 0], None, 2),
-        ([0, 5], [False, True], 1),  # a disabled backend is skipped even when idle
-        ([0, 0], [False, False], None),
-    ],
-)
-def test_lprf_choice(pending, enabled, chosen):
-    assert balance.choose_lprf(pending, enabled) == chosen
-
-
-def test_lprf_sequence_of_reads_that_do_not_finish():
-    # three reads arrive while none finishes: [0,0] -> 0; [1,0] -> 1; [1,1] -> 0; [2,1] -> 1
-    pending, seq = [0, 0], []
-    for _ in range(4):
-        i = balance.choose_lprf(pending)
-        seq.append(i)
-        pending[i] += 1
-    assert seq == [0, 1, 0, 1] and pending == [2, 2]
-    # the first backend's read finishes: [1,2] -> 0 again
-    pending[0] -= 1
-    assert balance.choose_lprf(pending) == 0
-
-
-def test_round_robin_sequence_skips_disabled_backends():
-    nxt, seq = 0, []
-    for _ in range(5):
-        i, nxt = balance.choose_rr(nxt, [True, True, True])
-        seq.append(i)
-    assert seq == [0, 1, 2, 0, 1]
-    nxt, seq = 0, []
-    for _ in range(4):
-        i, nxt = balance.choose_rr(nxt, [True, False, True])
-        seq.append(i)
-    assert seq == [0, 2, 0, 2]
-    assert balance.choose_rr(1, [False, False])[0] is None
-
-
-def test_smooth_weighted_round_robin_interleaves_by_weight():
-    cur, seq = [0.0, 0.0, 0.0], []
-    for _ in range(7):
-        i, cur = balance.choose_wrr(cur, [5, 1, 1], [True, True, True])
-        seq.append("abc"[i])
-    assert "".join(seq) == "aabacaa"  # nginx's example: not aaaaabc
-    assert cur == [0.0, 0.0, 0.0]  # one whole cycle brings every counter back
-    cur, seq = [0.0, 0.0], []
-    for _ in range(300):
-        i, cur = balance.choose_wrr(cur, [2, 1], [True, True])
-        seq.append(i)
-    assert seq.count(0) == 200 and seq.count(1) == 100
-    i, cur2 = balance.choose_wrr([0.0, 0.0, 0.0], [5, 1, 1], [False, True, True])
-    assert i == 1 and cur2[0] == 0.0  # a disabled backend takes no part
-    assert balance.choose_wrr([0.0], [1], [False])[0] is None
-    assert balance.choose_wrr([0.0, 0.0], [0, 3], [True, True])[0] == 1  # weight 0: never chosen
-
-
-@pytest.mark.parametrize(
-    "pending, latency, enabled, chosen",
-    [
-        ([0, 0], [0.010, 0.001], [True, True], 1),  # the faster one when both are idle
-        ([5, 0], [0.001, 0.004], [True, True], 1),  # 6 x 1 ms > 1 x 4 ms
-        ([1, 0], [0.001, 0.004], [True, True], 0),  # 2 x 1 ms < 1 x 4 ms
-        ([0, 0], [0.001, None], [True, True], 1),  # not tried yet: tried now
-        ([0, 3], [0.001, None], [True, True], 1),
-        ([0, 0], [None, None], [True, True], 0),
-        ([0, 0], [0.001, 0.009], [False, True], 1),
-        ([0], [0.001], [False], None),
-    ],
-)
-def test_least_response_time_times_in_flight(pending, latency, enabled, chosen):
-    assert balance.choose_lrt(pending, latency, enabled) == chosen
-
-
-def test_ewma_follows_the_samples():
-    x = None
-    for _ in range(60):
-        x = balance.ewma(x, 0.010)
-    assert x == pytest.approx(0.010)
-    assert balance.ewma(None, 0.5) == 0.5 and balance.ewma(1.0, 0.0, alpha=0.25) == 0.75
-
-
-# --- pure: macros --------------------------------------------------------------------------------
-
-AT = datetime(2026, 11, 22, 16, 30, 5, 123456, tzinfo=UTC)
-TS = "'2026-11-22 16:30:05.123456+00:00'::timestamptz"
-
-
-@pytest.mark.parametrize(
-    "text, expected, n",
-    [
-        ("INSERT INTO c (date) VALUES (NOW())", f"INSERT INTO c (date) VALUES ({TS})", 1),
-        ("insert into c values (now ( ), current_timestamp)", f"insert into c values ({TS}, {TS})", 2),
-        (
-            "UPDATE t SET a = CURRENT_TIMESTAMP(3)",
-            "UPDATE t SET a = '2026-11-22 16:30:05.123456+00:00'::timestamptz(3)",
-            1,
-        ),
-        ("UPDATE t SET d = current_date", "UPDATE t SET d = '2026-11-22'::date", 1),
-        ("INSERT INTO t VALUES ('now()') /*request_id='NOW()'*/ -- now()", None, 0),  # literals, comments
-        ('UPDATE t SET a = x.now, b = "now"', None, 0),  # a column named now is no macro
-        ("CREATE TABLE t (at timestamptz DEFAULT now())", None, 0),  # DDL keeps its function
-        ("SELECT nowhere FROM t", None, 0),
-    ],
-)
-def test_macro_rewriting(text, expected, n):
-    out, count = sql.rewrite_macros(text, AT)
-    assert count == n
-    assert out == (expected if expected is not None else text)
-
-
-# --- pure: replies and framing -------------------------------------------------------------------
-
-
-def test_reply_plan_hides_the_proxys_messages_and_adds_its_own_answers():
-    p = ReplyPlan()
-    p.answered_here(b"PARSE-COMPLETE-OF-A-KEPT-STATEMENT")  # client's named Parse, kept by the proxy
-    p.sent(wire.PARSE, HIDE)  # the proxy loads it as the unnamed statement
-    p.sent(wire.BIND)
-    p.sent(wire.DESCRIBE, PASS, "P")
-    p.sent(wire.EXECUTE)
-    p.sent(wire.SYNC)
-    assert p.due_now() == [b"PARSE-COMPLETE-OF-A-KEPT-STATEMENT"]
-    seen = [
-        p.reply(k)[0]
-        for k in (
-            wire.PARSE_COMPLETE,
-            wire.BIND_COMPLETE,
-            wire.ROW_DESCRIPTION,
-            wire.DATA_ROW,
-            wire.NOTICE,
-            wire.DATA_ROW,
-            wire.COMMAND_COMPLETE,
-            wire.READY,
-        )
-    ]
-    assert seen == [False, True, True, True, True, True, True, True]
-    assert p.done
-
-
-def test_reply_plan_after_an_error_expects_only_ready():
-    p = ReplyPlan()
-    for k in (wire.PARSE, wire.BIND, wire.EXECUTE):
-        p.sent(k)
-    p.answered_here(b"CLOSE-COMPLETE")
-    p.sent(wire.SYNC)
-    assert p.reply(wire.ERROR) == (True, [])  # the server skips to Sync, and so do the proxy's answers
-    assert not p.done
-    assert p.reply(wire.READY) == (True, [])
-    assert p.done
-    with pytest.raises(wire.ProtocolError):
-        p.reply(wire.DATA_ROW)
-
-
-def test_framing_round_trip():
-    parse = wire.Parse("_pg3_0", "SELECT $1", b"\x00\x01\x00\x00\x00\x17")
-    bind = wire.Bind("", "_pg3_0", b"\x00\x00\x00\x01\x00\x00\x00\x011\x00\x00")
-    data = parse.encode() + bind.encode() + wire.frame(wire.SYNC, b"") + b"Q\x00"
-    msgs, rest = wire.split(data)
-    assert [m.kind for m in msgs] == [wire.PARSE, wire.BIND, wire.SYNC] and rest == b"Q\x00"
-    assert wire.Parse.decode(msgs[0].body) == parse and wire.Bind.decode(msgs[1].body) == bind
-    code, params = wire.parse_startup(wire.startup_message({"user": "u", "database": "d"})[4:])
-    assert code == wire.PROTOCOL_V3 and params == {"user": "u", "database": "d"}
-    assert wire.error_fields(wire.error("boom", "23505")[5:])["C"] == "23505"
-
-
-def test_help_names_every_option_and_an_example():
-    out = subprocess.run(
-        [sys.executable, "-m", "tierscope.middleware", "--help"], capture_output=True, text=True, check=True
-    ).stdout
-    for opt in ("--listen", "--backend", "--db", "--user", "--pool", "--policy", "--wait", "--stats"):
+    out = subprocess.run([*engine_middleware(), "--help"], capture_output=True, text=True, check=True).stdout
+    for opt in ("--listen", "--backend", "--db", "--user", "--pool", "--policy", "--wait", "--stats", "--protocol"):
         assert opt in out
-    assert "\nExample: " in out
     bad = subprocess.run(
-        [sys.executable, "-m", "tierscope.middleware", "--listen", "nowhere", "--backend", "x:1"],
+        [*engine_middleware(), "--listen", "nowhere", "--backend", "x:1"],
         capture_output=True,
         text=True,
+        env={**os.environ, "TIERSCOPE_MIDDLEWARE_PASSWORD": "x"},
     )
-    assert bad.returncode == 2 and "--listen 'nowhere': expected ADDR:PORT" in bad.stderr
+    assert bad.returncode == 2 and '--listen "nowhere": expected ADDR:PORT' in bad.stderr, bad.stderr
 
 
 def test_runner_refuses_what_it_cannot_run_with_a_clear_reason():
@@ -733,8 +567,7 @@ def test_rubbos_pages_through_the_middleware(pair):
 
 @needs_root
 @pytest.mark.skipif(not shutil.which("tcpdump"), reason="tcpdump not installed")
-@pytest.mark.parametrize("implementation", ["python", "rust"])
-def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path, implementation):
+def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -746,8 +579,7 @@ def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path, implement
     raw["mix"] = "read_write"  # writes too: each must reach both database servers
     raw["workload"]["users"] = [10]
     raw["workload"]["run"] = "5s"
-    raw.setdefault("soft", {}).setdefault("middleware", {})["implementation"] = implementation
-    raw["soft"]["middleware"]["labels"] = True  # per-statement times, from either implementation
+    raw.setdefault("soft", {}).setdefault("middleware", {})["labels"] = True  # per-statement times
     spec = spec_from_dict(raw, where="mw", name="mw")
     result = run_experiment(spec, tmp_path, report=False)
     assert result.failed == [] and len(result.done) == 1
@@ -762,7 +594,7 @@ def test_run_with_a_middleware_tier_and_two_database_servers(tmp_path, implement
     assert servers == {"db1", "db2"}
     stats = json.loads((d / "mw1" / "middleware.stats.json").read_text())
     assert stats["reads"] > 0 and stats["disabled"] == []
-    assert stats["implementation"] == implementation
+    assert stats["implementation"] == "rust"  # what wrote the stats: tierscope-engine middleware
     assert stats["labels"]["counts"]  # soft.middleware.labels reached --labels
     assert not any("disabled database backend" in n for n in manifest.get("notes", []))
     # what the tracer saw: every statement at the middleware reached at least one database server

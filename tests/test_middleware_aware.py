@@ -1,180 +1,61 @@
-"""The resource-aware read policy (`aware`): pure decisions worked out by hand, and the manager's
-bookkeeping (labels, heavy reads in flight, the 50 ms series) driven without a network.
+"""The resource-aware read policy (`aware`) and the 50 ms series.
 
-The real comparison with LPRF, RR, WRR and LRT on two CPU-limited PostgreSQL replicas is in
-tests/test_middleware_heavy.py.
+The pure decisions and the manager's bookkeeping are `cargo test` (engine/src/middleware), where
+the cases the Python middleware had here went:
+- labels: engine/tests/sql_cases.json's `label` cases (sql.rs labels_match_the_shared_cases; pytest
+  through the running middleware: tests/test_middleware_sql_cases.py)
+- the expected remaining service: balance.rs expected_remaining_never_falls_below_a_quarter_of_the_average
+- the expected wait: balance.rs expected_wait_sums_the_reads_in_flight_and_counts_the_others_as_typical
+- the choice: balance.rs aware_takes_the_least_expected_wait_then_fewer_pending_then_the_earliest,
+  aware_with_alike_requests_is_least_pending, aware_scores_replicas_by_the_labels_they_run
+- the typical time and the heavy labels: balance.rs weighted_median_and_heavy_labels
+- the manager (light reads away from a heavy one, heavy reads together): mod.rs
+  the_manager_sends_light_reads_away_from_the_replica_running_a_heavy_one,
+  a_heavy_read_joins_heavy_reads_only_where_it_would_wait_at_most_its_own_time
+End to end on two PostgreSQL servers: tests/test_middleware_rust.py (test_aware_*), and against
+LPRF with heavy reads on CPU-limited replicas: tests/test_middleware_heavy.py. Here: the 50 ms
+series of a running middleware, and the heavy-query case's pure helpers.
 """
 
 from __future__ import annotations
 
-import asyncio
+import time
 
-import pytest
+import test_middleware
+from conftest import needs_postgres, needs_root
+from test_middleware_rust import dsn, engine_built, rust_middleware  # noqa: F401  (engine_built: autouse)
 
-from tierscope.middleware import balance, sql
-from tierscope.middleware.manager import Backend, RequestManager
-from tierscope.middleware.pool import BackendPool
-
-# --- pure ----------------------------------------------------------------------------------------
+servers = test_middleware.pair
 
 
-def test_labels_share_a_statement_with_different_literals():
-    a = sql.label("SELECT abalance FROM pgbench_accounts WHERE aid = 1234; /*request_id='x'*/")
-    b = sql.label("SELECT  abalance FROM pgbench_accounts\n WHERE aid = 77;")
-    assert a == b == "SELECT abalance FROM pgbench_accounts WHERE aid = ?;"
-    assert (
-        sql.label("SELECT * FROM t WHERE s = 'it''s' AND x1 = 3.5e3 AND y = $1")
-        == "SELECT * FROM t WHERE s = ? AND x1 = ? AND y = $1"
-    )  # x1 keeps its digit, $1 stays
-    assert sql.label("SELECT 1") != sql.label("SELECT 1 FROM big ORDER BY md5(x)")
+@needs_root("PostgreSQL runs as its own OS user")
+@needs_postgres
+def test_series_samples_pending_on_a_50ms_grid(servers):
+    """A read sleeping 0.6 s on the first backend (LPRF, one client): the series shows it pending
+    there, and nothing on the second, in the samples of those 0.6 s, on a 50 ms grid."""
+    import psycopg
 
-
-@pytest.mark.parametrize(
-    "expected, elapsed, remaining",
-    [
-        (0.100, 0.0, 0.100),
-        (0.100, 0.060, 0.040),
-        (0.100, 0.090, 0.025),  # never below a quarter of the average
-        (0.100, 0.500, 0.025),
-        (0.0, 0.1, 0.0),
-    ],
-)
-def test_expected_remaining(expected, elapsed, remaining):
-    assert balance.expected_remaining(expected, elapsed) == pytest.approx(remaining)
-
-
-def test_expected_wait_sums_the_reads_in_flight_and_counts_writes_as_typical():
-    now = 10.0
-    # a heavy read (200 ms average) 50 ms in, and two light ones (1 ms) just started
-    inflight = [(0.200, 9.950), (0.001, 10.0), (0.001, 10.0)]
-    assert balance.expected_wait(inflight, now) == pytest.approx(0.150 + 0.002)
-    assert balance.expected_wait(inflight, now, others=3, typical_s=0.001) == pytest.approx(0.155)
-    assert balance.expected_wait([], now) == 0.0
-
-
-@pytest.mark.parametrize(
-    "waits, pending, enabled, chosen",
-    [
-        ([0.150, 0.002], [1, 2], [True, True], 1),  # LPRF would take 0 (fewer pending): a heavy runs there
-        ([0.002, 0.150], [2, 1], [True, True], 0),
-        ([0.0, 0.0], [0, 0], [True, True], 0),  # a tie goes to the earliest
-        ([0.001, 0.001], [2, 1], [True, True], 1),  # equal waits: fewer pending
-        ([0.0, 0.5], [0, 3], [False, True], 1),  # a disabled backend is skipped
-        ([0.0], [0], [False], None),
-    ],
-)
-def test_aware_choice(waits, pending, enabled, chosen):
-    assert balance.choose_aware(waits, pending, enabled) == chosen
-
-
-def test_aware_with_alike_requests_is_least_pending():
-    # every read takes 1 ms and none finishes: the expected wait is 1 ms x pending
-    pending, seq = [0, 0, 0], []
-    for _ in range(6):
-        i = balance.choose_aware([0.001 * n for n in pending], pending, [True] * 3)
-        assert i == balance.choose_lprf(pending)
-        seq.append(i)
-        pending[i] += 1
-    assert seq == [0, 1, 2, 0, 1, 2]
-
-
-def test_weighted_median_and_heavy_labels():
-    assert balance.weighted_median([5.0, 1.0, 3.0], [1, 1, 1]) == 3.0
-    assert balance.weighted_median([1.0, 100.0], [95, 5]) == 1.0  # the typical execution, not the mean
-    assert balance.weighted_median([1.0, 100.0], [1, 1]) == 1.0  # the lower median
-    assert balance.weighted_median([1.0], [0]) is None
-    service = {"light": 0.001, "medium": 0.004, "heavy": 0.120}
-    counts = {"light": 950, "medium": 40, "heavy": 10}
-    heavy, typical = balance.heavy_labels(service, counts)
-    assert heavy == {"heavy"} and typical == 0.001
-    # at sub-millisecond scale nothing is heavy (the floor: 5 ms)
-    assert balance.heavy_labels({"a": 0.0001, "b": 0.003}, {"a": 10, "b": 1})[0] == set()
-    assert balance.heavy_labels({}, {}) == (set(), None)
-
-
-# --- the manager's bookkeeping (no network) ------------------------------------------------------
-
-
-def manager(policy="aware") -> RequestManager:
-    backends = [Backend(n, BackendPool(n, "127.0.0.1", 1, "u", "d", size=4)) for n in ("a", "b")]
-    return RequestManager(backends, policy)
-
-
-def test_manager_sends_light_reads_away_from_the_replica_running_a_heavy_one():
-    async def go():
-        m = manager()
-        a, b = m.backends
-        # teach it the labels: 95 light reads of 1 ms, 5 heavy reads of 100 ms
-        for _ in range(95):
-            m.read_done(a, 0.001, "light")
-        for _ in range(5):
-            m.read_done(b, 0.100, "heavy")
-        m.update_heavy()
-        assert m.heavy_set == {"heavy"} and m.typical_s == 0.001
-        # a heavy read starts: the first backend (idle) gets it
-        h = m.choose_read()
-        th = m.read_begin(h, "heavy")
-        assert h is a and a.heavy == 1 and a.pending == 1
-        # two light reads: both to b although LPRF would put the second on a ([1,1] -> a)
-        picks = []
-        for _ in range(2):
-            x = m.choose_read()
-            m.read_begin(x, "light")
-            picks.append(x.name)
-        assert picks == ["b", "b"] and balance.choose_lprf([a.pending, b.pending - 1]) == 0
-        # a second heavy read joins the first (it would wait there at most as long as it runs)
-        h2 = m.choose_read("heavy")
-        assert h2 is a
-        m.read_begin(h2, "heavy")
-        assert a.heavy == 2
-        m.read_end(a, m._tokens)
-        a.pending -= 1
-        m.read_end(a, th)
-        a.pending -= 1
-        assert a.heavy == 0 and not a.inflight and a.heavy_reads == 2
-        assert m.choose_read() is a  # idle again
-        s = m.stats()
-        assert s["labels"]["heavy"] == ["heavy"] and s["labels"]["typical_ms"] == 1.0
-        assert [x["heavy_reads"] for x in s["backends"]] == [2, 0]
-
-    asyncio.run(go())
-
-
-def test_series_samples_pending_and_heavy_on_a_50ms_grid():
-    async def go():
-        m = manager("lprf")
-        a, b = m.backends
-        a.pending, b.heavy = 3, 1
-        m.start_series(0.05)
-        await asyncio.sleep(0.52)
-        m.stop_series()
-        n = len(m.series)
-        await asyncio.sleep(0.12)
-        assert len(m.series) == n  # stopped
-        return m.series_stats(), n
-
-    s, n = asyncio.run(go())
-    assert 9 <= n <= 12  # samples at 0, 50, ..., 500 ms (a busy machine may skip a slot)
-    assert s["interval_s"] == 0.05 and s["pending"] == {"a": [3] * n, "b": [0] * n}
-    assert s["heavy"]["b"] == [1] * n and s["reads"]["a"] == [0] * n
-    gaps = [y - x for x, y in zip(s["t_s"], s["t_s"][1:])]
-    assert all(0.03 <= g <= 0.2 for g in gaps), gaps
-
-
-@pytest.mark.parametrize(
-    "waits, heavy, own, chosen",
-    [
-        ([0.080, 0.002], [1, 0], 0.150, 0),  # a heavy read joins the replica running one: waits 80 < 150 ms
-        ([0.200, 0.002], [1, 0], 0.150, 1),  # but not to wait longer than it runs
-        ([0.080, 0.002], [1, 0], None, 1),  # a light read goes to the smallest wait
-        ([0.080, 0.060], [1, 2], 0.150, 1),  # the replica with the most heavy reads
-        ([0.080, 0.080], [1, 1], 0.150, 0),  # ties: the smaller wait, then the earliest
-        ([0.0, 0.0], [0, 0], 0.150, 0),  # nothing heavy anywhere: the rule for every read
-    ],
-)
-def test_aware_keeps_heavy_reads_together(waits, heavy, own, chosen):
-    assert balance.choose_aware(waits, [1, 1], [True, True], heavy, own) == chosen
-    assert balance.choose_aware(waits, [1, 1], [False, True], heavy, own) in (1, None)
+    _, pgs = servers
+    stats: dict = {}
+    with (
+        rust_middleware(servers, "lprf", stats=stats, extra=("--series-interval", "0.05")) as mw,
+        psycopg.connect(dsn(mw), autocommit=True) as conn,
+    ):
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        conn.execute("SELECT pg_sleep(0.6)")
+        took = time.monotonic() - t0
+        time.sleep(0.3)
+    s = stats["series"]
+    a, b = (p.address for p in pgs)
+    assert s["interval_s"] == 0.05 and len(s["t_s"]) == len(s["pending"][a]) == len(s["reads"][a])
+    gaps = [y - x for x, y in zip(s["t_s"], s["t_s"][1:], strict=False)]
+    assert gaps and all(0.03 <= g <= 0.2 for g in gaps), gaps
+    busy = s["pending"][a].count(1)
+    assert 0.6 / 0.05 - 3 <= busy <= took / 0.05 + 2, (busy, took, s["pending"][a])
+    assert set(s["pending"][a]) <= {0, 1} and set(s["pending"][b]) == {0}
+    assert s["heavy"][a] == [0] * len(s["t_s"])  # lprf without --labels: nothing is heavy
+    assert s["reads"][a][-1] == 1 and s["reads"][b][-1] == 0
 
 
 # --- the heavy case's pure helpers ---------------------------------------------------------------

@@ -1,11 +1,10 @@
-"""The clustering middleware's MySQL protocol (tierscope.middleware.mysql_server) on real MariaDB.
+"""The clustering middleware's MySQL protocol (`tierscope-engine middleware --protocol mysql`) on
+real MariaDB.
 
-Pure parts: the MySQL framing, the login exchange (mysql_native_password), the answer follower
-and the time functions a write is run under one `SET timestamp` for.
+Pure parts (the MySQL framing, the login exchange, the answer follower, the time functions a write
+is run under one `SET timestamp` for): `cargo test` in engine/src/middleware (named below).
 
-Real parts: two MariaDB servers on loopback behind the middleware, PyMySQL clients; each case runs
-with both implementations (`impl`: the Python middleware and the Rust one, `tierscope-engine
-middleware --protocol mysql`). The ground
+Real parts: two MariaDB servers on loopback behind the middleware, PyMySQL clients. The ground
 truth for where reads went is each server's own `Com_select` counter (SHOW GLOBAL STATUS);
 writes are checked by reading each server directly. The end-to-end test runs `tierscope run` with
 topology 1/1/1/2M.
@@ -14,7 +13,6 @@ topology 1/1/1/2M.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -29,80 +27,24 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, needs_root
-from tierscope.middleware import mysql_wire as my
-from tierscope.middleware import sql
-from tierscope.middleware.mysql_server import time_functions
 
 HAVE_MARIADB = bool(shutil.which("mariadbd") or shutil.which("mysqld") or Path("/usr/sbin/mariadbd").exists())
 needs_mariadb = pytest.mark.skipif(not HAVE_MARIADB, reason="MariaDB server not installed")
 DB = "mwtest"
 
-# --- pure ----------------------------------------------------------------------------------------
+# --- pure: `cargo test` (engine/src/middleware), where the Python middleware's cases here went ----
+#
+# the native-password scramble: mysql_wire.rs sha1_and_the_native_password_scramble_match_their_definitions
+# the greeting and the login: mysql_wire.rs the_greeting_and_the_login_round_trip
+# packets split at 16 MiB, length-encoded integers: mysql_wire.rs packets_split_at_16_mib_and_integers_are_length_encoded
+# the answer follower: mysql_wire.rs the_answer_follower_finds_the_end_of_ok_err_and_result_sets
+# the time functions: mysql_wire.rs time_functions_are_counted_outside_literals_and_comments
+# MySQL's locking reads (LOCK IN SHARE MODE, GET_LOCK): engine/tests/sql_cases.json (sql.rs
+#   classification_matches_the_shared_cases; pytest through the running middleware,
+#   tests/test_middleware_sql_cases.py)
 
-
-def test_native_password_scramble_matches_the_definition():
-    salt = bytes(range(1, 21))
-    h1 = hashlib.sha1(b"secret").digest()
-    h3 = hashlib.sha1(salt + hashlib.sha1(h1).digest()).digest()
-    assert my.scramble_native("secret", salt) == bytes(a ^ b for a, b in zip(h1, h3))
-    assert my.scramble_native("", salt) == b""
-
-
-def test_greeting_and_login_round_trip():
-    salt = b"abcdefghijklmnopqrst"
-    hs = my.parse_handshake(my.handshake_v10(7, salt, "5.5.5-10.11.6-MariaDB"))
-    assert hs.version == "5.5.5-10.11.6-MariaDB" and hs.connection_id == 7 and hs.salt == salt
-    assert hs.plugin == my.NATIVE_PASSWORD and hs.caps & my.PROTOCOL_41 and not hs.caps & my.DEPRECATE_EOF
-    assert hs.status == my.STATUS_AUTOCOMMIT
-    auth = my.scramble_native("pw", salt)
-    login = my.parse_login(my.handshake_response(my.BACKEND_CAPS, "tierscope", auth, "rubbos"))
-    assert (login.user, login.auth, login.database, login.plugin) == ("tierscope", auth, "rubbos", my.NATIVE_PASSWORD)
-    assert my.parse_login(my.handshake_response(my.BACKEND_CAPS, "u", b"", None)).database is None
-
-
-def test_packets_split_at_16_mib_and_frame_back():
-    big = b"\x03" + b"x" * my.MAX_PAYLOAD
-    data = my.packet(0, big)
-    n1, s1 = my.header(data)
-    n2, s2 = my.header(data, 4 + n1)
-    assert (n1, s1, n2, s2) == (my.MAX_PAYLOAD, 0, 1, 1) and len(data) == len(big) + 8
-    assert my.lenenc_int(my.lenenc(300), 0) == (300, 3) and my.lenenc_int(my.lenenc(1 << 30), 0) == (1 << 30, 9)
-
-
-def feed(r: my.Response, payloads: list[bytes]) -> my.Response:
-    for p in payloads:
-        r.feed(p[0] if p else -1, len(p), p)
-    return r
-
-
-def test_the_answer_follower_finds_the_end_of_ok_err_and_result_sets():
-    r = feed(my.Response(), [my.ok(3, 9, my.STATUS_AUTOCOMMIT | my.STATUS_IN_TRANS)])
-    assert r.done and r.ok and r.tags == ["OK 3"] and r.status == my.STATUS_AUTOCOMMIT | my.STATUS_IN_TRANS
-    r = feed(my.Response(), [my.err(1064, "syntax", "42000")])
-    assert r.done and not r.ok and r.error == "ERROR 1064 (42000): syntax"
-    # two columns, a row starting with a 0xFE-prefixed long string (not an EOF: 9 bytes and more), EOF
-    result = [b"\x02", b"coldef1", b"coldef2", my.eof(), b"\x011\x012", b"\xfe" + b"\0" * 8 + b"x", my.eof()]
-    r = my.Response()
-    for i, p in enumerate(result):
-        assert not r.done, i
-        r.feed(p[0], len(p), p)
-    assert r.done and r.tags == ["ROWS 2"]
-    # two results (a multi-statement): the first EOF says more results exist
-    r = feed(my.Response(), [my.ok(1, 0, my.STATUS_AUTOCOMMIT | my.STATUS_MORE_RESULTS)])
-    assert not r.done
-    feed(r, [b"\x01", b"c", my.eof(), b"\x011", my.eof()])
-    assert r.done and r.tags == ["OK 1", "ROWS 1"]
-    r = feed(my.Response(), [b"\x01", b"c", my.eof(), b"\x011", my.err(1317, "interrupted", "70100")])
-    assert r.done and not r.ok and "1317" in r.error
-
-
-def test_time_functions_and_mysql_locking_reads():
-    assert time_functions("INSERT INTO t VALUES (NOW(), CURDATE(), 'now()') /* now() */") == 2
-    assert time_functions("UPDATE t SET a = UNIX_TIMESTAMP() + 1") == 1
-    assert time_functions("INSERT INTO t VALUES (SYSDATE())") == 0  # reads the clock: not fixable
-    assert sql.classify("SELECT * FROM t WHERE id = 1 LOCK IN SHARE MODE") == sql.WRITE
-    assert sql.classify("SELECT GET_LOCK('x', 1)") == sql.WRITE
-    assert sql.classify("SELECT * FROM t WHERE id = 1") == sql.READ
+#: the commands of the binary protocol the prepared-statement client below sends
+COM_STMT_PREPARE, COM_STMT_EXECUTE, COM_STMT_CLOSE = 0x16, 0x17, 0x19
 
 
 def test_a_mariadb_topology_with_a_middleware_tier_is_accepted():
@@ -137,13 +79,12 @@ def test_a_mariadb_topology_with_a_middleware_tier_is_accepted():
 
 def test_help_names_the_protocols_and_what_is_not_supported():
     import subprocess
-    import sys
 
-    out = subprocess.run(
-        [sys.executable, "-m", "tierscope.middleware", "--help"], capture_output=True, text=True, check=True
-    ).stdout
+    from tierscope.services.middleware import engine_middleware
+
+    out = subprocess.run([*engine_middleware(), "--help"], capture_output=True, text=True, check=True).stdout
     assert "--protocol" in out and "TIERSCOPE_MIDDLEWARE_PASSWORD" in out
-    assert "COM_STMT_FETCH) and\nCOM_STMT_SEND_LONG_DATA are answered with ERR 1235" in out
+    assert "Cursors (COM_STMT_FETCH) and COM_STMT_SEND_LONG_DATA are answered with ERR 1235" in out
 
 
 # --- real: two MariaDB servers behind the middleware ---------------------------------------------
@@ -182,24 +123,24 @@ def pair():
         shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.fixture(params=["python", "rust"])
-def impl(request):
-    """Each implementation of the MySQL-protocol middleware in turn: the Python one and the Rust one
-    (the binary from `tierscope.engine.engine_path()`: $TIERSCOPE_ENGINE, else the venv's; built by
-    `make setup`; a missing one fails the rust cases)."""
-    if request.param == "rust":
-        from tierscope.engine import engine_path
+@pytest.fixture(scope="module", autouse=True)
+def engine_built():
+    """The middleware's binary (`tierscope.engine.engine_path()`: $TIERSCOPE_ENGINE, else the venv's;
+    built by `make setup`): a missing one fails the tests here, never skips them."""
+    from tierscope.engine import EngineNotFound, engine_path
 
+    try:
         exe = engine_path()
-        if not exe.exists():
-            pytest.fail(f"{exe} does not exist; run `make setup`")
-    return request.param
+    except EngineNotFound as err:
+        pytest.fail(str(err))
+    if not exe.exists():
+        pytest.fail(f"{exe} does not exist; run `make setup`")
 
 
 @contextlib.contextmanager
-def middleware(pair, policy="lprf", name="mw", stats=None, wait="first", implementation="python"):
-    """The middleware (MySQL protocol; `implementation` python or rust, `tierscope-engine middleware
-    --protocol mysql`) in front of both servers; `stats` receives its counts after it stops."""
+def middleware(pair, policy="lprf", name="mw", stats=None, wait="first"):
+    """The middleware (`tierscope-engine middleware --protocol mysql`) in front of both servers;
+    `stats` receives its counts after it stops."""
     from tierscope.services.base import free_port
     from tierscope.services.middleware import Middleware
     from tierscope.testbed.host import Host
@@ -217,7 +158,6 @@ def middleware(pair, policy="lprf", name="mw", stats=None, wait="first", impleme
         pool=4,
         policy=policy,
         wait=wait,
-        implementation=implementation,
         name=name,
     )
     mw.start()
@@ -256,12 +196,12 @@ def rows(dbs, table):
     return [d.sql(f"SELECT id, v, at FROM {table} ORDER BY id", DB) for d in dbs]
 
 
-def test_sequential_reads_go_to_the_first_backend_under_lprf_and_alternate_under_rr(pair, impl):
+def test_sequential_reads_go_to_the_first_backend_under_lprf_and_alternate_under_rr(pair):
     _, dbs = pair
     fresh_table(dbs, "probe_reads")
     for policy, expected in (("lprf", [6, 0]), ("rr", [3, 3])):
         stats: dict = {}
-        with middleware(pair, policy, stats=stats, implementation=impl) as mw:
+        with middleware(pair, policy, stats=stats) as mw:
             conn = connect(mw)
             before = com_select(dbs)
             with conn.cursor() as cur:
@@ -272,15 +212,15 @@ def test_sequential_reads_go_to_the_first_backend_under_lprf_and_alternate_under
             conn.close()
         assert [a - b for a, b in zip(after, before)] == expected, policy
         assert [b["reads"] for b in stats["backends"]] == expected and stats["protocol"] == "mysql"
-        assert stats["implementation"] == impl
+        assert stats["implementation"] == "rust"
         assert stats["reads"] == 6 and stats["disabled"] == []
 
 
-def test_writes_land_on_both_servers_with_one_now_and_the_same_ids(pair, impl):
+def test_writes_land_on_both_servers_with_one_now_and_the_same_ids(pair):
     _, dbs = pair
     fresh_table(dbs, "probe_writes", rows=0)
     stats: dict = {}
-    with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
+    with middleware(pair, "rr", stats=stats) as mw:
         conn = connect(mw)
         with conn.cursor() as cur:
             ids = []
@@ -300,11 +240,11 @@ def test_writes_land_on_both_servers_with_one_now_and_the_same_ids(pair, impl):
     assert [b["writes"] for b in stats["backends"]] == [7, 7]
 
 
-def test_transactions_commit_and_roll_back_on_both_servers(pair, impl):
+def test_transactions_commit_and_roll_back_on_both_servers(pair):
     _, dbs = pair
     fresh_table(dbs, "probe_txn", rows=0)
     stats: dict = {}
-    with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
+    with middleware(pair, "rr", stats=stats) as mw:
         conn = connect(mw)
         with conn.cursor() as cur:
             conn.begin()  # BEGIN
@@ -333,13 +273,13 @@ def test_transactions_commit_and_roll_back_on_both_servers(pair, impl):
     assert stats["transaction_units"] >= 6 and stats["disabled"] == []
 
 
-def test_errors_pass_through_with_their_mysql_codes(pair, impl):
+def test_errors_pass_through_with_their_mysql_codes(pair):
     import pymysql
 
     _, dbs = pair
     fresh_table(dbs, "probe_errors", rows=1)
     stats: dict = {}
-    with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
+    with middleware(pair, "rr", stats=stats) as mw:
         conn = connect(mw)
         with conn.cursor() as cur:
             with pytest.raises(pymysql.err.ProgrammingError) as e:
@@ -376,7 +316,7 @@ class Prepared:
 
     def __init__(self, conn, sql_text: str):
         self.conn = conn
-        conn._execute_command(my.COM_STMT_PREPARE, sql_text)
+        conn._execute_command(COM_STMT_PREPARE, sql_text)
         ok = conn._read_packet()
         self.id, self.columns, self.params = struct.unpack("<xIHH", ok.read(9))
         for _ in range(self.params + (1 if self.params else 0)):
@@ -393,7 +333,7 @@ class Prepared:
             payload += bytes((n + 7) // 8) + (b"\x00" if self.bound else b"\x01" + b"\x08\x00" * n)
             payload += b"".join(struct.pack("<q", v) for v in ints)
         self.bound = True
-        self.conn._execute_command(my.COM_STMT_EXECUTE, payload)
+        self.conn._execute_command(COM_STMT_EXECUTE, payload)
         first = self.conn._read_packet()
         if first.is_ok_packet():
             return first.read_length_encoded_integer() if first.read(1) is not None else 0
@@ -409,20 +349,20 @@ class Prepared:
             rows.append(q.get_all_data())
 
     def close(self) -> None:
-        self.conn._execute_command(my.COM_STMT_CLOSE, struct.pack("<I", self.id))
+        self.conn._execute_command(COM_STMT_CLOSE, struct.pack("<I", self.id))
 
 
 def com(dbs, what) -> list[int]:
     return [int(d.sql(f"SHOW GLOBAL STATUS LIKE '{what}'")[0][1]) for d in dbs]
 
 
-def test_prepared_statements_read_by_policy_and_write_everywhere(pair, impl):
+def test_prepared_statements_read_by_policy_and_write_everywhere(pair):
     import pymysql
 
     _, dbs = pair
     fresh_table(dbs, "probe_ps", rows=4)
     stats: dict = {}
-    with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
+    with middleware(pair, "rr", stats=stats) as mw:
         conn = connect(mw)
         before = com(dbs, "Com_stmt_execute")
         sel = Prepared(conn, "SELECT v FROM probe_ps WHERE id = ?")
@@ -467,7 +407,7 @@ def kill(db) -> None:
     db.stop()
 
 
-def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair, impl):
+def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair):
     """Writers run all along; a read sleeping on db2 when db2 is SIGKILLed is retried on db1 (the
     client sees only its answer); the writes go on on db1 alone."""
     _, dbs = pair
@@ -500,7 +440,7 @@ def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair, impl):
             errors.append(repr(err))
 
     try:
-        with middleware(pair, "rr", stats=stats, implementation=impl) as mw:
+        with middleware(pair, "rr", stats=stats) as mw:
             threads = [threading.Thread(target=writer, args=(mw, k)) for k in range(3)]
             for t in threads:
                 t.start()
@@ -540,7 +480,7 @@ def test_a_backend_killed_mid_run_is_disabled_and_the_clients_go_on(pair, impl):
 
 @needs_root("the runner's hosts are network namespaces")
 @needs_mariadb
-def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path, impl):
+def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -552,7 +492,7 @@ def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path, impl):
     raw["mix"] = "read_write"  # writes too: each must reach both database servers
     raw["workload"]["users"] = [10]
     raw["workload"]["run"] = "5s"
-    raw.setdefault("soft", {})["middleware"] = {"policy": "rr", "implementation": impl}
+    raw.setdefault("soft", {})["middleware"] = {"policy": "rr"}
     spec = spec_from_dict(raw, where="mwm", name="mwm")
     result = run_experiment(spec, tmp_path, report=False)
     assert result.failed == [] and len(result.done) == 1, result.failed
@@ -565,7 +505,7 @@ def test_run_with_a_middleware_tier_and_two_mariadb_servers(tmp_path, impl):
     served = client.filter(pc.equal(client["status"], 200)).num_rows
     assert served > 20 and served >= 0.95 * client.num_rows, (served, client.num_rows)
     stats = json.loads((d / "mw1" / "middleware.stats.json").read_text())
-    assert stats["protocol"] == "mysql" and stats["implementation"] == impl and stats["disabled"] == []
+    assert stats["protocol"] == "mysql" and stats["implementation"] == "rust" and stats["disabled"] == []
     reads = [b["reads"] for b in stats["backends"]]
     assert len(reads) == 2 and all(r > 10 for r in reads), reads
     assert stats["writes"] > 0 and all(b["writes"] == stats["writes"] for b in stats["backends"])

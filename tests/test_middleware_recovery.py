@@ -197,28 +197,22 @@ def test_a_stale_backend_the_log_cannot_bring_back_is_refused_and_never_read(ser
     assert on_each(pgs, "SELECT abalance FROM racc WHERE id = 1") == [[(2,)], [(0,)]]
 
 
-def test_the_labs_rust_middleware_gets_a_recovery_log_in_its_work_directory(tmp_path):
-    """Issue 25 item 2: runs with `soft.middleware.implementation = "rust"` get replicas that cannot
-    drift: the lab's service passes `--recovery-log` with a path in its work directory (the Python
-    middleware has no recovery log and gets no flag)."""
+def test_the_labs_middleware_gets_a_recovery_log_in_its_work_directory(tmp_path):
+    """Issue 25 item 2: lab runs get replicas that cannot drift: the lab's service passes
+    `--recovery-log` with a path in its work directory (PostgreSQL protocol; the MySQL side keeps
+    none: tests/test_middleware_rust_mysql.py)."""
     from tierscope.services.middleware import Middleware
     from tierscope.testbed.host import Host
 
-    def argv(implementation: str) -> list[str]:
-        mw = Middleware(
-            Host.loopback("mw"),
-            25999,
-            tmp_path / implementation,
-            backends=["127.0.0.1:5433", "127.0.0.1:5434"],
-            database="lab",
-            user="lab",
-            password="secret",
-            implementation=implementation,
-        )
-        cmd = mw.command()
-        return cmd[cmd.index("--listen") - 1 :]  # past a root lab's run_as wrapper
-
-    rust = argv("rust")
-    i = rust.index("--recovery-log")
-    assert rust[i + 1] == str(tmp_path / "rust" / "middleware.recovery.log")
-    assert "--recovery-log" not in argv("python")
+    mw = Middleware(
+        Host.loopback("mw"),
+        25999,
+        tmp_path / "mw",
+        backends=["127.0.0.1:5433", "127.0.0.1:5434"],
+        database="lab",
+        user="lab",
+        password="secret",
+    )
+    cmd = mw.command()
+    argv = cmd[cmd.index("--listen") - 1 :]  # past a root lab's run_as wrapper
+    assert argv[argv.index("--recovery-log") + 1] == str(tmp_path / "mw" / "middleware.recovery.log")

@@ -1,7 +1,7 @@
 """The Rust middleware (`tierscope-engine middleware`, engine/src/middleware) on real PostgreSQL.
 
 The same two servers as tests/test_middleware.py (its `pair` fixture and helpers), the Rust binary in
-front of them with the Python middleware's command line. Ground truth for where reads went is
+front of them. Ground truth for where reads went is
 PostgreSQL's own statistics (`pg_stat_user_tables.seq_scan` of a probe table, `pg_stat_database`
 transaction counts), compared with the policy's prediction from arithmetic and with the
 middleware's counts (the --stats JSON written on SIGTERM); writes are checked by reading each
@@ -62,7 +62,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def rust_middleware(servers, policy="lprf", wait="first", stats=None, weights=None, pool=4, extra=()):
-    """The Rust middleware in front of both servers (the Python one's flags); `stats` (a dict)
+    """The Rust middleware in front of both servers; `stats` (a dict)
     receives the JSON it writes on SIGTERM."""
     work, pgs = servers
     port = free_port()
@@ -228,8 +228,6 @@ def test_aware_sends_light_reads_away_from_the_replica_running_a_heavy_one(serve
     labelled them."""
     import psycopg
 
-    from tierscope.middleware import sql as sqlmod
-
     _, pgs = servers
     table = "probe_rust_aware"
     fresh_table(pgs, table)
@@ -281,7 +279,9 @@ def test_aware_sends_light_reads_away_from_the_replica_running_a_heavy_one(serve
     after = seq_scans(pgs, table, sum(before) + 30)
     assert [a - b for a, b in zip(after, before)] == light_scans
     lab = stats["labels"]
-    light_l, heavy_l, other_l = sqlmod.label(light.format(1)), sqlmod.label(heavy.format(0.5)), sqlmod.label(other)
+    # the labels (docs/middleware.md: literals replaced by ?; engine/tests/sql_cases.json)
+    light_l, heavy_l = f"SELECT count(*) FROM {table} WHERE id = ?", "SELECT pg_sleep(?), ?"
+    other_l = "SELECT pg_sleep(?) AS other"
     assert stats["policy"] == policy and lab["tracked"] is True
     assert lab["counts"] == {light_l: 30, heavy_l: 3, other_l: 1}  # 0.5 s and 1.5 s share a label
     assert lab["heavy"] == sorted([heavy_l, other_l])  # more than 10x the typical read's time

@@ -2,10 +2,9 @@
 engine/src/middleware/mysql_session.rs) on real MariaDB, driven by the real `mariadb` command-line
 client.
 
-The cases the Python MySQL middleware shares (reads by policy, writes, transactions, errors,
-prepared statements, a backend killed mid-run) run against both implementations in
-tests/test_middleware_mysql.py (its `impl` parameter); here: what the brief asks of the Rust one
-with a client that is not PyMySQL (libmariadb's), and its command line and lab wiring.
+The cases with PyMySQL clients (reads by policy, writes, transactions, errors, prepared
+statements, a backend killed mid-run) are in tests/test_middleware_mysql.py; here: the same
+middleware with a client that is not PyMySQL (libmariadb's), and its command line and lab wiring.
 
 Ground truth: each MariaDB server's own `Com_select` counter for where reads went, each server's
 rows for writes (read directly, not through the middleware). The binary is the lab's
@@ -69,7 +68,7 @@ def client(mw, sql: str, user: str | None = None, password: str | None = None, d
 
 
 def rust(pair, policy="rr", stats=None):
-    return middleware(pair, policy, name=f"rmw-{policy}", stats=stats, implementation="rust")
+    return middleware(pair, policy, name=f"rmw-{policy}", stats=stats)
 
 
 def test_reads_spread_over_both_replicas_by_their_own_counters(pair):
@@ -204,7 +203,6 @@ def test_the_command_line_and_the_lab_wiring(tmp_path, monkeypatch):
         user="u",
         password="p",
         dbms="mariadb",
-        implementation="rust",
     )
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the command itself, not wrapped for the lab's user
     argv = mw.command()
@@ -213,5 +211,5 @@ def test_the_command_line_and_the_lab_wiring(tmp_path, monkeypatch):
     raw = tomllib.loads((ROOT / "examples" / "specs" / "tiny.toml").read_text())
     raw["topology"] = "1/1/1/2M"
     raw.setdefault("soft", {})["middleware"] = {"implementation": "rust"}
-    points = expand(spec_from_dict(raw, where="m", name="m"))  # accepted: rust with MariaDB
+    points = expand(spec_from_dict(raw, where="m", name="m"))  # accepted: the only middleware, with MariaDB
     assert points and points[0].config.dbms == "mariadb"

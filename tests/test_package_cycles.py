@@ -26,9 +26,8 @@ KNOWN = [
     # (gone: services -> apps, since an AppServer runs the app its caller passes: a provider its
     # own WsgiApp, the tests and bench/rubbos apps.rubbos.provider.WSGI_APP; apps.default_wsgi_app
     # is gone with it)
-    # (gone: services <-> middleware, since the heavy-query study (studies.heavy) left the
-    # middleware package and the middleware takes the lab user's name from tierscope.contracts;
-    # services import middleware (POLICIES, ScramVerifier), never the other way)
+    # (gone: services <-> middleware, with the Python middleware package itself: issue 25; POLICIES
+    # and ScramVerifier are in tierscope.services)
 ]
 
 

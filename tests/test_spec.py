@@ -206,7 +206,13 @@ users = 5
         ),
         (
             'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "java"\n',
-            "t.toml: soft.middleware.implementation: Input should be 'python' or 'rust'",
+            't.toml: soft.middleware.implementation: expected "rust" (the only middleware, `tierscope-engine '
+            "middleware`), got 'java'",
+        ),
+        (
+            'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nimplementation = "python"\n',
+            "t.toml: soft.middleware.implementation: the Python middleware (`python -m tierscope.middleware`) was "
+            "removed (issue 25)",
         ),
         (
             'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\npolicy = "random"\n',
@@ -413,16 +419,9 @@ def test_scale_is_a_fraction_or_a_preset_the_data_generator_knows():
     assert set(SCALE_PRESETS["rubbos"]) == set(datagen.PRESETS)
 
 
-def test_the_middleware_implementations_example_runs_both_at_1_2_1_2():
-    pts = expand(load_spec(EXAMPLES / "middleware-implementations.toml"))
-    got = sorted((p.config.soft.middleware.implementation, p.config.workload.users[0]) for p in pts)
-    assert got == sorted((impl, u) for impl in ("python", "rust") for u in (50, 100, 150))
-    assert {p.config.topology.middleware.count for p in pts} == {1} and {p.config.topology.db.count for p in pts} == {2}
-
-
 def test_the_rust_middleware_takes_the_aware_policy_and_labels(tmp_path):
-    """Issue 25: the spec no longer refuses `implementation = "rust"` with `policy = "aware"` or
-    `labels`; the Middleware service starts `tierscope-engine middleware` with both flags."""
+    """Issue 25: `implementation = "rust"` (the only middleware, still accepted) with `policy = "aware"`
+    and `labels`; the Middleware service starts `tierscope-engine middleware` with both flags."""
     from tierscope.services.middleware import Middleware
     from tierscope.testbed.host import Host
 
@@ -440,7 +439,6 @@ def test_the_rust_middleware_takes_the_aware_policy_and_labels(tmp_path):
         user="u",
         password="p",
         policy=mw.policy,
-        implementation=mw.implementation,
         labels=mw.labels,
     )
     argv = svc.command()

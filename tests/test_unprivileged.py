@@ -235,25 +235,20 @@ def processes_with(needle: str) -> list[int]:
 
 
 @needs_postgres
-@pytest.mark.parametrize("implementation", ["python", "rust"])
-def test_the_middleware_runs_as_the_lab_user(tmp_path, implementation):
+def test_the_middleware_runs_as_the_lab_user(tmp_path):
     """A one-point run through the clustering middleware (1/1/1/1): while the load runs the
     middleware process (found by its --stats path, owner read in /proc) is the lab user's, not root's."""
     if RUNUSER is None:
         pytest.skip("runuser (util-linux) is needed to act as nobody")
-    if implementation == "rust":
-        from tierscope.engine import EngineNotFound, engine_path
+    from tierscope.engine import engine_path
 
-        try:
-            engine_path()
-        except EngineNotFound as err:
-            pytest.skip(str(err))
+    assert engine_path().exists(), engine_path()  # a missing engine binary fails, never skips
     lab = lab_account()
     raw = tomllib.loads(TINY.read_text())
-    raw.update(topology="1/1/1/1-P", soft={"middleware": {"implementation": implementation, "pool": 4}})
+    raw.update(topology="1/1/1/1-P", soft={"middleware": {"pool": 4}})
     raw["workload"].update(users=[4], run="4s", ramp_up="1s", ramp_down="1s")
     raw["monitor"]["capture"] = False
-    spec = spec_from_dict(raw, where=f"unprivileged-mw-{implementation}", name=f"unpriv-mw-{implementation}")
+    spec = spec_from_dict(raw, where="unprivileged-mw", name="unpriv-mw")
     progress = Progress()
     seen: dict = {}
     stop = threading.Event()
@@ -287,7 +282,7 @@ def test_the_middleware_runs_as_the_lab_user(tmp_path, implementation):
     assert "mw" in seen, "the test never saw the middleware running"
     assert seen["mw"] == (lab.pw_uid,) * 4, seen["mw"]  # real, effective, saved and filesystem uid
     program = seen["argv"][0].decode()
-    assert ("tierscope-engine" in program) == (implementation == "rust"), program
+    assert program.endswith("tierscope-engine") and seen["argv"][1] == b"middleware", program
     assert seen["workdir"] == (lab.pw_uid, 0o700), seen["workdir"]  # its console and stats: closed to others
 
     d = result.dir / result.done[0]
@@ -329,7 +324,7 @@ def test_a_directory_closed_to_the_lab_user_is_named(tmp_path):
 @pytest.mark.skipif(RUNUSER is None, reason="runuser (util-linux) runs the client as nobody")
 @pytest.mark.skipif(not HAVE_MARIADB or MYSQL is None, reason="MariaDB server or client not installed")
 def test_the_mysql_protocol_middleware_refuses_nobody_without_the_secret():
-    """The Python middleware in front of MariaDB (MySQL protocol on both sides): a mysql client run
+    """The middleware in front of MariaDB (MySQL protocol on both sides): a mysql client run
     as nobody gets in with the lab's user and password only."""
     from tierscope.services.base import free_port
     from tierscope.services.mariadb import MariaDB
@@ -348,7 +343,6 @@ def test_the_mysql_protocol_middleware_refuses_nobody_without_the_secret():
             database="lab",
             dbms="mariadb",
             pool=2,
-            implementation="python",
         )
         c = db.credentials
         assert (mw.protocol, mw.user, mw.password) == ("mysql", c.user, c.password)  # the lab's, by default
@@ -375,23 +369,17 @@ def test_the_mysql_protocol_middleware_refuses_nobody_without_the_secret():
 
 
 @needs_postgres
-@pytest.mark.parametrize("implementation", ["python", "rust"])
-def test_the_middleware_writes_its_stats_when_a_parent_was_closed_during_the_run(implementation):
+def test_the_middleware_writes_its_stats_when_a_parent_was_closed_during_the_run():
     """The middleware writes its stats on exit, by path, as the lab user: a directory above its work
     directory closed to others while it runs (pytest closes its pytest-of-<user> directory when
     another session starts) is opened again (o+x) before it is stopped, and the stats are there."""
+    from tierscope.engine import engine_path
     from tierscope.services.base import free_port
     from tierscope.services.middleware import Middleware
     from tierscope.services.postgres import Postgres
     from tierscope.testbed.host import Host
 
-    if implementation == "rust":
-        from tierscope.engine import EngineNotFound, engine_path
-
-        try:
-            engine_path()
-        except EngineNotFound as err:
-            pytest.skip(str(err))
+    assert engine_path().exists(), engine_path()  # a missing engine binary fails, never skips
     lab = lab_account()
     work = Path(tempfile.mkdtemp(prefix="tierscope-unpriv-test-"))
     try:
@@ -405,7 +393,6 @@ def test_the_middleware_writes_its_stats_when_a_parent_was_closed_during_the_run
             user=pg.credentials.user,
             password=pg.credentials.password,
             pool=2,
-            implementation=implementation,
         )
         with pg, mw:
             assert mw.proc is not None and uids(mw.proc.pid) == (lab.pw_uid,) * 4

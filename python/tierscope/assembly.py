@@ -233,7 +233,6 @@ def middleware_server(s: Server, backends: list[str], db_cfg: Any, resources: So
         policy=soft.policy,
         wait=soft.wait,
         weights=soft.weights,
-        implementation=soft.implementation,
         labels=soft.labels,
         name=s.name,
     )

@@ -1,5 +1,6 @@
-//! `tierscope-engine middleware`: the RAIDb-1 clustering middleware (C-JDBC-like) on tokio, a port
-//! of `python -m tierscope.middleware` with the same flags, rules and stats.
+//! `tierscope-engine middleware`: the RAIDb-1 clustering middleware (C-JDBC-like) on tokio, the lab's
+//! only middleware (a port of the Python one, `python -m tierscope.middleware`, removed in issue 25,
+//! with its flags, rules and stats).
 //!
 //! Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one enabled backend by the
 //! read policy; every other statement is broadcast to all enabled backends under one database-wide
@@ -42,8 +43,8 @@ use pool::Pool;
 const EPILOG: &str = "\
 Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one backend; every other
 statement is broadcast to all enabled backends under one database-wide write lock. A backend that
-fails a write another backend executed is disabled. Counts go to --stats on exit (the same JSON as
-`python -m tierscope.middleware`). `--policy aware` sends each read to the replica with the least
+fails a write another backend executed is disabled. Counts go to --stats on exit (JSON: reads and
+writes, per backend, labels, the 50 ms series). `--policy aware` sends each read to the replica with the least
 expected wait (the expected remaining service of what it runs, by the statements' moving-average
 service times: away from replicas busy with heavy queries); `--labels` keeps those per-statement
 times under any policy.

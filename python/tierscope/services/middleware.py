@@ -1,7 +1,9 @@
-"""The clustering middleware tier (C-JDBC-like RAIDb-1, `python -m tierscope.middleware`) as a
-`Service`: one process on host:port in front of the database servers `backends` ("addr:port",
-in LPRF order), with `pool` connections to each, read policy `policy` ("lprf" | "rr" | "wrr" with
-`weights` | "lrt", see `tierscope.middleware.balance`) and write completion `wait` ("first" | "all"). The counts it writes on exit are `stats()`.
+"""The clustering middleware tier (C-JDBC-like RAIDb-1, `tierscope-engine middleware`, the Rust
+engine's subcommand; docs/middleware.md) as a `Service`: one process on host:port in front of the
+database servers `backends` ("addr:port", in LPRF order), with `pool` connections to each, read
+policy `policy` (one of `POLICIES`; "wrr" with `weights`) and write completion `wait` ("first" |
+"all"). The counts it writes on exit are `stats()`. With the PostgreSQL protocol it keeps a recovery
+log in its work directory (`recovery_log_path`).
 
 `dbms` is the backends' DBMS as `DbConfig` names it: "postgresql" (the PostgreSQL protocol on both
 sides) or "mariadb" (the MySQL protocol on both sides). Either way the middleware logs in to the
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 from tierscope.contracts.dbms import DbConfig
@@ -33,19 +34,15 @@ from tierscope.testbed.host import Host
 PROTOCOLS = {"postgresql": "postgres", "postgres": "postgres", "mariadb": "mysql", "galera": "mysql"}
 #: the environment variable that carries the backends' password to the middleware (not its argv)
 PASSWORD_ENV = "TIERSCOPE_MIDDLEWARE_PASSWORD"
+#: the read-balancing policies (`--policy`; docs/middleware.md "The rules")
+POLICIES = ("lprf", "rr", "wrr", "lrt", "aware")
 
 
-def _engine_middleware() -> list[str]:
+def engine_middleware() -> list[str]:
+    """The middleware's program: `tierscope-engine middleware` (EngineNotFound when not built)."""
     from tierscope.engine import engine_path
 
     return [str(engine_path()), "middleware"]
-
-
-#: the program of each implementation (the same flags, rules and stats; docs/middleware.md)
-IMPLEMENTATIONS = {
-    "python": lambda: [sys.executable, "-m", "tierscope.middleware"],
-    "rust": _engine_middleware,
-}
 
 
 class Middleware(Service):
@@ -69,12 +66,9 @@ class Middleware(Service):
         policy: str = "lprf",
         wait: str = "first",
         weights: list[float] | None = None,
-        implementation: str = "python",
         labels: bool = False,
         name: str | None = None,
     ):
-        from tierscope.middleware.balance import POLICIES
-
         super().__init__(host, port, workdir, name)
         if not backends:
             raise ValueError("middleware backends: expected at least one database server address")
@@ -93,8 +87,6 @@ class Middleware(Service):
             raise ValueError(f"middleware pool: expected >= 1, got {pool}")
         if dbms not in PROTOCOLS:
             raise ValueError(f"middleware dbms: expected one of {', '.join(PROTOCOLS)}, got {dbms!r}")
-        if implementation not in IMPLEMENTATIONS:
-            raise ValueError(f"middleware implementation: expected python or rust, got {implementation!r}")
         self.backends = list(backends)
         self.database = database
         if user is None or password is None:
@@ -111,7 +103,6 @@ class Middleware(Service):
         self.policy = policy
         self.wait = wait
         self.weights = list(weights) if weights is not None else None
-        self.implementation = implementation
         self.labels = bool(labels)
 
     @property
@@ -120,10 +111,9 @@ class Middleware(Service):
 
     @property
     def recovery_log_path(self) -> Path | None:
-        """The Rust middleware's recovery log (`--recovery-log`, docs/middleware.md: replicas that
-        cannot drift), in its work directory; None for the Python one (it has none) and for the MySQL
-        protocol (the Rust one keeps none there yet)."""
-        if self.implementation == "rust" and self.protocol == "postgres":
+        """The middleware's recovery log (`--recovery-log`, docs/middleware.md: replicas that cannot
+        drift), in its work directory; None for the MySQL protocol (it keeps none there yet)."""
+        if self.protocol == "postgres":
             return self.workdir / "middleware.recovery.log"
         return None
 
@@ -145,7 +135,7 @@ class Middleware(Service):
         )
 
     def env(self) -> dict[str, str]:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = dict(os.environ)
         if self.password:
             env[PASSWORD_ENV] = self.password
         return env
@@ -177,23 +167,12 @@ class Middleware(Service):
             raise ServiceError(f"{self.name}: {err}") from None
 
     def _code_paths(self) -> list[Path]:
-        """What the unprivileged user must read to run the middleware: its program (and for the
-        Python one, the interpreter, tierscope and uvloop when installed)."""
-        if self.implementation == "rust":
-            return [Path(IMPLEMENTATIONS["rust"]()[0])]
-        import importlib.util
-
-        import tierscope
-
-        paths = [Path(sys.executable), Path(tierscope.__file__)]
-        uvloop = importlib.util.find_spec("uvloop")
-        if uvloop is not None and uvloop.origin:
-            paths.append(Path(uvloop.origin))
-        return paths
+        """What the unprivileged user must read to run the middleware: its program."""
+        return [Path(engine_middleware()[0])]
 
     def command(self) -> list[str]:
         argv = [
-            *IMPLEMENTATIONS[self.implementation](),
+            *engine_middleware(),
             "--listen",
             self.address,
             "--db",

@@ -24,9 +24,9 @@ import subprocess
 from pathlib import Path
 from typing import Unpack
 
-from tierscope.middleware.scram import ScramVerifier
 from tierscope.services._accounts import DatabaseServer, ServerOptions, give_to, run_as
 from tierscope.services.base import ServiceError, drop_socket_dir, private_dir, socket_dir
+from tierscope.services.scram import ScramVerifier
 from tierscope.testbed.host import Host
 
 

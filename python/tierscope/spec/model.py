@@ -169,13 +169,24 @@ class MiddlewareSoft(_Model):
     policy: Literal["lprf", "rr", "wrr", "lrt", "aware"] = "lprf"  # read balancing (docs/middleware.md)
     weights: list[Annotated[float, Field(ge=0)]] | None = None  # wrr: one per database server
     wait: Literal["first", "all"] = "first"  # a write is answered after the first / all backends
-    # python: `python -m tierscope.middleware` (every policy, both protocols); rust: `tierscope-engine
-    # middleware`, the same rules, policies (`aware` included), labels and stats at a third of the
-    # CPU per transaction, PostgreSQL and MariaDB (`--protocol mysql`)
-    implementation: Literal["python", "rust"] = "python"
+    # the middleware is `tierscope-engine middleware` (Rust; PostgreSQL and MariaDB): "rust", the only
+    # value, is still accepted; "python" is refused with a message saying that middleware was removed
+    implementation: Literal["rust"] = "rust"
     # keep per-statement service times and heavy reads per backend under any policy (`--labels`;
-    # `aware` always does): the 50 ms series then shows where the heavy reads went (either implementation)
+    # `aware` always does): the 50 ms series then shows where the heavy reads went
     labels: bool = False
+
+    @field_validator("implementation", mode="before")
+    @classmethod
+    def _only_rust(cls, v: Any) -> Any:
+        if v == "python":
+            raise ValueError(
+                "the Python middleware (`python -m tierscope.middleware`) was removed (issue 25): the "
+                'middleware is `tierscope-engine middleware`; drop this key or set it to "rust"'
+            )
+        if v != "rust":
+            raise ValueError(f'expected "rust" (the only middleware, `tierscope-engine middleware`), got {v!r}')
+        return v
 
 
 class DbSoft(_Model):

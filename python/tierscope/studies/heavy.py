@@ -16,8 +16,8 @@ percentiles and for throughput (think-time transactions are not counted); the mi
 give the reads per replica and its 50 ms series of pending requests and heavy reads in flight per
 replica. Optionally the replicas get a CFS quota (`cpu`, `period`) or a CPU each (`pin`).
 
-Run: `python -m tierscope.studies.heavy` (needs root: PostgreSQL runs as the postgres user; `--impl rust`:
-the Rust middleware, `tierscope-engine middleware`, instead of the Python one).
+Run: `python -m tierscope.studies.heavy` (needs root: PostgreSQL runs as the postgres user; the
+middleware is `tierscope-engine middleware`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tierscope.middleware.balance import POLICIES
+from tierscope.services.middleware import POLICIES
 
 DB = "heavy"
 LIGHT_SQL = "\\set id random(1, 10000)\nSELECT v FROM small WHERE id = :id;\n"
@@ -99,10 +99,8 @@ def run(
     period: float = 0.02,
     think_ms: float = 10.0,
     log=print,
-    implementation: str = "python",
 ) -> dict:
-    """Build the case, run every policy `repeat` times (interleaved), return the figures.
-    `implementation`: the middleware run, `python` or `rust` (`tierscope-engine middleware`)."""
+    """Build the case, run every policy `repeat` times (interleaved), return the figures."""
     from tierscope.services.base import Service, free_port
     from tierscope.services.middleware import Middleware
     from tierscope.services.postgres import Postgres, pg_bindir
@@ -138,7 +136,6 @@ def run(
             "pin": pin,
             "period": period,
             "think_ms": think_ms,
-            "implementation": implementation,
         },
         "runs": [],
     }
@@ -201,7 +198,6 @@ def run(
                     database=DB,
                     pool=pool,
                     policy=policy,
-                    implementation=implementation,
                     name=name,
                 )
                 mw.start()
@@ -381,13 +377,6 @@ def main(argv: list[str] | None = None) -> int:
         help="middleware connections per replica: queries a replica runs at once (default 1)",
     )
     ap.add_argument("--repeat", type=int, default=2, help="runs per policy, interleaved (default 2)")
-    ap.add_argument(
-        "--impl",
-        dest="implementation",
-        choices=("python", "rust"),
-        default="python",
-        help="the middleware: python (python -m tierscope.middleware) or rust (tierscope-engine middleware)",
-    )
     ap.add_argument("--json", metavar="PATH", help="write every figure (series included) here")
     args = ap.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
@@ -407,7 +396,6 @@ def main(argv: list[str] | None = None) -> int:
         args.period,
         args.think_ms,
         log=lambda m: print(m, flush=True),
-        implementation=args.implementation,
     )
     print(table(res))
     if args.json:
