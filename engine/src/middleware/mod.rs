@@ -43,11 +43,11 @@ use pool::Pool;
 const EPILOG: &str = "\
 Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one backend; every other
 statement is broadcast to all enabled backends under one database-wide write lock. A backend that
-fails a write another backend executed is disabled. Counts go to --stats on exit (JSON: reads and
-writes, per backend, labels, the 50 ms series). `--policy aware` sends each read to the replica with the least
-expected wait (the expected remaining service of what it runs, by the statements' moving-average
-service times: away from replicas busy with heavy queries); `--labels` keeps those per-statement
-times under any policy.
+fails a write another backend executed is disabled. Counts go to --stats on exit (JSON: reads,
+writes, per backend, labels, the 50 ms series). `--policy aware` sends each read to the replica
+with the least expected wait (the expected remaining service of what it runs, by the statements'
+moving-average service times: away from replicas busy with heavy queries); `--labels` keeps those
+per-statement times under any policy.
 
 The password (the backends', and what clients must log in with, scram-sha-256) is read from
 $TIERSCOPE_MIDDLEWARE_PASSWORD, never from the command line.
