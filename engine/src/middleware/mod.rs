@@ -560,7 +560,7 @@ impl Manager {
     pub fn log_rollback(&self) {
         if let Some(l) = &self.recovery {
             let seq = l.take_seq();
-            if let Err(e) = l.append(seq, &wire::query("ROLLBACK")) {
+            if let Err(e) = l.append(seq, &l.rollback_record()) {
                 log(&format!("recovery log {}: cannot append unit {seq}: {e}", l.path.display()));
             }
         }
@@ -863,9 +863,6 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
     if args.pool < 1 {
         return usage_error(&format!("--pool {}: expected >= 1", args.pool));
     }
-    if args.protocol == "mysql" && args.recovery_log.is_some() {
-        return usage_error("--recovery-log: PostgreSQL only (--protocol postgres)");
-    }
     if args.series_interval < 0.0 || !args.series_interval.is_finite() {
         return usage_error(&format!("--series-interval {}: expected >= 0", args.series_interval));
     }
@@ -892,7 +889,10 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
             m.track_labels(args.labels, args.heavy_factor);
             if let Some(path) = &args.recovery_log {
                 match recovery::Log::open(path) {
-                    Ok(l) => m.recovery = Some(Arc::new(l)),
+                    Ok(mut l) => {
+                        l.mysql = args.protocol == "mysql";
+                        m.recovery = Some(Arc::new(l));
+                    }
                     Err(e) => {
                         log(&format!("recovery log {}: {e}", path.display()));
                         return Ok(2);

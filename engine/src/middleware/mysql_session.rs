@@ -39,6 +39,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::mysql_wire::{self as my, MyError};
 use super::pool::{BackendError, RECV_SIZE};
+use super::recovery;
 use super::sql::{self, Kind, Micros};
 use super::{log, pylist, Manager, MiddlewareArgs, NoBackend};
 
@@ -237,6 +238,42 @@ impl MyConn {
     fn close(&mut self) {
         self.broken = true;
     }
+
+    /// Run one statement of the middleware's own: the first column of its rows, or the error.
+    async fn simple(&mut self, text: &str) -> Result<Vec<Option<String>>, String> {
+        let mut cmd = vec![my::COM_QUERY];
+        cmd.extend_from_slice(text.as_bytes());
+        self.stream.write_all(&my::packet(0, &cmd)).await.map_err(|e| e.to_string())?;
+        let (_, first) = self.read_packet().await.map_err(|e| e.0)?;
+        match first.first() {
+            Some(0xFF) => return Err(my::err_text(&first)),
+            Some(0x00) => {
+                self.status = my::parse_ok(&first).map_err(|e| e.to_string())?.2;
+                return Ok(Vec::new());
+            }
+            _ => {}
+        }
+        let columns = my::lenenc_int(&first, 0).map_err(|e| e.to_string())?.0;
+        for _ in 0..=columns {
+            self.read_packet().await.map_err(|e| e.0)?; // the definitions, then an EOF
+        }
+        let mut rows = Vec::new();
+        loop {
+            let (_, p) = self.read_packet().await.map_err(|e| e.0)?;
+            match p.first() {
+                Some(0xFE) if p.len() < 9 => {
+                    self.status = my::u16_at(&p, 3).unwrap_or(self.status);
+                    return Ok(rows);
+                }
+                Some(0xFF) => return Err(my::err_text(&p)),
+                Some(0xFB) => rows.push(None),
+                _ => {
+                    let (n, at) = my::lenenc_int(&p, 0).map_err(|e| e.to_string())?;
+                    rows.push(p.get(at..at + n as usize).map(|v| String::from_utf8_lossy(v).into_owned()));
+                }
+            }
+        }
+    }
 }
 
 /// Close a connection politely (COM_QUIT, when the socket takes it at once).
@@ -376,6 +413,128 @@ impl Cluster {
         Ok(())
     }
 
+    /// With a recovery log, before anything is served (the manager's `recover` for MariaDB): each
+    /// enabled backend's position (its `tierscope_recovery` table, made when missing: position 0);
+    /// a backend behind the head gets the missing units replayed from the log on one connection,
+    /// each with its position as when it first ran, then the head as its position; one the log
+    /// cannot bring there is refused: disabled with one message naming it and the positions. With
+    /// every backend at the head, the log is emptied.
+    async fn recover(&self) -> Result<(), NoBackend> {
+        let m = &self.m;
+        let Some(rlog) = &m.recovery else { return Ok(()) };
+        let n = self.pools.len();
+        let mut pos: Vec<Option<u64>> = vec![None; n];
+        let t = recovery::TABLE;
+        for i in m.enabled() {
+            let found: Result<u64, String> = async {
+                let mut conn = self.pools[i].acquire().await.map_err(|e| e.0)?;
+                let r = async {
+                    conn.simple(&format!("CREATE TABLE IF NOT EXISTS {t} (seq bigint NOT NULL) ENGINE=InnoDB")).await?;
+                    let rows = conn.simple(&format!("SELECT seq FROM {t}")).await?;
+                    match rows.as_slice() {
+                        [] => {
+                            conn.simple(&format!("INSERT INTO {t} VALUES (0)")).await?;
+                            Ok(0)
+                        }
+                        [Some(v)] if v.starts_with('-') => Err(format!(
+                            "{t}.seq is {v}: a replay from the recovery log left it different from the others; copy another backend's database to it"
+                        )),
+                        [Some(v)] => v.parse::<u64>().map_err(|e| format!("{t}.seq {v:?}: {e}")),
+                        _ => Err(format!("{t} holds {} rows, expected one", rows.len())),
+                    }
+                }
+                .await;
+                self.pools[i].release(conn);
+                r
+            }
+            .await;
+            match found {
+                Ok(p) => pos[i] = Some(p),
+                Err(e) => self.disable(i, &format!("recovery: cannot read its position: {e}")),
+            }
+        }
+        let range = rlog.range();
+        let head = recovery::head(&pos, range);
+        let path = rlog.path.display().to_string();
+        let positions: Vec<String> =
+            m.backends.iter().zip(&pos).map(|(b, p)| format!("{} at {}", b.name, p.map_or("?".to_string(), |p| p.to_string()))).collect();
+        let mut replayed = serde_json::Map::new();
+        for (i, &p) in pos.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let name = &m.backends[i].name;
+            let (from, to) = match recovery::verdict(p, head, range, &path) {
+                Ok(None) => continue,
+                Ok(Some(r)) => r,
+                Err(why) => {
+                    let msg = format!(
+                        "stale backend {name} REFUSED: its position is {p}, the head is {head} ({}); {why}: it cannot be brought to the head and is not used (copy another backend's database to it, then restart)",
+                        positions.join(", ")
+                    );
+                    self.disable(i, &msg); // (logged there, once)
+                    continue;
+                }
+            };
+            let done: Result<usize, String> = async {
+                let records = rlog.read(from, to).map_err(|e| format!("reading {path}: {e}"))?;
+                let mut conn = self.pools[i].acquire().await.map_err(|e| e.0)?;
+                let r = async {
+                    let mut errors = 0;
+                    for (seq, rec) in &records {
+                        let out = replayed_unit(rec, *seq).ok_or_else(|| format!("unit {seq}: not a MySQL-protocol record"))?;
+                        let mut sink = Sink { held: Vec::new(), client: None, saw: false, client_failed: false };
+                        let x = execute(&mut conn, &out, &mut sink).await;
+                        if x.broken {
+                            return Err(format!("unit {seq}: {}", x.error.unwrap_or_default()));
+                        }
+                        errors += !x.ok as usize;
+                    }
+                    if !my::idle(conn.status) {
+                        conn.simple("ROLLBACK").await?; // a transaction the middleware never saw end
+                    }
+                    conn.simple(&recovery::position_sql(head)).await?;
+                    Ok::<usize, String>(errors)
+                }
+                .await;
+                conn.close(); // its session settings are the replay's
+                self.pools[i].release(conn);
+                r.map(|errors| {
+                    log(&format!(
+                        "backend {name} was behind: units {from}..{to} replayed from {path} ({errors} answered with an error, as they did on the others); now at {head}"
+                    ));
+                    records.len()
+                })
+            }
+            .await;
+            match done {
+                Ok(k) => {
+                    replayed.insert(name.clone(), json!({"from": p, "units": k}));
+                }
+                Err(e) => {
+                    let msg = format!("stale backend {name} REFUSED: its position is {p}, the head is {head}; replaying from {path} failed: {e}");
+                    self.disable(i, &msg);
+                }
+            }
+        }
+        let all_there = (0..n).all(|i| m.backends[i].enabled());
+        let cut = if all_there { rlog.checkpoint(head) } else { rlog.cut_after(head) };
+        if let Err(e) = cut {
+            return Err(NoBackend(format!("recovery log {path}: {e}")));
+        }
+        if !all_there && range.is_some() {
+            m.log_rollback(); // a transaction cut by a crash ends here for any later replay
+        }
+        *m.recovered.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+            "log": path,
+            "head_at_start": head,
+            "positions_at_start": m.backends.iter().zip(&pos).map(|(b, p)| (b.name.clone(), json!(p))).collect::<serde_json::Map<_, _>>(),
+            "replayed": replayed,
+        });
+        if m.enabled().is_empty() {
+            return Err(NoBackend(format!("no backend can be served: {}", positions.join(", "))));
+        }
+        Ok(())
+    }
+
     /// The manager's counts with this protocol's name and pools.
     fn stats(&self) -> serde_json::Value {
         let mut s = self.m.stats();
@@ -440,6 +599,10 @@ struct Outgoing {
     pre: Vec<u8>,
     post: Vec<u8>,
     passed: Vec<bool>,
+    /// the unit's number in the recovery log: its position is recorded with it (`execute`)
+    seq: Option<u64>,
+    /// it opens a transaction or sets autocommit (`recovery::my_opens_transaction`)
+    opens: bool,
 }
 
 /// What one backend answered to a unit (the replies themselves are in the sink).
@@ -512,13 +675,30 @@ async fn execute(conn: &mut MyConn, out: &Outgoing, sink: &mut Sink<'_>) -> Exec
             }
             None => &out.query,
         };
-        if out.pre.is_empty() && out.post.is_empty() {
+        // the recovery log: the unit's position recorded with it. Inside a transaction (or with
+        // autocommit off): the UPDATE first, committed or rolled back with the unit. Else the unit
+        // runs in the middleware's own BEGIN, then UPDATE + COMMIT when it succeeded, ROLLBACK when
+        // it failed (a unit opening a transaction itself: the UPDATE after it, inside it)
+        let mut lead: Option<Vec<u8>> = None;
+        let mut tail: Option<(u64, bool)> = None;
+        if let Some(seq) = out.seq {
+            if !my::idle(conn.status) {
+                lead = Some(position_packet(seq));
+            } else if out.opens {
+                tail = Some((seq, false));
+            } else {
+                lead = Some(my::packet(0, b"\x03BEGIN"));
+                tail = Some((seq, true));
+            }
+        }
+        if out.pre.is_empty() && out.post.is_empty() && lead.is_none() {
             conn.stream.write_all(query).await.map_err(|e| e.to_string())?;
         } else {
-            let data = [out.pre.as_slice(), query, out.post.as_slice()].concat();
+            let data = [lead.as_deref().unwrap_or(&[]), out.pre.as_slice(), query, out.post.as_slice()].concat();
             conn.stream.write_all(&data).await.map_err(|e| e.to_string())?;
         }
-        for &passed in &out.passed {
+        let passed_list: Vec<bool> = lead.iter().map(|_| false).chain(out.passed.iter().copied()).collect();
+        for &passed in &passed_list {
             let mut r = my::Response::default();
             let mut run: Option<usize> = None; // where the bytes not yet passed on begin
             while !r.done {
@@ -559,6 +739,21 @@ async fn execute(conn: &mut MyConn, out: &Outgoing, sink: &mut Sink<'_>) -> Exec
                 return Err(format!("the middleware's own command failed: {}", r.error.unwrap_or_default()));
             }
         }
+        if let Some((seq, wrapped)) = tail {
+            let mut cmds: Vec<Vec<u8>> = Vec::new();
+            if x.ok {
+                cmds.push(position_packet(seq));
+                if wrapped {
+                    cmds.push(my::packet(0, b"\x03COMMIT"));
+                }
+            } else if wrapped {
+                cmds.push(my::packet(0, b"\x03ROLLBACK"));
+            }
+            hidden(conn, &cmds).await?;
+            if wrapped {
+                clear_in_trans(&mut sink.held); // the client's OK was sent inside the middleware's BEGIN
+            }
+        }
         x.status = conn.status;
         Ok(x)
     }
@@ -570,6 +765,74 @@ async fn execute(conn: &mut MyConn, out: &Outgoing, sink: &mut Sink<'_>) -> Exec
             Exec { ok: false, error: Some(format!("connection failed: {err}")), status: conn.status, broken: true, tags: Vec::new() }
         }
     }
+}
+
+/// The command recording position `seq` in a backend's recovery table.
+fn position_packet(seq: u64) -> Vec<u8> {
+    let mut cmd = vec![my::COM_QUERY];
+    cmd.extend_from_slice(recovery::position_sql(seq).as_bytes());
+    my::packet(0, &cmd)
+}
+
+/// Send the middleware's own commands (packets) on a connection and read their answers (dropped;
+/// one that fails fails the unit).
+async fn hidden(conn: &mut MyConn, cmds: &[Vec<u8>]) -> Result<(), String> {
+    if cmds.is_empty() {
+        return Ok(());
+    }
+    conn.stream.write_all(&cmds.concat()).await.map_err(|e| e.to_string())?;
+    for _ in cmds {
+        let mut r = my::Response::default();
+        while !r.done {
+            let (_, p) = conn.read_packet().await.map_err(|e| e.0)?;
+            r.feed(p.first().copied(), p.len(), &p).map_err(|e| e.to_string())?;
+        }
+        if let Some(st) = r.status {
+            conn.status = st;
+        }
+        if !r.ok {
+            return Err(format!("the middleware's own command failed: {}", r.error.unwrap_or_default()));
+        }
+    }
+    Ok(())
+}
+
+/// Clear SERVER_STATUS_IN_TRANS in an answer that is one OK packet.
+fn clear_in_trans(held: &mut [u8]) {
+    if held.len() < 4 + 7 || held[4] != 0 || my::header(held, 0).0 + 4 != held.len() {
+        return;
+    }
+    let Ok((_, at)) = my::lenenc_int(held, 5) else { return };
+    let Ok((_, at)) = my::lenenc_int(held, at) else { return };
+    if let Some(b) = held.get_mut(at) {
+        *b &= !(my::STATUS_IN_TRANS as u8);
+    }
+}
+
+/// A unit read back from the recovery log, to replay as unit `seq`.
+fn replayed_unit(rec: &[u8], seq: u64) -> Option<Outgoing> {
+    let (pre, post, command) = recovery::my_unrecord(rec)?;
+    let count = |b: &[u8]| {
+        let mut n = 0;
+        let mut at = 0;
+        while at + 4 <= b.len() {
+            at += 4 + my::header(b, at).0;
+            n += 1;
+        }
+        n
+    };
+    let (npre, npost) = (count(pre), count(post));
+    let (query, stmt, text) = match command[0] {
+        my::COM_QUERY => (my::packet(0, command), None, String::from_utf8_lossy(&command[1..]).into_owned()),
+        my::COM_STMT_EXECUTE => {
+            let (sql, body) = recovery::my_execute_parts(command)?;
+            (Vec::new(), Some((Arc::new(sql.to_vec()), body.to_vec())), String::from_utf8_lossy(sql).into_owned())
+        }
+        _ => return None,
+    };
+    let passed = std::iter::repeat_n(false, npre).chain([true]).chain(std::iter::repeat_n(false, npost)).collect();
+    let opens = recovery::my_opens_transaction(&text);
+    Some(Outgoing { query, stmt, pre: pre.to_vec(), post: post.to_vec(), passed, seq: Some(seq), opens })
 }
 
 /// An explicit transaction: its connections (one per backend still in it) and the write lock.
@@ -915,6 +1178,8 @@ impl Session {
                 conn.close();
                 self.c.release(b, conn);
             }
+            // connections closed: their transaction is rolled back, on a replay too
+            self.m.log_rollback();
             drop(txn.guard);
         }
     }
@@ -968,10 +1233,18 @@ impl Session {
     /// when it calls time functions.
     fn outgoing(&self, unit: &Unit, text: &str, macros_at: Option<Micros>) -> Outgoing {
         let mut out = match unit {
-            Unit::Query(p) => Outgoing { query: my::packet(0, p), stmt: None, pre: Vec::new(), post: Vec::new(), passed: vec![true] },
-            Unit::Execute(sql, body) => {
-                Outgoing { query: Vec::new(), stmt: Some((sql.clone(), body.clone())), pre: Vec::new(), post: Vec::new(), passed: vec![true] }
+            Unit::Query(p) => {
+                Outgoing { query: my::packet(0, p), stmt: None, pre: Vec::new(), post: Vec::new(), passed: vec![true], seq: None, opens: false }
             }
+            Unit::Execute(sql, body) => Outgoing {
+                query: Vec::new(),
+                stmt: Some((sql.clone(), body.clone())),
+                pre: Vec::new(),
+                post: Vec::new(),
+                passed: vec![true],
+                seq: None,
+                opens: false,
+            },
         };
         if let Some(at) = macros_at {
             let n = my::time_functions(text);
@@ -1095,7 +1368,25 @@ impl Session {
 
     async fn write(&mut self, unit: &Unit, text: &str) -> SResult<()> {
         let (conns, guard, pinned) = self.lease_for_write().await?;
-        let out = Arc::new(self.outgoing(unit, text, Some(sql::now_micros())));
+        let mut out = self.outgoing(unit, text, Some(sql::now_micros()));
+        // the recovery log: a number and the record, appended under the write lock (the log's
+        // order is the units'); fsync'd before the client is answered when no transaction is open
+        let rlog = self.m.recovery.clone();
+        if let Some(rlog) = &rlog {
+            let seq = rlog.take_seq();
+            out.seq = Some(seq);
+            out.opens = recovery::my_opens_transaction(text);
+            let command = match unit {
+                Unit::Query(p) => p.clone(),
+                Unit::Execute(sql, body) => recovery::my_execute_command(sql, body),
+            };
+            let rec = recovery::my_record(&out.pre, &out.post, &command);
+            if let Err(e) = recovery::append(rlog.clone(), seq, Arc::new(rec), false).await {
+                log(&e);
+                return Err(Fail::End(Some(e)));
+            }
+        }
+        let out = Arc::new(out);
         self.m.count(|c| c.writes += 1);
         let (tx, rx) = oneshot::channel();
         self.m.inflight_add(1);
@@ -1103,6 +1394,12 @@ impl Session {
         let Ok(answer) = rx.await else {
             return Err(Fail::End(Some("a write failed unexpectedly".into())));
         };
+        if let Some(rlog) = rlog.filter(|_| my::idle(answer.status)) {
+            if let Err(e) = recovery::sync(rlog).await {
+                log(&e);
+                return Err(Fail::End(Some(e)));
+            }
+        }
         self.out.extend_from_slice(&answer.replies);
         if !answer.ok {
             self.m.count(|c| c.errors_to_clients += 1);
@@ -1263,6 +1560,10 @@ pub async fn serve(m: Arc<Manager>, password: String, args: MiddlewareArgs, host
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let c = Arc::new(Cluster::new(m.clone(), &password, args.pool));
     if let Err(err) = c.check_backends(Duration::from_secs_f64(args.connect_timeout.max(0.0))).await {
+        log(&err.0);
+        return Ok(1);
+    }
+    if let Err(err) = c.recover().await {
         log(&err.0);
         return Ok(1);
     }

@@ -53,6 +53,8 @@ pub struct Log {
     records: Mutex<Vec<(u64, u64)>>,
     /// next sequence number
     next: AtomicU64,
+    /// its records are MySQL-protocol units (`my_record`), else PostgreSQL messages
+    pub mysql: bool,
 }
 
 impl Log {
@@ -85,7 +87,7 @@ impl Log {
             file.set_len(pos as u64)?;
             file.sync_all()?;
         }
-        Ok(Log { path: path.to_path_buf(), file: Mutex::new(file), records: Mutex::new(records), next: AtomicU64::new(last + 1) })
+        Ok(Log { path: path.to_path_buf(), file: Mutex::new(file), records: Mutex::new(records), next: AtomicU64::new(last + 1), mysql: false })
     }
 
     /// (first, last) sequence numbers held, None when empty.
@@ -132,6 +134,15 @@ impl Log {
         }
         self.next.store(head + 1, Ordering::Release);
         Ok(())
+    }
+
+    /// The record of a ROLLBACK unit in this log's protocol.
+    pub fn rollback_record(&self) -> Vec<u8> {
+        if self.mysql {
+            my_record(&[], &[], b"\x03ROLLBACK")
+        } else {
+            wire::query("ROLLBACK")
+        }
     }
 
     /// The number the next unit will get.
@@ -195,6 +206,98 @@ pub fn position_sql(seq: u64) -> String {
 /// The position of a backend a replay left different from the others: refused at every start.
 pub fn position_sql_refused() -> String {
     format!("UPDATE {TABLE} SET seq = -1")
+}
+
+/// A MySQL-protocol unit's record: the middleware's packets sent before the client's command
+/// (`SET timestamp = ...` for time functions), those sent after it, then the client's command:
+/// `u32 LE length + pre packets`, `u32 LE length + post packets`, the command. The command is a
+/// COM_QUERY payload (0x03 + the text) or, for a prepared statement, 0x17 (COM_STMT_EXECUTE),
+/// `u32 LE length + the statement's SQL`, then the COM_STMT_EXECUTE payload after the statement
+/// id (flags, iterations, the NULL bitmap, the parameter types and the parameters in binary, as
+/// the client sent them): a replay prepares the SQL on its own connection and executes it with
+/// these bytes.
+pub fn my_record(pre: &[u8], post: &[u8], command: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + pre.len() + post.len() + command.len());
+    out.extend_from_slice(&(pre.len() as u32).to_le_bytes());
+    out.extend_from_slice(pre);
+    out.extend_from_slice(&(post.len() as u32).to_le_bytes());
+    out.extend_from_slice(post);
+    out.extend_from_slice(command);
+    out
+}
+
+/// (pre, post, command) of a record `my_record` made; None when it is not one.
+pub fn my_unrecord(rec: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let n = u32::from_le_bytes(rec.get(0..4)?.try_into().ok()?) as usize;
+    let pre = rec.get(4..4 + n)?;
+    let at = 4 + n;
+    let m = u32::from_le_bytes(rec.get(at..at + 4)?.try_into().ok()?) as usize;
+    let post = rec.get(at + 4..at + 4 + m)?;
+    let command = rec.get(at + 4 + m..)?;
+    if command.is_empty() {
+        return None;
+    }
+    Some((pre, post, command))
+}
+
+/// A prepared statement's command in a MySQL record: 0x17, the SQL's length and the SQL, the
+/// COM_STMT_EXECUTE payload after the statement id.
+pub fn my_execute_command(sql: &[u8], body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + sql.len() + body.len());
+    out.push(0x17);
+    out.extend_from_slice(&(sql.len() as u32).to_le_bytes());
+    out.extend_from_slice(sql);
+    out.extend_from_slice(body);
+    out
+}
+
+/// (SQL, COM_STMT_EXECUTE payload after the statement id) of `my_execute_command`'s bytes.
+pub fn my_execute_parts(command: &[u8]) -> Option<(&[u8], &[u8])> {
+    if command.first() != Some(&0x17) {
+        return None;
+    }
+    let n = u32::from_le_bytes(command.get(1..5)?.try_into().ok()?) as usize;
+    Some((command.get(5..5 + n)?, command.get(5 + n..)?))
+}
+
+/// MySQL statements that open a transaction or change autocommit: a unit running one is not
+/// wrapped in the middleware's own BEGIN ... COMMIT (its position is recorded after it, inside
+/// the transaction it opened).
+pub fn my_opens_transaction(text: &str) -> bool {
+    let toks = sql::tokens(text);
+    sql::statements(&toks).iter().any(|st| {
+        let w = |i: usize| st.get(i).map(|t| t.text.as_str()).unwrap_or("");
+        matches!(w(0), "BEGIN" | "XA")
+            || (w(0) == "START" && w(1) == "TRANSACTION")
+            || (w(0) == "SET" && st.iter().any(|t| t.text == "AUTOCOMMIT" || t.text == "@@AUTOCOMMIT"))
+    })
+}
+
+/// What a middleware starting over backends at `positions` does with the one at `p` (the head is
+/// the log's last unit or the highest position; the log holds `range`): Ok(None) when it is at the
+/// head, Ok(Some((from, to))) for the units to replay to it, Err(why) when the log cannot bring it
+/// to the head.
+pub fn verdict(p: u64, head: u64, range: Option<(u64, u64)>, path: &str) -> Result<Option<(u64, u64)>, String> {
+    if p == head {
+        return Ok(None);
+    }
+    if range.is_some_and(|(first, last)| last == head && first <= p + 1 && p < head) {
+        return Ok(Some((p + 1, head)));
+    }
+    Err(if p > head {
+        format!("it is ahead of the recovery log {path} (head {head})")
+    } else {
+        match range {
+            Some((first, last)) => format!("the recovery log {path} holds units {first}..{last} only"),
+            None => format!("the recovery log {path} is empty"),
+        }
+    })
+}
+
+/// The head: the log's last unit or the highest position.
+pub fn head(positions: &[Option<u64>], range: Option<(u64, u64)>) -> u64 {
+    let top = positions.iter().flatten().copied().max().unwrap_or(0);
+    range.map_or(top, |r| r.1.max(top))
 }
 
 /// Every sequence of the database and its state (last value, called), in name order.
@@ -334,6 +437,53 @@ mod tests {
         assert_eq!(log.range(), None);
         assert_eq!(log.take_seq(), 8);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_mysql_record_gives_back_its_parts() {
+        let pre = b"\x19\0\0\0\x03SET timestamp = 1.000000";
+        let rec = my_record(pre, b"", b"\x03INSERT INTO t VALUES (NOW())");
+        assert_eq!(my_unrecord(&rec), Some((&pre[..], &b""[..], &b"\x03INSERT INTO t VALUES (NOW())"[..])));
+        let cmd = my_execute_command(b"UPDATE t SET a = ? WHERE id = ?", &[0, 1, 0, 0, 0, 0, 1, 3, 0, 3, 0, 7, 0, 0, 0, 9, 0, 0, 0]);
+        let rec = my_record(b"", b"", &cmd);
+        let (_, _, c) = my_unrecord(&rec).unwrap();
+        let (sql, body) = my_execute_parts(c).unwrap();
+        assert_eq!(sql, b"UPDATE t SET a = ? WHERE id = ?");
+        assert_eq!(body.len(), 19);
+        assert_eq!(my_unrecord(&rec[..6]), None);
+        assert_eq!(my_unrecord(&my_record(b"", b"", b"")), None);
+        assert_eq!(my_execute_parts(b"\x03SELECT 1"), None);
+    }
+
+    #[test]
+    fn mysql_statements_opening_a_transaction_are_recognised() {
+        for t in [
+            "BEGIN",
+            "begin work",
+            "START TRANSACTION READ WRITE",
+            "SET autocommit = 0",
+            "set @@autocommit=1",
+            "INSERT INTO t VALUES (1); BEGIN",
+            "XA START 'x'",
+        ] {
+            assert!(my_opens_transaction(t), "{t}");
+        }
+        for t in ["INSERT INTO t VALUES (1)", "COMMIT", "ROLLBACK", "SELECT 'BEGIN'", "SET @a = 1", "CREATE TABLE t (a int)"] {
+            assert!(!my_opens_transaction(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn a_stale_backend_is_replayed_when_the_log_covers_it_and_refused_otherwise() {
+        let p = "r.log";
+        assert_eq!(head(&[Some(3), Some(7), None], Some((2, 9))), 9);
+        assert_eq!(head(&[Some(3), Some(7)], None), 7);
+        assert_eq!(verdict(9, 9, Some((2, 9)), p), Ok(None));
+        assert_eq!(verdict(3, 9, Some((2, 9)), p), Ok(Some((4, 9))));
+        assert_eq!(verdict(1, 9, Some((2, 9)), p), Ok(Some((2, 9))));
+        assert_eq!(verdict(0, 9, Some((2, 9)), p), Err("the recovery log r.log holds units 2..9 only".into()));
+        assert_eq!(verdict(3, 7, None, p), Err("the recovery log r.log is empty".into()));
+        assert_eq!(verdict(8, 7, Some((1, 7)), p), Err("it is ahead of the recovery log r.log (head 7)".into()));
     }
 
     #[test]
