@@ -17,7 +17,9 @@ missing one fails these tests.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import struct
 import tempfile
 import threading
@@ -211,10 +213,18 @@ def reset(dbs) -> None:
         d.sql("DROP TABLE IF EXISTS racc, rhist, probe, tierscope_recovery", DB)
 
 
-def test_a_backend_that_was_down_is_replayed_to_the_head_before_it_serves(servers):
+def kill(db) -> None:
+    """SIGKILL the server (no shutdown: InnoDB recovers at the next start), then forget the process."""
+    os.killpg(db.proc.pid, signal.SIGKILL)
+    db.proc.wait(timeout=10)
+    db.stop()
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_backend_that_was_down_is_replayed_to_the_head_before_it_serves(servers, how):
     work, dbs = servers
     reset(dbs)
-    log_path = work / "recovery-1" / "recovery.log"
+    log_path = work / f"recovery-1-{how}" / "recovery.log"
     errors: list = []
     counts = [0, 0, 0]
     stats1: dict = {}
@@ -225,7 +235,10 @@ def test_a_backend_that_was_down_is_replayed_to_the_head_before_it_serves(server
             threads = write_load(mw, stop, errors, counts)
             time.sleep(1.0)
             before_stop = list(counts)
-            dbs[1].stop()  # backend 2 goes away; the writes go on on backend 1
+            if how == "stop":  # backend 2 goes away; the writes go on on backend 1
+                dbs[1].stop()
+            else:
+                kill(dbs[1])
             time.sleep(1.5)
             stop.set()
             for t in threads:

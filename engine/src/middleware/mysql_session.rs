@@ -21,6 +21,16 @@
 //! calling NOW(), CURRENT_TIMESTAMP, ... runs on every backend between `SET timestamp = <one
 //! instant>` and `SET timestamp = DEFAULT` (their answers hidden), so every replica stores the same
 //! value.
+//!
+//! The recovery log (`--recovery-log`, `recovery.rs`): a write unit's record is the `SET timestamp`
+//! packets around it, `SET insert_id = <the AUTO_INCREMENT value it took>` (appended once the answer
+//! is known, under the write lock) and the client's command: COM_QUERY's payload, or for COM_STMT_EXECUTE the
+//! prepare+execute bytes (the statement's SQL and the execute payload after the id, parameters in
+//! binary with their types), re-prepared on the replaying connection. The position is recorded by
+//! hidden commands on each backend connection (`execute`): inside a transaction an `UPDATE
+//! tierscope_recovery` before the unit; with none open the unit in the middleware's own `BEGIN`,
+//! then `UPDATE` + `COMMIT` when it succeeded or `ROLLBACK` when it failed, so a unit that fails
+//! never advances a position. `Cluster::recover` replays or refuses stale backends before listening.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -854,6 +864,80 @@ struct Answer {
     replies: Vec<u8>,
     ok: bool,
     status: u16,
+    /// the unit could not be appended to the recovery log (the client must not be answered)
+    log_error: Option<String>,
+}
+
+/// A write unit's record to append to the recovery log (`broadcast`, under the write lock).
+struct Logging {
+    log: Arc<recovery::Log>,
+    seq: u64,
+    pre: Vec<u8>,
+    post: Vec<u8>,
+    command: Vec<u8>,
+}
+
+/// The first AUTO_INCREMENT value a unit's answer reports (the first OK with a last insert id
+/// other than 0, its results followed through), 0 when none.
+fn first_insert_id(replies: &[u8]) -> u64 {
+    let mut packets = Vec::new();
+    let mut at = 0;
+    while at + 4 <= replies.len() {
+        let n = my::header(replies, at).0;
+        let Some(p) = replies.get(at + 4..at + 4 + n) else { break };
+        packets.push(p);
+        at += 4 + n;
+    }
+    let mut i = 0;
+    while let Some(p) = packets.get(i) {
+        match p.first() {
+            Some(0x00) if p.len() >= 7 => {
+                let Ok((_, id, status)) = my::parse_ok(p) else { return 0 };
+                if id != 0 {
+                    return id;
+                }
+                if status & my::STATUS_MORE_RESULTS == 0 {
+                    return 0;
+                }
+                i += 1;
+            }
+            Some(0xFF) | None => return 0,
+            _ => {
+                // a result set: skip to the EOF after its rows
+                let Ok((columns, _)) = my::lenenc_int(p, 0) else { return 0 };
+                i += 1 + columns as usize + 1;
+                loop {
+                    let Some(q) = packets.get(i) else { return 0 };
+                    i += 1;
+                    if q.first() == Some(&0xFE) && q.len() < 9 {
+                        if my::u16_at(q, 3).unwrap_or(0) & my::STATUS_MORE_RESULTS == 0 {
+                            return 0;
+                        }
+                        break;
+                    }
+                    if q.first() == Some(&0xFF) {
+                        return 0;
+                    }
+                }
+            }
+        }
+    }
+    0
+}
+
+/// Append a unit's record, with `SET insert_id = <the value it took>` first when it took one (a
+/// replay then gives its rows the same AUTO_INCREMENT values whatever the stale backend's counter
+/// says: values taken by a transaction it was running when it went down are lost there); fsync'd
+/// when the unit leaves no transaction open.
+async fn log_unit(lg: &Logging, replies: &[u8], status: u16) -> Result<(), String> {
+    let id = first_insert_id(replies);
+    let mut pre = Vec::new();
+    if id != 0 {
+        my::packet_into(&mut pre, 0, format!("\x03SET insert_id = {id}").as_bytes());
+    }
+    pre.extend_from_slice(&lg.pre);
+    let rec = recovery::my_record(&pre, &lg.post, &lg.command);
+    recovery::append(lg.log.clone(), lg.seq, Arc::new(rec), my::idle(status)).await
 }
 
 /// Run a write unit on every leased backend; answer the client by the wait policy (the first
@@ -864,6 +948,7 @@ async fn broadcast(
     guard: OwnedMutexGuard<()>,
     out: Arc<Outgoing>,
     tx: oneshot::Sender<Answer>,
+    mut logging: Option<Logging>,
 ) -> Option<Txn> {
     let m = &c.m;
     let idx: Vec<usize> = conns.iter().map(|c| c.0).collect();
@@ -891,8 +976,12 @@ async fn broadcast(
             finished_here[pos] = true;
             if !m.wait_all && chosen.is_none() {
                 chosen = Some(pos);
+                let mut log_error = None;
+                if let Some(lg) = logging.take() {
+                    log_error = log_unit(&lg, &r.replies, r.x.status).await.err();
+                }
                 if let Some(tx) = tx.take() {
-                    let _ = tx.send(Answer { replies: r.replies.clone(), ok: true, status: r.x.status });
+                    let _ = tx.send(Answer { replies: r.replies.clone(), ok: true, status: r.x.status, log_error });
                 }
             }
         }
@@ -906,6 +995,12 @@ async fn broadcast(
             r.unwrap_or_else(|| Res { b: idx[pos], conn: None, replies: Vec::new(), x: Exec { ok: false, broken: true, ..Default::default() } })
         })
         .collect();
+    // not answered yet (wait=all, or no backend succeeded): logged before the lock goes
+    let mut log_error = None;
+    if let Some(lg) = logging.take() {
+        let ch = results.iter().position(|r| r.x.ok).or_else(|| results.iter().position(|r| !r.x.broken)).unwrap_or(0);
+        log_error = log_unit(&lg, &results[ch].replies, results[ch].x.status).await.err();
+    }
     let (ch, results, txn) = settle(&c, results, chosen, guard);
     for (pos, &b) in idx.iter().enumerate() {
         if !finished_here[pos] {
@@ -914,7 +1009,7 @@ async fn broadcast(
     }
     if let Some(tx) = tx.take() {
         let r = &results[ch];
-        let _ = tx.send(Answer { replies: r.replies.clone(), ok: r.x.ok, status: r.x.status });
+        let _ = tx.send(Answer { replies: r.replies.clone(), ok: r.x.ok, status: r.x.status, log_error });
     }
     m.inflight_add(-1);
     txn
@@ -1371,34 +1466,29 @@ impl Session {
         let mut out = self.outgoing(unit, text, Some(sql::now_micros()));
         // the recovery log: a number and the record, appended under the write lock (the log's
         // order is the units'); fsync'd before the client is answered when no transaction is open
-        let rlog = self.m.recovery.clone();
-        if let Some(rlog) = &rlog {
-            let seq = rlog.take_seq();
+        // (by `broadcast`, once the answer is known: the AUTO_INCREMENT value it took goes in the
+        // record); fsync'd before the client is answered when no transaction is open
+        let logging = self.m.recovery.clone().map(|log| {
+            let seq = log.take_seq();
             out.seq = Some(seq);
             out.opens = recovery::my_opens_transaction(text);
             let command = match unit {
                 Unit::Query(p) => p.clone(),
                 Unit::Execute(sql, body) => recovery::my_execute_command(sql, body),
             };
-            let rec = recovery::my_record(&out.pre, &out.post, &command);
-            if let Err(e) = recovery::append(rlog.clone(), seq, Arc::new(rec), false).await {
-                log(&e);
-                return Err(Fail::End(Some(e)));
-            }
-        }
+            Logging { log, seq, pre: out.pre.clone(), post: out.post.clone(), command }
+        });
         let out = Arc::new(out);
         self.m.count(|c| c.writes += 1);
         let (tx, rx) = oneshot::channel();
         self.m.inflight_add(1);
-        let handle = tokio::spawn(broadcast(self.c.clone(), conns, guard, out, tx));
+        let handle = tokio::spawn(broadcast(self.c.clone(), conns, guard, out, tx, logging));
         let Ok(answer) = rx.await else {
             return Err(Fail::End(Some("a write failed unexpectedly".into())));
         };
-        if let Some(rlog) = rlog.filter(|_| my::idle(answer.status)) {
-            if let Err(e) = recovery::sync(rlog).await {
-                log(&e);
-                return Err(Fail::End(Some(e)));
-            }
+        if let Some(e) = answer.log_error {
+            log(&e);
+            return Err(Fail::End(Some(e)));
         }
         self.out.extend_from_slice(&answer.replies);
         if !answer.ok {
@@ -1652,6 +1742,45 @@ pub async fn serve(m: Arc<Manager>, password: String, args: MiddlewareArgs, host
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_auto_increment_value_of_an_answer_is_found() {
+        let ok = |id: u64, status: u16| {
+            let mut p = vec![0, 1];
+            my::lenenc_into(&mut p, id);
+            p.extend_from_slice(&status.to_le_bytes());
+            p.extend_from_slice(&[0, 0]);
+            p
+        };
+        let mut one = Vec::new();
+        my::packet_into(&mut one, 1, &ok(300, my::STATUS_AUTOCOMMIT));
+        assert_eq!(first_insert_id(&one), 300);
+        // UPDATE ...; INSERT ...: the second result's
+        let mut two = Vec::new();
+        my::packet_into(&mut two, 1, &ok(0, my::STATUS_MORE_RESULTS));
+        my::packet_into(&mut two, 2, &ok(12, 0));
+        assert_eq!(first_insert_id(&two), 12);
+        // SELECT (a row whose first byte is 0) then INSERT
+        let mut rs = Vec::new();
+        let payloads: Vec<Vec<u8>> = vec![
+            vec![1],
+            b"\x03def".to_vec(),
+            my::eof(my::STATUS_MORE_RESULTS),
+            vec![0, 7, 0, 0, 0, 0, 0, 0],
+            my::eof(my::STATUS_MORE_RESULTS),
+            ok(5, 0),
+        ];
+        for (i, p) in payloads.iter().enumerate() {
+            my::packet_into(&mut rs, i as u8 + 1, p);
+        }
+        assert_eq!(first_insert_id(&rs), 5);
+        let mut none = Vec::new();
+        my::packet_into(&mut none, 1, &ok(0, 0));
+        my::packet_into(&mut none, 2, &ok(8, 0)); // not a further result: the first said none follow
+        assert_eq!(first_insert_id(&none), 0);
+        assert_eq!(first_insert_id(&my::packet(1, &my::err(1062, "Duplicate entry", "23000"))), 0);
+        assert_eq!(first_insert_id(&[]), 0);
+    }
 
     #[test]
     fn the_statements_answered_here_are_recognised() {

@@ -18,6 +18,15 @@
 //! Record: seq (u64 LE), length (u32 LE), FNV-1a of the bytes (u32 LE), the bytes. A torn last
 //! record (a crash while appending: never acknowledged) is cut off when the log is opened. Numbers
 //! only grow; a number taken by a unit that was abandoned before it was logged leaves a gap.
+//!
+//! MySQL protocol (MariaDB backends): records are `my_record`'s (the middleware's `SET timestamp`
+//! packets, `SET insert_id` when the unit took an AUTO_INCREMENT value, and the client's command; a
+//! prepared statement as its SQL and COM_STMT_EXECUTE payload, re-prepared at replay: the
+//! prepare+execute bytes, not literals); the position is kept by
+//! `mysql_session.rs::execute` (an UPDATE before the unit inside a transaction; otherwise the unit in
+//! the middleware's BEGIN, then UPDATE + COMMIT on success or ROLLBACK on failure), and
+//! `mysql_session.rs::Cluster::recover` replays each missing unit with its own position (`verdict`
+//! and `head` decide, as for PostgreSQL).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
