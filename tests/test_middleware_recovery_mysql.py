@@ -321,3 +321,42 @@ def test_a_stale_backend_the_log_cannot_bring_back_is_refused_and_never_read(ser
     # nor written: backend 2 is as it was
     assert positions(dbs)[1] == pos[1]
     assert [[tuple(r) for r in d.sql("SELECT abalance FROM racc WHERE id = 1", DB)] for d in dbs] == [[(2,)], [(0,)]]
+
+
+def test_a_unit_that_failed_on_one_backend_leaves_its_position_and_is_replayed_only_when_it_succeeds(servers):
+    """A write that fails on backend 2 only (a row there the other lacks: a duplicate key) disables
+    it without moving its position; a new middleware replays that unit, and refuses backend 2 while
+    the unit still fails there (its outcome differs from the others'); once the stray row is gone,
+    the replay brings it to the head with equal checksums."""
+    work, dbs = servers
+    reset(dbs)
+    log_path = work / "recovery-3" / "recovery.log"
+    stats: dict = {}
+    with mysql_middleware(servers, log_path, stats) as mw:
+        make_schema(mw)
+        before = positions(dbs)
+        dbs[1].sql("INSERT INTO probe VALUES (9)", DB)  # behind the middleware's back
+        with connect(mw) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO probe VALUES (9)")  # backend 1 answers; backend 2 fails
+            cur.execute("UPDATE racc SET abalance = 5 WHERE id = 1")
+    assert stats["disabled"] == [dbs[1].address]
+    assert "Duplicate entry" in stats["backends"][1]["disabled_reason"]
+    after = positions(dbs)
+    assert after[1] == before[1] and after[0] == before[0] + 2, (before, after)  # the failed unit left it
+
+    with mysql_middleware(servers, log_path) as mw:
+        text = mw.log.read_text()
+    refusals = [line for line in text.splitlines() if "REFUSED" in line]
+    assert len(refusals) == 1 and dbs[1].address in refusals[0], text
+    assert "failed here" in refusals[0] and "Duplicate entry" in refusals[0], refusals[0]
+    assert positions(dbs) == after  # nothing moved: the unit rolled back there again
+
+    dbs[1].sql("DELETE FROM probe WHERE id = 9", DB)
+    stats2: dict = {}
+    with mysql_middleware(servers, log_path, stats2) as mw:
+        text = mw.log.read_text()
+        now = checksums(dbs)
+    assert "REFUSED" not in text and stats2["disabled"] == [], text
+    # (the start that refused it appended a ROLLBACK record: the head is one further)
+    assert now[0] == now[1] and positions(dbs)[0] == positions(dbs)[1] >= after[0], (now, positions(dbs))
+    assert stats2["recovery"]["replayed"][dbs[1].address]["units"] >= 2

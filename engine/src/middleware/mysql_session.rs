@@ -490,11 +490,18 @@ impl Cluster {
                 let r = async {
                     let mut errors = 0;
                     for (seq, rec) in &records {
-                        let out = replayed_unit(rec, *seq).ok_or_else(|| format!("unit {seq}: not a MySQL-protocol record"))?;
+                        let (out, ok) = replayed_unit(rec, *seq).ok_or_else(|| format!("unit {seq}: not a MySQL-protocol record"))?;
                         let mut sink = Sink { held: Vec::new(), client: None, saw: false, client_failed: false };
                         let x = execute(&mut conn, &out, &mut sink).await;
                         if x.broken {
                             return Err(format!("unit {seq}: {}", x.error.unwrap_or_default()));
+                        }
+                        if x.ok != ok {
+                            // its position did not move with it: the others' outcome is not this one's
+                            return Err(match x.error {
+                                Some(e) => format!("unit {seq} failed here ({e}) where it succeeded on the others"),
+                                None => format!("unit {seq} succeeded here where it failed on the others"),
+                            });
                         }
                         errors += !x.ok as usize;
                     }
@@ -819,9 +826,9 @@ fn clear_in_trans(held: &mut [u8]) {
     }
 }
 
-/// A unit read back from the recovery log, to replay as unit `seq`.
-fn replayed_unit(rec: &[u8], seq: u64) -> Option<Outgoing> {
-    let (pre, post, command) = recovery::my_unrecord(rec)?;
+/// A unit read back from the recovery log, to replay as unit `seq`, and whether it succeeded.
+fn replayed_unit(rec: &[u8], seq: u64) -> Option<(Outgoing, bool)> {
+    let recovery::MyRecord { ok, pre, post, command } = recovery::my_unrecord(rec)?;
     let count = |b: &[u8]| {
         let mut n = 0;
         let mut at = 0;
@@ -842,7 +849,7 @@ fn replayed_unit(rec: &[u8], seq: u64) -> Option<Outgoing> {
     };
     let passed = std::iter::repeat_n(false, npre).chain([true]).chain(std::iter::repeat_n(false, npost)).collect();
     let opens = recovery::my_opens_transaction(&text);
-    Some(Outgoing { query, stmt, pre: pre.to_vec(), post: post.to_vec(), passed, seq: Some(seq), opens })
+    Some((Outgoing { query, stmt, pre: pre.to_vec(), post: post.to_vec(), passed, seq: Some(seq), opens }, ok))
 }
 
 /// An explicit transaction: its connections (one per backend still in it) and the write lock.
@@ -929,14 +936,14 @@ fn first_insert_id(replies: &[u8]) -> u64 {
 /// replay then gives its rows the same AUTO_INCREMENT values whatever the stale backend's counter
 /// says: values taken by a transaction it was running when it went down are lost there); fsync'd
 /// when the unit leaves no transaction open.
-async fn log_unit(lg: &Logging, replies: &[u8], status: u16) -> Result<(), String> {
+async fn log_unit(lg: &Logging, ok: bool, replies: &[u8], status: u16) -> Result<(), String> {
     let id = first_insert_id(replies);
     let mut pre = Vec::new();
     if id != 0 {
         my::packet_into(&mut pre, 0, format!("\x03SET insert_id = {id}").as_bytes());
     }
     pre.extend_from_slice(&lg.pre);
-    let rec = recovery::my_record(&pre, &lg.post, &lg.command);
+    let rec = recovery::my_record(ok, &pre, &lg.post, &lg.command);
     recovery::append(lg.log.clone(), lg.seq, Arc::new(rec), my::idle(status)).await
 }
 
@@ -978,7 +985,7 @@ async fn broadcast(
                 chosen = Some(pos);
                 let mut log_error = None;
                 if let Some(lg) = logging.take() {
-                    log_error = log_unit(&lg, &r.replies, r.x.status).await.err();
+                    log_error = log_unit(&lg, true, &r.replies, r.x.status).await.err();
                 }
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(Answer { replies: r.replies.clone(), ok: true, status: r.x.status, log_error });
@@ -999,7 +1006,7 @@ async fn broadcast(
     let mut log_error = None;
     if let Some(lg) = logging.take() {
         let ch = results.iter().position(|r| r.x.ok).or_else(|| results.iter().position(|r| !r.x.broken)).unwrap_or(0);
-        log_error = log_unit(&lg, &results[ch].replies, results[ch].x.status).await.err();
+        log_error = log_unit(&lg, results[ch].x.ok, &results[ch].replies, results[ch].x.status).await.err();
     }
     let (ch, results, txn) = settle(&c, results, chosen, guard);
     for (pos, &b) in idx.iter().enumerate() {

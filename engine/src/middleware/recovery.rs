@@ -148,7 +148,7 @@ impl Log {
     /// The record of a ROLLBACK unit in this log's protocol.
     pub fn rollback_record(&self) -> Vec<u8> {
         if self.mysql {
-            my_record(&[], &[], b"\x03ROLLBACK")
+            my_record(true, &[], &[], b"\x03ROLLBACK")
         } else {
             wire::query("ROLLBACK")
         }
@@ -217,16 +217,18 @@ pub fn position_sql_refused() -> String {
     format!("UPDATE {TABLE} SET seq = -1")
 }
 
-/// A MySQL-protocol unit's record: the middleware's packets sent before the client's command
-/// (`SET timestamp = ...` for time functions), those sent after it, then the client's command:
-/// `u32 LE length + pre packets`, `u32 LE length + post packets`, the command. The command is a
+/// A MySQL-protocol unit's record: whether it succeeded (on the backend that answered the client),
+/// the middleware's packets sent before the client's command (`SET insert_id`, `SET timestamp =
+/// ...` for time functions), those sent after it, then the client's command: one byte (1: it
+/// succeeded), `u32 LE length + pre packets`, `u32 LE length + post packets`, the command. The command is a
 /// COM_QUERY payload (0x03 + the text) or, for a prepared statement, 0x17 (COM_STMT_EXECUTE),
 /// `u32 LE length + the statement's SQL`, then the COM_STMT_EXECUTE payload after the statement
 /// id (flags, iterations, the NULL bitmap, the parameter types and the parameters in binary, as
 /// the client sent them): a replay prepares the SQL on its own connection and executes it with
 /// these bytes.
-pub fn my_record(pre: &[u8], post: &[u8], command: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + pre.len() + post.len() + command.len());
+pub fn my_record(ok: bool, pre: &[u8], post: &[u8], command: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + pre.len() + post.len() + command.len());
+    out.push(ok as u8);
     out.extend_from_slice(&(pre.len() as u32).to_le_bytes());
     out.extend_from_slice(pre);
     out.extend_from_slice(&(post.len() as u32).to_le_bytes());
@@ -235,8 +237,23 @@ pub fn my_record(pre: &[u8], post: &[u8], command: &[u8]) -> Vec<u8> {
     out
 }
 
-/// (pre, post, command) of a record `my_record` made; None when it is not one.
-pub fn my_unrecord(rec: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+/// A MySQL-protocol record's parts (`my_record`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct MyRecord<'a> {
+    pub ok: bool,
+    pub pre: &'a [u8],
+    pub post: &'a [u8],
+    pub command: &'a [u8],
+}
+
+/// The parts of a record `my_record` made; None when it is not one.
+pub fn my_unrecord(rec: &[u8]) -> Option<MyRecord<'_>> {
+    let ok = match rec.first()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let rec = &rec[1..];
     let n = u32::from_le_bytes(rec.get(0..4)?.try_into().ok()?) as usize;
     let pre = rec.get(4..4 + n)?;
     let at = 4 + n;
@@ -246,7 +263,7 @@ pub fn my_unrecord(rec: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
     if command.is_empty() {
         return None;
     }
-    Some((pre, post, command))
+    Some(MyRecord { ok, pre, post, command })
 }
 
 /// A prepared statement's command in a MySQL record: 0x17, the SQL's length and the SQL, the
@@ -451,16 +468,19 @@ mod tests {
     #[test]
     fn a_mysql_record_gives_back_its_parts() {
         let pre = b"\x19\0\0\0\x03SET timestamp = 1.000000";
-        let rec = my_record(pre, b"", b"\x03INSERT INTO t VALUES (NOW())");
-        assert_eq!(my_unrecord(&rec), Some((&pre[..], &b""[..], &b"\x03INSERT INTO t VALUES (NOW())"[..])));
+        let rec = my_record(true, pre, b"", b"\x03INSERT INTO t VALUES (NOW())");
+        assert_eq!(my_unrecord(&rec), Some(MyRecord { ok: true, pre: &pre[..], post: b"", command: b"\x03INSERT INTO t VALUES (NOW())" }));
         let cmd = my_execute_command(b"UPDATE t SET a = ? WHERE id = ?", &[0, 1, 0, 0, 0, 0, 1, 3, 0, 3, 0, 7, 0, 0, 0, 9, 0, 0, 0]);
-        let rec = my_record(b"", b"", &cmd);
-        let (_, _, c) = my_unrecord(&rec).unwrap();
+        let rec = my_record(false, b"", b"", &cmd);
+        let r = my_unrecord(&rec).unwrap();
+        assert!(!r.ok);
+        let c = r.command;
         let (sql, body) = my_execute_parts(c).unwrap();
         assert_eq!(sql, b"UPDATE t SET a = ? WHERE id = ?");
         assert_eq!(body.len(), 19);
         assert_eq!(my_unrecord(&rec[..6]), None);
-        assert_eq!(my_unrecord(&my_record(b"", b"", b"")), None);
+        assert_eq!(my_unrecord(&my_record(true, b"", b"", b"")), None);
+        assert_eq!(my_unrecord(b"\x07\0\0\0\0\0\0\0\0\x03x"), None);
         assert_eq!(my_execute_parts(b"\x03SELECT 1"), None);
     }
 
