@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import struct
+import subprocess
 import tempfile
 import threading
 import time
@@ -29,6 +30,8 @@ from pathlib import Path
 import pytest
 
 from test_middleware_rust import engine_built, rust_middleware  # noqa: F401  (engine_built: autouse)
+from tierscope.engine import engine_path
+from tierscope.services.middleware import PASSWORD_ENV
 
 HAVE_MARIADB = bool(shutil.which("mariadbd") or shutil.which("mysqld") or Path("/usr/sbin/mariadbd").exists())
 pytestmark = pytest.mark.skipif(not HAVE_MARIADB, reason="MariaDB server not installed")
@@ -360,3 +363,14 @@ def test_a_unit_that_failed_on_one_backend_leaves_its_position_and_is_replayed_o
     # (the start that refused it appended a ROLLBACK record: the head is one further)
     assert now[0] == now[1] and positions(dbs)[0] == positions(dbs)[1] >= after[0], (now, positions(dbs))
     assert stats2["recovery"]["replayed"][dbs[1].address]["units"] >= 2
+
+
+def test_the_command_line_takes_a_recovery_log_with_the_mysql_protocol(tmp_path):
+    """`--recovery-log` is no longer refused with `--protocol mysql` (it was a usage error, exit 2):
+    the middleware opens the log and goes on to its backends (none answers here: exit 1)."""
+    log = tmp_path / "sub" / "r.log"
+    argv = [str(engine_path()), "middleware", "--protocol", "mysql", "--listen", "127.0.0.1:1"]
+    argv += ["--backend", "127.0.0.1:2", "--recovery-log", str(log), "--connect-timeout", "0.3"]
+    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, PASSWORD_ENV: "pw"}, timeout=60)
+    assert out.returncode == 1 and "no database backend answered" in out.stderr, out.stderr
+    assert "PostgreSQL only" not in out.stderr and log.exists()
