@@ -607,8 +607,7 @@ impl Manager {
             }
         }
         let range = rlog.range();
-        let top = pos.iter().flatten().copied().max().unwrap_or(0);
-        let head = range.map_or(top, |r| r.1.max(top));
+        let head = recovery::head(&pos, range);
         let path = rlog.path.display().to_string();
         let positions: Vec<String> =
             self.backends.iter().zip(&pos).map(|(b, p)| format!("{} at {}", b.name, p.map_or("?".to_string(), |p| p.to_string()))).collect();
@@ -626,20 +625,12 @@ impl Manager {
         }
         for (i, &p) in pos.iter().enumerate() {
             let Some(p) = p else { continue };
-            if p == head {
+            let name = &self.backends[i].name;
+            let verdict = recovery::verdict(p, head, range, &path);
+            if let Ok(None) = verdict {
                 continue;
             }
-            let name = &self.backends[i].name;
-            let covered = range.is_some_and(|(first, last)| last == head && first <= p + 1 && p < head);
-            if !covered {
-                let why = if p > head {
-                    format!("it is ahead of the recovery log {path} (head {head})")
-                } else {
-                    match range {
-                        Some((first, last)) => format!("the recovery log {path} holds units {first}..{last} only"),
-                        None => format!("the recovery log {path} is empty"),
-                    }
-                };
+            if let Err(why) = verdict {
                 let msg = format!(
                     "stale backend {name} REFUSED: its position is {p}, the head is {head} ({}); {why}: it cannot be brought to the head and is not used (copy another backend's database to it, then restart)",
                     positions.join(", ")
