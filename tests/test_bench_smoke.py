@@ -189,9 +189,9 @@ EXPECTED_S = {
     "overhead": 175,
     "oltp": 90,
     "tpcw": 80,
-    "middleware": 75,
     "tracer": 50,
     "rubbos": 40,
+    "middleware": 15,  # the Rust middleware alone since issue 25 (the Python one took most of 75 s)
 }
 WORKERS = 6
 TIMEOUT_S = 300

@@ -52,7 +52,7 @@ enum Command {
     /// TPC-C against PostgreSQL or MariaDB (load, run): tpmC and the 90th-percentile rules.
     Tpcc(oltp::tpcc::TpccArgs),
     #[cfg(feature = "middleware")]
-    /// The RAIDb-1 clustering middleware (PostgreSQL or MySQL protocol): `python -m tierscope.middleware` on tokio.
+    /// The RAIDb-1 clustering middleware (PostgreSQL or MySQL protocol) on tokio: tierscope's only one.
     Middleware(middleware::MiddlewareArgs),
     /// Print the engine version.
     Version,

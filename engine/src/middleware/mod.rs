@@ -685,20 +685,34 @@ impl Manager {
                 }
             }
         }
-        // every backend at the head: the log's units are everywhere (a checkpoint); else the
-        // records after the head (applied nowhere) go and numbering goes on after the head
-        let all_there = (0..n).all(|i| self.backends[i].enabled());
+        self.conclude_recovery(rlog, head, range.is_some(), &pos, replayed, &positions)
+    }
+
+    /// The end of a start-time recovery, either protocol: with every backend at the head the log's
+    /// units are everywhere (a checkpoint); else the records after the head (applied nowhere) go
+    /// and numbering goes on after it; the stats' `recovered`; an error when no backend is left.
+    pub(crate) fn conclude_recovery(
+        &self,
+        rlog: &recovery::Log,
+        head: u64,
+        had_units: bool,
+        pos: &[Option<u64>],
+        replayed: serde_json::Map<String, Value>,
+        positions: &[String],
+    ) -> Result<(), NoBackend> {
+        let path = rlog.path.display().to_string();
+        let all_there = self.backends.iter().all(|b| b.enabled());
         let cut = if all_there { rlog.checkpoint(head) } else { rlog.cut_after(head) };
         if let Err(e) = cut {
             return Err(NoBackend(format!("recovery log {path}: {e}")));
         }
-        if !all_there && range.is_some() {
+        if !all_there && had_units {
             self.log_rollback(); // a transaction cut by a crash ends here for any later replay
         }
         *self.recovered.lock().unwrap_or_else(|e| e.into_inner()) = json!({
             "log": path,
             "head_at_start": head,
-            "positions_at_start": self.backends.iter().zip(&pos).map(|(b, p)| (b.name.clone(), json!(p))).collect::<serde_json::Map<_, _>>(),
+            "positions_at_start": self.backends.iter().zip(pos).map(|(b, p)| (b.name.clone(), json!(p))).collect::<serde_json::Map<_, _>>(),
             "replayed": replayed,
         });
         if self.enabled().is_empty() {

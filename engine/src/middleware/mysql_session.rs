@@ -532,24 +532,7 @@ impl Cluster {
                 }
             }
         }
-        let all_there = (0..n).all(|i| m.backends[i].enabled());
-        let cut = if all_there { rlog.checkpoint(head) } else { rlog.cut_after(head) };
-        if let Err(e) = cut {
-            return Err(NoBackend(format!("recovery log {path}: {e}")));
-        }
-        if !all_there && range.is_some() {
-            m.log_rollback(); // a transaction cut by a crash ends here for any later replay
-        }
-        *m.recovered.lock().unwrap_or_else(|e| e.into_inner()) = json!({
-            "log": path,
-            "head_at_start": head,
-            "positions_at_start": m.backends.iter().zip(&pos).map(|(b, p)| (b.name.clone(), json!(p))).collect::<serde_json::Map<_, _>>(),
-            "replayed": replayed,
-        });
-        if m.enabled().is_empty() {
-            return Err(NoBackend(format!("no backend can be served: {}", positions.join(", "))));
-        }
-        Ok(())
+        m.conclude_recovery(rlog, head, range.is_some(), &pos, replayed, &positions)
     }
 
     /// The manager's counts with this protocol's name and pools.

@@ -2,8 +2,8 @@
 engine's subcommand; docs/middleware.md) as a `Service`: one process on host:port in front of the
 database servers `backends` ("addr:port", in LPRF order), with `pool` connections to each, read
 policy `policy` (one of `POLICIES`; "wrr" with `weights`) and write completion `wait` ("first" |
-"all"). The counts it writes on exit are `stats()`. With the PostgreSQL protocol it keeps a recovery
-log in its work directory (`recovery_log_path`).
+"all"). The counts it writes on exit are `stats()`. It keeps a recovery log in its work directory
+(`recovery_log_path`).
 
 `dbms` is the backends' DBMS as `DbConfig` names it: "postgresql" (the PostgreSQL protocol on both
 sides) or "mariadb" (the MySQL protocol on both sides). Either way the middleware logs in to the
@@ -112,10 +112,8 @@ class Middleware(Service):
     @property
     def recovery_log_path(self) -> Path | None:
         """The middleware's recovery log (`--recovery-log`, docs/middleware.md: replicas that cannot
-        drift), in its work directory; None for the MySQL protocol (it keeps none there yet)."""
-        if self.protocol == "postgres":
-            return self.workdir / "middleware.recovery.log"
-        return None
+        drift), in its work directory, with either protocol."""
+        return self.workdir / "middleware.recovery.log"
 
     def db_config(self, base: DbConfig | None = None) -> DbConfig:
         """The app's database configuration pointing at this middleware (its protocol's driver, the
