@@ -110,7 +110,7 @@ class Middleware(Service):
         return self.workdir / "middleware.stats.json"
 
     @property
-    def recovery_log_path(self) -> Path | None:
+    def recovery_log_path(self) -> Path:
         """The middleware's recovery log (`--recovery-log`, docs/middleware.md: replicas that cannot
         drift), in its work directory, with either protocol."""
         return self.workdir / "middleware.recovery.log"
@@ -194,8 +194,7 @@ class Middleware(Service):
             argv += ["--weights", ",".join(f"{w:g}" for w in self.weights)]
         if self.labels:
             argv.append("--labels")
-        if self.recovery_log_path is not None:
-            argv += ["--recovery-log", str(self.recovery_log_path)]
+        argv += ["--recovery-log", str(self.recovery_log_path)]
         return run_as(self.run_account().pw_name, argv) if os.geteuid() == 0 else argv
 
     def stats(self) -> dict:
