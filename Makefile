@@ -55,12 +55,8 @@ system-user:
 	      --shell /usr/sbin/nologin $(LAB_OS_USER); }; \
 	fi
 
-# The venv's interpreter must be one the lab's unprivileged user can run (its app servers use it):
-# the system's Python, not one under /root (pyenv's, whose home directory is closed to others).
-SYSTEM_PYTHON := $(firstword $(wildcard /usr/bin/python3) python3)
-
 $(VENV)/bin/python:
-	$(SYSTEM_PYTHON) -m venv $(VENV)
+	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 'maturin>=1.5,<2'
 
 # One install step builds the engine (maturin, bin bindings) and installs the package (editable).

@@ -122,8 +122,10 @@ def open_the_way(acct: pwd.struct_passwd, paths: list[Path], role: str) -> None:
     """Make every path of `paths` reachable by `acct` (o+x on the ancestors closed to it, e.g. a
     checkout under /root), or raise AccountError naming the first one it still cannot read."""
     for path in paths:
-        if blocked_for(acct, path) is not None:
-            make_traversable(path)
+        # the path and, when it is a link, where it leads (a venv's python -> pyenv's under /root)
+        for way in dict.fromkeys((path, path.resolve())):
+            if blocked_for(acct, way) is not None:
+                make_traversable(way)
         blocked = blocked_for(acct, path)
         if blocked is not None:
             raise AccountError(

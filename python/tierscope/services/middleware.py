@@ -36,6 +36,9 @@ PROTOCOLS = {"postgresql": "postgres", "postgres": "postgres", "mariadb": "mysql
 PASSWORD_ENV = "TIERSCOPE_MIDDLEWARE_PASSWORD"
 #: the read-balancing policies (`--policy`; docs/middleware.md "The rules")
 POLICIES = ("lprf", "rr", "wrr", "lrt", "aware")
+#: the one-row table in which each backend keeps the last recovery-log unit it applied (the
+#: middleware's bookkeeping, engine/src/middleware/recovery.rs TABLE): its writes are not the clients'
+RECOVERY_TABLE = "tierscope_recovery"
 
 
 def engine_middleware() -> list[str]:

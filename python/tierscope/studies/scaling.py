@@ -25,7 +25,8 @@ Per node, the server's own counters are read before and after each workload (del
   ``wsrep_replicated`` (write sets it originated), ``wsrep_received`` (write sets it got from the
   group), ``wsrep_local_cert_failures``, ``wsrep_local_bf_aborts``.
 * PostgreSQL: ``pg_stat_database.xact_commit`` (transactions, reads and broadcast writes),
-  ``tup_inserted + tup_updated + tup_deleted`` (rows written), and the middleware's reads per
+  ``tup_inserted + tup_updated + tup_deleted`` less those of the middleware's recovery table
+  (rows written), and the middleware's reads per
   replica. The middleware is started per workload and stopped after it, so its replicas' backends
   exit and flush their statistics before they are read.
 
@@ -48,6 +49,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from tierscope.services.middleware import RECOVERY_TABLE
 
 TARGETS = ("galera", "middleware")
 WORKLOADS = ("ycsb-a", "ycsb-b", "ycsb-c", "ycsb-f", "tpcc")
@@ -150,18 +153,29 @@ def mariadb_counters(node) -> dict[str, int]:
 
 
 def postgres_counters(server, database: str = DATABASE) -> dict[str, int]:
-    """pg_stat_database's counters of `database` on one replica."""
+    """pg_stat_database's counters of `database` on one replica, the rows the middleware writes
+    for its own bookkeeping (each backend's recovery position, one update per write unit) left out
+    of the rows written."""
     row = server.sql(
         "SELECT xact_commit, xact_rollback, tup_inserted, tup_updated, tup_deleted, tup_fetched "
         "FROM pg_stat_database WHERE datname = %s",
         params=(database,),
     )[0]
-    return dict(
+    out = dict(
         zip(
             ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "tup_fetched"),
             (int(x) for x in row),
         )
     )
+    own = server.sql(
+        "SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_del), 0) "
+        "FROM pg_stat_user_tables WHERE relname = %s",
+        db=database,
+        params=(RECOVERY_TABLE,),
+    )[0]
+    for key, n in zip(("tup_inserted", "tup_updated", "tup_deleted"), own):
+        out[key] -= int(n)
+    return out
 
 
 def sessions_gone(server, database: str = DATABASE, timeout: float = 10.0) -> None:
