@@ -22,13 +22,13 @@ import shutil
 import signal
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import test_middleware_mysql
 from test_middleware_rust import engine_built, rust_middleware  # noqa: F401  (engine_built: autouse)
 from tierscope.engine import engine_path
 from tierscope.services.middleware import PASSWORD_ENV
@@ -41,35 +41,8 @@ ACCOUNTS = 40
 COM_STMT_PREPARE, COM_STMT_EXECUTE = 0x16, 0x17
 
 
-@pytest.fixture(scope="module")
-def servers():
-    """Two MariaDB servers on loopback, each with an empty database `mwtest`."""
-    from tierscope.services.base import free_port
-    from tierscope.services.mariadb import MariaDB
-    from tierscope.testbed.host import Host
-
-    work = Path(tempfile.mkdtemp(prefix="tierscope-myrec-test-"))  # the mysql user must reach it
-    dbs = [
-        MariaDB(
-            Host.loopback(f"rdb{i}"),
-            free_port(),
-            work / f"db{i}",
-            durable=False,
-            buffer_pool="32M",
-            max_connections=60,
-            name=f"rdb{i}",
-        )
-        for i in (1, 2)
-    ]
-    try:
-        for d in dbs:
-            d.start()
-            d.create_database(DB)
-        yield work, dbs
-    finally:
-        for d in dbs:
-            d.stop()
-        shutil.rmtree(work, ignore_errors=True)
+#: this module's own pair of MariaDB servers (tests/test_middleware_mysql.py's fixture)
+servers = test_middleware_mysql.pair
 
 
 def mysql_middleware(servers, log: Path, stats=None):
