@@ -107,17 +107,23 @@ def test_more_database_cpu_moves_the_bottleneck_to_the_app_tier(tmp_path):
         "demo",
         **SHORT,
         **{
-            # 200 users: past the app's quarter core on a quiet machine too (at 140 it served
-            # 127 pages/s at 80 % of its quota, 2026-11-28)
-            "workload.users": [60, 100, 200],
+            # 280 users: well past the app's quarter core (at 140 it served 127 pages/s at 80 % of
+            # its quota, 2026-11-28)
+            "workload.users": [60, 100, 280],
             "node_types.L.cpu": 1.0,
             "node_types.A.cpu": 0.25,
             "node_types.A.cpu_period": "10ms",
         },
     )
     result, data, summary = run(raw, tmp_path, "fidelity-app")
-    top = point_dir(result, 200)
-    assert cpu_util(top, "app1") > 90
+    top = point_dir(result, 280)
+    # at its quota in the kernel's counters: throttled in (nearly) every one of the 100 CFS periods
+    # of each second. Its run time then reads about 90 % of the quota, not 100 %: with a 2.5 ms
+    # quota per 10 ms period the cgroup is stopped a little before its quota is used up (88.8 % in
+    # a CI run, 89.9 % here with 100 of 100 periods throttled, 2026-11-28), so `cpu_util` alone
+    # cannot say "at its quota"
+    assert cpu_util(top, "app1", "cpu_quota_periods") >= 90
+    assert cpu_util(top, "app1") > 80
     assert cpu_util(top, "db1") < 70
     verdict = data.fine.verdict
     assert verdict.kind == "single" and verdict.tiers == ["app"], verdict
