@@ -27,8 +27,9 @@ class Summary:
 
 def resource_name(metric: str) -> str:
     """A white-box metric as the resource it stands for when that is not the CPU (`cpu_quota`: "CPU
-    quota", `disk_util`: "disk", `mem_util`: "memory", `sockets_util`: "sockets"); CPU metrics
-    keep their name (cpu_util, cpu_user), which says how the CPU was measured."""
+    quota", `disk_util`: "disk", `mem_util`: "memory", `sockets_util`: "sockets", `connections_util`:
+    "connections"); CPU metrics keep their name (cpu_util, cpu_user), which says how the CPU was
+    measured."""
     from tierscope.analysis.whitebox import resource_of
 
     name = resource_of(metric)

@@ -18,7 +18,8 @@ distribution of each resource's utilisation at each workload level, not its aver
 **Which metrics.** Every `resources` row with unit ``percent`` is a utilisation (values above 100,
 e.g. a disk rate briefly past its throttle, count as 100): CPU (``cpu_util``, ``cpu``), the CPU
 quota (``cpu_quota``), disk (``disk_util``; the machine's ``disk_util_<disk>``), memory
-(``mem_util``), sockets (``sockets_util``). ``cpu_user`` + ``cpu_system`` of the same host and
+(``mem_util``), sockets (``sockets_util``), a database's busy connections (``connections_util``,
+the runner's `runner.activity`). ``cpu_user`` + ``cpu_system`` of the same host and
 sample time are also summed into a derived ``cpu`` metric (capped at 100) when a host reports both
 in percent and no ``cpu`` of its own. A metric in another unit (ops/s, bytes, bytes/s, a count)
 enters the densities only when the caller gives its ceiling in `limits` (``{(host, metric):
@@ -30,7 +31,7 @@ swap) is a rate or a level without a ceiling and stays out of the densities.
 
 **Cross-check** (`saturated_in_tiers`): given the tiers a fine-grained verdict names, the
 resources of those tiers' hosts that were saturated at a level, named as resources
-(`resource_of`: "CPU", "CPU quota", "disk", "memory", "sockets"), so a verdict can read
+(`resource_of`: "CPU", "CPU quota", "disk", "memory", "sockets", "connections"), so a verdict can read
 "db, disk-bound" (`bound_words`).
 
 **Two grains** (`two_grains`): one host's utilisation sampled at a fine interval (50 ms) and the
@@ -58,13 +59,14 @@ UTILISATION_OF = {
     "disk_read_bytes": "disk_util", "disk_write_bytes": "disk_util",
     "mem_usage": "mem_util", "mem_working_set": "mem_util",
     "sockets_established": "sockets_util", "sockets_tcp": "sockets_util",
+    "db_connections_busy": "connections_util",
     "cpu_user": "cpu", "cpu_system": "cpu",
 }  # fmt: skip
 
 #: utilisation metric (or its prefix, for the machine's per-disk metrics) -> the resource it measures
 _RESOURCE_PREFIX = (
     ("cpu_quota", "CPU quota"), ("cpu_util", "CPU"), ("cpu_user", "CPU"), ("cpu_system", "CPU"), ("cpu", "CPU"),
-    ("disk_util", "disk"), ("mem_util", "memory"), ("sockets_util", "sockets"),
+    ("disk_util", "disk"), ("mem_util", "memory"), ("sockets_util", "sockets"), ("connections_util", "connections"),
 )  # fmt: skip
 
 
@@ -74,7 +76,7 @@ _RESOURCE_PREFIX = (
 #: neither the CPU nor the disk" saturated, the bottleneck; with most of it on disk they were
 #: pinned too, at times, but the disk was saturated: the disk was the bottleneck, the sockets
 #: held by requests waiting for it)
-SOFT_RESOURCES = frozenset({"sockets"})
+SOFT_RESOURCES = frozenset({"sockets", "connections"})
 
 
 def is_soft(metric: str) -> bool:
@@ -91,8 +93,8 @@ def hardware_first(shares: Mapping[Any, float], min_share: float = MIN_SHARE) ->
 
 
 def resource_of(metric: str) -> str:
-    """The resource a utilisation metric measures: "CPU", "CPU quota", "disk", "memory", "sockets"
-    (the metric itself for anything else)."""
+    """The resource a utilisation metric measures: "CPU", "CPU quota", "disk", "memory", "sockets",
+    "connections" (the metric itself for anything else)."""
     for prefix, name in _RESOURCE_PREFIX:
         if metric == prefix or metric.startswith(prefix + "_"):
             return name

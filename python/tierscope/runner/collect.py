@@ -29,6 +29,10 @@ def collect(ctx: PointContext) -> dict:
     if ctx.monitor is not None:
         ctx.monitor.stop()
         ctx.monitor = None
+    if ctx.activity is not None:
+        add_resources(ctx.dir / "resources.parquet", ctx.activity.stop())
+        ctx.notes += ctx.activity.notes()
+        ctx.activity = None
     if ctx.capture is not None:
         ctx.capture.stop()
         ctx.capture = None
@@ -51,6 +55,15 @@ def collect(ctx: PointContext) -> dict:
         if f.exists():
             counts[name] = pq.read_metadata(f).num_rows
     return counts
+
+
+def add_resources(path: Path, rows: pa.Table) -> None:
+    """Append resources rows (`runner.activity`'s) to the point's resources table."""
+    if rows.num_rows == 0:
+        return
+    if path.exists():
+        rows = pa.concat_tables([tables.conform(pq.read_table(path), "resources"), rows])
+    tables.write(rows.sort_by([("ts_ns", "ascending")]), path, "resources")
 
 
 def trace_point_capture(ctx: PointContext, pcap: Path) -> int:

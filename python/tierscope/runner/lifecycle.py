@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tierscope import assembly
 from tierscope.apps import provider
+from tierscope.runner.activity import ActivitySampler
 from tierscope.runner.collect import collect, stop_services
 from tierscope.runner.drive import drive
 from tierscope.runner.point import DONE, FAILED, PointContext, PointFailed, Progress
@@ -65,6 +66,22 @@ def socket_limits(c) -> dict[str, int]:
     out = {s.name: c.soft.db.max_connections for s in c.tier_servers("db")}
     out.update({s.name: c.soft.web.workers * c.soft.web.connections for s in c.tier_servers("web")})
     return out
+
+
+def start_activity(ctx: PointContext, interval: float) -> None:
+    """Sample the busy sessions of the point's database servers (`runner.activity`) beside the
+    monitor; a server whose probe cannot open is left out with a note."""
+    probes = {}
+    for s in ctx.services:
+        open_probe = getattr(s, "busy_sessions_probe", None)
+        if open_probe is None:
+            continue
+        try:
+            probes[s.name] = open_probe()
+        except Exception as err:
+            ctx.notes.append(f"{s.name}: busy connections not sampled ({type(err).__name__}: {err})")
+    if probes:
+        ctx.activity = ActivitySampler(probes, interval).start()
 
 
 def check_db_topology(dbms: str, n_db: int, n_middleware: int) -> None:
@@ -137,6 +154,7 @@ def run_point(
             pdir / "resources.parquet",
             socket_limits=socket_limits(c),
         )
+        start_activity(ctx, c.monitor.interval)
         if c.interference.pause or c.interference.noisy_neighbour:
             pids = {s.name: s.pids for s in ctx.services}
             ctx.interference = ctx.testbed.start_interference(point, seed=point.seed, pids=pids)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tierscope.runner.activity import ActivitySampler
 from tierscope.spec import Point
 from tierscope.testbed.lab import Interference, Testbed
 from tierscope.testbed.monitor import Monitor
@@ -66,6 +67,7 @@ class PointContext:
     services: list = field(default_factory=list)
     capture: LiveCapture | None = None
     monitor: Monitor | None = None
+    activity: ActivitySampler | None = None
     interference: Interference | None = None
     phases: dict = field(default_factory=dict)
     events: list[pa.Table] = field(default_factory=list)

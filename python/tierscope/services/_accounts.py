@@ -6,6 +6,7 @@ OS user that holds the lab's user and password and reaches the lab's database.""
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
@@ -216,3 +217,43 @@ class DatabaseServer(Service):
             database=database,
             **kwargs,
         )
+
+    #: the statement counting the busy client sessions (`BusySessions`), minus the probe's own
+    busy_sessions_sql = ""
+    #: the statement giving how many client sessions the server admits (its connection limit
+    #: less the slots it keeps for its administrators)
+    client_sessions_sql = ""
+
+    def admin_connection(self) -> Any:
+        """A DB-API connection as the server's administrator over its socket (autocommit)."""
+        raise NotImplementedError
+
+    def busy_sessions_probe(self) -> BusySessions:
+        """A probe of the sessions busy here now, on one administrator connection kept open."""
+        return BusySessions(self.admin_connection(), self.busy_sessions_sql, self.client_sessions_sql)
+
+
+class BusySessions:
+    """How many client sessions a database server is busy with: inside a statement or inside an
+    open transaction (a pooled connection the app holds between the statements of a transaction
+    is busy; one back in the pool is not). The database's own view of its connections, where a
+    count of established sockets (`sockets_util`) says only how many the pools ever opened. One
+    connection, kept open (no authentication per sample), an administrator's (it takes none of
+    the clients' slots); `close()` when done."""
+
+    def __init__(self, connection: Any, sql: str, limit_sql: str):
+        self.connection = connection
+        self.sql = sql
+        with connection.cursor() as cur:
+            cur.execute(limit_sql)
+            #: the client sessions the server admits: what `busy` is a share of
+            self.limit = int(cur.fetchone()[0])
+
+    def busy(self) -> int:
+        with self.connection.cursor() as cur:
+            cur.execute(self.sql)
+            return int(cur.fetchone()[0])
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.connection.close()

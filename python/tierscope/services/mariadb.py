@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Unpack
+from typing import Any, Unpack
 
 from tierscope.services._accounts import DatabaseServer, ServerOptions, give_to
 from tierscope.services.base import ServiceError, drop_socket_dir, private_dir, socket_dir
@@ -129,6 +129,19 @@ class MariaDB(DatabaseServer):
         if os.geteuid() == 0:
             argv.append(f"--user={self.user}")
         return argv
+
+    #: client sessions inside a statement, or between the statements of an open InnoDB transaction
+    #: (shown as Sleep then); the server's own threads (Galera's "system user") are not clients
+    busy_sessions_sql = (
+        "select count(*) from information_schema.PROCESSLIST where ID <> connection_id()"
+        " and USER not in ('system user', 'event_scheduler') and COMMAND not in ('Daemon', 'Binlog Dump')"
+        " and (COMMAND <> 'Sleep' or ID in (select trx_mysql_thread_id from information_schema.INNODB_TRX))"
+    )
+    #: max_connections less the probe's own session (it counts against every client's limit)
+    client_sessions_sql = "select @@max_connections - 1"
+
+    def admin_connection(self) -> Any:
+        return self._root_connection()
 
     def _root_connection(self, db: str | None = None):
         import pymysql

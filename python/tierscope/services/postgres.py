@@ -22,7 +22,7 @@ import pwd
 import signal
 import subprocess
 from pathlib import Path
-from typing import Unpack
+from typing import Any, Unpack
 
 from tierscope.services._accounts import DatabaseServer, ServerOptions, give_to, run_as
 from tierscope.services.base import ServiceError, drop_socket_dir, private_dir, socket_dir
@@ -197,6 +197,22 @@ class Postgres(DatabaseServer):
         self.stop_signal = signal.SIGINT
         super().stop(timeout)
         drop_socket_dir(self.socket_dir, self.workdir)
+
+    #: client sessions inside a statement or a transaction ("idle in transaction" holds its connection)
+    busy_sessions_sql = (
+        "select count(*) from pg_stat_activity where backend_type = 'client backend'"
+        " and state is not null and state <> 'idle' and pid <> pg_backend_pid()"
+    )
+    #: max_connections less the slots kept for superusers and less the probe's own session (a
+    #: superuser's session counts against every client's limit)
+    client_sessions_sql = (
+        "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int - 1"
+    )
+
+    def admin_connection(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.admin_dsn(), autocommit=True)
 
     def sql(self, statement, db: str = "postgres", params: tuple | None = None, *, admin: bool = False) -> list[tuple]:
         """Run one statement (autocommit) as the lab user over TCP, or as the superuser over the
