@@ -70,7 +70,7 @@ impl ServerMap {
     }
 
     /// Parse the map's text; errors name the file, line and what was expected.
-    pub fn parse(text: &str, file: &str) -> anyhow::Result<Self> {
+    pub fn parse(text: &str, file: &str) -> Result<Self, ServerMapError> {
         let mut m = ServerMap::default();
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
@@ -80,17 +80,22 @@ impl ServerMap {
             let at = format!("{file}:{}", i + 1);
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.len() < 3 || f.len() > 4 {
-                anyhow::bail!("{at}: expected `address:port tier server [protocol]`, got {} fields: {line:?}", f.len());
+                return Err(ServerMapError::Fields { at, got: f.len(), line: line.to_string() });
             }
-            let (addr, port) = f[0].rsplit_once(':').ok_or_else(|| anyhow::anyhow!("{at}: field 1 {:?}: expected address:port", f[0]))?;
-            let port: u16 = port.parse().map_err(|_| anyhow::anyhow!("{at}: field 1 {:?}: port must be 1-65535", f[0]))?;
+            let field = f[0].to_string();
+            let Some((addr, port)) = f[0].rsplit_once(':') else {
+                return Err(ServerMapError::NoPort { at, field });
+            };
+            let Ok(port) = port.parse::<u16>() else {
+                return Err(ServerMapError::Port { at, field });
+            };
             let protocol = match f.get(3).map(|s| s.to_ascii_lowercase()) {
                 None => None,
                 Some(p) => Some(match p.as_str() {
                     "http" => Proto::Http,
                     "postgres" | "postgresql" | "pgsql" => Proto::Pg,
                     "mysql" | "mariadb" => Proto::My,
-                    other => anyhow::bail!("{at}: field 4 {other:?}: expected http, postgres or mysql"),
+                    _ => return Err(ServerMapError::Protocol { at, got: p }),
                 }),
             };
             let e = Entry { tier: f[1].to_string(), server: f[2].to_string(), protocol };
@@ -98,12 +103,34 @@ impl ServerMap {
                 m.any.insert(port, e);
             } else {
                 let a = addr.trim_start_matches('[').trim_end_matches(']');
-                let ip: IpAddr = a.parse().map_err(|_| anyhow::anyhow!("{at}: field 1 {:?}: {a:?} is not an IP address (or *)", f[0]))?;
+                let Ok(ip) = a.parse::<IpAddr>() else {
+                    return Err(ServerMapError::Address { at, field, address: a.to_string() });
+                };
                 m.exact.insert((ip_from(ip), port), e);
             }
         }
         Ok(m)
     }
+}
+
+/// What a server map's line can get wrong; each case names the file and line (`at`: `map.txt:3`).
+#[derive(Debug, thiserror::Error)]
+pub enum ServerMapError {
+    /// Fewer than 3 or more than 4 fields.
+    #[error("{at}: expected `address:port tier server [protocol]`, got {got} fields: {line:?}")]
+    Fields { at: String, got: usize, line: String },
+    /// Field 1 without a `:port`.
+    #[error("{at}: field 1 {field:?}: expected address:port")]
+    NoPort { at: String, field: String },
+    /// A port that is not 0-65535.
+    #[error("{at}: field 1 {field:?}: port must be 1-65535")]
+    Port { at: String, field: String },
+    /// An address that is neither an IP address nor `*`.
+    #[error("{at}: field 1 {field:?}: {address:?} is not an IP address (or *)")]
+    Address { at: String, field: String, address: String },
+    /// A protocol the tracer does not decode.
+    #[error("{at}: field 4 {got:?}: expected http, postgres or mysql")]
+    Protocol { at: String, got: String },
 }
 
 #[cfg(test)]
@@ -128,5 +155,17 @@ mod tests {
         assert!(e.contains("port"), "{e}");
         let e = ServerMap::parse("1.2.3.4:80 web w ftp\n", "map.txt").unwrap_err().to_string();
         assert!(e.contains("field 4"), "{e}");
+    }
+
+    #[test]
+    fn each_mistake_is_its_own_case() {
+        let case = |text: &str| ServerMap::parse(text, "m").unwrap_err();
+        assert!(matches!(case("a b c d e\n"), ServerMapError::Fields { got: 5, .. }));
+        assert!(matches!(case("10.0.0.2 web w\n"), ServerMapError::NoPort { .. }));
+        assert!(matches!(case("10.0.0.2:http web w\n"), ServerMapError::Port { .. }));
+        assert!(
+            matches!(case("# ok\nhost.lan:80 web w\n"), ServerMapError::Address { ref at, ref address, .. } if at == "m:2" && address == "host.lan")
+        );
+        assert!(matches!(case("*:21 ftp f ftp\n"), ServerMapError::Protocol { ref got, .. } if got == "ftp"));
     }
 }
