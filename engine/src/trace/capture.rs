@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use clap::Args;
 
 #[derive(Args, Debug)]
@@ -163,14 +163,38 @@ struct Insn {
     k: u32,
 }
 
+/// What the capture's arguments can get wrong (the user's `--bpf`, `--snaplen`, `--block-kib`,
+/// `--blocks`), each its own case; the system's refusals (socket, mmap, bind) stay errors of the
+/// system call that failed.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum CaptureArgError {
+    #[error("--bpf is empty")]
+    EmptyBpf,
+    #[error("--bpf: the instruction count {got:?} is not a number")]
+    BpfCount { got: String },
+    #[error("--bpf instruction {index}: {line:?} is not `code jt jf k`")]
+    BpfInstruction { index: usize, line: String },
+    #[error("--bpf says {said} instructions but has {has}")]
+    BpfLength { said: usize, has: usize },
+    #[error("--snaplen must be at least 1")]
+    Snaplen,
+    #[error("--block-kib must be a power of two, at least 4")]
+    BlockKib,
+    #[error("--blocks must be at least 2")]
+    Blocks,
+    #[error("the filter has {0} instructions (at most 4096)")]
+    FilterTooLong(usize),
+}
+
 /// `tcpdump -ddd` output (or its comma-separated form) to instructions.
-fn parse_bpf(text: &str) -> anyhow::Result<Vec<Insn>> {
+fn parse_bpf(text: &str) -> Result<Vec<Insn>, CaptureArgError> {
     let mut parts = text.split([',', '\n']).map(str::trim).filter(|s| !s.is_empty());
-    let n: usize = parts.next().ok_or_else(|| anyhow!("--bpf is empty"))?.parse().context("--bpf: the instruction count")?;
+    let count = parts.next().ok_or(CaptureArgError::EmptyBpf)?;
+    let n: usize = count.parse().map_err(|_| CaptureArgError::BpfCount { got: count.to_string() })?;
     let mut out = Vec::with_capacity(n);
     for (i, line) in parts.enumerate() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let bad = || anyhow!("--bpf instruction {}: {line:?} is not `code jt jf k`", i + 1);
+        let bad = || CaptureArgError::BpfInstruction { index: i + 1, line: line.to_string() };
         if f.len() != 4 {
             return Err(bad());
         }
@@ -182,7 +206,7 @@ fn parse_bpf(text: &str) -> anyhow::Result<Vec<Insn>> {
         });
     }
     if out.len() != n || n == 0 {
-        bail!("--bpf says {n} instructions but has {}", out.len());
+        return Err(CaptureArgError::BpfLength { said: n, has: out.len() });
     }
     Ok(out)
 }
@@ -338,18 +362,18 @@ fn drain(sock: &Socket, next: &mut usize, blocks: usize, block_size: usize, snap
 
 pub fn run(args: CaptureArgs) -> anyhow::Result<i32> {
     if args.snaplen == 0 {
-        bail!("--snaplen must be at least 1");
+        return Err(CaptureArgError::Snaplen.into());
     }
     let block_size = args.block_kib.checked_mul(1024).filter(|b| b.is_power_of_two() && *b >= 4096);
-    let Some(block_size) = block_size else { bail!("--block-kib must be a power of two, at least 4") };
+    let Some(block_size) = block_size else { return Err(CaptureArgError::BlockKib.into()) };
     if args.blocks < 2 {
-        bail!("--blocks must be at least 2");
+        return Err(CaptureArgError::Blocks.into());
     }
     let point = capture_point(&args.interface, args.both_directions)?;
     let user = args.bpf.as_deref().map(parse_bpf).transpose()?;
     let prog = program(user, &point, args.snaplen);
     if prog.len() > 4096 {
-        bail!("the filter has {} instructions (at most 4096)", prog.len());
+        return Err(CaptureArgError::FilterTooLong(prog.len()).into());
     }
     let sock = open(&point, &prog, block_size, args.blocks, args.retire_ms)?;
     let file = File::create(&args.write).with_context(|| format!("{}", args.write.display()))?;
@@ -416,8 +440,10 @@ mod tests {
         let b = parse_bpf("2,40 0 0 12,6 0 0 262144,").unwrap();
         assert_eq!(a, b);
         assert_eq!(a[1], Insn { code: 6, jt: 0, jf: 0, k: 262_144 });
-        assert!(parse_bpf("3,40 0 0 12").is_err());
-        assert!(parse_bpf("1,40 0 x 12").is_err());
+        assert_eq!(parse_bpf("3,40 0 0 12"), Err(CaptureArgError::BpfLength { said: 3, has: 1 }));
+        assert_eq!(parse_bpf("1,40 0 x 12"), Err(CaptureArgError::BpfInstruction { index: 1, line: "40 0 x 12".into() }));
+        assert_eq!(parse_bpf(" , "), Err(CaptureArgError::EmptyBpf));
+        assert_eq!(parse_bpf("two,40 0 0 12"), Err(CaptureArgError::BpfCount { got: "two".into() }));
     }
 
     #[test]
