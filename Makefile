@@ -19,7 +19,7 @@ BIN   := $(VENV)/bin
 # Debian packages the lab starts, traces or compares against.
 APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client \
                 postgresql-15 postgresql-client-15 postgresql-contrib iproute2 procps \
-                chromium redis-server galera-4 rsync openssh-server
+                chromium redis-server galera-4 rsync openssh-server pgbouncer pgpool2
 
 ENGINE_SOURCES := $(shell find engine/src -name '*.rs' 2>/dev/null) engine/Cargo.toml
 PY_META        := pyproject.toml $(wildcard packaging/data/scripts/*)
@@ -42,7 +42,7 @@ system-packages:
 	fi
 	@# Debian starts installed daemons; tierscope starts its own, on its own ports and data dirs.
 	@if [ "$$(id -u)" = 0 ]; then \
-	  for s in nginx mariadb postgresql redis-server; do service $$s stop >/dev/null 2>&1 || true; done; fi
+	  for s in nginx mariadb postgresql redis-server pgbouncer pgpool2; do service $$s stop >/dev/null 2>&1 || true; done; fi
 
 # The unprivileged system user nginx's workers and the app servers run as in a root lab (no home,
 # no login shell, a group of its own); tierscope makes it on first use too (services/_accounts.py).

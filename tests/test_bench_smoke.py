@@ -111,6 +111,11 @@ SMOKE: dict[str, Smoke] = {
             "replicas_agree",
             "select_ratio_vs_direct",
             "tpcb_ratio_vs_direct",
+            # the peers in the same run (make setup installs both)
+            "ratio_vs_pgbouncer_select",
+            "ratio_vs_pgpool_select",
+            "ratio_vs_pgpool_tpcb",
+            "pgpool_replicas_agree",
         ),
         root=True,
     ),
@@ -191,7 +196,7 @@ EXPECTED_S = {
     "tpcw": 80,
     "tracer": 50,
     "rubbos": 40,
-    "middleware": 15,  # the Rust middleware alone since issue 25 (the Python one took most of 75 s)
+    "middleware": 30,  # the Rust middleware, pgbouncer and pgpool-II (the Python one took most of 75 s)
 }
 WORKERS = 6
 TIMEOUT_S = 300
