@@ -1,0 +1,204 @@
+//! A client connection: the session's state, its message loop (units of work collected up to Sync
+//! or a Query, a Flush opening a flushed unit), the reads and writes of client bytes, and its end
+//! (a transaction or flushed unit left open rolled back by closing its connections).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+use super::open::OpenUnit;
+use super::write::Txn;
+use crate::middleware::pool::RECV_SIZE;
+use crate::middleware::wire::{self, Message, Parse, ProtocolError};
+use crate::middleware::{log, Manager, NoBackend};
+
+/// Why a unit could not be served: no backend (the client gets an error and the session goes on),
+/// or the session must end (with a reason to log, if any).
+pub(super) enum Fail {
+    NoBackend(String),
+    End(Option<String>),
+}
+
+impl From<NoBackend> for Fail {
+    fn from(e: NoBackend) -> Fail {
+        Fail::NoBackend(e.0)
+    }
+}
+
+impl From<ProtocolError> for Fail {
+    fn from(e: ProtocolError) -> Fail {
+        Fail::End(Some(e.0))
+    }
+}
+
+pub(super) type SResult<T> = Result<T, Fail>;
+
+pub struct Session {
+    pub(super) m: Arc<Manager>,
+    pub(super) id: u32,
+    pub(super) rd: OwnedReadHalf,
+    pub(super) wr: OwnedWriteHalf,
+    pub(super) inbuf: Vec<u8>,
+    pub(super) inpos: usize,
+    pub(super) out: Vec<u8>,
+    pub(super) statements: HashMap<String, Arc<Parse>>,
+    pub(super) unnamed: Option<Arc<Parse>>,
+    /// pinned connections of an open transaction, the lock held
+    pub(super) txn: Option<Txn>,
+    pub(super) last_write: Option<JoinHandle<Option<Txn>>>,
+    pub(super) open: Option<OpenUnit>,
+}
+
+impl Session {
+    pub fn new(m: Arc<Manager>, stream: TcpStream, id: u32) -> Session {
+        let (rd, wr) = stream.into_split();
+        Session {
+            m,
+            id,
+            rd,
+            wr,
+            inbuf: Vec::with_capacity(8192),
+            inpos: 0,
+            out: Vec::with_capacity(8192),
+            statements: HashMap::new(),
+            unnamed: None,
+            txn: None,
+            last_write: None,
+            open: None,
+        }
+    }
+
+    pub async fn run(mut self) {
+        self.m.count(|c| c.sessions += 1);
+        match self.serve().await {
+            Ok(()) | Err(Fail::End(None)) | Err(Fail::NoBackend(_)) => {}
+            Err(Fail::End(Some(why))) => log(&format!("session {}: {why}", self.id)),
+        }
+        self.end().await;
+    }
+
+    pub(super) async fn serve(&mut self) -> SResult<()> {
+        if !self.startup().await? {
+            return Ok(());
+        }
+        let mut unit: Vec<Message> = Vec::new();
+        loop {
+            let msg = self.next_message().await?;
+            match msg.kind {
+                wire::TERMINATE => return Ok(()),
+                wire::PARSE | wire::BIND | wire::DESCRIBE | wire::EXECUTE | wire::CLOSE => {
+                    unit.push(msg); // nothing to answer yet: the unit goes on
+                    continue;
+                }
+                wire::QUERY if self.open.is_none() => self.dispatch(vec![msg]).await?,
+                wire::QUERY => {
+                    unit.push(msg);
+                    self.open_step(std::mem::take(&mut unit), true).await?;
+                }
+                wire::SYNC => {
+                    unit.push(msg);
+                    if self.open.is_some() {
+                        self.open_step(std::mem::take(&mut unit), true).await?;
+                    } else {
+                        self.dispatch(std::mem::take(&mut unit)).await?;
+                    }
+                }
+                wire::FLUSH if self.open.is_none() && unit.is_empty() => {} // nothing is waiting to be flushed
+                wire::FLUSH => {
+                    unit.push(msg);
+                    if self.open.is_none() {
+                        match self.open_begin().await {
+                            Ok(()) => {}
+                            Err(Fail::NoBackend(e)) => {
+                                self.out.extend_from_slice(&wire::error(&e, "08006", "ERROR"));
+                                unit.clear();
+                                self.flush().await?;
+                                continue;
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    self.open_step(std::mem::take(&mut unit), false).await?;
+                }
+                k => {
+                    self.out.extend_from_slice(&wire::error(
+                        &format!("message type b'{}' is not supported by the middleware", k as char),
+                        "0A000",
+                        "ERROR",
+                    ));
+                    self.out.extend_from_slice(&wire::ready(self.status()));
+                }
+            }
+            self.flush().await?;
+        }
+    }
+
+    pub(super) async fn flush(&mut self) -> SResult<()> {
+        if !self.out.is_empty() {
+            self.wr.write_all(&self.out).await.map_err(|_| Fail::End(None))?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// At least `n` unread bytes in `inbuf`.
+    pub(super) async fn fill(&mut self, n: usize) -> SResult<()> {
+        while self.inbuf.len() - self.inpos < n {
+            if self.inpos > 0 {
+                self.inbuf.drain(..self.inpos);
+                self.inpos = 0;
+            }
+            self.inbuf.reserve(RECV_SIZE.max(n));
+            let k = self.rd.read_buf(&mut self.inbuf).await.map_err(|_| Fail::End(None))?;
+            if k == 0 {
+                return Err(Fail::End(None));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn next_message(&mut self) -> SResult<Message> {
+        self.fill(5).await?;
+        let n = wire::header_length(&self.inbuf, self.inpos)?;
+        self.fill(5 + n).await?;
+        let p = self.inpos;
+        let msg = Message { kind: self.inbuf[p], body: self.inbuf[p + 5..p + 5 + n].to_vec() };
+        self.inpos += 5 + n;
+        Ok(msg)
+    }
+
+    pub(super) fn status(&self) -> u8 {
+        if self.txn.is_some() {
+            b'T'
+        } else {
+            b'I'
+        }
+    }
+
+    pub(super) async fn end(&mut self) {
+        if let Some(h) = self.last_write.take() {
+            if let Ok(Some(txn)) = h.await {
+                self.txn = Some(txn);
+            }
+        }
+        if let Some(ou) = self.open.take() {
+            // the client left in the middle of a flushed unit
+            let idx: Vec<usize> = ou.slots.iter().map(|s| s.b).collect();
+            self.abandon_open(ou);
+            self.writes_over(&idx);
+        } else if let Some(txn) = self.txn.take() {
+            // the client left inside a transaction: roll it back by closing
+            for (b, mut conn) in txn.lease {
+                conn.close();
+                self.m.backends[b].pool.release(conn);
+            }
+            self.m.log_rollback();
+            drop(txn.guard);
+        }
+        let _ = self.wr.shutdown().await;
+    }
+}

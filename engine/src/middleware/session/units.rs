@@ -1,0 +1,202 @@
+//! What a unit of work is and where it goes: read, write or COPY (and a read's label), routed to
+//! one backend, to all, or to the open transaction; the units answered by the proxy itself
+//! (preparing and closing named statements, DEALLOCATE of one it keeps).
+
+use std::sync::{Arc, LazyLock};
+
+use super::client::{Fail, SResult, Session};
+use crate::middleware::sql::{self, Kind};
+use crate::middleware::wire::{self, Message, Parse};
+
+/// Whether a Query's body may be a DEALLOCATE (its text is decoded only then): the first
+/// character after whitespace is not ASCII (Unicode whitespace may come first), or the text starts
+/// with the word, as `Session::deallocate` checks after `trim_start`.
+pub(super) fn may_deallocate(body: &[u8]) -> bool {
+    let Some(start) = body.iter().position(|&c| !matches!(c, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ')) else {
+        return false;
+    };
+    body[start] >= 0x80 || body.get(start..start + 10).is_some_and(|w| w.eq_ignore_ascii_case(b"DEALLOCATE"))
+}
+
+pub(super) static DEALLOCATE: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(r#"(?i)^\s*DEALLOCATE\s+(?:PREPARE\s+)?(ALL|"?[A-Za-z0-9_$]+"?)\s*;?\s*$"#).expect("valid regex"));
+
+impl Session {
+    pub(super) async fn dispatch(&mut self, unit: Vec<Message>) -> SResult<()> {
+        if self.last_write.as_ref().is_some_and(|h| h.is_finished()) {
+            if let Some(h) = self.last_write.take() {
+                if let Ok(Some(txn)) = h.await {
+                    self.txn = Some(txn);
+                }
+            }
+        }
+        self.m.count(|c| c.units += 1);
+        if unit[0].kind == wire::QUERY && may_deallocate(&unit[0].body) && self.deallocate(&wire::query_text(&unit[0].body)?) {
+            return Ok(());
+        }
+        if self.local_only(&unit)? {
+            return Ok(());
+        }
+        // labels only for a read outside a transaction (decided in the same pass as the kind)
+        let want_label = self.txn.is_none() && self.m.tracks_labels();
+        let (kind, label) = self.unit_kind_label(&unit, want_label)?;
+        if kind == Kind::Copy {
+            self.m.count(|c| c.errors_to_clients += 1);
+            self.out.extend_from_slice(&wire::error(
+                "COPY is not supported by the middleware (run it on every database server directly)",
+                "0A000",
+                "ERROR",
+            ));
+            self.out.extend_from_slice(&wire::ready(self.status()));
+            return Ok(());
+        }
+        let r = if self.txn.is_some() {
+            // inside a transaction every unit runs on all its backends
+            self.m.count(|c| c.transaction_units += 1);
+            self.write(&unit).await
+        } else if kind == Kind::Read {
+            self.read(&unit, label).await
+        } else {
+            self.write(&unit).await
+        };
+        match r {
+            Err(Fail::NoBackend(e)) => {
+                self.m.count(|c| c.errors_to_clients += 1);
+                self.out.extend_from_slice(&wire::error(&e, "08006", "ERROR"));
+                self.out.extend_from_slice(&wire::ready(self.status()));
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// A unit that only prepares or closes named statements (PQsendPrepare) is answered here: the
+    /// proxy keeps named statements itself, no backend is involved.
+    pub(super) fn local_only(&mut self, unit: &[Message]) -> SResult<bool> {
+        enum What {
+            Prepare(Arc<Parse>),
+            Close(String),
+        }
+        let mut answers = Vec::new();
+        for msg in unit {
+            match msg.kind {
+                wire::PARSE => {
+                    let p = Parse::decode(&msg.body)?;
+                    if p.name.is_empty() {
+                        return Ok(false);
+                    }
+                    answers.push(What::Prepare(Arc::new(p)));
+                }
+                wire::CLOSE => {
+                    let t = wire::Target::decode(&msg.body)?;
+                    if t.what != b'S' || t.name.is_empty() {
+                        return Ok(false);
+                    }
+                    answers.push(What::Close(t.name));
+                }
+                wire::SYNC | wire::FLUSH => {}
+                _ => return Ok(false),
+            }
+        }
+        for a in answers {
+            match a {
+                What::Prepare(p) => {
+                    self.statements.insert(p.name.clone(), p);
+                    self.m.count(|c| c.named_statements += 1);
+                    self.out.extend_from_slice(&wire::frame(wire::PARSE_COMPLETE, b""));
+                }
+                What::Close(name) => {
+                    self.statements.remove(&name);
+                    self.out.extend_from_slice(&wire::frame(wire::CLOSE_COMPLETE, b""));
+                }
+            }
+        }
+        self.out.extend_from_slice(&wire::ready(self.status()));
+        Ok(true)
+    }
+
+    /// DEALLOCATE of a statement the proxy keeps is answered here.
+    pub(super) fn deallocate(&mut self, text: &str) -> bool {
+        let t = text.trim_start().as_bytes();
+        if t.len() < 10 || !t[..10].eq_ignore_ascii_case(b"DEALLOCATE") {
+            return false; // (the regex's own start, checked cheaply)
+        }
+        let Some(c) = DEALLOCATE.captures(text) else {
+            return false;
+        };
+        let name = c[1].trim_matches('"').to_string();
+        let tag = if name.eq_ignore_ascii_case("ALL") {
+            self.statements.clear();
+            "DEALLOCATE ALL"
+        } else {
+            if self.statements.remove(&name).is_none() {
+                self.out.extend_from_slice(&wire::error(&format!("prepared statement \"{name}\" does not exist"), "26000", "ERROR"));
+                self.out.extend_from_slice(&wire::ready(self.status()));
+                return true;
+            }
+            "DEALLOCATE"
+        };
+        self.out.extend_from_slice(&wire::command_complete(tag));
+        self.out.extend_from_slice(&wire::ready(self.status()));
+        true
+    }
+
+    /// What a unit runs, from one pass over its messages: Copy if any SQL it runs is COPY, else
+    /// Write if any is a write, else Read (statements named in Bind count too); with `want_label`,
+    /// the label of a Read unit as well (the labels of the SQL it runs, statements named in Bind
+    /// included, as the Python middleware's `texts`; None when it runs none).
+    pub(super) fn unit_kind_label(&self, unit: &[Message], want_label: bool) -> SResult<(Kind, Option<Arc<str>>)> {
+        /// a statement's text: decoded from a Query, or held by a Parse
+        enum Text {
+            Query(String),
+            Stmt(Arc<Parse>),
+        }
+        let mut kind = Kind::Read;
+        let mut texts: Vec<Text> = Vec::new();
+        let mut unnamed = self.unnamed.clone();
+        let mut add = |k: Kind, t: Text| {
+            kind = match (kind, k) {
+                (Kind::Copy, _) | (_, Kind::Copy) => Kind::Copy,
+                (Kind::Write, _) | (_, Kind::Write) => Kind::Write,
+                _ => Kind::Read,
+            };
+            if want_label {
+                texts.push(t);
+            }
+        };
+        for msg in unit {
+            match msg.kind {
+                wire::QUERY => {
+                    let text = wire::query_text(&msg.body)?;
+                    add(sql::kind_of(&text), Text::Query(text));
+                }
+                wire::PARSE => {
+                    let p = Arc::new(Parse::decode(&msg.body)?);
+                    if p.name.is_empty() {
+                        unnamed = Some(p.clone());
+                    }
+                    add(p.kind(), Text::Stmt(p));
+                }
+                wire::BIND => {
+                    let b = wire::Bind::decode(&msg.body)?;
+                    let p = if b.statement.is_empty() { unnamed.as_ref() } else { self.statements.get(&b.statement) };
+                    if let Some(p) = p {
+                        add(p.kind(), Text::Stmt(p.clone())); // classified once per statement object
+                    }
+                }
+                _ => {}
+            }
+        }
+        if kind != Kind::Read || texts.is_empty() {
+            return Ok((kind, None));
+        }
+        let refs: Vec<&str> = texts
+            .iter()
+            .map(|t| match t {
+                Text::Query(s) => s.as_str(),
+                Text::Stmt(p) => p.sql.as_str(),
+            })
+            .collect();
+        Ok((kind, Some(self.m.label(&refs))))
+    }
+}

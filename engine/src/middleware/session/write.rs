@@ -1,0 +1,273 @@
+//! Writes: a connection on every enabled backend under the write lock (or the open
+//! transaction's), the unit broadcast and the client answered by the wait policy, its record in
+//! the recovery log, then the settling: backends that failed where another succeeded disabled, and
+//! the connections and the lock kept for a transaction the unit left open.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::{FutureExt, Shared};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{oneshot, OwnedMutexGuard};
+use tokio::task::JoinSet;
+
+use super::client::{Fail, SResult, Session};
+use super::execute::{execute, panicked, Exec, Sink};
+use super::outgoing::Outgoing;
+use super::position::with_position;
+use crate::middleware::pool::Conn;
+use crate::middleware::recovery;
+use crate::middleware::replies::ReplyPlan;
+use crate::middleware::sql;
+use crate::middleware::wire::Message;
+use crate::middleware::{log, pylist, Manager};
+
+/// An explicit transaction: its connections (one per backend still in it) and the write lock.
+pub struct Txn {
+    pub(super) lease: Vec<(usize, Conn)>,
+    pub(super) guard: OwnedMutexGuard<()>,
+}
+
+pub(super) struct Lease {
+    pub(super) conns: Vec<(usize, Conn)>,
+    pub(super) guard: OwnedMutexGuard<()>,
+    pub(super) pinned: bool,
+}
+
+/// The answer a write unit gives the client.
+pub(super) struct Answer {
+    pub(super) replies: Vec<u8>,
+    pub(super) ok: bool,
+    pub(super) status: u8,
+}
+
+/// One backend's complete answer to a unit of a write.
+pub(super) struct Res {
+    pub(super) b: usize,
+    pub(super) conn: Option<Conn>,
+    pub(super) replies: Vec<u8>,
+    pub(super) x: Exec,
+}
+
+impl Session {
+    /// A connection on every enabled backend with the write lock held (or the transaction's pinned
+    /// connections).
+    pub(super) async fn lease_for_write(&mut self) -> SResult<Lease> {
+        if let Some(txn) = self.txn.take() {
+            return Ok(Lease { conns: txn.lease, guard: txn.guard, pinned: true });
+        }
+        let t0 = Instant::now();
+        let guard = self.m.write_lock.clone().lock_owned().await;
+        let waited = t0.elapsed().as_secs_f64();
+        self.m.count(|c| c.write_lock_wait_s += waited);
+        let targets = self.m.enabled();
+        if targets.is_empty() {
+            return Err(Fail::NoBackend("no database backend is enabled".into()));
+        }
+        let mut conns = Vec::new();
+        let mut set = JoinSet::new();
+        for &b in &targets {
+            // an idle connection at once (the usual case), else wait or open one, all at once
+            match self.m.backends[b].pool.try_acquire_idle() {
+                Some(c) => conns.push((b, c)),
+                None => {
+                    let m = self.m.clone();
+                    set.spawn(async move { (b, m.backends[b].pool.acquire().await) });
+                }
+            }
+        }
+        while let Some(j) = set.join_next().await {
+            match j {
+                Ok((b, Ok(c))) => conns.push((b, c)),
+                Ok((b, Err(err))) => self.m.disable(b, &format!("write failed: cannot get a connection: {err}")),
+                Err(_) => {}
+            }
+        }
+        if conns.is_empty() {
+            return Err(Fail::NoBackend("no database backend could be reached for a write".into()));
+        }
+        conns.sort_by_key(|c| c.0);
+        Ok(Lease { conns, guard, pinned: false })
+    }
+
+    pub(super) async fn write(&mut self, unit: &[Message]) -> SResult<()> {
+        let lease = self.lease_for_write().await?;
+        let pinned = lease.pinned;
+        let mut out = self.outgoing(unit, Some(sql::now_micros()), None)?;
+        // the recovery log: a sequence number (under the write lock), the position recorded by the
+        // unit itself (not in an aborted transaction: its only way out is a rollback), the record
+        // appended and fsync'd while the backends run it
+        let durable = self.m.recovery.clone().map(|log| {
+            let seq = log.take_seq();
+            if !lease.conns.iter().any(|(_, c)| c.status == b'E') {
+                with_position(&mut out, seq);
+            }
+            (log, seq)
+        });
+        let out = Arc::new(out);
+        let durable = durable.map(|(log, seq)| logged(log, seq, out.clone()));
+        if out.resets {
+            self.m.statement_epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        self.m.count(|c| c.writes += 1);
+        let (tx, rx) = oneshot::channel();
+        self.m.inflight_add(1);
+        let handle = tokio::spawn(broadcast(self.m.clone(), lease, out, tx, durable.clone()));
+        let Ok(answer) = rx.await else {
+            return Err(Fail::End(Some("a write failed unexpectedly".into())));
+        };
+        if let Some(d) = durable {
+            // answered only once its record is written, and on disk when it leaves no
+            // transaction open (the records of the transaction's units before it with it)
+            let mut r = d.await;
+            if let (Ok(()), b'I', Some(rlog)) = (&r, answer.status, self.m.recovery.clone()) {
+                r = recovery::sync(rlog).await;
+            }
+            if let Err(e) = r {
+                log(&e);
+                return Err(Fail::End(Some(e)));
+            }
+        }
+        self.out.extend_from_slice(&answer.replies);
+        if !answer.ok {
+            self.m.count(|c| c.errors_to_clients += 1);
+        }
+        if answer.status != b'I' || pinned {
+            // a transaction: its connections and the lock stay with it
+            self.txn = handle.await.ok().flatten();
+        } else {
+            self.last_write = Some(handle);
+        }
+        Ok(())
+    }
+
+    pub(super) fn writes_over(&self, idx: &[usize]) {
+        for &b in idx {
+            self.m.writes_end(b);
+            self.m.write_finished(b);
+        }
+    }
+}
+
+/// A unit's record in the recovery log: Ok once it is written (the session fsyncs it).
+pub(super) type Durable = Shared<futures_util::future::BoxFuture<'static, Result<(), String>>>;
+
+/// Append `out` to the recovery log as unit `seq` (a task of its own, started now).
+pub(super) fn logged(log: Arc<recovery::Log>, seq: u64, out: Arc<Outgoing>) -> Durable {
+    let task = tokio::spawn(recovery::append(log, seq, out, false));
+    async move { task.await.unwrap_or_else(|e| Err(format!("recovery log: {e}"))) }.boxed().shared()
+}
+
+/// Run a write unit on every leased backend; answer the client by the wait policy (the first
+/// backend to succeed, or all), then settle the unit. Returns the transaction, if one is open.
+pub(super) async fn broadcast(
+    m: Arc<Manager>,
+    lease: Lease,
+    out: Arc<Outgoing>,
+    tx: oneshot::Sender<Answer>,
+    durable: Option<Durable>,
+) -> Option<Txn> {
+    let idx: Vec<usize> = lease.conns.iter().map(|c| c.0).collect();
+    m.writes_begin(&idx);
+    let n = idx.len();
+    // the backends' executions as futures of this task (no task per backend)
+    let mut running = FuturesUnordered::new();
+    for (pos, (b, mut conn)) in lease.conns.into_iter().enumerate() {
+        let (m, out) = (&m, &out);
+        running.push(async move {
+            let mut sink = Sink::collect();
+            let mut plan = ReplyPlan::default();
+            out.reply_plan(&mut plan);
+            let x = execute(&mut conn, out, &mut sink, &mut plan).await;
+            if out.resets {
+                conn.stmts.clear();
+            }
+            m.writes_end(b);
+            if x.ok {
+                // reads waiting for this write on b may go; after a failure, settle first
+                m.write_finished(b);
+            }
+            (pos, Res { b, conn: Some(conn), replies: sink.held, x })
+        });
+    }
+    let mut results: Vec<Option<Res>> = (0..n).map(|_| None).collect();
+    let mut finished_here = vec![false; n];
+    let mut chosen: Option<usize> = None;
+    let mut tx = Some(tx);
+    while let Some((pos, r)) = running.next().await {
+        if r.x.ok {
+            finished_here[pos] = true;
+            if !m.wait_all && chosen.is_none() {
+                // the first to succeed answers the client
+                chosen = Some(pos);
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Answer { replies: r.replies.clone(), ok: true, status: r.x.status });
+                }
+            }
+        }
+        results[pos] = Some(r);
+    }
+    drop(running);
+    let results: Vec<Res> = results
+        .into_iter()
+        .enumerate()
+        .map(|(pos, r)| r.unwrap_or_else(|| Res { b: idx[pos], conn: None, replies: Vec::new(), x: panicked() }))
+        .collect();
+    if let Some(d) = durable {
+        // the write lock is held until the record is appended: the log's order is the units'
+        let _ = d.await;
+    }
+    let (c, results, txn) = settle(&m, results, chosen, lease.guard);
+    for (pos, &b) in idx.iter().enumerate() {
+        if !finished_here[pos] {
+            m.write_finished(b);
+        }
+    }
+    if let Some(tx) = tx.take() {
+        let r = &results[c];
+        let _ = tx.send(Answer { replies: r.replies.clone(), ok: r.x.ok, status: r.x.status });
+    }
+    m.inflight_add(-1);
+    txn
+}
+
+/// After a write unit ran on every leased backend: disable the backends that failed where another
+/// succeeded (or whose result differs), then either keep the connections and the lock for the open
+/// transaction or give them back. Returns the position of the result that answers the client.
+pub(super) fn settle(m: &Manager, mut results: Vec<Res>, chosen: Option<usize>, guard: OwnedMutexGuard<()>) -> (usize, Vec<Res>, Option<Txn>) {
+    let any_ok = results.iter().any(|r| r.x.ok);
+    let c = chosen.or_else(|| results.iter().position(|r| r.x.ok)).or_else(|| results.iter().position(|r| !r.x.broken)).unwrap_or(0);
+    let chosen_name = m.backends[results[c].b].name.clone();
+    let chosen_tags = results[c].x.tags.clone();
+    if any_ok {
+        for r in &results {
+            let err = r.x.error.as_deref().unwrap_or("None");
+            if !r.x.ok {
+                m.state().b[r.b].failed_writes += 1;
+                m.disable(r.b, &format!("write failed where {chosen_name} succeeded: {err}"));
+            } else if r.x.tags != chosen_tags {
+                m.disable(r.b, &format!("write result {} differs from {chosen_name}'s {}", pylist(&r.x.tags), pylist(&chosen_tags)));
+            }
+        }
+    } else if results.iter().all(|r| r.x.broken) {
+        for r in &results {
+            m.disable(r.b, &format!("write failed: {}", r.x.error.as_deref().unwrap_or("None")));
+        }
+    }
+    let alive: Vec<bool> = results.iter().map(|r| m.backends[r.b].enabled() && r.conn.is_some() && !r.x.broken).collect();
+    let in_txn = results.iter().zip(&alive).any(|(r, &a)| a && r.x.status != b'I');
+    let mut lease = Vec::new();
+    for (r, &a) in results.iter_mut().zip(&alive) {
+        let Some(mut conn) = r.conn.take() else { continue };
+        if in_txn && a {
+            lease.push((r.b, conn));
+        } else {
+            if in_txn {
+                conn.close(); // a backend dropped from the transaction
+            }
+            m.backends[r.b].pool.release(conn);
+        }
+    }
+    let txn = if in_txn { Some(Txn { lease, guard }) } else { None };
+    (c, results, txn)
+}
