@@ -23,9 +23,9 @@
 //! packets, `SET insert_id` when the unit took an AUTO_INCREMENT value, and the client's command; a
 //! prepared statement as its SQL and COM_STMT_EXECUTE payload, re-prepared at replay: the
 //! prepare+execute bytes, not literals); the position is kept by
-//! `mysql_session.rs::execute` (an UPDATE before the unit inside a transaction; otherwise the unit in
+//! `mysql_session/execute.rs::execute` (an UPDATE before the unit inside a transaction; otherwise the unit in
 //! the middleware's BEGIN, then UPDATE + COMMIT on success or ROLLBACK on failure), and
-//! `mysql_session.rs::Cluster::recover` replays each missing unit with its own position (`verdict`
+//! `mysql_session/recover.rs::Cluster::recover` replays each missing unit with its own position (`verdict`
 //! and `head` decide, as for PostgreSQL).
 
 use std::fs::{File, OpenOptions};

@@ -1,0 +1,215 @@
+//! A client connection speaking the MySQL protocol: the session's state, its command loop, the
+//! packets read from and queued for the client, and its end (an open transaction rolled back by
+//! closing its connections).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+use super::cluster::Cluster;
+use super::prepared::{PStmt, CURSORS_UNSUPPORTED};
+use super::write::Txn;
+use crate::middleware::mysql_wire::{self as my, MyError};
+use crate::middleware::pool::RECV_SIZE;
+use crate::middleware::{log, Manager, NoBackend};
+
+/// the longest command a client may send (bytes)
+pub(super) const MAX_COMMAND: usize = 1 << 30;
+
+/// Why a command could not be served: no backend (the client gets an error and the session goes
+/// on), or the session must end (with a reason to log, if any).
+pub(super) enum Fail {
+    NoBackend(String),
+    End(Option<String>),
+}
+
+impl From<NoBackend> for Fail {
+    fn from(e: NoBackend) -> Fail {
+        Fail::NoBackend(e.0)
+    }
+}
+
+impl From<MyError> for Fail {
+    fn from(e: MyError) -> Fail {
+        Fail::End(Some(e.to_string()))
+    }
+}
+
+pub(super) type SResult<T> = Result<T, Fail>;
+
+/// One client connection speaking the MySQL protocol.
+pub(super) struct Session {
+    pub(super) c: Arc<Cluster>,
+    pub(super) m: Arc<Manager>,
+    pub(super) id: u32,
+    pub(super) rd: OwnedReadHalf,
+    pub(super) wr: OwnedWriteHalf,
+    pub(super) inbuf: Vec<u8>,
+    pub(super) inpos: usize,
+    pub(super) out: Vec<u8>,
+    /// prepared by the client, by the session's own ids
+    pub(super) stmts: HashMap<u32, PStmt>,
+    pub(super) next_stmt: u32,
+    pub(super) txn: Option<Txn>,
+    pub(super) last_write: Option<JoinHandle<Option<Txn>>>,
+}
+
+impl Session {
+    pub(super) fn new(c: Arc<Cluster>, stream: TcpStream, id: u32) -> Session {
+        let (rd, wr) = stream.into_split();
+        let m = c.m.clone();
+        Session {
+            c,
+            m,
+            id,
+            rd,
+            wr,
+            inbuf: Vec::with_capacity(8192),
+            inpos: 0,
+            out: Vec::with_capacity(8192),
+            stmts: HashMap::new(),
+            next_stmt: 1,
+            txn: None,
+            last_write: None,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        self.m.count(|c| c.sessions += 1);
+        if let Err(Fail::End(Some(why))) = self.serve().await {
+            log(&format!("session {}: {why}", self.id));
+        }
+        self.end().await;
+    }
+
+    pub(super) fn status_flags(&self) -> u16 {
+        if self.txn.is_some() {
+            my::STATUS_IN_TRANS
+        } else {
+            my::STATUS_AUTOCOMMIT
+        }
+    }
+
+    /// An answer of one packet (sequence id 1 unless said) queued for the client.
+    pub(super) fn reply(&mut self, payload: &[u8], seq: u8) {
+        my::packet_into(&mut self.out, seq, payload);
+    }
+
+    pub(super) fn refuse(&mut self, code: u16, message: &str, state: &str) {
+        self.m.count(|c| c.errors_to_clients += 1);
+        self.reply(&my::err(code, message, state), 1);
+    }
+
+    pub(super) async fn flush(&mut self) -> SResult<()> {
+        if !self.out.is_empty() {
+            self.wr.write_all(&self.out).await.map_err(|_| Fail::End(None))?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// At least `n` unread bytes in `inbuf`.
+    pub(super) async fn fill(&mut self, n: usize) -> SResult<()> {
+        while self.inbuf.len() - self.inpos < n {
+            if self.inpos > 0 {
+                self.inbuf.drain(..self.inpos);
+                self.inpos = 0;
+            }
+            self.inbuf.reserve(RECV_SIZE.max(n));
+            let k = self.rd.read_buf(&mut self.inbuf).await.map_err(|_| Fail::End(None))?;
+            if k == 0 {
+                return Err(Fail::End(None));
+            }
+        }
+        Ok(())
+    }
+
+    /// The client's next (sequence id, payload), a split payload joined (at most `limit` bytes).
+    pub(super) async fn read_packet(&mut self, limit: usize) -> SResult<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        loop {
+            self.fill(4).await?;
+            let (n, seq) = my::header(&self.inbuf, self.inpos);
+            if out.len() + n > limit {
+                return Err(Fail::End(Some(format!("a command of more than {limit} bytes"))));
+            }
+            self.fill(4 + n).await?;
+            out.extend_from_slice(&self.inbuf[self.inpos + 4..self.inpos + 4 + n]);
+            self.inpos += 4 + n;
+            if n < my::MAX_PAYLOAD {
+                return Ok((seq, out));
+            }
+        }
+    }
+
+    pub(super) async fn serve(&mut self) -> SResult<()> {
+        if !self.login().await? {
+            return Ok(());
+        }
+        loop {
+            let (_, payload) = self.read_packet(MAX_COMMAND).await?;
+            let Some(&cmd) = payload.first() else {
+                return Err(Fail::End(Some("an empty command packet".into())));
+            };
+            self.collect_last_write().await;
+            match cmd {
+                my::COM_QUERY => self.query(payload).await?,
+                my::COM_QUIT => return Ok(()),
+                my::COM_PING => self.reply(&my::ok(0, 0, self.status_flags()), 1),
+                my::COM_INIT_DB => {
+                    let name = String::from_utf8_lossy(&payload[1..]).into_owned();
+                    self.use_db(&name);
+                }
+                my::COM_RESET_CONNECTION => {
+                    self.reset().await;
+                    self.reply(&my::ok(0, 0, self.status_flags()), 1);
+                }
+                my::COM_SET_OPTION => self.reply(&my::eof(self.status_flags()), 1), // the backends allow multiple statements anyway
+                my::COM_STMT_PREPARE => self.stmt_prepare(payload[1..].to_vec()).await?,
+                my::COM_STMT_EXECUTE => self.stmt_execute(&payload).await?,
+                my::COM_STMT_CLOSE | my::COM_STMT_SEND_LONG_DATA | my::COM_STMT_RESET => self.stmt_other(cmd, &payload),
+                my::COM_STMT_FETCH => self.refuse(my::ER_NOT_SUPPORTED_YET, CURSORS_UNSUPPORTED, "42000"),
+                _ => self.refuse(my::ER_UNKNOWN_COM, &format!("command 0x{cmd:02x} is not supported by the middleware"), "08S01"),
+            }
+            self.flush().await?;
+        }
+    }
+
+    /// A write answered before every backend ran it is over: its transaction, if any, is the session's.
+    pub(super) async fn collect_last_write(&mut self) {
+        if self.last_write.as_ref().is_some_and(|h| h.is_finished()) {
+            if let Some(h) = self.last_write.take() {
+                if let Ok(Some(txn)) = h.await {
+                    self.txn = Some(txn);
+                }
+            }
+        }
+    }
+
+    /// COM_RESET_CONNECTION (and the end): an open transaction is rolled back (its connections closed).
+    pub(super) async fn reset(&mut self) {
+        if let Some(h) = self.last_write.take() {
+            if let Ok(Some(txn)) = h.await {
+                self.txn = Some(txn);
+            }
+        }
+        if let Some(txn) = self.txn.take() {
+            for (b, mut conn) in txn.conns {
+                conn.close();
+                self.c.release(b, conn);
+            }
+            // connections closed: their transaction is rolled back, on a replay too
+            self.m.log_rollback();
+            drop(txn.guard);
+        }
+    }
+
+    pub(super) async fn end(&mut self) {
+        self.reset().await;
+        let _ = self.wr.shutdown().await;
+    }
+}
