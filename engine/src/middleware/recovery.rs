@@ -25,8 +25,8 @@
 //! prepare+execute bytes, not literals); the position is kept by
 //! `mysql_session/execute.rs::execute` (an UPDATE before the unit inside a transaction; otherwise the unit in
 //! the middleware's BEGIN, then UPDATE + COMMIT on success or ROLLBACK on failure), and
-//! `mysql_session/recover.rs::Cluster::recover` replays each missing unit with its own position (`verdict`
-//! and `head` decide, as for PostgreSQL).
+//! `recover.rs` replays each missing unit with its own position (`verdict` and `head` decide, as for
+//! PostgreSQL; `mysql_session/recover.rs` replays one unit).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -407,30 +407,25 @@ pub async fn simple_query(conn: &mut Conn, text: &str) -> Result<Vec<Option<Stri
     }
 }
 
-/// Send the units of `records` to a backend in order, on one connection, as they were sent to
-/// the others; their answers are read and dropped (a unit that failed everywhere fails again).
-/// Returns the number of units that answered with an error.
-pub async fn replay(conn: &mut Conn, records: &[(u64, Vec<u8>)]) -> Result<usize, String> {
-    let mut errors = 0;
-    for (seq, data) in records {
-        let readies = messages(data).iter().filter(|m| m.0 == wire::SYNC || m.0 == wire::QUERY).count();
-        conn.stream.write_all(data).await.map_err(|e| format!("replaying unit {seq}: {e}"))?;
-        let mut seen = 0;
-        let mut failed = false;
-        while seen < readies {
-            let (kind, body) = conn.read_message().await.map_err(|e| format!("replaying unit {seq}: {}", e.0))?;
-            match kind {
-                wire::ERROR => failed = true,
-                wire::READY => {
-                    seen += 1;
-                    conn.status = body.first().copied().unwrap_or(b'I');
-                }
-                _ => {}
+/// Send unit `seq` (its bytes `data`, as they were sent to the others) to a backend and read its
+/// answers (dropped; a unit that failed everywhere fails again): whether it answered with an error.
+pub async fn replay_unit(conn: &mut Conn, seq: u64, data: &[u8]) -> Result<bool, String> {
+    let readies = messages(data).iter().filter(|m| m.0 == wire::SYNC || m.0 == wire::QUERY).count();
+    conn.stream.write_all(data).await.map_err(|e| format!("replaying unit {seq}: {e}"))?;
+    let mut seen = 0;
+    let mut failed = false;
+    while seen < readies {
+        let (kind, body) = conn.read_message().await.map_err(|e| format!("replaying unit {seq}: {}", e.0))?;
+        match kind {
+            wire::ERROR => failed = true,
+            wire::READY => {
+                seen += 1;
+                conn.status = body.first().copied().unwrap_or(b'I');
             }
+            _ => {}
         }
-        errors += failed as usize;
     }
-    Ok(errors)
+    Ok(failed)
 }
 
 #[cfg(test)]
