@@ -9,7 +9,8 @@ the same log, replays the missing units to it before it listens, so every table'
 (MariaDB's own CHECKSUM TABLE) and the positions (`tierscope_recovery.seq`) are equal on both
 servers the moment it serves, and reads are then balanced over both (each server's own
 Com_select counter). Given an empty log instead, the stale backend is refused with one message
-naming it and both positions, and no read reaches it.
+naming it and both positions, and no read reaches it; a backend whose AUTO_INCREMENT counter is
+ahead of the others' after the replay is refused too.
 
 The binary is the lab's (`tierscope.engine.engine_path()`: $TIERSCOPE_ENGINE, else the venv's); a
 missing one fails these tests.
@@ -336,6 +337,62 @@ def test_a_unit_that_failed_on_one_backend_leaves_its_position_and_is_replayed_o
     # (the start that refused it appended a ROLLBACK record: the head is one further)
     assert now[0] == now[1] and positions(dbs)[0] == positions(dbs)[1] >= after[0], (now, positions(dbs))
     assert stats2["recovery"]["replayed"][dbs[1].address]["units"] >= 2
+
+
+def auto_increment(d, table: str) -> int:
+    """The table's AUTO_INCREMENT counter (the next value) on server `d`."""
+    q = "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    return d.sql(q, DB, (DB, table))[0][0]
+
+
+def test_a_backend_whose_auto_increment_counter_differs_after_the_replay_is_refused(servers):
+    """Values backend 2 took alone (a row inserted and deleted behind the middleware's back: InnoDB
+    does not give the values back, as after a transaction it was running when it went down) leave
+    its `rhist` counter ahead. The replay gives the missing rows the others' ids (`SET insert_id`):
+    the rows are alike, the counters are not, and the next INSERT would give a row another id there.
+    A new middleware compares the counters after the replay: backend 2 is refused, naming the
+    table and both counters, and its position is -1 (refused at every later start)."""
+    work, dbs = servers
+    reset(dbs)
+    log_path = work / "recovery-4" / "recovery.log"
+    try:
+        with mysql_middleware(servers, log_path) as mw:
+            make_schema(mw)
+            dbs[1].stop()
+            with connect(mw) as conn, conn.cursor() as cur:
+                for i in range(3):
+                    cur.execute("INSERT INTO rhist (aid, delta, note) VALUES (%s, 1, 'auto')", (i + 1,))
+    finally:
+        dbs[1].start()
+    pos = positions(dbs)
+    assert pos[1] < pos[0], pos
+    dbs[1].sql("INSERT INTO rhist (aid, delta, note) VALUES " + ", ".join(f"({i}, 1, 'x')" for i in range(1, 6)), DB)
+    dbs[1].sql("DELETE FROM rhist", DB)
+    ahead, head = auto_increment(dbs[1], "rhist"), auto_increment(dbs[0], "rhist")
+    assert (ahead, head) == (6, 4), (ahead, head)
+
+    stats: dict = {}
+    with mysql_middleware(servers, log_path, stats) as mw:
+        text = mw.log.read_text()
+        with connect(mw) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM rhist")
+            assert cur.fetchone() == (3,)
+    refusals = [line for line in text.splitlines() if "REFUSED" in line]
+    print(f"recovery: {refusals}")  # seen with -s
+    assert len(refusals) == 1 and dbs[1].address in refusals[0], text
+    assert "AUTO_INCREMENT counters differ" in refusals[0], refusals[0]
+    assert f"`rhist`: {ahead} against {head}" in refusals[0], refusals[0]
+    assert stats["disabled"] == [dbs[1].address]
+    assert stats["recovery"]["replayed"] == {}
+    # the replay ran (the rows are the others'), the counter stayed ahead, the position is refused
+    rows = [[tuple(r) for r in d.sql("SELECT id, aid FROM rhist ORDER BY id", DB)] for d in dbs]
+    assert rows[0] == rows[1] == [(1, 1), (2, 2), (3, 3)], rows
+    assert auto_increment(dbs[1], "rhist") == ahead
+    assert positions(dbs)[1] == -1
+
+    with mysql_middleware(servers, log_path) as mw:
+        text = mw.log.read_text()
+    assert "tierscope_recovery.seq is -1" in text, text
 
 
 def test_the_command_line_takes_a_recovery_log_with_the_mysql_protocol(tmp_path):

@@ -8,7 +8,8 @@
 //! emptied.
 //!
 //! What differs between the protocols is a `Backends`: the connections, a statement of the
-//! middleware's own, one unit replayed, the counters compared (PostgreSQL: the sequences). The
+//! middleware's own, one unit replayed, the counters compared (PostgreSQL: the sequences; MySQL:
+//! the tables' AUTO_INCREMENT counters). The
 //! PostgreSQL one is the manager's own pools (here); MySQL's is `mysql_session::Cluster`.
 
 use serde_json::{json, Value};
@@ -22,8 +23,8 @@ pub(crate) trait Backends {
     /// what follows the recovery table's column in its CREATE TABLE
     const TABLE_OPTIONS: &'static str;
     /// the counters a replay must leave as they are on an up-to-date backend, as the refusal names
-    /// them (None: no counters are checked)
-    const COUNTERS: Option<&'static str>;
+    /// them, and what their differing means (None: no counters are checked)
+    const COUNTERS: Option<(&'static str, &'static str)>;
 
     async fn acquire(&self, i: usize) -> Result<Self::Conn, String>;
     fn release(&self, i: usize, conn: Self::Conn);
@@ -123,13 +124,13 @@ pub(crate) async fn recover<B: Backends>(m: &Manager, bs: &B) -> Result<(), NoBa
                 // others did not (PostgreSQL's sequences are not transactional), and the replay then
                 // gave rows other numbers or left the counters elsewhere: they must equal an
                 // up-to-date backend's
-                if let (Some(what), Some((ref_name, ref_counters))) = (B::COUNTERS, &reference) {
+                if let (Some((what, why)), Some((ref_name, ref_counters))) = (B::COUNTERS, &reference) {
                     let mine = B::counters(&mut conn).await?;
                     if mine != *ref_counters {
                         let diff = recovery::differences(&mine, ref_counters);
                         B::query(&mut conn, &recovery::position_sql_refused()).await?;
                         return Err(format!(
-                            "after the replay its {what} differ from {ref_name}'s ({diff}): values taken by a transaction it was running when it went down"
+                            "after the replay its {what} differ from {ref_name}'s ({diff}): {why}"
                         ));
                     }
                 }
@@ -200,7 +201,7 @@ impl Manager {
 impl Backends for Manager {
     type Conn = Conn;
     const TABLE_OPTIONS: &'static str = "";
-    const COUNTERS: Option<&'static str> = Some("sequences");
+    const COUNTERS: Option<(&'static str, &'static str)> = Some(("sequences", "values taken by a transaction it was running when it went down"));
 
     async fn acquire(&self, i: usize) -> Result<Conn, String> {
         self.backends[i].pool.acquire().await.map_err(|e| e.0)

@@ -330,18 +330,26 @@ pub fn head(positions: &[Option<u64>], range: Option<(u64, u64)>) -> u64 {
 pub async fn sequences(conn: &mut Conn) -> Result<Vec<(String, String)>, String> {
     let q = "SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename) || '=' || coalesce(last_value::text, '-') \
              FROM pg_sequences ORDER BY schemaname, sequencename";
-    let rows = simple_query(conn, q).await?;
-    Ok(rows
-        .into_iter()
+    Ok(name_values(simple_query(conn, q).await?))
+}
+
+/// MySQL protocol: the AUTO_INCREMENT counters of the database's tables (the next value of each
+/// table that has one), "`table`=value" in name order, as `name_values` takes them.
+pub const MY_AUTO_INCREMENTS: &str = "SELECT CONCAT('`', REPLACE(TABLE_NAME, '`', '``'), '`=', AUTO_INCREMENT) \
+     FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND AUTO_INCREMENT IS NOT NULL ORDER BY TABLE_NAME";
+
+/// Rows of "name=value" (a counter and its state) as (name, value), in their order.
+pub fn name_values(rows: Vec<Option<String>>) -> Vec<(String, String)> {
+    rows.into_iter()
         .flatten()
         .map(|r| match r.rsplit_once('=') {
             Some((k, v)) => (k.to_string(), v.to_string()),
             None => (r, String::new()),
         })
-        .collect())
+        .collect()
 }
 
-/// The sequences whose state differs, "name: mine against theirs".
+/// The counters (sequences, AUTO_INCREMENT counters) whose state differs, "name: mine against theirs".
 pub fn differences(mine: &[(String, String)], theirs: &[(String, String)]) -> String {
     let theirs: std::collections::HashMap<&str, &str> = theirs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut out: Vec<String> = mine

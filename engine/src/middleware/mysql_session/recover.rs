@@ -1,6 +1,7 @@
 //! The recovery at start (`--recovery-log`) over the MariaDB pools: the protocol's part of
 //! `middleware::recover` (its statements, one unit read back from the log and replayed with its
-//! own position as when it first ran, its outcome checked against the others').
+//! own position as when it first ran, its outcome checked against the others', the tables'
+//! AUTO_INCREMENT counters compared with an up-to-date backend's after the replay).
 
 use std::sync::Arc;
 
@@ -28,7 +29,10 @@ impl Cluster {
 impl Backends for Cluster {
     type Conn = MyConn;
     const TABLE_OPTIONS: &'static str = " ENGINE=InnoDB";
-    const COUNTERS: Option<&'static str> = None;
+    const COUNTERS: Option<(&'static str, &'static str)> = Some((
+        "AUTO_INCREMENT counters",
+        "values taken there and not on the others, or the reverse (rows inserted behind the middleware's back, a transaction it ran alone): the next INSERT would give a row another id there",
+    ));
 
     async fn acquire(&self, i: usize) -> Result<MyConn, String> {
         self.pools[i].acquire().await.map_err(|e| e.0)
@@ -71,8 +75,11 @@ impl Backends for Cluster {
         Ok(!x.ok)
     }
 
-    async fn counters(_conn: &mut MyConn) -> Result<Vec<(String, String)>, String> {
-        Ok(Vec::new()) // (no counters are checked: COUNTERS is None)
+    /// The tables' AUTO_INCREMENT counters: a replay gives its rows the others' values (`SET
+    /// insert_id`), but values a transaction took on this backend alone are not given back, and
+    /// the next INSERT would then give a row another id here than on the others.
+    async fn counters(conn: &mut MyConn) -> Result<Vec<(String, String)>, String> {
+        conn.simple(recovery::MY_AUTO_INCREMENTS).await.map(recovery::name_values)
     }
 }
 
