@@ -58,8 +58,9 @@ sides, the same user and password). Served: COM_QUERY, COM_STMT_PREPARE/EXECUTE/
 COM_PING, COM_INIT_DB (the served database), COM_RESET_CONNECTION, COM_SET_OPTION, COM_QUIT;
 transactions followed by the backends' status flags; a write calling NOW() and the other time
 functions runs between SET timestamp = <one instant> and SET timestamp = DEFAULT on every
-backend. Cursors (COM_STMT_FETCH) and COM_STMT_SEND_LONG_DATA are answered with ERR 1235; no
---recovery-log.
+backend. Cursors (COM_STMT_FETCH) and COM_STMT_SEND_LONG_DATA are answered with ERR 1235.
+--recovery-log works with both protocols (a stale MariaDB backend is replayed, or refused when its
+AUTO_INCREMENT counters then differ from an up-to-date one's).
 
 Example: tierscope-engine middleware --listen 127.0.0.1:25322 --backend 127.0.0.1:5433 \\
     --backend 127.0.0.1:5434 --db rubbos --user tierscope --pool 16 --policy lprf --stats mw.json";
