@@ -16,25 +16,28 @@ SRC = ROOT / "engine" / "src"
 
 def named_modules() -> set[str]:
     """The paths (relative to engine/src) the module list names: a top-level bullet's names are
-    relative to engine/src, a nested bullet's may also be relative to its parent's directory."""
+    relative to engine/src, a nested bullet's may also be relative to the directories its parent
+    bullets name (`middleware/` > `session/` > `client.rs` is middleware/session/client.rs)."""
     doc = (ROOT / "docs" / "architecture.md").read_text()
     section = doc.split("## The engine's modules", 1)[1].split("\n## ", 1)[0]
     named: set[str] = set()
-    prefixes: list[str] = []
+    # (indent, the directories its names open for deeper bullets), innermost last
+    stack: list[tuple[int, list[str]]] = []
     for line in section.splitlines():
         m = re.match(r"^(\s*)- (.*)$", line)
         if not m:
             continue
+        indent = len(m.group(1))
         names = re.findall(r"`([^`]+)`", m.group(2).split(" — ", 1)[0])
-        if not m.group(1):  # a top-level bullet
-            prefixes = []
-            for t in names:
-                prefixes += [t] if t.endswith("/") else [posixpath.dirname(t) + "/", t.removesuffix(".rs") + "/"]
-            named.update(names)
-        else:
-            for t in names:
-                named.add(t)
-                named.update(posixpath.normpath(p + t) for p in prefixes)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parents = stack[-1][1] if stack else [""]
+        paths = {posixpath.normpath(d + t) for d in parents for t in names} | set(names)
+        named.update(paths)
+        opened = []
+        for t in paths:
+            opened += [t] if t.endswith("/") else [posixpath.dirname(t) + "/", t.removesuffix(".rs") + "/"]
+        stack.append((indent, [d.removeprefix("/") for d in opened]))
     return named
 
 
