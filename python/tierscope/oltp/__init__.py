@@ -17,6 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tierscope.engine import engine_path
+from tierscope.services.base import free_port
+from tierscope.services.databases import database_server
+from tierscope.testbed.host import Host
 
 DBMS = ("postgresql", "mariadb")
 #: YCSB's core workloads (the engine's `--workload`), each with what it does
@@ -242,9 +245,6 @@ def started_database(
     """Start a PostgreSQL or MariaDB server of its own on loopback (a free port, data under
     `workdir` or a temporary directory), create `database`, yield (server, DSN); stop the server
     and remove a temporary data directory on the way out, also on errors."""
-    from tierscope.services.base import free_port
-    from tierscope.services.databases import database_server
-    from tierscope.testbed.host import Host
 
     if dbms not in DBMS:
         raise ValueError(f"dbms: expected one of {', '.join(DBMS)}, got {dbms!r}")
