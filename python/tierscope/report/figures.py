@@ -22,6 +22,7 @@ from plotly.subplots import make_subplots
 
 from tierscope.analysis.experiment import Analysis
 from tierscope.analysis.study import label_of
+from tierscope.analysis.whitebox import two_grains
 
 MAX_POINTS = 3000
 MAX_BANDS = 500  # pause/stall bands drawn on the timeline (the longest ones when there are more)
@@ -594,7 +595,6 @@ def most_saturated_host(resources: pa.Table, coarse_ns: int = 1_000_000_000, thr
     `threshold` (the highest fine_share_above; ties: the highest mean), for the hosts sampled finer
     than `coarse_ns`; CPU is ``cpu_util``, else ``cpu`` (recorded, or derived from cpu_user and
     cpu_system). None when no host qualifies."""
-    from tierscope.analysis.whitebox import two_grains
 
     if (
         resources is None

@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 import plotly.offline
 from plotly.io.json import to_json_plotly
 
+from tierscope import __version__
 from tierscope.analysis.experiment import Analysis
 from tierscope.analysis.study import Finding, label_of
 from tierscope.analysis.summary import Summary, build_summary
@@ -367,7 +368,6 @@ def render_html(
     notes += "".join(f"<li>{html.escape(n)}</li>" for n in data.notes)
     omitted = f'<section id="omitted"><h2>Not shown</h2><ul class="note">{notes}</ul></section>' if notes else ""
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    from tierscope import __version__
 
     head_js, draw = _plotlyjs(compress_js)
     return (
@@ -412,7 +412,6 @@ def render_study_page(
     """The report of a study whose runner is not the experiment runner (seed 003's log service,
     seed 002's scaling runner): its finding as `render_html` shows one, then each (caption,
     headings, rows) table and the notes. No figures, no JavaScript."""
-    from tierscope import __version__
 
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     parts = "".join(
