@@ -25,17 +25,14 @@ import sys
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import tierscope
 from tierscope import tables
+from tierscope.contracts.apps import WsgiApp
 from tierscope.contracts.dbms import DbConfig
 from tierscope.services._accounts import AccountError, give_to, lab_account, open_the_way, run_as
 from tierscope.services.base import Service, ServiceError
 from tierscope.testbed.host import Host
-
-if TYPE_CHECKING:
-    from tierscope.contracts.apps import WsgiApp
 
 
 def _has_setting(name: str) -> bool:

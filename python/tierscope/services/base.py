@@ -74,6 +74,7 @@ def private_dir(path: Path, user: str | None = None) -> Path:
     anyone else or be writable by others: ServiceError if it does (it may have been planted)."""
     import stat
 
+    # late: tierscope.services._accounts imports this module
     from tierscope.services._accounts import account
 
     acct = account(user) if os.geteuid() == 0 and user else None

@@ -26,8 +26,10 @@ import os
 from pathlib import Path
 
 from tierscope.contracts.dbms import DbConfig
+from tierscope.engine import engine_path
 from tierscope.services._accounts import AccountError, give_to, lab_account, make_traversable, open_the_way, run_as
 from tierscope.services.base import Service, ServiceError
+from tierscope.services.credentials import lab_credentials
 from tierscope.testbed.host import Host
 
 #: the wire protocol the middleware speaks for the backends' DBMS (DbConfig's or the services' names)
@@ -43,7 +45,6 @@ RECOVERY_TABLE = "tierscope_recovery"
 
 def engine_middleware() -> list[str]:
     """The middleware's program: `tierscope-engine middleware` (EngineNotFound when not built)."""
-    from tierscope.engine import engine_path
 
     return [str(engine_path()), "middleware"]
 
@@ -93,8 +94,6 @@ class Middleware(Service):
         self.backends = list(backends)
         self.database = database
         if user is None or password is None:
-            from tierscope.services.credentials import lab_credentials
-
             lab = lab_credentials(self.workdir.parent)
             user = lab.user if user is None else user
             password = lab.password if password is None else password
