@@ -12,6 +12,8 @@ from pydantic import (
     ValidationError,
 )
 
+from tierscope.textfile import read_utf8
+
 from .errors import SpecError, format_errors
 from .expand import expand
 from .filters import compile_filter
@@ -21,7 +23,6 @@ from .paths import flatten_matrix
 
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; every sweep point is validated. Raises SpecError."""
-    from tierscope.textfile import read_utf8
 
     path = Path(path)
     try:
