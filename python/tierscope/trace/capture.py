@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierscope.engine import EngineNotFound, engine_path
 from tierscope.procs import spawn
 from tierscope.testbed.host import Host
 
@@ -135,7 +136,6 @@ class LiveCapture:
 
     def engine_argv(self) -> list[str]:
         """The engine capture's command line."""
-        from tierscope.engine import EngineNotFound, engine_path
 
         try:
             engine = str(engine_path())

@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tierscope import tiers
+from tierscope import tables, tiers
 
 
 def _column(table: pa.Table, name: str, default=None) -> list:
@@ -160,7 +160,6 @@ def link_file(path: str | Path) -> dict[str, int]:
     """Link the requests table at `path` in place, right after tracing (the one place traced rows
     are linked: `tierscope trace` and the runner both call this); returns the rows per way their
     parent was found (`request_id`, `time_containment`, ..., and `root`)."""
-    from tierscope import tables
 
     linked = link_transactions(tables.read(path, "requests"))
     tables.write(linked, path, "requests")
