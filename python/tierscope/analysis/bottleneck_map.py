@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from tierscope.analysis.whitebox import hardware_first, resource_of
+from tierscope.spec import parse_notation
 from tierscope.tiers import tier_of_host
 
 
@@ -80,7 +81,6 @@ def throughput_groups(max_throughput: Mapping[str, float], tolerance: float = 0.
 def _counts(r: ConfigurationResult) -> dict[str, int | None]:
     if r.counts is not None:
         return {t: r.counts.get(t) for t in ("web", "app", "middleware", "db")}
-    from tierscope.spec import parse_notation
 
     try:
         parsed = parse_notation(r.config.split()[0] if r.config.strip() else r.config)

@@ -25,11 +25,14 @@ import pyarrow.compute as pc
 from tierscope.analysis.alternation import Verdict
 from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
+from tierscope.analysis.fine import MIN_IDLE_ARRIVALS, idle_service_times
 from tierscope.analysis.heavy import heavy_requests, heavy_summary, stall_events
 from tierscope.analysis.points import Point, find_points
+from tierscope.analysis.study import configuration_labels
 from tierscope.analysis.whitebox import WhiteBox, whitebox
 from tierscope.contracts import DEFAULT_WINDOW_NS
 from tierscope.ingest import ImportResult, load
+from tierscope.trace.link import link_transactions, rows_linked_to_their_own_id
 
 
 @dataclass
@@ -130,7 +133,6 @@ def analyze_files(
 def _point_requests(point: Point, notes: list[str]) -> pa.Table | None:
     """The point's requests; a table linked by an older tierscope (rows naming their own request id as
     parent) is linked again, once, and `notes` says so."""
-    from tierscope.trace.link import link_transactions, rows_linked_to_their_own_id
 
     if not point.tables.rows("requests"):
         return None
@@ -252,7 +254,6 @@ def configurations_of(by_config: dict[str, list[Point]]) -> tuple[dict[str, dict
     """Each configuration's fields (its topology and swept values but the workload level, from its
     first point's manifest), in the sweep's order (its points' lowest index), and its label by what
     differs (`analysis.study.configuration_labels`)."""
-    from tierscope.analysis.study import configuration_labels
 
     def order(item: tuple[str, list[Point]]) -> tuple[int, str]:
         indexes = [p.manifest.point.index for p in item[1] if p.manifest.point.index is not None]
@@ -281,7 +282,6 @@ def service_hints(chosen: Point, points: list[Point], notes: list[str], limit: i
     """Per server, its service time measured at the nearest lower workload levels of the same
     configuration (requests that found it idle): the slope of the main sequence of a server that
     was saturated during the whole analysed point and so never found idle there."""
-    from tierscope.analysis.fine import MIN_IDLE_ARRIVALS, idle_service_times
 
     if chosen.users is None:
         return {}

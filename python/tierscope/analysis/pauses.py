@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .alternation import pearson
-from .windows import interval_ratio
+from .windows import Intervals, accumulate_intervals, interval_ratio
 
 #: Event kinds that stop a server's work.
 PAUSE_KINDS = ("gc", "injected_pause", "pause", "freeze", "silence")  # silence: `analysis.silences`
@@ -130,7 +130,6 @@ def paused_share_above(
     its capacity was zero, so every request in it waited (the simulator's ground truth counts a
     frozen server holding a request as saturated).
     """
-    from .windows import Intervals, accumulate_intervals
 
     out = np.zeros((n_servers, n_windows))
     seg_srv, seg_a, seg_b = [], [], []

@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tierscope.analysis.whitebox import hardware_first, resource_of
+from tierscope.spec import parse_notation
 from tierscope.tiers import TIERS, tier_of_host
 
 CLAIM_KINDS = ("bottleneck", "ratio", "compare", "verdict", "loss")
@@ -80,7 +82,6 @@ def _words(name: str) -> str:
 
 def _tiers_of_type(letter: str, topology: Any) -> list[str]:
     """The tiers whose servers are of node type `letter` in `topology` (notation string)."""
-    from tierscope.spec import parse_notation
 
     if not isinstance(topology, str):
         return []
@@ -412,7 +413,6 @@ def _share(r: Mapping[str, Any]) -> float | None:
 
 
 def _bottleneck_at(rows: Sequence[Mapping[str, Any]], users: float, min_share: float) -> dict[str, Any] | None:
-    from tierscope.analysis.whitebox import hardware_first, resource_of
 
     level = [r for r in rows if r["users"] == users and tier_of_host(str(r["host"])) != "client"]
     # a software limit only when no hardware resource is saturated (seed 004 §5)
@@ -439,7 +439,6 @@ def figures_of(data: Any, min_share: float = 0.5) -> list[dict[str, Any]]:
     between the configurations (`params`, the topology among them when it is swept), maximum
     throughput, primary bottleneck (at the maximum throughput, else at the first higher level with
     one), busiest resource, every host's mean CPU and the response times at its highest level."""
-    from tierscope.analysis.whitebox import resource_of
 
     configs: dict[str, dict[str, Any]] = dict(getattr(data, "configurations", {}) or {})
     for c in data.blackbox:

@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 
 from tierscope.analysis.experiment import Analysis
 from tierscope.analysis.study import label_of
-from tierscope.analysis.whitebox import is_soft
+from tierscope.analysis.whitebox import bound_words, is_soft, resource_of, saturated_in_tiers
+from tierscope.tiers import rank as tier_rank
 
 
 @dataclass
@@ -30,7 +31,6 @@ def resource_name(metric: str) -> str:
     quota", `disk_util`: "disk", `mem_util`: "memory", `sockets_util`: "sockets", `connections_util`:
     "connections"); CPU metrics keep their name (cpu_util, cpu_user), which says how the CPU was
     measured."""
-    from tierscope.analysis.whitebox import resource_of
 
     name = resource_of(metric)
     return metric if name == "CPU" else name
@@ -131,7 +131,6 @@ def _whitebox_level(data: Analysis) -> tuple[Any, Any, float] | None:
 def bound_tiers(data: Analysis, tiers: list[str]) -> dict[str, str]:
     """For each of `tiers` with a saturated white-box resource at the level `whitebox_saturated_tiers`
     reads: "db, disk-bound" (`whitebox.bound_words`)."""
-    from tierscope.analysis.whitebox import bound_words, saturated_in_tiers
 
     level = _whitebox_level(data)
     if level is None or not tiers:
@@ -175,7 +174,6 @@ def corroborate(
     """Combine the fine-grained verdict with the white-box saturated resources (docs/analysis.md,
     "The headline"). `same_point`: the white box was read at the analysed point's level. Returns
     (a replacement headline or None, a sentence to append)."""
-    from tierscope.tiers import rank as tier_rank
 
     kind, tiers = getattr(verdict, "kind", None), list(getattr(verdict, "tiers", []) or [])
     if not saturated_tiers or kind not in ("single", "several"):

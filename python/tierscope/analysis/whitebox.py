@@ -49,6 +49,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tierscope.tiers import tier_of_host
+
 GRID = np.linspace(0.0, 100.0, 201)  # 0.5 percentage-point steps
 SATURATION_THRESHOLD = 95.0
 MIN_SHARE = 0.5
@@ -276,7 +278,6 @@ def saturated_in_tiers(
     hosts saturated at workload level `users`: share above 95 % ≥ `min_share` in `shares` (the
     `WhiteBox.shares` table). A host's tier comes from `host_tiers`, else from its name
     (`tier_of_host`: db2 -> db). Most saturated first; a tier with none maps to []."""
-    from tierscope.tiers import tier_of_host
 
     wanted = list(dict.fromkeys(tiers))
     out: dict[str, list[SaturatedResource]] = {t: [] for t in wanted}
