@@ -32,6 +32,8 @@ from typing import Any
 from tierscope import statedir
 from tierscope.spec import NodeType, Point, PointConfig
 from tierscope.testbed import cgroups, network
+from tierscope.testbed.cgroups import BASE_CONTROLLERS
+from tierscope.testbed.clean import _kill
 from tierscope.testbed.host import Host
 from tierscope.testbed.interference import NoisyNeighbourProcess, PauseInjector, events_table
 from tierscope.testbed.monitor import Monitor, Target
@@ -610,7 +612,6 @@ def holders(dirs: list[Path]) -> dict[int, str]:
 def lab_processes(lab: int, state: dict | None) -> set[int]:
     """Every process of a lab: in its hosts' cgroups, in its namespaces, and holding files in its
     work and point directories."""
-    from tierscope.testbed.cgroups import BASE_CONTROLLERS
 
     pids: set[int] = set()
     for c in BASE_CONTROLLERS:
@@ -633,8 +634,6 @@ def remove_orphan(lab: int) -> dict[str, list]:
     with them the veths' peers), its veths and bridge, its cgroups, its state file and its own work
     directory. Returns what went: {"processes", "netns", "links", "cgroups", "errors"}."""
     import shutil
-
-    from tierscope.testbed.clean import _kill
 
     f = state_dir() / f"lab{lab}.json"
     try:
