@@ -132,6 +132,22 @@ def settles_to_zero(probe, within: float = 5.0) -> bool:
     return True
 
 
+def check_probe(probe, connect, limit: int, openers) -> None:
+    """The probe's limit is what a client gets (sessions opened until the server refuses one) and
+    `limit`; it counts exactly the SLEEPING sessions in a statement and the one in a transaction,
+    not the IDLE ones (`openers`: sleeping, in_transaction, idle); then back to 0. Closes it."""
+    sleeping, in_transaction, idle = openers
+    try:
+        assert probe.limit == admitted(connect)
+        assert probe.limit == limit
+        assert probe.busy() == 0
+        samples = _count_while(probe, [sleeping] * SLEEPING + [in_transaction] + [idle] * IDLE)
+        assert samples == [SLEEPING + 1] * 5, samples
+        assert settles_to_zero(probe)
+    finally:
+        probe.close()
+
+
 @needs_root("servers run as their own OS users")
 def test_postgres_counts_statements_and_open_transactions_not_idle_sessions(tmp_path):
     import psycopg
@@ -158,18 +174,9 @@ def test_postgres_counts_statements_and_open_transactions_not_idle_sessions(tmp_
                 ready.wait()
                 release.wait(20)
 
-        probe = pg.busy_sessions_probe()
-        try:
-            # the limit is what a client gets: open sessions until the server refuses one
-            assert probe.limit == admitted(lambda: psycopg.connect(pg.dsn("lab"), autocommit=True))
-            assert probe.limit == 20 - 3 - 1  # superuser_reserved_connections' default, the probe's
-
-            assert probe.busy() == 0
-            samples = _count_while(probe, [sleeping] * SLEEPING + [in_transaction] + [idle] * IDLE)
-            assert samples == [SLEEPING + 1] * 5, samples
-            assert settles_to_zero(probe)
-        finally:
-            probe.close()
+        connect = lambda: psycopg.connect(pg.dsn("lab"), autocommit=True)  # noqa: E731
+        # superuser_reserved_connections' default (3) and the probe's own session
+        check_probe(pg.busy_sessions_probe(), connect, 20 - 3 - 1, [sleeping, in_transaction, idle])
 
 
 @needs_root("servers run as their own OS users")
@@ -200,14 +207,5 @@ def test_mariadb_counts_statements_and_open_transactions_not_idle_sessions(tmp_p
                 ready.wait()
                 release.wait(20)
 
-        probe = db.busy_sessions_probe()
-        try:
-            assert probe.limit == admitted(lambda: pymysql.connect(**db.connect_args("lab"), autocommit=True))
-            assert probe.limit == 20 - 1  # the probe's own session
-
-            assert probe.busy() == 0
-            samples = _count_while(probe, [sleeping] * SLEEPING + [in_transaction] + [idle] * IDLE)
-            assert samples == [SLEEPING + 1] * 5, samples
-            assert settles_to_zero(probe)
-        finally:
-            probe.close()
+        connect = lambda: pymysql.connect(**db.connect_args("lab"), autocommit=True)  # noqa: E731
+        check_probe(db.busy_sessions_probe(), connect, 20 - 1, [sleeping, in_transaction, idle])  # the probe's session
