@@ -659,3 +659,55 @@ def test_monitor_series_turn_counters_into_rates_and_break_at_gaps():
                     (500_000_000, pytest.approx(400.0))]  # fmt: skip
     assert [r["value"] for r in t if r["metric"] == "x_level"] == [10.0, 30.0, 100.0]
     assert {r["host"] for r in t} == {"h1"} and {r["unit"] for r in t} == {"per_s", "count"}
+
+
+def test_two_runs_started_together_choose_different_free_labs(tmp_path):
+    """`Testbed(lab=None)` (what `tierscope run` builds) picks its lab as it builds, one chooser at a
+    time: two processes that both saw the same first free lab at construction still come up on two
+    labs, both at once. (Choosing at construction made the second fail with "lab N is already up":
+    two benches of the smoke run, 2026-11-28.)"""
+    _needs_namespaces()
+    go = tmp_path / "go"
+    code = (
+        "import os, sys, time\n"
+        "from tierscope.testbed.lab import Testbed\n"
+        "tb = Testbed(lab=None, workdir=sys.argv[1])\n"
+        "print(tb.lab, flush=True)\n"  # the guess at construction
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.005)\n"
+        "tb.up_hosts([('web1', None), ('db1', None)])\n"
+        "print(tb.lab, flush=True)\n"
+        "sys.stdin.readline()\n"  # stays up until the test has seen both
+        "tb.down()\n"
+        "print('down', flush=True)\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / f"w{i}")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        guesses = [int(p.stdout.readline()) for p in procs]
+        assert guesses[0] == guesses[1]  # both saw the same first free lab
+        go.touch()
+        lines = [p.stdout.readline().strip() for p in procs]
+        assert all(ln.isdigit() for ln in lines), [p.stderr.read() for p in procs if p.poll() is not None]
+        labs = [int(ln) for ln in lines]
+        assert labs[0] != labs[1]
+        for lab in labs:  # both up at once
+            assert Path(f"/run/netns/tierscope{lab}-db1").exists()
+        for p in procs:
+            p.stdin.write("\n")
+            p.stdin.flush()
+        assert [p.stdout.readline().strip() for p in procs] == ["down", "down"]
+        for lab in labs:
+            assert not Path(f"/run/netns/tierscope{lab}-db1").exists()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()

@@ -17,7 +17,7 @@ from tierscope.runner.drive import drive
 from tierscope.runner.point import DONE, FAILED, PointContext, PointFailed, Progress
 from tierscope.runner.record import write_manifest
 from tierscope.spec import Point, Spec, db_topology_problem
-from tierscope.testbed.lab import Testbed, free_lab, holders
+from tierscope.testbed.lab import Testbed, holders
 from tierscope.trace.capture import LiveCapture
 
 
@@ -143,7 +143,7 @@ def run_point(
     interrupted = False
     try:
         progress.phase = "building hosts"
-        ctx.testbed = Testbed(lab=free_lab(), workdir=pdir / "testbed", mode=mode, point_dir=pdir)
+        ctx.testbed = Testbed(lab=None, workdir=pdir / "testbed", mode=mode, point_dir=pdir)
         ctx.hosts = ctx.testbed.up(point)
         url = start_tiers(ctx, data_dirs, progress)
         c = point.config

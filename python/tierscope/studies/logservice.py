@@ -274,7 +274,7 @@ def run_mode(
     from tierscope.services.appserver import AppServer
     from tierscope.services.redis import Redis
     from tierscope.spec import NodeType
-    from tierscope.testbed.lab import Testbed, free_lab
+    from tierscope.testbed.lab import Testbed
 
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
@@ -289,7 +289,7 @@ def run_mode(
     supervisor: Supervisor | None = None
     stored: set | None = None
     error = ""
-    with Testbed(lab=free_lab(), workdir=workdir / "testbed", mode=testbed_mode) as tb:
+    with Testbed(lab=None, workdir=workdir / "testbed", mode=testbed_mode) as tb:
         phase("building hosts")
         # the database host starts without a CPU limit (a few thousandths of a core would take
         # minutes to start PostgreSQL and create the tables); it gets `db_cpu` for the load and

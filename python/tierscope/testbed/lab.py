@@ -82,10 +82,20 @@ class Testbed:
     __test__ = False  # not a pytest class
 
     def __init__(
-        self, lab: int = 0, workdir: str | Path | None = None, mode: str = "auto", point_dir: str | Path | None = None
+        self,
+        lab: int | None = 0,
+        workdir: str | Path | None = None,
+        mode: str = "auto",
+        point_dir: str | Path | None = None,
     ):
+        """`lab=None`: the first free lab, chosen as the hosts are built under a lock every process
+        choosing one takes, so that two runs started together never pick the same number (until
+        then `lab` is the first free one at construction, a guess)."""
         if mode not in ("auto", "namespaces", "loopback"):
             raise TestbedError(f"mode must be auto, namespaces or loopback, got {mode!r}")
+        self.pick_free = lab is None
+        if lab is None:
+            lab = free_lab()
         network.subnet(lab)  # validates the lab number
         self.lab = lab
         self.requested_mode = mode
@@ -152,11 +162,11 @@ class Testbed:
             raise TestbedError(f"too many hosts for one lab subnet: {len(plan)} (at most 253)")
         self.mode = self._resolve_mode()
         self._register_exit()
-        self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             if self.mode == "namespaces":
                 self._up_namespaces(plan)
             else:
+                self.workdir.mkdir(parents=True, exist_ok=True)
                 self.lost = list(LOOPBACK_LOST)
                 for i, (name, nt) in enumerate(plan):
                     self.hosts[name] = Host(name=name, address=f"127.77.{self.lab}.{i + 2}")
@@ -190,8 +200,17 @@ class Testbed:
         import fcntl
 
         _secure_state_dir()
-        with open(self.state_file.with_suffix(".lock"), "w") as lock:
+        with contextlib.ExitStack() as held:
+            if self.pick_free:
+                # one chooser at a time, until the chosen lab's bridge and state file exist
+                choosing = held.enter_context(open(state_dir() / "choose-lab.lock", "w"))
+                fcntl.flock(choosing, fcntl.LOCK_EX)
+                self.lab = free_lab()
+                if self._own_workdir:
+                    self.workdir = (state_dir() / f"lab{self.lab}").absolute()
+            lock = held.enter_context(open(self.state_file.with_suffix(".lock"), "w"))
             fcntl.flock(lock, fcntl.LOCK_EX)  # two processes never build the same lab at once
+            self.workdir.mkdir(parents=True, exist_ok=True)
             self._build_namespaces(plan)
             self._save_state()
 
