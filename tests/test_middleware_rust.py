@@ -452,10 +452,49 @@ def test_a_transaction_with_a_write_runs_on_both_and_rolls_back_on_both(servers)
     commits = xacts(pgs, "xact_commit", lambda c: all(a - b >= 5 for a, b in zip(c, commits0)))
     assert [a - b for a, b in zip(rollbacks, rollbacks0)] == [1, 1]
     assert all(a - b >= 5 for a, b in zip(commits, commits0)), (commits0, commits)
-    # BEGIN starts a transaction (a write), the rest of it are transaction units: INSERT, SELECT,
-    # UPDATE, COMMIT (4 x 5); INSERT, INSERT, ROLLBACK (3)
-    assert stats["writes"] == 5 * 5 + 4 and stats["transaction_units"] == 5 * 4 + 3 and stats["disabled"] == []
+    # BEGIN is answered by the middleware and goes to the servers with the first statement, so the
+    # write units are the transactions' statements: INSERT, SELECT, UPDATE, COMMIT (4 x 5); INSERT,
+    # INSERT, ROLLBACK (3)
+    assert stats["writes"] == 5 * 4 + 3 and stats["transaction_units"] == 5 * 4 + 3 and stats["disabled"] == []
     assert stats["reads"] == 0  # every unit of these transactions was broadcast
+
+
+def test_a_begin_takes_the_write_lock_only_with_its_first_statement(servers):
+    """A plain BEGIN is answered by the middleware and sent with the transaction's first statement:
+    a transaction opened and idle holds no write lock, so another session's write goes through at
+    once (C-JDBC takes the lock at the first write too); once the transaction has written, the other
+    session's write waits for its COMMIT. Both servers end with the same rows, in the same order."""
+    import psycopg
+
+    _, pgs = servers
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS rbeg", DB)
+        p.sql("CREATE TABLE rbeg (seq serial PRIMARY KEY, who text)", DB)
+    stats: dict = {}
+    with (
+        rust_middleware(servers, "rr", stats=stats) as mw,
+        psycopg.connect(dsn(mw), autocommit=True) as a,
+        psycopg.connect(dsn(mw), autocommit=True) as b,
+    ):
+
+        def insert_by_b(who: str) -> threading.Event:
+            done = threading.Event()
+            threading.Thread(target=lambda: (b.execute(f"INSERT INTO rbeg (who) VALUES ('{who}')"), done.set())).start()
+            return done
+
+        a.execute("BEGIN")  # autocommit: psycopg sends no BEGIN of its own, this is the one
+        assert a.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        try:
+            # not behind a's open, idle transaction (it would wait for a's COMMIT if BEGIN took the lock)
+            assert insert_by_b("b1").wait(5.0), "b's write waited for a transaction that had only begun"
+            a.execute("INSERT INTO rbeg (who) VALUES ('a')")  # a's BEGIN and INSERT: a holds the lock now
+            b2 = insert_by_b("b2")
+            assert not b2.wait(1.0), "b's write went through while a's transaction held the write lock"
+        finally:
+            a.execute("COMMIT")
+        assert b2.wait(10.0)
+    assert on_each(pgs, "SELECT seq, who FROM rbeg ORDER BY seq") == [[(1, "b1"), (2, "a"), (3, "b2")]] * 2
+    assert stats["disabled"] == [] and stats["writes"] == 4  # b1, a's INSERT (with BEGIN), COMMIT, b2
 
 
 def test_psycopg_prepared_statements_and_the_extended_protocol(servers):
@@ -680,8 +719,9 @@ def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
     assert sum(scans1) - sum(scans0) == 600 and [a - b for a, b in zip(scans2, scans1)] == [400, 400]
     # pgbench's own catalog queries at start are reads too
     assert stats["reads"] >= 600 and stats["disabled"] == []
-    # TPC-B: BEGIN; UPDATE; SELECT; UPDATE; UPDATE; INSERT; END: 7 write units, 6 inside the transaction
-    assert stats["writes"] == 7 * 200 and stats["transaction_units"] == 6 * 200
+    # TPC-B: BEGIN; UPDATE; SELECT; UPDATE; UPDATE; INSERT; END: BEGIN answered by the middleware,
+    # sent with the UPDATE: 6 write units, each inside the transaction
+    assert stats["writes"] == 6 * 200 and stats["transaction_units"] == 6 * 200
     hist = on_each(pgs, "SELECT count(*), sum(delta) FROM pgbench_history")
     assert hist[0] == hist[1] and hist[0][0][0] == 200
     balances = on_each(pgs, "SELECT sum(abalance), sum(bbalance) FROM pgbench_accounts, pgbench_branches")

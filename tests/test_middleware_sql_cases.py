@@ -62,6 +62,12 @@ def test_classification(servers, case):
         # refused by the middleware itself (0A000: COPY is not supported) before it is routed: its
         # classification is checked by `cargo test` only (sql.rs classification_matches_the_shared_cases)
         assert error == "0A000" and got == (0, 0), (error, stats)
+    elif case.get("deferred"):
+        # a plain BEGIN: answered by the middleware (the client is in a transaction), sent to the
+        # servers with the session's next unit, here the COMMIT psycopg sends as the connection
+        # closes: one write unit on each server where a BEGIN sent at once makes two
+        assert in_transaction and error is None, (error, in_transaction)
+        assert got == (0, 1) and all(b["writes"] == 1 for b in stats["backends"]), stats
     elif case["kind"] == "read":
         assert got == (1, 0), stats
         assert sum(b["reads"] for b in stats["backends"]) == 1 and all(b["writes"] == 0 for b in stats["backends"])

@@ -400,6 +400,22 @@ pub fn label(sql: &str) -> String {
     out
 }
 
+/// A statement that only opens a transaction, with no options: `BEGIN`, `BEGIN WORK`, `BEGIN
+/// TRANSACTION`, `START TRANSACTION` (any case, an optional `;`). The middleware answers it itself
+/// and sends it to the backends with the transaction's first statement (an option, which the
+/// server might refuse, would be refused too late: such a BEGIN is sent as it comes).
+pub fn plain_begin(sql: &str) -> bool {
+    let toks = tokens(sql);
+    let words: Vec<&str> = match toks.split_last() {
+        Some((last, rest)) if last.is_punct(";") => rest,
+        _ => &toks[..],
+    }
+    .iter()
+    .map(|t| if t.kind == TokKind::Word { t.text.as_str() } else { "" })
+    .collect();
+    matches!(words.as_slice(), ["BEGIN"] | ["BEGIN", "WORK" | "TRANSACTION"] | ["START", "TRANSACTION"])
+}
+
 pub fn first_word(sql: &str) -> String {
     match tokens_upto(sql, 1).into_iter().next() {
         Some(t) if t.kind == TokKind::Word => t.text,
@@ -573,6 +589,14 @@ mod tests {
                 other => panic!("kind {other:?}"),
             };
             assert_eq!(classify(&text), expected, "{text:?}");
+        }
+        // the plain BEGINs the session answers itself are the cases marked deferred, and only those
+        let v: serde_json::Value = serde_json::from_str(CASES).expect("engine/tests/sql_cases.json is JSON");
+        let list = v["classify"].as_array().expect("a classify list");
+        assert!(list.iter().filter(|c| c["deferred"] == true).count() >= 2);
+        for c in list {
+            let text = c["sql"].as_str().expect("sql");
+            assert_eq!(plain_begin(text), c["deferred"] == true, "{text:?}");
         }
         // a function name in a subquery's INTO is not SELECT INTO
         assert_eq!(classify("SELECT (SELECT 1) FROM t"), Kind::Read);

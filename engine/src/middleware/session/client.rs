@@ -51,6 +51,9 @@ pub struct Session {
     pub(super) txn: Option<Txn>,
     pub(super) last_write: Option<JoinHandle<Option<Txn>>>,
     pub(super) open: Option<OpenUnit>,
+    /// a plain BEGIN answered here and not sent yet: it goes to the backends with the
+    /// transaction's first unit (one round trip fewer under the write lock)
+    pub(super) pending_begin: Option<Message>,
 }
 
 impl Session {
@@ -69,6 +72,7 @@ impl Session {
             txn: None,
             last_write: None,
             open: None,
+            pending_begin: None,
         }
     }
 
@@ -111,6 +115,7 @@ impl Session {
                 wire::FLUSH => {
                     unit.push(msg);
                     if self.open.is_none() {
+                        self.begin_now().await?;
                         match self.open_begin().await {
                             Ok(()) => {}
                             Err(Fail::NoBackend(e)) => {
@@ -172,7 +177,7 @@ impl Session {
     }
 
     pub(super) fn status(&self) -> u8 {
-        if self.txn.is_some() {
+        if self.txn.is_some() || self.pending_begin.is_some() {
             b'T'
         } else {
             b'I'

@@ -25,3 +25,73 @@ fn ddl_and_settings_reset_prepared_statements() {
         assert!(!resets_statements(text), "{text}");
     }
 }
+
+#[test]
+fn only_a_begin_without_options_is_answered_here() {
+    use crate::middleware::sql::plain_begin;
+    for text in ["BEGIN", "begin;", " Begin Work ", "BEGIN TRANSACTION;", "start transaction", "BEGIN -- a comment\n"] {
+        assert!(plain_begin(text), "{text}");
+    }
+    for text in [
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "START TRANSACTION READ ONLY",
+        "BEGIN; SELECT 1",
+        "BEGIN;;",
+        "COMMIT",
+        "SELECT 'BEGIN'",
+        "BEGIN WORK TRANSACTION",
+        "",
+    ] {
+        assert!(!plain_begin(text), "{text}");
+    }
+}
+
+#[test]
+fn a_plain_begin_is_answered_here_in_either_protocol() {
+    use super::units::deferred_begin;
+    use crate::middleware::wire::{self, Message};
+    let msg = |kind: u8, body: &[u8]| Message { kind, body: body.to_vec() };
+    let deferred_begin = |unit: &[Message]| deferred_begin(unit).ok().expect("a well-formed unit");
+    let kinds = |answer: &[u8]| {
+        let mut ks = Vec::new();
+        let mut i = 0;
+        while i < answer.len() {
+            ks.push(answer[i]);
+            i += 1 + wire::header_length(answer, i).unwrap() + 4;
+        }
+        ks
+    };
+    let simple = deferred_begin(&[msg(wire::QUERY, b"begin;\0")]).unwrap();
+    assert_eq!(kinds(&simple.answer), [wire::COMMAND_COMPLETE, wire::READY]);
+    assert!(simple.query == b"begin;\0" && simple.parse.is_none());
+    assert_eq!(*simple.answer.last().unwrap(), b'T');
+    // pgbench -M extended: Parse, Bind, Describe portal, Execute, Sync
+    let parse = msg(wire::PARSE, b"\0BEGIN;\0\0\0");
+    let bind = msg(wire::BIND, b"\0\0\0\0\0\0\0\0");
+    let describe = msg(wire::DESCRIBE, b"P\0");
+    let execute = msg(wire::EXECUTE, b"\0\0\0\0\0");
+    let sync = msg(wire::SYNC, b"");
+    let ext = deferred_begin(&[parse.clone(), bind.clone(), describe.clone(), execute.clone(), sync.clone()]).unwrap();
+    assert_eq!(kinds(&ext.answer), [wire::PARSE_COMPLETE, wire::BIND_COMPLETE, wire::NO_DATA, wire::COMMAND_COMPLETE, wire::READY]);
+    assert_eq!(ext.query, b"BEGIN;\0");
+    assert_eq!(ext.parse.as_ref().map(|p| p.sql.as_str()), Some("BEGIN;"));
+    let plain = deferred_begin(&[parse.clone(), bind.clone(), execute.clone(), sync.clone()]).unwrap();
+    assert_eq!(kinds(&plain.answer), [wire::PARSE_COMPLETE, wire::BIND_COMPLETE, wire::COMMAND_COMPLETE, wire::READY]);
+    // anything else goes as it comes
+    let one_param = msg(wire::BIND, b"\0\0\0\0\0\x01\0\0\0\x01x\0\0");
+    let named = msg(wire::PARSE, b"s1\0BEGIN\0\0\0");
+    let typed = msg(wire::PARSE, b"\0BEGIN\0\0\x01\0\0\0\x17");
+    let other_portal = msg(wire::EXECUTE, b"p\0\0\0\0\0");
+    for unit in [
+        vec![msg(wire::QUERY, b"BEGIN ISOLATION LEVEL SERIALIZABLE\0")],
+        vec![msg(wire::QUERY, b"SELECT 1\0")],
+        vec![parse.clone(), one_param, execute.clone(), sync.clone()],
+        vec![named, bind.clone(), execute.clone(), sync.clone()],
+        vec![typed, bind.clone(), execute.clone(), sync.clone()],
+        vec![parse.clone(), bind.clone(), other_portal, sync.clone()],
+        vec![parse.clone(), bind.clone(), execute.clone()],
+        vec![msg(wire::PARSE, b"\0SELECT 1\0\0\0"), bind, execute, sync],
+    ] {
+        assert!(deferred_begin(&unit).is_none(), "{:?}", unit.iter().map(|m| m.kind as char).collect::<String>());
+    }
+}

@@ -31,6 +31,18 @@ impl Session {
             }
         }
         self.m.count(|c| c.units += 1);
+        if self.txn.is_none() && self.pending_begin.is_none() {
+            if let Some(begin) = deferred_begin(&unit)? {
+                // answered here; sent with the next unit (as a simple Query, its answers hidden),
+                // under the write lock that unit takes
+                self.out.extend_from_slice(&begin.answer);
+                self.pending_begin = Some(Message { kind: wire::QUERY, body: begin.query });
+                if let Some(p) = begin.parse {
+                    self.unnamed = Some(p); // the client's unnamed statement is the BEGIN now
+                }
+                return Ok(());
+            }
+        }
         if unit[0].kind == wire::QUERY && may_deallocate(&unit[0].body) && self.deallocate(&wire::query_text(&unit[0].body)?) {
             return Ok(());
         }
@@ -38,7 +50,7 @@ impl Session {
             return Ok(());
         }
         // labels only for a read outside a transaction (decided in the same pass as the kind)
-        let want_label = self.txn.is_none() && self.m.tracks_labels();
+        let want_label = self.txn.is_none() && self.pending_begin.is_none() && self.m.tracks_labels();
         let (kind, label) = self.unit_kind_label(&unit, want_label)?;
         if kind == Kind::Copy {
             self.m.count(|c| c.errors_to_clients += 1);
@@ -50,7 +62,7 @@ impl Session {
             self.out.extend_from_slice(&wire::ready(self.status()));
             return Ok(());
         }
-        let r = if self.txn.is_some() {
+        let r = if self.txn.is_some() || self.pending_begin.is_some() {
             // inside a transaction every unit runs on all its backends
             self.m.count(|c| c.transaction_units += 1);
             self.write(&unit).await
@@ -68,6 +80,18 @@ impl Session {
             }
             other => other,
         }
+    }
+
+    /// Send a BEGIN answered earlier on its own (before a unit that does not take the write path),
+    /// its answer dropped: the client had it.
+    pub(super) async fn begin_now(&mut self) -> SResult<()> {
+        let Some(begin) = self.pending_begin.take() else {
+            return Ok(());
+        };
+        let n = self.out.len();
+        let r = self.write(&[begin]).await;
+        self.out.truncate(n);
+        r
     }
 
     /// A unit that only prepares or closes named statements (PQsendPrepare) is answered here: the
@@ -199,4 +223,69 @@ impl Session {
             .collect();
         Ok((kind, Some(self.m.label(&refs))))
     }
+}
+
+/// A plain BEGIN the session answers itself: the answer, the body of the simple Query that sends it
+/// later, and (extended protocol) the Parse that is the client's unnamed statement afterwards.
+pub(super) struct DeferredBegin {
+    pub(super) answer: Vec<u8>,
+    pub(super) query: Vec<u8>,
+    pub(super) parse: Option<Arc<Parse>>,
+}
+
+/// A unit that is a plain BEGIN (`sql::plain_begin`), alone: a simple Query, or (extended
+/// protocol, as `pgbench -M extended` sends it) Parse of the unnamed statement with no parameter
+/// types, Bind of the unnamed portal with no parameters, an optional Describe of that portal,
+/// Execute, Sync. None for anything else.
+pub(super) fn deferred_begin(unit: &[Message]) -> SResult<Option<DeferredBegin>> {
+    let mut answer = Vec::new();
+    if let [q] = unit {
+        if q.kind != wire::QUERY || !sql::plain_begin(&wire::query_text(&q.body)?) {
+            return Ok(None);
+        }
+        answer.extend_from_slice(&wire::command_complete("BEGIN"));
+        answer.extend_from_slice(&wire::ready(b'T'));
+        return Ok(Some(DeferredBegin { answer, query: q.body.clone(), parse: None }));
+    }
+    let kinds: Vec<u8> = unit.iter().map(|m| m.kind).collect();
+    let described = match kinds.as_slice() {
+        [wire::PARSE, wire::BIND, wire::EXECUTE, wire::SYNC] => false,
+        [wire::PARSE, wire::BIND, wire::DESCRIBE, wire::EXECUTE, wire::SYNC] => true,
+        _ => return Ok(None),
+    };
+    let p = Parse::decode(&unit[0].body)?;
+    if !p.name.is_empty() || p.types.iter().any(|&b| b != 0) || !sql::plain_begin(&p.sql) {
+        return Ok(None);
+    }
+    let b = wire::Bind::decode(&unit[1].body)?;
+    if !b.portal.is_empty() || !b.statement.is_empty() || !no_parameters(b.rest) {
+        return Ok(None);
+    }
+    if described {
+        let t = wire::Target::decode(&unit[2].body)?;
+        if t.what != b'P' || !t.name.is_empty() {
+            return Ok(None);
+        }
+    }
+    if !wire::cstring(&unit[unit.len() - 2].body, 0)?.0.is_empty() {
+        return Ok(None); // Execute of another portal
+    }
+    answer.extend_from_slice(&wire::frame(wire::PARSE_COMPLETE, b""));
+    answer.extend_from_slice(&wire::frame(wire::BIND_COMPLETE, b""));
+    if described {
+        answer.extend_from_slice(&wire::frame(wire::NO_DATA, b""));
+    }
+    answer.extend_from_slice(&wire::command_complete("BEGIN"));
+    answer.extend_from_slice(&wire::ready(b'T'));
+    let mut query = p.sql.clone().into_bytes();
+    query.push(0);
+    Ok(Some(DeferredBegin { answer, query, parse: Some(Arc::new(p)) }))
+}
+
+/// A Bind's rest (after portal and statement) binds no parameter: its parameter format codes, then
+/// a parameter count of zero.
+fn no_parameters(rest: &[u8]) -> bool {
+    let u16_at = |i: usize| rest.get(i..i + 2).map(|b| u16::from_be_bytes([b[0], b[1]]) as usize);
+    let Some(formats) = u16_at(0) else { return false };
+    u16_at(2 + 2 * formats) == Some(0)
 }

@@ -13,13 +13,13 @@ use tokio::task::JoinSet;
 
 use super::client::{Fail, SResult, Session};
 use super::execute::{execute, panicked, Exec, Sink};
-use super::outgoing::Outgoing;
+use super::outgoing::{Outgoing, Step};
 use super::position::with_position;
 use crate::middleware::pool::Conn;
 use crate::middleware::recovery;
-use crate::middleware::replies::ReplyPlan;
+use crate::middleware::replies::{Mode, ReplyPlan};
 use crate::middleware::sql;
-use crate::middleware::wire::Message;
+use crate::middleware::wire::{self, Message};
 use crate::middleware::{log, pylist, Manager};
 
 /// An explicit transaction: its connections (one per backend still in it) and the write lock.
@@ -104,6 +104,15 @@ impl Session {
             }
             (log, seq)
         });
+        if let Some(begin) = self.pending_begin.take() {
+            // the BEGIN answered earlier goes first, its answers hidden (the position, if any, is
+            // then recorded inside the transaction)
+            let mut data = Vec::with_capacity(begin.body.len() + 5 + out.data.len());
+            begin.encode_into(&mut data);
+            data.extend_from_slice(&out.data);
+            out.data = data;
+            out.plan.insert(0, Step::Sent(wire::QUERY, Mode::Hide, 0));
+        }
         let out = Arc::new(out);
         let durable = durable.map(|(log, seq)| logged(log, seq, out.clone()));
         if out.resets {
