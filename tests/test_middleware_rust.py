@@ -497,6 +497,36 @@ def test_a_begin_takes_the_write_lock_only_with_its_first_statement(servers):
     assert stats["disabled"] == [] and stats["writes"] == 4  # b1, a's INSERT (with BEGIN), COMMIT, b2
 
 
+def test_transactions_psycopg_begins_itself_in_every_mode(servers):
+    """psycopg outside autocommit sends its own BEGIN before the first statement: as a simple Query,
+    and in pipeline mode flushed before Sync (where the middleware sends the BEGIN it answered
+    first, then runs the flushed unit like a write). Prepared or not, pipelined or not, each
+    transaction commits or rolls back whole on both servers."""
+    import psycopg
+
+    _, pgs = servers
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS rmodes", DB)
+        p.sql("CREATE TABLE rmodes (id int PRIMARY KEY, how text)", DB)
+    modes = [(None, False), (0, False), (None, True), (0, True)]  # (prepare_threshold, pipeline)
+    stats: dict = {}
+    with rust_middleware(servers, "rr", stats=stats) as mw:
+        for i, (threshold, pipeline) in enumerate(modes):
+            with psycopg.connect(dsn(mw), prepare_threshold=threshold) as conn:
+                block = conn.pipeline if pipeline else contextlib.nullcontext
+                with block():
+                    conn.execute("INSERT INTO rmodes VALUES (%s, %s)", (2 * i, f"{threshold}/{pipeline}"))
+                    conn.execute("INSERT INTO rmodes VALUES (%s, %s)", (2 * i + 1, "rolled back"))
+                conn.rollback()  # both rows gone
+                with block():
+                    conn.execute("INSERT INTO rmodes VALUES (%s, %s)", (2 * i, f"{threshold}/{pipeline}"))
+                    assert conn.execute("SELECT count(*) FROM rmodes WHERE id = %s", (2 * i,)).fetchone() == (1,)
+                conn.commit()
+    expected = [(2 * i, f"{t}/{p}") for i, (t, p) in enumerate(modes)]
+    assert on_each(pgs, "SELECT id, how FROM rmodes ORDER BY id") == [expected] * 2
+    assert stats["disabled"] == [] and stats["flushed_units"] > 0  # the pipelines flushed before Sync
+
+
 def test_psycopg_prepared_statements_and_the_extended_protocol(servers):
     """prepare_threshold=0: psycopg prepares every statement (Parse with a name), the middleware
     keeps them and runs them on either backend as the unnamed statement."""
