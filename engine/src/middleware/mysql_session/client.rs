@@ -56,6 +56,9 @@ pub(super) struct Session {
     pub(super) next_stmt: u32,
     pub(super) txn: Option<Txn>,
     pub(super) last_write: Option<JoinHandle<Option<Txn>>>,
+    /// a plain BEGIN answered here and not sent yet (its COM_QUERY payload): it goes to the
+    /// backends in front of the transaction's first statement, its answer hidden
+    pub(super) pending_begin: Option<Vec<u8>>,
 }
 
 impl Session {
@@ -75,6 +78,7 @@ impl Session {
             next_stmt: 1,
             txn: None,
             last_write: None,
+            pending_begin: None,
         }
     }
 
@@ -87,7 +91,7 @@ impl Session {
     }
 
     pub(super) fn status_flags(&self) -> u16 {
-        if self.txn.is_some() {
+        if self.txn.is_some() || self.pending_begin.is_some() {
             my::STATUS_IN_TRANS
         } else {
             my::STATUS_AUTOCOMMIT
@@ -192,6 +196,7 @@ impl Session {
 
     /// COM_RESET_CONNECTION (and the end): an open transaction is rolled back (its connections closed).
     pub(super) async fn reset(&mut self) {
+        self.pending_begin = None; // never sent: nothing to roll back
         if let Some(h) = self.last_write.take() {
             if let Ok(Some(txn)) = h.await {
                 self.txn = Some(txn);

@@ -105,6 +105,15 @@ pub(super) fn replayed_unit(rec: &[u8], seq: u64) -> Option<(Outgoing, bool)> {
         _ => return None,
     };
     let passed = std::iter::repeat_n(false, npre).chain([true]).chain(std::iter::repeat_n(false, npost)).collect();
-    let opens = recovery::my_opens_transaction(&text);
+    // a unit that carried the client's BEGIN in front of it (answered by the middleware) opens too
+    let mut begun = false;
+    let mut at = 0;
+    while at + 4 <= pre.len() {
+        let n = my::header(pre, at).0;
+        let payload = &pre[at + 4..(at + 4 + n).min(pre.len())];
+        begun |= payload.first() == Some(&my::COM_QUERY) && recovery::my_opens_transaction(&String::from_utf8_lossy(&payload[1..]));
+        at += 4 + n;
+    }
+    let opens = begun || recovery::my_opens_transaction(&text);
     Some((Outgoing { query, stmt, pre: pre.to_vec(), post: post.to_vec(), passed, seq: Some(seq), opens }, ok))
 }

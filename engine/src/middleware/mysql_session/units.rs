@@ -34,14 +34,21 @@ impl Session {
             self.out.extend_from_slice(&answer);
             return Ok(());
         }
+        if self.txn.is_none() && self.pending_begin.is_none() && sql::plain_begin(&text) {
+            // answered here; sent with the next unit, under the write lock that unit takes
+            self.pending_begin = Some(payload);
+            self.reply(&my::ok(0, 0, self.status_flags()), 1);
+            return Ok(());
+        }
         let kind = sql::kind_of(&text);
-        let label = (kind == Kind::Read && self.txn.is_none() && self.m.tracks_labels()).then(|| self.m.label(&[&text]));
+        let label =
+            (kind == Kind::Read && self.txn.is_none() && self.pending_begin.is_none() && self.m.tracks_labels()).then(|| self.m.label(&[&text]));
         self.route(Unit::Query(payload), &text, kind, label).await
     }
 
     /// Run a unit: inside a transaction on all its backends, else a read on one, a write on all.
     pub(super) async fn route(&mut self, unit: Unit, text: &str, kind: Kind, label: Option<Arc<str>>) -> SResult<()> {
-        let r = if self.txn.is_some() {
+        let r = if self.txn.is_some() || self.pending_begin.is_some() {
             self.m.count(|c| c.transaction_units += 1);
             self.write(&unit, text).await
         } else if kind == Kind::Read {

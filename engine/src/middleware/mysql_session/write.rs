@@ -90,6 +90,11 @@ impl Session {
     pub(super) async fn write(&mut self, unit: &Unit, text: &str) -> SResult<()> {
         let (conns, guard, pinned) = self.lease_for_write().await?;
         let mut out = self.outgoing(unit, text, Some(sql::now_micros()));
+        let begins = self.pending_begin.take().map(|begin| {
+            // the BEGIN answered earlier goes first, its answer hidden
+            out.pre = [my::packet(0, &begin), std::mem::take(&mut out.pre)].concat();
+            out.passed.insert(0, false);
+        });
         // the recovery log: a number and the record, appended under the write lock (the log's
         // order is the units'); fsync'd before the client is answered when no transaction is open
         // (by `broadcast`, once the answer is known: the AUTO_INCREMENT value it took goes in the
@@ -97,7 +102,7 @@ impl Session {
         let logging = self.m.recovery.clone().map(|log| {
             let seq = log.take_seq();
             out.seq = Some(seq);
-            out.opens = recovery::my_opens_transaction(text);
+            out.opens = begins.is_some() || recovery::my_opens_transaction(text);
             let command = match unit {
                 Unit::Query(p) => p.clone(),
                 Unit::Execute(sql, body) => recovery::my_execute_command(sql, body),
