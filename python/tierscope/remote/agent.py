@@ -37,8 +37,13 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # `serve` imports them when it runs
-    from tierscope.testbed.monitor import Monitor
+from tierscope import statedir
+from tierscope.services import databases
+from tierscope.services.credentials import Credentials, save_credentials
+from tierscope.testbed.host import Host
+from tierscope.testbed.monitor import Monitor, Target
+
+if TYPE_CHECKING:  # `serve` imports it when it runs (pyarrow)
     from tierscope.trace.capture import LiveCapture
 
 CGROUP_TOP = "tierscope-remote"
@@ -48,6 +53,7 @@ PACKAGES = {"nginx": "nginx-light", "tcpdump": "tcpdump"}
 
 
 def _read_point(path: str):
+    # late: tierscope.spec imports pydantic; the workdir, wait, stop and pack verbs start without it
     from tierscope.spec import Point
 
     raw = json.loads(Path(path).read_text())
@@ -81,8 +87,6 @@ CAPTURE_LO = "capture-lo.pcap"
 
 def check_workdir(path: Path) -> int:
     """Make the host's work directory `path` (0700, missing parents too) or check the existing one."""
-    from tierscope import statedir
-
     try:
         made = statedir.secure_dir(path)
     except statedir.StateError as err:
@@ -107,8 +111,6 @@ def check_workdir(path: Path) -> int:
 
 def missing(point, raw: dict, servers: list[str]) -> list[str]:
     import shutil
-
-    from tierscope.services import databases
 
     need = {"tcpdump"}
     out = []
@@ -146,16 +148,14 @@ def start_server(point, raw: dict, name: str, workdir: Path, host, served: Serve
     layout with the other servers at their inventory addresses, each server in `workdir/<name>`."""
     from dataclasses import replace
 
+    # late: tierscope.assembly and tierscope.apps import pyarrow; only `serve` needs them
     from tierscope import assembly
     from tierscope.apps import provider
-    from tierscope.testbed.host import Host
 
     c = point.config
     app = provider(c.benchmark)
     tier = raw["servers"][name]["tier"]
     if "credentials" in raw:  # the controller's secret for the point: every host's servers share it
-        from tierscope.services.credentials import Credentials, save_credentials
-
         creds = Credentials(raw["credentials"]["user"], raw["credentials"]["password"])
         save_credentials(workdir, creds)  # beside the servers' workdirs
         save_credentials(workdir / "peer-config", creds)  # beside the peer configuration's
@@ -193,11 +193,9 @@ def start_server(point, raw: dict, name: str, workdir: Path, host, served: Serve
 
 
 def serve(point_file: str, name: str, workdir: Path) -> int:
-    from tierscope import statedir
+    # late: tierscope.runner imports duckdb, cgroups pydantic, trace.capture pyarrow; only `serve` needs them
     from tierscope.runner import CAPTURE_FILTER, socket_limits
     from tierscope.testbed import cgroups
-    from tierscope.testbed.host import Host
-    from tierscope.testbed.monitor import Monitor, Target
     from tierscope.trace.capture import LiveCapture
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -282,6 +280,7 @@ def serve(point_file: str, name: str, workdir: Path) -> int:
 def _stop_served(served: Served, workdir: Path) -> None:
     import shutil
 
+    # late: tierscope.assembly imports pyarrow, cgroups pydantic; only `serve` needs them
     from tierscope.assembly import RunningSystem
     from tierscope.testbed import cgroups
 
@@ -317,8 +316,6 @@ def _stop_served(served: Served, workdir: Path) -> None:
 
 
 def wait_ready(workdir: Path, timeout: float) -> int:
-    from tierscope import statedir
-
     deadline = time.monotonic() + timeout
     state = workdir / "state.json"
     while time.monotonic() < deadline:
@@ -351,8 +348,6 @@ def wait_ready(workdir: Path, timeout: float) -> int:
 def _agent(workdir: Path) -> tuple[bool, dict, str] | None:
     """The serving agent's record in `workdir`: (still that process, the record, why not); None when
     there is no pid file yet. StateError when the file or its directory is not to be trusted."""
-    from tierscope import statedir
-
     if not os.path.lexists(workdir):  # the point never started here
         return None
     record = statedir.read_json(workdir / "agent.pid")
@@ -363,8 +358,6 @@ def _agent(workdir: Path) -> tuple[bool, dict, str] | None:
 
 
 def stop_agent(workdir: Path, timeout: float) -> int:
-    from tierscope import statedir
-
     try:
         agent = _agent(workdir)
     except statedir.StateError as err:  # planted: signal nothing
@@ -392,6 +385,7 @@ def stop_agent(workdir: Path, timeout: float) -> int:
 
 
 def load(point_file: str, target: str, workdir: Path, users: int | None, first_user: int) -> int:
+    # late: tierscope.runner imports duckdb (tierscope.load rich); only the load verb needs them
     from tierscope.load import engine_args, run_load
     from tierscope.runner import users_of, workload_file
 

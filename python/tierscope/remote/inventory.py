@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from tierscope.remote import RemoteError
+from tierscope.spec import SpecError, parse_duration
+from tierscope.textfile import read_utf8
 
 GROUPS = ("web", "app", "middleware", "db", "client")
 #: the variables tierscope reads (besides Ansible's own connection variables)
@@ -144,8 +146,6 @@ def _vars(path: Path, node, where: str) -> dict[str, Any]:
 
 
 def _clock_bound(path: Path, node, where: str) -> float:
-    from tierscope.spec import SpecError, parse_duration
-
     try:
         value = parse_duration(_scalar(path, node, where))
     except (SpecError, ValueError, TypeError) as err:
@@ -158,8 +158,6 @@ def _clock_bound(path: Path, node, where: str) -> float:
 def load_inventory(path: str | Path) -> Inventory:
     """Read and check an inventory; InventoryError naming file, line and field."""
     import yaml
-
-    from tierscope.textfile import read_utf8
 
     path = Path(path)
     try:
