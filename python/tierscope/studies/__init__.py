@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import tierscope
 from tierscope.analysis.study import Finding, check_claim, loss_finding, study_finding
 
 #: how a study is run: the experiment runner, seed 003's log service, seed 002's scaling runner
@@ -31,8 +32,6 @@ class Study:
 
 
 def presets_dir() -> Path:
-    import tierscope
-
     return Path(tierscope.__file__).parent / "presets"
 
 

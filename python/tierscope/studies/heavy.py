@@ -32,7 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tierscope.services.middleware import POLICIES
+from tierscope.services.base import Service, free_port
+from tierscope.services.middleware import POLICIES, Middleware
+from tierscope.services.postgres import Postgres, pg_bindir
+from tierscope.spec import NodeType
+from tierscope.testbed import cgroups
+from tierscope.testbed.host import Host
 
 DB = "heavy"
 LIGHT_SQL = "\\set id random(1, 10000)\nSELECT v FROM small WHERE id = :id;\n"
@@ -101,12 +106,6 @@ def run(
     log=print,
 ) -> dict:
     """Build the case, run every policy `repeat` times (interleaved), return the figures."""
-    from tierscope.services.base import Service, free_port
-    from tierscope.services.middleware import Middleware
-    from tierscope.services.postgres import Postgres, pg_bindir
-    from tierscope.spec import NodeType
-    from tierscope.testbed import cgroups
-    from tierscope.testbed.host import Host
 
     class LabelledMiddleware(Middleware):  # heavy reads per replica are kept under every policy
         def command(self) -> list[str]:

@@ -34,9 +34,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tierscope.analysis.whitebox import MIN_SHARE, resource_of, whitebox
+from tierscope.apps.dal import Database
+from tierscope.apps.logservice import schema
 from tierscope.apps.logservice.app import MODES, LogServiceConfig
 from tierscope.apps.logservice.driver import CONNECTION_ERROR, TIMEOUT, Load
+from tierscope.apps.logservice.supervisor import Supervisor
+from tierscope.services.appserver import AppServer
 from tierscope.services.databases import PORT, database_server
+from tierscope.services.redis import APPENDFSYNC, Redis
+from tierscope.spec import NodeType
+from tierscope.testbed import cgroups
+from tierscope.testbed.lab import Testbed
 
 APP = "tierscope.apps.logservice.app:create_app()"
 APP_PORT, REDIS_PORT = 8080, 6379
@@ -63,8 +72,6 @@ class Service:
     supervise: bool = True  # restart the database, the broker and the app server when they die
 
     def __post_init__(self):
-        from tierscope.services.redis import APPENDFSYNC
-
         if self.dbms not in PORT:
             raise ValueError(f"dbms: expected one of {', '.join(PORT)}, got {self.dbms!r}")
         if not 0.001 <= self.db_cpu_period <= 1.0:
@@ -150,8 +157,6 @@ def bottleneck(resources: pa.Table | None, start_ns: int, end_ns: int) -> str:
     """The most saturated resource during the load, from the white box's shares above 95 %
     (`analysis.whitebox`): "db1 CPU quota 71 %" (share of the samples), or the busiest CPU when
     nothing reaches 95 %: "app1 CPU mean 61 %"."""
-    from tierscope.analysis.whitebox import resource_of, whitebox
-
     if resources is None or resources.num_rows == 0:
         return ""
     inside = resources.filter(
@@ -178,8 +183,6 @@ def saturated(resources: pa.Table | None, start_ns: int, end_ns: int) -> list[di
     mean reaches `SATURATED_MEAN` % of its allowance (a quota of a few milliseconds per period
     reads as 0 % or 200 % from one sample to the next). One entry per host and resource ("CPU"
     for both its utilisation and its quota): {"host", "resource", "share_above", "mean"}."""
-    from tierscope.analysis.whitebox import MIN_SHARE, resource_of, whitebox
-
     if resources is None or resources.num_rows == 0:
         return []
     inside = resources.filter(
@@ -205,8 +208,6 @@ def saturated(resources: pa.Table | None, start_ns: int, end_ns: int) -> list[di
 def describe_saturated(items: list[dict]) -> str:
     """The table's cell: "db1 CPU (85 % of samples > 95 %)", "db1 CPU (its whole allowance)" (by
     its mean), or "none"."""
-    from tierscope.analysis.whitebox import MIN_SHARE
-
     if not items:
         return "none"
     return ", ".join(
@@ -268,14 +269,6 @@ def run_mode(
     by role ({"app": AppServer, "db": the database, "broker": Redis in durable mode}) and the
     supervisor (None when `service.supervise` is off; holding its `lock` delays its restarts); the
     kill drills kill one of the servers with it, and the supervisor brings it back."""
-    from tierscope.apps.dal import Database
-    from tierscope.apps.logservice import schema
-    from tierscope.apps.logservice.supervisor import Supervisor
-    from tierscope.services.appserver import AppServer
-    from tierscope.services.redis import Redis
-    from tierscope.spec import NodeType
-    from tierscope.testbed.lab import Testbed
-
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -443,8 +436,6 @@ def run_mode(
 
 def _limit_cpu(cgroup: str, node_type) -> None:
     """Give a host's cgroup the CPU quota of `node_type` (None: no limit) while it runs."""
-    from tierscope.testbed import cgroups
-
     cpu = cgroups.path("cpu", cgroup)
     (cpu / "cpu.cfs_quota_us").write_text("-1")  # first: a period below the old quota is refused
     if node_type is not None and node_type.cpu:
@@ -464,9 +455,6 @@ def _own(cfg: LogServiceConfig):
 
 def _stored(cfg: LogServiceConfig, deadline_s: float) -> tuple[set | None, str]:
     """The stored (client, id) keys, asking again until `deadline_s` passes; (None, why) then."""
-    from tierscope.apps.dal import Database
-    from tierscope.apps.logservice import schema
-
     end, why = time.monotonic() + deadline_s, ""
     while True:
         try:

@@ -50,7 +50,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tierscope.services.middleware import RECOVERY_TABLE
+from tierscope.apps.snapshot import copy_tree
+from tierscope.oltp import dsn_of, tpcc_load, tpcc_run, ycsb_load, ycsb_run
+from tierscope.services.base import free_port
+from tierscope.services.galera import GaleraCluster
+from tierscope.services.mariadb import MariaDB
+from tierscope.services.middleware import RECOVERY_TABLE, Middleware
+from tierscope.services.postgres import Postgres
+from tierscope.testbed.host import Host
 
 TARGETS = ("galera", "middleware")
 WORKLOADS = ("ycsb-a", "ycsb-b", "ycsb-c", "ycsb-f", "tpcc")
@@ -325,8 +332,6 @@ def _run_workload(
 ) -> dict:
     """One driver process; `first_client`: the clients the other drivers of the same run started
     before this one (TPC-C terminals then take their own warehouses and districts)."""
-    from tierscope.oltp import tpcc_run, ycsb_run
-
     if workload == "tpcc":
         return tpcc_run(
             dsn,
@@ -351,8 +356,6 @@ def _run_workload(
 
 
 def _load(dsn: str, preset: ScalePreset) -> dict:
-    from tierscope.oltp import tpcc_load, ycsb_load
-
     loaded = {}
     if any(w.startswith("ycsb") for w in preset.workloads):
         loaded["ycsb"] = ycsb_load(dsn, records=preset.records)
@@ -367,11 +370,6 @@ def _wipe(path: Path) -> None:
 
 def galera_seed(root: Path, preset: ScalePreset, say: Callable[[str], None]):
     """A stopped MariaDB server holding the loaded data (the snapshot the nodes copy)."""
-    from tierscope.oltp import dsn_of
-    from tierscope.services.base import free_port
-    from tierscope.services.mariadb import MariaDB
-    from tierscope.testbed.host import Host
-
     seed = MariaDB(
         Host.loopback(),
         free_port(),
@@ -390,10 +388,6 @@ def galera_seed(root: Path, preset: ScalePreset, say: Callable[[str], None]):
 
 def postgres_seed(root: Path, preset: ScalePreset, say: Callable[[str], None]):
     """A stopped PostgreSQL server holding the loaded data (the snapshot the replicas copy)."""
-    from tierscope.services.base import free_port
-    from tierscope.services.postgres import Postgres
-    from tierscope.testbed.host import Host
-
     seed = Postgres(
         Host.loopback(),
         free_port(),
@@ -412,12 +406,6 @@ def postgres_seed(root: Path, preset: ScalePreset, say: Callable[[str], None]):
 def run_galera(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str], None]) -> list[dict]:
     """Start an n-node Galera cluster from copies of `seed`, run every workload with one engine
     process per node, stop the cluster and remove its data; one result row per workload."""
-    from tierscope.apps.snapshot import copy_tree
-    from tierscope.oltp import dsn_of
-    from tierscope.services.base import free_port
-    from tierscope.services.galera import GaleraCluster
-    from tierscope.testbed.host import Host
-
     host = Host.loopback()
     where = root / f"galera-{n}"
     rows = []
@@ -471,12 +459,6 @@ def run_galera(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str
 def run_middleware(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str], None]) -> list[dict]:
     """Start n PostgreSQL replicas from copies of `seed` and, per workload, the middleware in
     front of them; one engine process through the middleware; stop all and remove the data."""
-    from tierscope.apps.snapshot import copy_tree
-    from tierscope.services.base import free_port
-    from tierscope.services.middleware import Middleware
-    from tierscope.services.postgres import Postgres
-    from tierscope.testbed.host import Host
-
     host = Host.loopback()
     where = root / f"middleware-{n}"
     rows = []
