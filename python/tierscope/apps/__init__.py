@@ -37,12 +37,14 @@ class WsgiApp:
 
 
 def _rubbos() -> AppProvider:
+    # late: the provider imports WsgiApp from this module (a cycle), and loads only when asked for
     from tierscope.apps.rubbos.provider import PROVIDER
 
     return PROVIDER
 
 
 def _bookstore() -> AppProvider:
+    # late: the provider imports WsgiApp from this module (a cycle), and loads only when asked for
     from tierscope.apps.bookstore.provider import PROVIDER
 
     return PROVIDER

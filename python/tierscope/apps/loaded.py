@@ -11,7 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tierscope.services.databases import data_dbms, dbms_name
+from tierscope.apps import snapshot
+from tierscope.services.base import free_port
+from tierscope.services.databases import client_config, data_dbms, database_server, dbms_name
+from tierscope.testbed.host import Host
 
 
 class LoadedDatabaseApp:
@@ -36,10 +39,6 @@ class LoadedDatabaseApp:
 
     def prepare_data(self, config: Any, work: Path, say: Callable[[str], None]) -> Path:
         """The snapshot's data directory, loading it first when there is none (or an outdated one)."""
-        from tierscope.apps import snapshot
-        from tierscope.services.base import free_port
-        from tierscope.testbed.host import Host
-
         datagen = self.datagen()
         dbms, scale = data_dbms(dbms_name(config.dbms)), self.scale_name(config.scale)
         snap = snapshot.snapshot_for(self.snapshots, dbms, scale, config.seed, datagen.GENERATOR_VERSION)
@@ -84,8 +83,6 @@ class LoadedDatabaseApp:
         name: str | None,
         fsync: bool = False,
     ) -> tuple[Any, Any]:
-        from tierscope.services.databases import database_server
-
         return database_server(
             dbms,
             host,
@@ -99,12 +96,8 @@ class LoadedDatabaseApp:
         )
 
     def restore(self, data_dir: Path, server: Any) -> None:
-        from tierscope.apps import snapshot
-
         snapshot.copy_tree(data_dir, server.data_dir)
 
     def client_config(self, db: Any) -> Any:
         """What the app server connects to for database `db` (a Galera cluster: every node)."""
-        from tierscope.services.databases import client_config
-
         return client_config(db)

@@ -9,7 +9,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from tierscope import tables
+from tierscope.apps.bookstore import datagen, static
+from tierscope.apps.bookstore.datagen import customer_a, item_a, scale_named
 from tierscope.apps.loaded import LoadedDatabaseApp
+from tierscope.apps.snapshot import CACHE
+from tierscope.services.appserver import AppServer
 
 APP = "tierscope.apps.bookstore.app:create_app()"
 
@@ -37,8 +42,6 @@ def scaled_workload(text: str, items: int, customers: int) -> str:
     """A workload file's NURand draws for `items` items and `customers` customers: C_ID =
     NURand(A(customers), 1, customers), author strings DigSyl(NURand(A(items), 0, items/10)),
     title strings DigSyl(NURand(A(items), 0, items/5)) (TPC-W clauses 2.3.2, 2.10.5.1)."""
-    from tierscope.apps.bookstore.datagen import customer_a, item_a
-
     new = {
         "customer": f"[{customer_a(customers)}, 1, {customers}]",
         "author": f"[{item_a(items)}, 0, {items // 10}]",
@@ -60,15 +63,11 @@ class BookstoreProvider(LoadedDatabaseApp):
         return scale_name(scale)
 
     def datagen(self) -> Any:
-        from tierscope.apps.bookstore import datagen
-
         return datagen
 
     def app_server(
         self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str | None
     ) -> Any:
-        from tierscope.services.appserver import AppServer
-
         db = self.client_config(db)  # a Galera cluster: every node, the pool spreads over them
         env = {
             "TPCW_DBMS": db.dbms,
@@ -94,8 +93,6 @@ class BookstoreProvider(LoadedDatabaseApp):
 
     def static_root(self, directory: Path, config: Any = None) -> Path:
         """The static GIFs and one thumbnail and one image per item of the point's data set."""
-        from tierscope.apps.bookstore import datagen, static
-
         items = datagen.scale_named(scale_name(config.scale))[0] if config is not None else 100_000
         return static.write_static(directory, items=items)
 
@@ -108,8 +105,6 @@ class BookstoreProvider(LoadedDatabaseApp):
         scale = scale_name(config.scale) if config is not None else "tiny"
         if scale == "tiny":
             return path
-        from tierscope.apps.bookstore.datagen import scale_named
-        from tierscope.apps.snapshot import CACHE
 
         items, ebs = scale_named(scale)
         out = CACHE / "bookstore" / "workloads" / f"{mix}-{scale}.toml"
@@ -120,8 +115,6 @@ class BookstoreProvider(LoadedDatabaseApp):
         return out
 
     def events(self, events_dir: Path) -> pa.Table:
-        from tierscope import tables
-
         return tables.empty("events")  # the bookstore records no GC or pause events of its own
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from tierscope.apps.logservice.schema import read_tokens
+
 TIMEOUT, CONNECTION_ERROR = 0, -1
 
 OUTCOMES = pa.schema(
@@ -157,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", default="{}", help='the Load as JSON, e.g. \'{"clients": 100, "records": 10}\'')
     args = ap.parse_args(argv)
     load = Load(**json.loads(args.load))
-    from tierscope.apps.logservice.schema import read_tokens
 
     table = drive(load, args.host, args.port, read_tokens(args.tokens))
     pq.write_table(table, args.out)

@@ -16,6 +16,7 @@ import secrets
 from pathlib import Path
 
 from tierscope.apps.dal import Database
+from tierscope.services.redis import write_secret
 
 TABLES = {
     "postgresql": [
@@ -64,8 +65,6 @@ def create(db: Database, clients: int) -> dict[int, str]:
 
 def write_tokens(path: Path, tokens: dict[int, str]) -> Path:
     """Keep `tokens` in `path`, readable by its owner only (the driver reads it with `read_tokens`)."""
-    from tierscope.services.redis import write_secret
-
     write_secret(Path(path), json.dumps({str(k): v for k, v in tokens.items()}))
     return Path(path)
 

@@ -11,6 +11,8 @@ import pyarrow as pa
 
 from tierscope.apps import WsgiApp
 from tierscope.apps.loaded import LoadedDatabaseApp
+from tierscope.apps.rubbos import datagen, events, mixes, pages
+from tierscope.services.appserver import AppServer
 
 
 def scale_name(scale: float | str) -> str:
@@ -49,8 +51,6 @@ def server_env(server: Any) -> dict[str, str]:
 
 def collect_events(events_dir: Path) -> pa.Table:
     """The GC and injected-pause events the app's workers wrote under `events_dir`."""
-    from tierscope.apps.rubbos import events
-
     return events.collect(events_dir)
 
 
@@ -67,15 +67,11 @@ class RubbosProvider(LoadedDatabaseApp):
         return scale_name(scale)
 
     def datagen(self) -> Any:
-        from tierscope.apps.rubbos import datagen
-
         return datagen
 
     def app_server(
         self, host: Any, port: int, workdir: Path, *, db: Any, soft: Any, events_dir: Path, name: str | None
     ) -> Any:
-        from tierscope.services.appserver import AppServer
-
         return AppServer(
             host,
             port,
@@ -90,13 +86,9 @@ class RubbosProvider(LoadedDatabaseApp):
         )
 
     def static_root(self, directory: Path, config: Any = None) -> Path:
-        from tierscope.apps.rubbos import pages
-
         return pages.write_static(directory)
 
     def workload_file(self, mix: str, config: Any = None) -> Path:
-        from tierscope.apps.rubbos import mixes
-
         path = Path(mixes.__file__).parent / "workloads" / f"{mix}.toml"
         if not path.exists():
             raise FileNotFoundError(f"no workload file for mix {mix!r} ({path})")
