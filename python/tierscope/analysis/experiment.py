@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from tierscope.analysis.alternation import Verdict
 from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
 from tierscope.analysis.bottleneck_map import ConfigurationResult, bottleneck_map
-from tierscope.analysis.fine import MIN_IDLE_ARRIVALS, idle_service_times
+from tierscope.analysis.fine import MIN_IDLE_ARRIVALS, analyze_fine, idle_service_times
 from tierscope.analysis.heavy import heavy_requests, heavy_summary, stall_events
 from tierscope.analysis.points import Point, find_points
 from tierscope.analysis.study import configuration_labels
@@ -68,10 +68,6 @@ def run_fine(
     requests: pa.Table, events: pa.Table | None, window_ns: int, service_hints: dict[str, float] | None = None
 ) -> tuple[Any | None, str | None]:
     """The fine-grained analysis of the server tiers (the client tier is left out), or why not."""
-    try:
-        from tierscope.analysis.fine import analyze_fine
-    except ImportError as err:
-        return None, f"fine-grained analysis unavailable ({err})"
     servers = requests.filter(pc.not_equal(requests.column("tier"), "client"))
     if servers.num_rows == 0:
         return None, "no requests at any server tier (only the client's own log)"
