@@ -29,6 +29,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tierscope.textfile import read_utf8
+
 #: The default start of simulated time: an epoch-sized instant, so the tables look like a real run's.
 DEFAULT_START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 
@@ -163,8 +165,6 @@ def parse_spec(data: dict, source: str = "<spec>") -> Spec:
 
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec TOML file."""
-    from tierscope.textfile import read_utf8
-
     path = Path(path)
     try:
         text = read_utf8(path, "a simulator spec is TOML, which")
