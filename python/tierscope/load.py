@@ -153,6 +153,7 @@ def merge_client_logs(parts: Sequence[tuple[str | Path, int, int]], out: str | P
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    # late: tierscope.tables imports pyarrow, which only the merge of the logs needs
     from tierscope import tables
 
     merged = []

@@ -42,6 +42,7 @@ def formats() -> dict[str, Format]:
     global _loaded_plugins
     if not _loaded_plugins:
         _loaded_plugins = True
+        # late: each format's module imports register_format from this one (a cycle)
         from tierscope.ingest import accesslog, jaeger, otlp, parquet, zipkin  # noqa: F401 (register)
 
         for entry in metadata.entry_points(group="tierscope.importers"):

@@ -55,6 +55,7 @@ def events_table(rows: list[tuple[int, int, str, str, str]]):
     """An `events` table from (start_ns, end_ns, host, kind, detail) tuples."""
     import pyarrow as pa
 
+    # late: tierscope.tables imports pyarrow; the burner process starts without it
     from tierscope.tables import EVENTS
 
     cols: list[Any] = list(zip(*rows)) if rows else [[], [], [], [], []]

@@ -407,6 +407,7 @@ def _table(chunks: list):
     import numpy as np
     import pyarrow as pa
 
+    # late: tierscope.tables imports pyarrow; the monitor process starts without it
     from tierscope.tables import RESOURCES
 
     if not chunks:
@@ -432,6 +433,7 @@ def sample_loop(
     """Sample until SIGTERM/SIGINT (or the parent exits); write `out` (Parquet). Returns the summary."""
     import pyarrow.parquet as pq
 
+    # late: tierscope.tables imports pyarrow; the monitor process starts without it
     from tierscope.tables import RESOURCES
 
     series = [_Series(_Host(t)) for t in targets]
@@ -614,6 +616,7 @@ class Monitor:
         """Stop sampling; returns the resources table (also kept as `.table`)."""
         import pyarrow.parquet as pq
 
+        # late: tierscope.tables imports pyarrow; the agent imports Monitor and starts without it
         from tierscope.tables import conform
 
         if self.proc is None:
