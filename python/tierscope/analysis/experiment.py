@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tierscope.analysis.alternation import Verdict
 from tierscope.analysis.blackbox import BlackBox, blackbox, load_curve
@@ -320,8 +321,6 @@ def _analyse_point(
     truth = chosen.path / "saturation_truth.parquet"
     data.truth = None
     if truth.is_file():
-        import pyarrow.parquet as pq
-
         data.truth = pq.read_table(truth)
     data.fine, why = run_fine(reqs, chosen.tables.get("events"), window_ns)
     if (

@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ import sys
 import tarfile
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,8 +112,6 @@ def check_workdir(path: Path) -> int:
 
 
 def missing(point, raw: dict, servers: list[str]) -> list[str]:
-    import shutil
-
     need = {"tcpdump"}
     out = []
     for name in servers:
@@ -146,8 +146,6 @@ def start_server(point, raw: dict, name: str, workdir: Path, host, served: Serve
     """Start server `name` of the point on this host with the assembly's start of its tier
     (`tierscope.assembly`, which `runner.start_tiers` uses for the whole system): the point's
     layout with the other servers at their inventory addresses, each server in `workdir/<name>`."""
-    from dataclasses import replace
-
     # late: tierscope.assembly and tierscope.apps import pyarrow; only `serve` needs them
     from tierscope import assembly
     from tierscope.apps import provider
@@ -278,8 +276,6 @@ def serve(point_file: str, name: str, workdir: Path) -> int:
 
 
 def _stop_served(served: Served, workdir: Path) -> None:
-    import shutil
-
     # late: tierscope.assembly imports pyarrow, cgroups pydantic; only `serve` needs them
     from tierscope.assembly import RunningSystem
     from tierscope.testbed import cgroups

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tierscope.remote import RemoteError
 from tierscope.spec import SpecError, parse_duration
 from tierscope.textfile import read_utf8
@@ -108,8 +110,6 @@ def _err(path: Path, node, what: str) -> InventoryError:
 
 
 def _mapping(path: Path, node, where: str) -> list[tuple[Any, Any]]:
-    import yaml
-
     if node is None or (isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null")):
         return []
     if not isinstance(node, yaml.MappingNode):
@@ -118,22 +118,16 @@ def _mapping(path: Path, node, where: str) -> list[tuple[Any, Any]]:
 
 
 def _kind(node) -> str:
-    import yaml
-
     return {yaml.ScalarNode: "a single value", yaml.SequenceNode: "a list"}.get(type(node), "a mapping")
 
 
 def _scalar(path: Path, node, where: str) -> Any:
-    import yaml
-
     if not isinstance(node, yaml.ScalarNode):
         raise _err(path, node, f"{where}: expected a single value, got {_kind(node)}")
     return yaml.safe_load(yaml.serialize(node))
 
 
 def _vars(path: Path, node, where: str) -> dict[str, Any]:
-    import yaml
-
     out = {}
     for k, v in _mapping(path, node, where):
         key = _scalar(path, k, where)
@@ -157,8 +151,6 @@ def _clock_bound(path: Path, node, where: str) -> float:
 
 def load_inventory(path: str | Path) -> Inventory:
     """Read and check an inventory; InventoryError naming file, line and field."""
-    import yaml
-
     path = Path(path)
     try:
         text = read_utf8(path, "an inventory is YAML, which")

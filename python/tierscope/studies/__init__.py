@@ -5,6 +5,7 @@ runner puts the finding in the run's report.html, `tierscope report RUN` in its 
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -83,8 +84,6 @@ def finding_of_run(data: Any, run_dir: Path) -> Finding | None:
     """The finding of an analysed run directory (`tierscope report RUN`): checked against the claim
     of the study whose preset its run.json names; None when it is not a run of the runner (no
     run.json in it nor above it) or has no load curve."""
-    import json
-
     if not getattr(data, "blackbox", None):
         return None
     for d in (run_dir, run_dir.parent):

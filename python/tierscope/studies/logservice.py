@@ -26,8 +26,9 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -448,8 +449,6 @@ def _own(cfg: LogServiceConfig):
     """The experiment's own database connection (the schema, the read-back): one connection that
     waits up to 30 s, not the app's short `db_timeout_s` (a database host of a few hundredths of a
     core takes longer than that to log a connection in)."""
-    from dataclasses import replace
-
     return replace(cfg.db(), pool_size=1, pool_timeout_s=30.0)
 
 
@@ -483,8 +482,6 @@ def _wait_workers(app, workers: int, deadline_s: float) -> bool:
     """Wait until `workers` different app workers have answered /stats (each answers once it has
     opened its connections and read the tokens), so that none is still starting when the
     database gets its limit; False when they had not within `deadline_s`."""
-    import urllib.request
-
     seen: set = set()
     end = time.monotonic() + deadline_s
     while len(seen) < workers and time.monotonic() < end:
@@ -501,8 +498,6 @@ def _drain(app, mode: str, deadline_s: float, workers: int = 1) -> bool:
     records waiting or being written), six readings running; False when they were not within
     `deadline_s`. (Each reading lands on one worker: one worker's empty queue says nothing of the
     others'.)"""
-    import urllib.request
-
     if mode == "direct":
         return True
     if mode == "durable":

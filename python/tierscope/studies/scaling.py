@@ -40,6 +40,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -49,6 +50,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tierscope.apps.snapshot import copy_tree
 from tierscope.oltp import dsn_of, tpcc_load, tpcc_run, ycsb_load, ycsb_run
@@ -246,10 +251,6 @@ def node_work(kind: str, d: dict[str, int], seconds: float, reads: int | None = 
 
 def p90_ms(logs: list[Path], op: str | None = None) -> float | None:
     """The 90th percentile (ms) of the logged operations that did not fail (all of `op`'s)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     tables = [pq.read_table(p, columns=["op", "latency_us", "status"]) for p in logs if p.exists()]
     if not tables:
         return None
@@ -297,9 +298,6 @@ def combine(
 def write_results(rows: list[dict], out: Path, meta: dict) -> dict[str, Path]:
     """results.json (everything), results.parquet (one row per target x nodes x workload) and
     nodes.parquet (one row per node of each)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "results.json", "parquet": out / "results.parquet", "nodes": out / "nodes.parquet"}
     paths["json"].write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
@@ -553,8 +551,6 @@ def run_scaling(
     finally:
         _wipe(root)
         if out is not None and rows:
-            import os
-
             meta = {
                 "preset": preset.__dict__,
                 "started": started,

@@ -10,14 +10,18 @@ new one; CONNECTION_ERROR when the connection failed).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tierscope.apps.logservice.schema import read_tokens
 
@@ -125,8 +129,6 @@ def drive(
 ) -> pa.Table:
     """Post `load.total` records to host:port, client n with `tokens[n]`; one outcome row per
     record (OUTCOMES)."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, load.clients * 2 + 256))
     if want > soft:
@@ -138,8 +140,6 @@ def drive(
 
 def acknowledged(outcomes: pa.Table) -> set[str]:
     """Ids of the records the service acknowledged (201)."""
-    import pyarrow.compute as pc
-
     return set(outcomes.filter(pc.equal(outcomes["status"], 201))["id"].to_pylist())
 
 
@@ -147,10 +147,6 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m tierscope.apps.logservice.driver --host H --port P --out F --tokens FILE --load JSON`
     (the experiment runs it inside the client host; the tokens come in a file, never on the
     command line, which every user can read)."""
-    import argparse
-
-    import pyarrow.parquet as pq
-
     ap = argparse.ArgumentParser(description="Post log records to the log service; one outcome row per record.")
     ap.add_argument("--host", required=True)
     ap.add_argument("--port", type=int, required=True)
