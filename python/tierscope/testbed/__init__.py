@@ -12,8 +12,7 @@ __all__ = ["Host", "Testbed", "TestbedError"]
 
 def __getattr__(name: str):
     if name in ("Testbed", "TestbedError"):
-        # late: lab imports tierscope.spec (pydantic); the monitor and burner processes import this
-        # package and start without it
+        # late: lab imports pydantic (tierscope.spec); the monitor and burner processes start without it
         from tierscope.testbed import lab
 
         return getattr(lab, name)
