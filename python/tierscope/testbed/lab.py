@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -163,15 +164,16 @@ class Testbed:
         self.mode = self._resolve_mode()
         self._register_exit()
         try:
-            if self.mode == "namespaces":
-                self._up_namespaces(plan)
-            else:
+            with self._lab_chosen():
                 self.workdir.mkdir(parents=True, exist_ok=True)
-                self.lost = list(LOOPBACK_LOST)
-                for i, (name, nt) in enumerate(plan):
-                    self.hosts[name] = Host(name=name, address=f"127.77.{self.lab}.{i + 2}")
-                    self.node_types[name] = nt
-            self._save_state()
+                if self.mode == "namespaces":
+                    self._up_namespaces(plan)
+                else:
+                    self.lost = list(LOOPBACK_LOST)
+                    for i, (name, nt) in enumerate(plan):
+                        self.hosts[name] = Host(name=name, address=f"127.77.{self.lab}.{i + 2}")
+                        self.node_types[name] = nt
+                self._save_state()
         except (cgroups.CgroupError, network.NetworkError, OSError) as err:
             self._down_quietly()
             raise TestbedError(f"cannot build the hosts of lab {self.lab}: {err}") from err
@@ -196,21 +198,25 @@ class Testbed:
             return
         remove_orphan(self.lab)
 
-    def _up_namespaces(self, plan: list[tuple[str, NodeType | None]]) -> None:
-        import fcntl
-
+    @contextlib.contextmanager
+    def _lab_chosen(self) -> Iterator[None]:
+        """With `lab=None`: the first free lab chosen, one chooser at a time until the chosen lab's
+        state file (and bridge) exist, which the body writes."""
+        if not self.pick_free:
+            yield
+            return
         _secure_state_dir()
-        with contextlib.ExitStack() as held:
-            if self.pick_free:
-                # one chooser at a time, until the chosen lab's bridge and state file exist
-                choosing = held.enter_context(open(state_dir() / "choose-lab.lock", "w"))
-                fcntl.flock(choosing, fcntl.LOCK_EX)
-                self.lab = free_lab()
-                if self._own_workdir:
-                    self.workdir = (state_dir() / f"lab{self.lab}").absolute()
-            lock = held.enter_context(open(self.state_file.with_suffix(".lock"), "w"))
+        with open(state_dir() / "choose-lab.lock", "w") as choosing:
+            fcntl.flock(choosing, fcntl.LOCK_EX)
+            self.lab = free_lab()
+            if self._own_workdir:
+                self.workdir = (state_dir() / f"lab{self.lab}").absolute()
+            yield
+
+    def _up_namespaces(self, plan: list[tuple[str, NodeType | None]]) -> None:
+        _secure_state_dir()
+        with open(self.state_file.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # two processes never build the same lab at once
-            self.workdir.mkdir(parents=True, exist_ok=True)
             self._build_namespaces(plan)
             self._save_state()
 
@@ -540,8 +546,6 @@ class Orphan:
 
 def _lock_held(lab: int) -> bool:
     """Whether a process is building lab `lab` right now (it holds the lab's lock file)."""
-    import fcntl
-
     try:
         fd = os.open(state_dir() / f"lab{lab}.lock", os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
