@@ -86,16 +86,7 @@ impl Backends for Cluster {
 /// A unit read back from the recovery log, to replay as unit `seq`, and whether it succeeded.
 pub(super) fn replayed_unit(rec: &[u8], seq: u64) -> Option<(Outgoing, bool)> {
     let recovery::MyRecord { ok, pre, post, command } = recovery::my_unrecord(rec)?;
-    let count = |b: &[u8]| {
-        let mut n = 0;
-        let mut at = 0;
-        while at + 4 <= b.len() {
-            at += 4 + my::header(b, at).0;
-            n += 1;
-        }
-        n
-    };
-    let (npre, npost) = (count(pre), count(post));
+    let (npre, npost) = (payloads(pre).count(), payloads(post).count());
     let (query, stmt, text) = match command[0] {
         my::COM_QUERY => (my::packet(0, command), None, String::from_utf8_lossy(&command[1..]).into_owned()),
         my::COM_STMT_EXECUTE => {
@@ -106,14 +97,21 @@ pub(super) fn replayed_unit(rec: &[u8], seq: u64) -> Option<(Outgoing, bool)> {
     };
     let passed = std::iter::repeat_n(false, npre).chain([true]).chain(std::iter::repeat_n(false, npost)).collect();
     // a unit that carried the client's BEGIN in front of it (answered by the middleware) opens too
-    let mut begun = false;
-    let mut at = 0;
-    while at + 4 <= pre.len() {
-        let n = my::header(pre, at).0;
-        let payload = &pre[at + 4..(at + 4 + n).min(pre.len())];
-        begun |= payload.first() == Some(&my::COM_QUERY) && recovery::my_opens_transaction(&String::from_utf8_lossy(&payload[1..]));
-        at += 4 + n;
-    }
+    let begun = payloads(pre).any(|p| p.first() == Some(&my::COM_QUERY) && recovery::my_opens_transaction(&String::from_utf8_lossy(&p[1..])));
     let opens = begun || recovery::my_opens_transaction(&text);
     Some((Outgoing { query, stmt, pre: pre.to_vec(), post: post.to_vec(), passed, seq: Some(seq), opens }, ok))
+}
+
+/// The payloads of the packets in `b` (a record's `pre` or `post` commands).
+fn payloads(b: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at + 4 > b.len() {
+            return None;
+        }
+        let n = my::header(b, at).0;
+        let p = &b[at + 4..(at + 4 + n).min(b.len())];
+        at += 4 + n;
+        Some(p)
+    })
 }
