@@ -20,6 +20,9 @@ BIN   := $(VENV)/bin
 APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client \
                 postgresql-15 postgresql-client-15 postgresql-contrib iproute2 procps \
                 chromium redis-server galera-4 rsync openssh-server pgbouncer pgpool2
+# Spark (`analyze --engine spark`) starts a JVM: a headless JRE, installed only when no `java` is on the
+# PATH and JAVA_HOME is unset (a JDK the machine already has serves).
+JRE_PACKAGE  := default-jre-headless
 
 ENGINE_SOURCES := $(shell find engine/src -name '*.rs' 2>/dev/null) engine/Cargo.toml
 PY_META        := pyproject.toml $(wildcard packaging/data/scripts/*)
@@ -31,6 +34,7 @@ setup: system-packages system-user $(VENV)/.installed
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$JAVA_HOME" ] && ! command -v java >/dev/null 2>&1; then missing="$$missing $(JRE_PACKAGE)"; fi; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "setup: installing Debian packages:$$missing"; \

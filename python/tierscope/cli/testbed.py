@@ -173,18 +173,21 @@ def clean(
     """Remove every namespace, link, cgroup and process tierscope left, and nothing else.
 
     With --orphans, only the labs whose owner process is dead (`tierscope run` does this at its
-    start).
+    start). Both remove the stand-in SSH hosts of a killed `testbed ssh-hosts`.
 
     Example: tierscope testbed clean   or   tierscope testbed clean --orphans
     """
+    from tierscope.remote.sshhosts import remove_orphans
     from tierscope.testbed.clean import clean as do_clean
     from tierscope.testbed.lab import state_dir
 
+    console = Console(highlight=False, soft_wrap=True)
+    for line in remove_orphans():  # stand-in SSH hosts whose `testbed ssh-hosts` was killed
+        console.print(line, markup=False)
     if orphans:
-        raise typer.Exit(clean_orphans(Console(highlight=False, soft_wrap=True)))
+        raise typer.Exit(clean_orphans(console))
 
     out = do_clean(state_dir())
-    console = Console(highlight=False)
     console.print(
         f"removed {len(out.processes)} processes, {len(out.netns)} namespaces, {len(out.links)} "
         f"links, {len(out.cgroups)} cgroup directories, {len(out.state_files)} state files and work dirs"
@@ -215,6 +218,103 @@ def clean_orphans(console: Console) -> int:
             console.print(f"  could not remove: {e}", markup=False)
         failed |= bool(gone["errors"])
     return int(failed)
+
+
+def default_groups(count: int) -> dict[str, list[str]]:
+    """The inventory groups for `count` stand-in hosts h1..hN without --groups: web h1, app h2, db h3
+    (a `1/1/0/1` spec such as examples/specs/tiny.toml), the generator on h4 when there is one, else
+    beside the web server on h1."""
+    if count < 3:
+        raise ValueError(f"{count} hosts: a web, an app and a db host need 3 at least; or give --groups")
+    return {"web": ["h1"], "app": ["h2"], "db": ["h3"], "client": ["h4" if count >= 4 else "h1"]}
+
+
+def parse_groups(text: str, hosts: list[str]) -> dict[str, list[str]]:
+    """`--groups "web=h1 app=h2,h3 db=h4 client=h1"` -> {"web": ["h1"], "app": ["h2", "h3"], ...}."""
+    from tierscope.remote.inventory import GROUPS
+
+    groups: dict[str, list[str]] = {}
+    for item in text.split():
+        group, _, names = item.partition("=")
+        if group not in GROUPS or not names:
+            raise ValueError(f"--groups {item!r}: expected GROUP=HOST[,HOST...] with GROUP one of {', '.join(GROUPS)}")
+        unknown = [n for n in names.split(",") if n not in hosts]
+        if unknown:
+            raise ValueError(f"--groups {item!r}: no host {unknown[0]!r}; the hosts are {', '.join(hosts)}")
+        groups.setdefault(group, []).extend(names.split(","))
+    return groups
+
+
+@testbed_app.command("ssh-hosts")
+def ssh_hosts(
+    count: int = typer.Argument(4, min=1, max=20, help="How many hosts (h1..hN)."),
+    inventory: Path = typer.Option(
+        Path("inventory.yml"), "--inventory", "-i", help="Where the Ansible inventory of the hosts is written."
+    ),
+    groups: str | None = typer.Option(
+        None,
+        "--groups",
+        metavar="'GROUP=HOST[,HOST] ...'",
+        help="Which host runs which tier, e.g. 'web=h1 app=h2 db=h3 client=h4' (groups: web, app, middleware, db, "
+        "client); default: web h1, app h2, db h3, client h4 (or h1 with 3 hosts).",
+    ),
+) -> None:
+    """Stand-in machines on this one: N hosts reached over SSH, to try `tierscope run --hosts`.
+
+    Each host is a network namespace on a bridge (10.233.K.0/24) with its own sshd: generated host
+    keys checked against a known_hosts file, key-only root login. The namespaces share this
+    machine's files, so tierscope is installed on every host. Writes the inventory (the keys and
+    known_hosts it names live while the hosts do), then waits: run the spec in another terminal,
+    and press Ctrl-C here to remove the hosts (sshd, namespaces, bridge, keys). Hosts whose owner was
+    killed are removed by the next `ssh-hosts`. Needs root and openssh-server.
+
+    Example: [bold]tierscope testbed ssh-hosts 4 -i inv.yml[/bold], then
+    [bold]tierscope run examples/specs/tiny.toml --hosts inv.yml[/bold]
+    """
+    import signal
+    import threading
+
+    from tierscope.cli import _output
+    from tierscope.remote.sshhosts import SshHosts, remove_orphans, unavailable_reason
+
+    console, err = Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False, soft_wrap=True)
+    names = [f"h{i + 1}" for i in range(count)]
+    try:
+        chosen = parse_groups(groups, names) if groups else default_groups(count)
+        _output.check_output_file(inventory, "--inventory")
+    except (ValueError, OSError) as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(_output.BAD_INPUT) from None
+    why = unavailable_reason()
+    if why:
+        err.print(f"[red]error:[/red] stand-in SSH hosts: {escape(why)}")
+        raise typer.Exit(_output.BAD_INPUT)
+    for line in remove_orphans():
+        err.print(line, markup=False)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    lab = SshHosts(names)
+    try:
+        with console.status(f"starting {count} hosts (namespaces and sshd)"):
+            lab.open()
+        if stop.is_set():
+            raise typer.Exit(130)
+        lab.write_inventory(inventory, chosen)
+        for n in names:
+            tiers = [g for g, hs in chosen.items() if n in hs]
+            console.print(f"{n}  {lab.addresses[n]}  {', '.join(tiers) or '(no tier)'}", markup=False)
+        console.print(
+            f"inventory: {inventory}; try: tierscope run examples/specs/tiny.toml --hosts {inventory}\n"
+            "Ctrl-C removes the hosts.",
+            markup=False,
+        )
+        while not stop.wait(0.5):
+            pass
+    finally:
+        with console.status("removing the hosts"):
+            lab.close()
+    console.print(f"removed {count} hosts", markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,12 +10,17 @@ host keys checked against a known_hosts file, key-only root login.
 
 Needs root, `ip`, `/usr/sbin/sshd` (Debian openssh-server) and `ssh-keygen`. `close()` (also on
 exit of the `with`) stops every sshd and SSH master, removes the namespaces, the bridge and the keys.
+Each lab records its owner (the process that made it) in its directory; `remove_orphans()` removes
+the labs whose owner died without closing them (a killed `tierscope testbed ssh-hosts`, a killed
+test), checking every recorded name and pid before it acts on it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +31,12 @@ from pathlib import Path
 import yaml
 
 SSHD = "/usr/sbin/sshd"
+
+#: where the labs' directories go (keys, sshd configurations, logs, the owner record)
+DIR_PREFIX = "tierscope-sshhosts-"
+#: the owner record in a lab's directory: {"owner": pid, "k": subnet, "names": [...], "sshd": {name: pid}}
+OWNER_FILE = "lab.json"
+_NAME = re.compile(r"[a-z][a-z0-9]{0,14}")
 
 
 def unavailable_reason() -> str | None:
@@ -56,10 +67,14 @@ def _free_subnet() -> int:
 
 class SshHosts:
     def __init__(self, names: list[str]):
+        bad = [n for n in names if not _NAME.fullmatch(n)]
+        if bad or not names or len(set(names)) != len(names):
+            raise ValueError(f"host names: expected distinct names like h1 (a-z, 0-9, up to 15), got {names!r}")
         self.names = list(names)
+        self.owner = os.getpid()
         self.k = _free_subnet()
         self.bridge = f"tsrbr{self.k}"
-        self.dir = Path(tempfile.mkdtemp(prefix="tierscope-sshhosts-"))
+        self.dir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
         self.addresses = {n: f"10.233.{self.k}.{i + 11}" for i, n in enumerate(self.names)}
         self.netns = {n: f"tsr{self.k}-{n}" for n in self.names}
         self.sshd_pids: dict[str, int] = {}
@@ -77,7 +92,12 @@ class SshHosts:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _record(self) -> None:
+        record = {"owner": self.owner, "k": self.k, "names": self.names, "sshd": self.sshd_pids}
+        (self.dir / OWNER_FILE).write_text(json.dumps(record))
+
     def open(self) -> None:
+        self._record()  # before the first thing made: a lab killed half-built is still found
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"10.233.{self.k}.1/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
@@ -134,6 +154,7 @@ class SshHosts:
                 start_new_session=True,
             )
             self.sshd_pids[n] = proc.pid  # nsenter execs: this is sshd's pid
+            self._record()
         deadline = time.monotonic() + 15
         lines: list[str] = []
         while time.monotonic() < deadline:
@@ -176,6 +197,8 @@ class SshHosts:
 
     def close(self) -> None:
         for pid in self.sshd_pids.values():
+            if not _is_sshd(pid):
+                continue
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -202,3 +225,58 @@ class SshHosts:
             _run("ip", "netns", "del", self.netns[n], check=False)
         _run("ip", "link", "del", self.bridge, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _is_sshd(pid: int) -> bool:
+    """Is `pid` (still) an sshd? A recorded pid may have been reused by another program."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "sshd"
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _lab_of(record_path: Path) -> SshHosts | None:
+    """The lab an owner record describes, rebuilt to be closed; None when the record is not one
+    this module wrote (wrong types, names or subnet; a directory not ours alone, or a symlink:
+    such a directory is left alone)."""
+    d = record_path.parent
+    try:
+        st = d.lstat()
+        if d.is_symlink() or st.st_uid != os.geteuid() or st.st_mode & 0o022 or record_path.is_symlink():
+            return None
+        rec = json.loads(record_path.read_text())
+        owner, k, names, sshd = int(rec["owner"]), int(rec["k"]), list(rec["names"]), dict(rec["sshd"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if owner <= 0 or not 1 <= k < 250 or not all(isinstance(n, str) and _NAME.fullmatch(n) for n in names):
+        return None
+    if set(sshd) - set(names) or not all(isinstance(p, int) and p > 1 for p in sshd.values()):
+        return None
+    lab = SshHosts.__new__(SshHosts)
+    lab.names, lab.k, lab.bridge, lab.dir = names, k, f"tsrbr{k}", record_path.parent
+    lab.netns = {n: f"tsr{k}-{n}" for n in names}
+    lab.sshd_pids = sshd
+    lab.owner = owner
+    return lab
+
+
+def remove_orphans(tmp: Path | None = None) -> list[str]:
+    """Remove the stand-in labs whose owner process is dead; returns one line per lab removed."""
+    gone = []
+    for record in sorted(Path(tmp or tempfile.gettempdir()).glob(f"{DIR_PREFIX}*/{OWNER_FILE}")):
+        lab = _lab_of(record)
+        if lab is None or _alive(lab.owner):
+            continue
+        lab.close()
+        gone.append(f"SSH hosts {', '.join(lab.names)} on {lab.bridge}: owner pid {lab.owner} dead, removed")
+    return gone
