@@ -15,7 +15,9 @@
 //! `--protocol mysql`: MariaDB backends and MySQL-protocol clients (`mysql_session`, the same
 //! routing on this manager; mysql_native_password on both sides).
 
+mod answer;
 pub mod balance;
+pub mod error;
 pub mod mysql_session;
 pub mod mysql_wire;
 pub mod pool;
@@ -23,6 +25,7 @@ pub mod recover;
 pub mod recovery;
 pub mod replies;
 pub mod scram;
+mod serve;
 pub mod session;
 pub mod sql;
 pub mod wire;
@@ -39,6 +42,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use balance::Policy;
+use error::ArgError;
 use pool::Pool;
 
 const EPILOG: &str = "\
@@ -298,12 +302,12 @@ impl Manager {
         policy: Policy,
         wait_all: bool,
         weights: &[f64],
-    ) -> Result<Manager, String> {
+    ) -> Result<Manager, ArgError> {
         let mut backends = Vec::new();
         for a in addresses {
-            let (host, port) = split_address(a).ok_or_else(|| format!("backend '{a}': expected HOST:PORT"))?;
+            let (host, port) = split_address(a).ok_or_else(|| ArgError::Backend(a.clone()))?;
             if backends.iter().any(|b: &Backend| &b.name == a) {
-                return Err(format!("backends: the same address is given twice: {}", pylist(addresses)));
+                return Err(ArgError::DuplicateBackend(addresses.to_vec()));
             }
             backends.push(Backend {
                 name: a.clone(),
@@ -704,8 +708,8 @@ fn write_stats(path: &PathBuf, stats: &Value) -> Result<()> {
     Ok(())
 }
 
-fn usage_error(message: &str) -> Result<i32> {
-    eprintln!("tierscope-engine middleware: error: {message}");
+fn usage_error(err: &ArgError) -> Result<i32> {
+    eprintln!("tierscope-engine middleware: error: {err}");
     Ok(2)
 }
 
@@ -713,37 +717,13 @@ fn usage_error(message: &str) -> Result<i32> {
 pub const PASSWORD_ENV: &str = "TIERSCOPE_MIDDLEWARE_PASSWORD";
 
 pub fn run(args: MiddlewareArgs) -> Result<i32> {
-    let Some(policy) = Policy::parse(&args.policy) else {
-        return usage_error(&format!("--policy {:?}: expected one of lprf, rr, wrr, lrt, aware", args.policy));
+    let error::Checked { policy, listen: (listen_host, listen_port), weights } = match error::check(&args) {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
     };
-    if args.heavy_factor.is_nan() || args.heavy_factor <= 1.0 {
-        return usage_error(&format!("--heavy-factor {}: expected > 1", args.heavy_factor));
-    }
-    let Some((listen_host, listen_port)) = split_address(&args.listen) else {
-        return usage_error(&format!("--listen {:?}: expected ADDR:PORT", args.listen));
-    };
-    if args.pool < 1 {
-        return usage_error(&format!("--pool {}: expected >= 1", args.pool));
-    }
-    if args.series_interval < 0.0 || !args.series_interval.is_finite() {
-        return usage_error(&format!("--series-interval {}: expected >= 0", args.series_interval));
-    }
-    let mut weights = vec![1.0; args.backend.len()];
-    if let Some(w) = &args.weights {
-        let parsed: Result<Vec<f64>, _> = w.split(',').map(|x| x.trim().parse::<f64>()).collect();
-        let Ok(parsed) = parsed else {
-            return usage_error(&format!("--weights {w:?}: expected numbers separated by commas"));
-        };
-        if parsed.len() != args.backend.len() || parsed.iter().any(|&x| x < 0.0 || !x.is_finite()) || !parsed.iter().any(|&x| x > 0.0) {
-            return usage_error(&format!("--weights {w:?}: expected {} weights >= 0, one > 0", args.backend.len()));
-        }
-        weights = parsed;
-    }
     let password = std::env::var(PASSWORD_ENV).unwrap_or_default();
     if password.is_empty() {
-        log(&format!(
-            "no password: set {PASSWORD_ENV} to the backends' password (the middleware asks its clients for the same user and password, and lets no one in without one)"
-        ));
+        log(&ArgError::NoPassword.to_string());
         return Ok(2);
     }
     let manager = match Manager::new(&args.backend, &args.user, &password, &args.db, args.pool, policy, args.wait == "all", &weights) {
@@ -756,7 +736,7 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
                         m.recovery = Some(Arc::new(l));
                     }
                     Err(e) => {
-                        log(&format!("recovery log {}: {e}", path.display()));
+                        log(&ArgError::RecoveryLog { path: path.clone(), reason: e.to_string() }.to_string());
                         return Ok(2);
                     }
                 }
@@ -764,7 +744,7 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
             Arc::new(m)
         }
         Err(e) => {
-            log(&e);
+            log(&e.to_string());
             return Ok(2);
         }
     };
@@ -776,106 +756,44 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
     }
     let rt = rt.enable_all().build().context("starting the tokio runtime")?;
     let code = if args.protocol == "mysql" {
-        rt.block_on(mysql_session::serve(manager, password, args, listen_host, listen_port))?
+        let cluster = Arc::new(mysql_session::Cluster::new(manager, &password, args.pool));
+        rt.block_on(serve::serve(cluster, args, listen_host, listen_port))?
     } else {
-        rt.block_on(serve(manager, args, listen_host, listen_port))?
+        rt.block_on(serve::serve(manager, args, listen_host, listen_port))?
     };
     rt.shutdown_timeout(Duration::from_millis(200));
     Ok(code)
 }
 
-async fn serve(m: Arc<Manager>, args: MiddlewareArgs, host: String, port: u16) -> Result<i32> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    if let Err(err) = m.check_backends(Duration::from_secs_f64(args.connect_timeout.max(0.0))).await {
-        log(&err.0);
-        return Ok(1);
+/// The PostgreSQL front end: the manager's own pools are the backends' connections.
+impl serve::Front for Manager {
+    const NAME: &'static str = "";
+
+    fn manager(self: &Arc<Self>) -> Arc<Manager> {
+        self.clone()
     }
-    if let Err(err) = m.recover().await {
-        log(&err.0);
-        return Ok(1);
+
+    async fn check_backends(&self, timeout: Duration) -> Result<(), NoBackend> {
+        Manager::check_backends(self, timeout).await
     }
-    let listener = match tokio::net::TcpListener::bind((host.as_str(), port)).await {
-        Ok(l) => l,
-        Err(err) => {
-            log(&format!("cannot listen on {}: {err}", args.listen));
-            return Ok(1);
-        }
-    };
-    let threads = if args.threads == 1 { 1 } else { tokio::runtime::Handle::current().metrics().num_workers() };
-    log(&format!(
-        "listening on {}; backends {}; policy {}; wait {}; pool {}; runtime tokio ({threads} threads)",
-        args.listen,
-        args.backend.join(", "),
-        m.policy.name(),
-        args.wait,
-        args.pool
-    ));
-    let accept = {
-        let m = m.clone();
-        tokio::spawn(async move {
-            let mut ids: u32 = 0;
-            loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let _ = stream.set_nodelay(true);
-                        ids = ids.wrapping_add(1);
-                        tokio::spawn(session::Session::new(m.clone(), stream, ids).run());
-                    }
-                    Err(err) => {
-                        log(&format!("accept failed: {err}"));
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        })
-    };
-    let series = (args.series_interval > 0.0).then(|| {
-        let m = m.clone();
-        let every = Duration::from_secs_f64(args.series_interval);
-        m.series.lock().unwrap_or_else(|e| e.into_inner()).interval_s = args.series_interval;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tick.tick().await;
-                m.sample();
-            }
-        })
-    });
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+
+    async fn recover(&self) -> Result<(), NoBackend> {
+        Manager::recover(self).await
     }
-    if let Some(s) = series {
-        s.abort();
+
+    fn spawn_session(self: &Arc<Self>, stream: tokio::net::TcpStream, id: u32) {
+        tokio::spawn(session::Session::new(self.clone(), stream, id).run());
     }
-    accept.abort();
-    // a write answered with wait=first may still run on a slower backend
-    let mut rx = m.inflight.subscribe();
-    let _ = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|&n| n == 0)).await;
-    for b in &m.backends {
-        b.pool.drop_idle();
-    }
-    let stats = m.stats();
-    if let Some(path) = &args.stats {
-        if let Err(err) = write_stats(path, &stats) {
-            log(&format!("{err:#}"));
+
+    fn drop_idle(&self) {
+        for b in &self.backends {
+            b.pool.drop_idle();
         }
     }
-    let per: Vec<String> = stats["backends"].as_array().map(|a| a.iter().map(|b| b["reads"].to_string()).collect()).unwrap_or_default();
-    let disabled: Vec<String> =
-        stats["disabled"].as_array().map(|a| a.iter().filter_map(|d| d.as_str().map(String::from)).collect()).unwrap_or_default();
-    log(&format!(
-        "stopped: {} units, {} reads ({} per backend), {} writes, disabled: {}",
-        stats["units"],
-        stats["reads"],
-        per.join(", "),
-        stats["writes"],
-        if disabled.is_empty() { "none".to_string() } else { pylist(&disabled) }
-    ));
-    Ok(0)
+
+    fn stats(&self) -> Value {
+        Manager::stats(self)
+    }
 }
 
 #[cfg(test)]

@@ -4,46 +4,16 @@
 //! those the client sees kept in a sink (a read's written to the client as they come).
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 
 use super::conn::MyConn;
 use super::outgoing::Outgoing;
+use crate::middleware::answer;
 use crate::middleware::mysql_wire as my;
 use crate::middleware::recovery;
 
-/// What one backend answered to a unit (the replies themselves are in the sink).
-#[derive(Clone, Default)]
-pub(super) struct Exec {
-    pub(super) ok: bool,
-    pub(super) error: Option<String>,
-    pub(super) tags: Vec<String>,
-    pub(super) status: u16,
-    pub(super) broken: bool,
-}
-
-/// Where the replies the client must see go: kept (`held`), and for a read also written to the
-/// client once 64 KiB are held.
-pub(super) struct Sink<'a> {
-    pub(super) held: Vec<u8>,
-    pub(super) client: Option<&'a mut OwnedWriteHalf>,
-    pub(super) saw: bool,
-    pub(super) client_failed: bool,
-}
-
-impl Sink<'_> {
-    pub(super) async fn maybe_flush(&mut self) {
-        if self.held.len() < 65536 {
-            return;
-        }
-        if let Some(c) = self.client.as_mut() {
-            self.saw = true;
-            if !self.client_failed && c.write_all(&self.held).await.is_err() {
-                self.client_failed = true;
-            }
-            self.held.clear();
-        }
-    }
-}
+/// What one backend answered to a unit: its status is the server's status flags.
+pub(super) type Exec = answer::Exec<u16>;
+pub(super) use crate::middleware::answer::Sink;
 
 /// Send a unit's commands on one connection and follow their answers; the bytes the client must
 /// see go to `sink` as they come.

@@ -66,7 +66,6 @@ mod write;
 #[cfg(test)]
 mod tests;
 
-pub use server::serve;
 // the names mysql_session.rs made public (used inside the session only: kept under their paths)
 #[allow(unused_imports)]
 pub use cluster::Cluster;

@@ -39,7 +39,7 @@ impl Backends for Cluster {
     }
 
     fn release(&self, i: usize, conn: MyConn) {
-        self.pools[i].release(conn);
+        Cluster::release(self, i, conn);
     }
 
     fn disable(&self, i: usize, reason: &str) {
@@ -60,7 +60,7 @@ impl Backends for Cluster {
 
     async fn replay(conn: &mut MyConn, seq: u64, rec: &[u8]) -> Result<bool, String> {
         let (out, ok) = replayed_unit(rec, seq).ok_or_else(|| format!("unit {seq}: not a MySQL-protocol record"))?;
-        let mut sink = Sink { held: Vec::new(), client: None, saw: false, client_failed: false };
+        let mut sink = Sink::collect();
         let x = execute(conn, &out, &mut sink).await;
         if x.broken {
             return Err(format!("unit {seq}: {}", x.error.unwrap_or_default()));

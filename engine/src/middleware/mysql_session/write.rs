@@ -16,10 +16,11 @@ use super::conn::MyConn;
 use super::execute::{execute, Exec, Sink};
 use super::outgoing::{Outgoing, Unit};
 use super::record::{log_unit, Logging};
+use crate::middleware::answer;
+use crate::middleware::log;
 use crate::middleware::mysql_wire as my;
 use crate::middleware::recovery;
 use crate::middleware::sql;
-use crate::middleware::{log, pylist};
 
 /// An explicit transaction: its connections (one per backend still in it) and the write lock.
 pub(super) struct Txn {
@@ -28,12 +29,7 @@ pub(super) struct Txn {
 }
 
 /// One backend's complete answer to a write unit.
-pub(super) struct Res {
-    pub(super) b: usize,
-    pub(super) conn: Option<MyConn>,
-    pub(super) replies: Vec<u8>,
-    pub(super) x: Exec,
-}
+pub(super) type Res = answer::Res<MyConn, u16>;
 
 /// The answer a write unit gives the client.
 pub(super) struct Answer {
@@ -152,7 +148,7 @@ pub(super) async fn broadcast(
     for (pos, (b, mut conn)) in conns.into_iter().enumerate() {
         let out = &out;
         running.push(async move {
-            let mut sink = Sink { held: Vec::new(), client: None, saw: false, client_failed: false };
+            let mut sink = Sink::collect();
             let x = execute(&mut conn, out, &mut sink).await;
             m.writes_end(b);
             if x.ok {
@@ -209,44 +205,9 @@ pub(super) async fn broadcast(
     txn
 }
 
-/// After a write unit ran on every leased backend: disable the backends that failed where another
-/// succeeded (or whose result differs), then either keep the connections and the lock for the open
-/// transaction or give them back. Returns the position of the result that answers the client.
-pub(super) fn settle(c: &Cluster, mut results: Vec<Res>, chosen: Option<usize>, guard: OwnedMutexGuard<()>) -> (usize, Vec<Res>, Option<Txn>) {
-    let m = &c.m;
-    let any_ok = results.iter().any(|r| r.x.ok);
-    let ch = chosen.or_else(|| results.iter().position(|r| r.x.ok)).or_else(|| results.iter().position(|r| !r.x.broken)).unwrap_or(0);
-    let chosen_name = m.backends[results[ch].b].name.clone();
-    let chosen_tags = results[ch].x.tags.clone();
-    if any_ok {
-        for r in &results {
-            let err = r.x.error.as_deref().unwrap_or("None");
-            if !r.x.ok {
-                m.state().b[r.b].failed_writes += 1;
-                c.disable(r.b, &format!("write failed where {chosen_name} succeeded: {err}"));
-            } else if r.x.tags != chosen_tags {
-                c.disable(r.b, &format!("write result {} differs from {chosen_name}'s {}", pylist(&r.x.tags), pylist(&chosen_tags)));
-            }
-        }
-    } else if results.iter().all(|r| r.x.broken) {
-        for r in &results {
-            c.disable(r.b, &format!("write failed: {}", r.x.error.as_deref().unwrap_or("None")));
-        }
-    }
-    let alive: Vec<bool> = results.iter().map(|r| m.backends[r.b].enabled() && r.conn.is_some() && !r.x.broken).collect();
-    let in_txn = results.iter().zip(&alive).any(|(r, &a)| a && !my::idle(r.x.status));
-    let mut lease = Vec::new();
-    for (r, &a) in results.iter_mut().zip(&alive) {
-        let Some(mut conn) = r.conn.take() else { continue };
-        if in_txn && a {
-            lease.push((r.b, conn));
-        } else {
-            if in_txn {
-                conn.close(); // a backend dropped from the transaction
-            }
-            c.release(r.b, conn);
-        }
-    }
-    let txn = if in_txn { Some(Txn { conns: lease, guard }) } else { None };
-    (ch, results, txn)
+/// Settle a write unit (`answer::settle`): a transaction it left open keeps the connections and
+/// the write lock.
+pub(super) fn settle(c: &Cluster, results: Vec<Res>, chosen: Option<usize>, guard: OwnedMutexGuard<()>) -> (usize, Vec<Res>, Option<Txn>) {
+    let (ch, results, conns) = answer::settle(&c.m, c, results, chosen, my::idle);
+    (ch, results, conns.map(|conns| Txn { conns, guard }))
 }

@@ -3,50 +3,16 @@
 //! the client as it comes), and what the backend answered.
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 
 use super::outgoing::Outgoing;
+use crate::middleware::answer;
 use crate::middleware::pool::Conn;
 use crate::middleware::replies::ReplyPlan;
 use crate::middleware::wire;
 
-/// What one backend answered to a unit (the replies themselves are in the sink).
-#[derive(Clone, Default)]
-pub(super) struct Exec {
-    pub(super) ok: bool,
-    pub(super) error: Option<String>,
-    pub(super) tags: Vec<String>,
-    pub(super) status: u8,
-    pub(super) broken: bool,
-}
-
-/// Where the replies the client must see go: kept (`held`), and for a read also written to the
-/// client once 64 KiB are held.
-pub(super) struct Sink<'a> {
-    pub(super) held: Vec<u8>,
-    pub(super) client: Option<&'a mut OwnedWriteHalf>,
-    pub(super) saw: bool,
-    pub(super) client_failed: bool,
-}
-
-impl Sink<'_> {
-    pub(super) fn collect() -> Sink<'static> {
-        Sink { held: Vec::new(), client: None, saw: false, client_failed: false }
-    }
-
-    pub(super) async fn maybe_flush(&mut self) {
-        if self.held.len() < 65536 {
-            return;
-        }
-        if let Some(c) = self.client.as_mut() {
-            self.saw = true;
-            if !self.client_failed && c.write_all(&self.held).await.is_err() {
-                self.client_failed = true;
-            }
-            self.held.clear();
-        }
-    }
-}
+/// What one backend answered to a unit: its status is ReadyForQuery's byte (`I` when idle).
+pub(super) type Exec = answer::Exec<u8>;
+pub(super) use crate::middleware::answer::Sink;
 
 /// Send a unit (or the part of it up to a Flush, continuing `plan`) on one connection and read the
 /// answers due; the answers the client must see go to `sink`.

@@ -12,15 +12,16 @@ use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::task::JoinSet;
 
 use super::client::{Fail, SResult, Session};
-use super::execute::{execute, panicked, Exec, Sink};
+use super::execute::{execute, panicked, Sink};
 use super::outgoing::{Outgoing, Step};
 use super::position::with_position;
+use crate::middleware::answer;
 use crate::middleware::pool::Conn;
 use crate::middleware::recovery;
 use crate::middleware::replies::{Mode, ReplyPlan};
 use crate::middleware::sql;
 use crate::middleware::wire::{self, Message};
-use crate::middleware::{log, pylist, Manager};
+use crate::middleware::{log, Manager};
 
 /// An explicit transaction: its connections (one per backend still in it) and the write lock.
 pub struct Txn {
@@ -42,12 +43,7 @@ pub(super) struct Answer {
 }
 
 /// One backend's complete answer to a unit of a write.
-pub(super) struct Res {
-    pub(super) b: usize,
-    pub(super) conn: Option<Conn>,
-    pub(super) replies: Vec<u8>,
-    pub(super) x: Exec,
-}
+pub(super) type Res = answer::Res<Conn, u8>;
 
 impl Session {
     /// A connection on every enabled backend with the write lock held (or the transaction's pinned
@@ -240,43 +236,9 @@ pub(super) async fn broadcast(
     txn
 }
 
-/// After a write unit ran on every leased backend: disable the backends that failed where another
-/// succeeded (or whose result differs), then either keep the connections and the lock for the open
-/// transaction or give them back. Returns the position of the result that answers the client.
-pub(super) fn settle(m: &Manager, mut results: Vec<Res>, chosen: Option<usize>, guard: OwnedMutexGuard<()>) -> (usize, Vec<Res>, Option<Txn>) {
-    let any_ok = results.iter().any(|r| r.x.ok);
-    let c = chosen.or_else(|| results.iter().position(|r| r.x.ok)).or_else(|| results.iter().position(|r| !r.x.broken)).unwrap_or(0);
-    let chosen_name = m.backends[results[c].b].name.clone();
-    let chosen_tags = results[c].x.tags.clone();
-    if any_ok {
-        for r in &results {
-            let err = r.x.error.as_deref().unwrap_or("None");
-            if !r.x.ok {
-                m.state().b[r.b].failed_writes += 1;
-                m.disable(r.b, &format!("write failed where {chosen_name} succeeded: {err}"));
-            } else if r.x.tags != chosen_tags {
-                m.disable(r.b, &format!("write result {} differs from {chosen_name}'s {}", pylist(&r.x.tags), pylist(&chosen_tags)));
-            }
-        }
-    } else if results.iter().all(|r| r.x.broken) {
-        for r in &results {
-            m.disable(r.b, &format!("write failed: {}", r.x.error.as_deref().unwrap_or("None")));
-        }
-    }
-    let alive: Vec<bool> = results.iter().map(|r| m.backends[r.b].enabled() && r.conn.is_some() && !r.x.broken).collect();
-    let in_txn = results.iter().zip(&alive).any(|(r, &a)| a && r.x.status != b'I');
-    let mut lease = Vec::new();
-    for (r, &a) in results.iter_mut().zip(&alive) {
-        let Some(mut conn) = r.conn.take() else { continue };
-        if in_txn && a {
-            lease.push((r.b, conn));
-        } else {
-            if in_txn {
-                conn.close(); // a backend dropped from the transaction
-            }
-            m.backends[r.b].pool.release(conn);
-        }
-    }
-    let txn = if in_txn { Some(Txn { lease, guard }) } else { None };
-    (c, results, txn)
+/// Settle a write unit (`answer::settle`): a transaction it left open keeps the connections and
+/// the write lock.
+pub(super) fn settle(m: &Manager, results: Vec<Res>, chosen: Option<usize>, guard: OwnedMutexGuard<()>) -> (usize, Vec<Res>, Option<Txn>) {
+    let (c, results, lease) = answer::settle(m, m, results, chosen, |status| status == b'I');
+    (c, results, lease.map(|lease| Txn { lease, guard }))
 }
