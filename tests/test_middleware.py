@@ -654,15 +654,20 @@ def test_the_runner_notes_a_disabled_backend_in_the_manifest(tmp_path):
 
     stats = {
         "backends": [
-            {"name": "10.0.0.2:5432", "enabled": True, "disabled_reason": None},
-            {"name": "10.0.0.3:5432", "enabled": False, "disabled_reason": "duplicate key"},
+            {"name": "10.0.0.2:5432", "enabled": True, "disabled_reason": None, "rejoined": 0},
+            {"name": "10.0.0.3:5432", "enabled": False, "disabled_reason": "duplicate key", "rejoined": 0},
+            {"name": "10.0.0.4:5432", "enabled": True, "disabled_reason": None, "rejoined": 2},
         ]
     }
     (tmp_path / "middleware.stats.json").write_text(json.dumps(stats))
     mw = types.SimpleNamespace(name="mw1", stats_path=tmp_path / "middleware.stats.json")
     ctx = types.SimpleNamespace(notes=[])
     note_disabled_backends(ctx, mw)
-    assert ctx.notes == ["mw1 disabled database backend 10.0.0.3:5432: duplicate key"]
+    assert ctx.notes == [
+        "mw1 disabled database backend 10.0.0.3:5432: duplicate key",
+        "mw1: database backend 10.0.0.4:5432 stopped answering and rejoined 2 time(s) during the point "
+        "(replayed from the recovery log first)",
+    ]
     missing = types.SimpleNamespace(name="mw2", stats_path=tmp_path / "absent.json")
     note_disabled_backends(ctx, missing)
-    assert len(ctx.notes) == 2 and ctx.notes[1].startswith("mw2: no counts written on exit")
+    assert len(ctx.notes) == 3 and ctx.notes[2].startswith("mw2: no counts written on exit")

@@ -41,9 +41,10 @@ def checksums(pgs) -> list[tuple]:
     return out
 
 
-def write_load(mw, stop: threading.Event, errors: list, counts: list) -> list[threading.Thread]:
+def write_load(mw, stop: threading.Event, errors: list, counts: list, ids: bool = False) -> list[threading.Thread]:
     """Two writers through the middleware until `stop`: TPC-B-like transactions (extended
-    protocol, parameters) and autocommit updates sent as simple queries (client-side binding)."""
+    protocol, parameters) and autocommit updates sent as simple queries (client-side binding).
+    `ids`: the history rows get their ids from the writer, not from rhist's sequence."""
     import psycopg
 
     def transactions():
@@ -55,7 +56,10 @@ def write_load(mw, stop: threading.Event, errors: list, counts: list) -> list[th
                     with conn.transaction():
                         conn.execute("UPDATE racc SET abalance = abalance + %s WHERE id = %s", (delta, aid))
                         conn.execute("SELECT abalance FROM racc WHERE id = %s", (aid,)).fetchone()
-                        conn.execute("INSERT INTO rhist (aid, delta) VALUES (%s, %s)", (aid, delta))
+                        if ids:
+                            conn.execute("INSERT INTO rhist (id, aid, delta) VALUES (%s, %s, %s)", (i + 1, aid, delta))
+                        else:
+                            conn.execute("INSERT INTO rhist (aid, delta) VALUES (%s, %s)", (aid, delta))
                     counts[0] += 1
                     i += 1
         except Exception as err:  # reported by the test
@@ -151,6 +155,134 @@ def test_a_backend_that_was_down_is_replayed_to_the_head_before_it_serves(server
     end = checksums(pgs)
     assert end[0] == end[1] and end[0][1] == stale[0][1] + ACCOUNTS  # and take writes alike
     assert rec["head_at_start"] >= stale[0][3]
+
+
+def test_a_backend_that_comes_back_while_serving_rejoins_at_the_head_and_is_never_read_stale(servers):
+    """The middleware keeps serving while backend 2 is down and comes back: it tries it again every
+    second and, once the log has brought it to the head under the write lock, serves from it again.
+    A reader counts the history rows through the middleware the whole time: a read from a stale
+    backend would see fewer rows than an earlier read did (the rows only grow, and a read waits for
+    the writes started before it on its backend). The history ids come from the writer: a
+    sequence value taken by a transaction cut by the stop is the case the log cannot mend (the
+    next test)."""
+    import psycopg
+
+    work, pgs = servers
+    log_path = work / "recovery-3" / "recovery.log"
+    fresh_table(pgs, "probe_rej")
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS racc, rhist, tierscope_recovery", DB)
+    errors: list = []
+    counts = [0, 0]
+    seen: list[int] = []
+    stats: dict = {}
+    stop, stop_reader = threading.Event(), threading.Event()
+
+    def reader(mw):
+        try:
+            with psycopg.connect(dsn(mw), autocommit=True) as conn:
+                while not stop_reader.is_set():
+                    seen.append(conn.execute("SELECT count(*) FROM rhist").fetchone()[0])
+        except Exception as err:
+            errors.append(err)
+
+    try:
+        with rust_middleware(servers, "rr", stats=stats, extra=["--recovery-log", str(log_path)]) as mw:
+            with psycopg.connect(dsn(mw), autocommit=True) as conn:
+                conn.execute("CREATE TABLE racc (id int PRIMARY KEY, abalance bigint NOT NULL)")
+                conn.execute("CREATE TABLE rhist (id int PRIMARY KEY, aid int, delta int)")
+                conn.execute(f"INSERT INTO racc SELECT g, 0 FROM generate_series(1, {ACCOUNTS}) g")
+            threads = write_load(mw, stop, errors, counts, ids=True)
+            threads.append(threading.Thread(target=reader, args=(mw,)))
+            threads[-1].start()
+            time.sleep(1.0)
+            pgs[1].stop()  # down: disabled at its next read or write; the rest goes on
+            deadline = time.monotonic() + 20
+            while "DISABLED" not in mw.log.read_text():
+                assert time.monotonic() < deadline, mw.log.read_text()
+                time.sleep(0.1)
+            time.sleep(1.0)
+            behind = list(counts)
+            pgs[1].start()  # back, stale, while the middleware serves
+            deadline = time.monotonic() + 30
+            while "REJOINED" not in mw.log.read_text():
+                assert time.monotonic() < deadline, mw.log.read_text()
+                time.sleep(0.1)
+            rejoined_at = len(seen)
+            time.sleep(1.5)
+            stop.set()
+            for t in threads[:-1]:
+                t.join(timeout=30)
+            stop_reader.set()
+            threads[-1].join(timeout=30)
+            # served by both again
+            before = seq_scans(pgs, "probe_rej", 0)
+            with psycopg.connect(dsn(mw), autocommit=True) as conn:
+                for _ in range(6):
+                    assert conn.execute("SELECT count(*) FROM probe_rej").fetchone() == (3,)
+            after = seq_scans(pgs, "probe_rej", sum(before) + 6)
+            text = mw.log.read_text()
+    finally:
+        if not pgs[1].running():
+            pgs[1].start()
+    assert not errors, errors
+    assert counts[0] > behind[0] + 3 and counts[1] > behind[1] + 3, (behind, counts)  # writes after it
+    # never a stale read: the history rows the reader saw never went down, before, during or after
+    assert len(seen) > rejoined_at > 10 and all(a <= b for a, b in zip(seen, seen[1:])), seen
+    rejoin_line = next(line for line in text.splitlines() if "REJOINED" in line)
+    assert pgs[1].address in rejoin_line and "units replayed" in rejoin_line, rejoin_line
+    assert int(rejoin_line.split("REJOINED: ")[1].split(" units")[0]) >= 1  # it had missed writes
+    assert [a - b for a, b in zip(after, before)] == [3, 3]
+    assert stats["disabled"] == [] and stats["backends"][1]["rejoined"] == 1, stats["backends"]
+    end = checksums(pgs)
+    assert end[0] == end[1], end  # the same tables and the same position on both
+
+
+def test_a_backend_whose_return_the_log_cannot_mend_is_refused_for_good_and_never_read(servers):
+    """Backend 2 goes down inside a transaction that took a sequence value there (not
+    transactional: kept by the crash); the transaction commits on backend 1. When backend 2 comes
+    back, the replay gives the row another id, its sequence differs from backend 1's: it is refused
+    for good, with one message naming it, and never read nor written."""
+    import psycopg
+
+    work, pgs = servers
+    fresh_table(pgs, "probe_ret")
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS racc, rhist, tierscope_recovery", DB)
+    stats: dict = {}
+    try:
+        with rust_middleware(
+            servers, "rr", stats=stats, extra=["--recovery-log", str(work / "recovery-4" / "recovery.log")]
+        ) as mw:
+            with psycopg.connect(dsn(mw), autocommit=True) as conn:
+                conn.execute("CREATE TABLE rhist (id serial PRIMARY KEY, aid int, delta int)")
+                with conn.transaction():
+                    conn.execute("INSERT INTO rhist (aid, delta) VALUES (1, 1)")  # nextval on both
+                    pgs[1].stop()  # backend 2 rolls it back; its sequence keeps the value
+                    conn.execute("INSERT INTO rhist (aid, delta) VALUES (2, 2)")  # backend 1 only
+                pgs[1].start()
+                deadline = time.monotonic() + 30
+                while "REFUSED on its return" not in mw.log.read_text():
+                    assert time.monotonic() < deadline, mw.log.read_text()
+                    time.sleep(0.1)
+                before = seq_scans(pgs, "probe_ret", 0)
+                for _ in range(6):
+                    assert conn.execute("SELECT count(*) FROM probe_ret").fetchone() == (3,)
+                conn.execute("INSERT INTO rhist (aid, delta) VALUES (3, 3)")
+                time.sleep(1.5)  # more rejoin rounds: a refused backend is not tried again
+            text = mw.log.read_text()
+    finally:
+        if not pgs[1].running():
+            pgs[1].start()
+    after = seq_scans(pgs, "probe_ret", sum(before) + 6)
+    refusals = [line for line in text.splitlines() if "REFUSED" in line]
+    assert len(refusals) == 1 and pgs[1].address in refusals[0], text
+    assert "sequences differ" in refusals[0] and "rhist_id_seq" in refusals[0], refusals[0]
+    assert "REJOINED" not in text
+    assert [a - b for a, b in zip(after, before)] == [6, 0]  # never read
+    assert stats["disabled"] == [pgs[1].address] and stats["backends"][1]["rejoined"] == 0
+    assert on_each(pgs, "SELECT count(*) FROM rhist WHERE aid = 3") == [[(1,)], [(0,)]]  # nor written
+    assert pgs[1].sql("SELECT seq FROM tierscope_recovery", DB) == [(-1,)]  # refused at every start too
 
 
 def test_a_stale_backend_the_log_cannot_bring_back_is_refused_and_never_read(servers):

@@ -81,14 +81,19 @@ pub(crate) fn settle<B: Backends, S: Copy>(
             let err = r.x.error.as_deref().unwrap_or("None");
             if !r.x.ok {
                 m.state().b[r.b].failed_writes += 1;
-                bs.disable(r.b, &format!("write failed where {chosen_name} succeeded: {err}"));
+                let reason = format!("write failed where {chosen_name} succeeded: {err}");
+                if r.x.broken {
+                    bs.disable_unreachable(r.b, &reason); // its position says what it applied
+                } else {
+                    bs.disable(r.b, &reason);
+                }
             } else if r.x.tags != chosen_tags {
                 bs.disable(r.b, &format!("write result {} differs from {chosen_name}'s {}", pylist(&r.x.tags), pylist(&chosen_tags)));
             }
         }
     } else if results.iter().all(|r| r.x.broken) {
         for r in &results {
-            bs.disable(r.b, &format!("write failed: {}", r.x.error.as_deref().unwrap_or("None")));
+            bs.disable_unreachable(r.b, &format!("write failed: {}", r.x.error.as_deref().unwrap_or("None")));
         }
     }
     let alive: Vec<bool> = results.iter().map(|r| m.backends[r.b].enabled() && r.conn.is_some() && !r.x.broken).collect();

@@ -159,6 +159,8 @@ pub struct Backend {
     pub name: String,
     pub pool: Pool,
     enabled: AtomicBool,
+    /// disabled because it stopped answering: with a recovery log it may rejoin (`recover::rejoin`)
+    rejoinable: AtomicBool,
     /// writes finished here (reads routed here wait for the writes started before them)
     progress: watch::Sender<u64>,
 }
@@ -189,6 +191,8 @@ pub struct BState {
     pub weight: f64,
     pub read_latency_s: Option<f64>,
     pub disabled_reason: Option<String>,
+    /// times it came back while serving (`recover::rejoin`)
+    pub rejoined: u64,
     /// reads in flight here when labels are tracked: token -> (expected seconds, started at, heavy)
     pub inflight: HashMap<u64, (f64, f64, bool)>,
     /// heavy reads in flight here (labels tracked)
@@ -313,6 +317,7 @@ impl Manager {
                 name: a.clone(),
                 pool: Pool::new(&host, port, user, password, database, pool),
                 enabled: AtomicBool::new(true),
+                rejoinable: AtomicBool::new(false),
                 progress: watch::Sender::new(0),
             });
         }
@@ -495,11 +500,50 @@ impl Manager {
         }
     }
 
+    /// Take backend `i` out of service for good (until a restart's recovery): its result differed,
+    /// it failed where another succeeded, it was refused.
     pub fn disable(&self, i: usize, reason: &str) {
+        self.disable_as(i, reason, false);
+    }
+
+    /// Take backend `i` out of service because it stopped answering (its connection broke, none
+    /// could be opened): with a recovery log it rejoins once it answers again and the log brings
+    /// it to the head (`recover::rejoin`).
+    pub fn disable_unreachable(&self, i: usize, reason: &str) {
+        self.disable_as(i, reason, self.recovery.is_some());
+    }
+
+    /// The disabled backends that may rejoin.
+    pub fn rejoinable(&self) -> Vec<usize> {
+        (0..self.backends.len()).filter(|&i| !self.backends[i].enabled() && self.backends[i].rejoinable.load(Ordering::Acquire)).collect()
+    }
+
+    /// Backend `i` is at the head again: reads and writes go to it (`message` logged).
+    pub fn enable(&self, i: usize, message: &str) {
+        let b = &self.backends[i];
+        b.rejoinable.store(false, Ordering::Release);
+        {
+            let mut st = self.state();
+            st.b[i].disabled_reason = None;
+            st.b[i].rejoined += 1;
+        }
+        b.enabled.store(true, Ordering::Release);
+        log(message);
+    }
+
+    /// Backend `i`, disabled, cannot be brought back: it stays out for good (`reason` logged).
+    pub fn refuse(&self, i: usize, reason: &str) {
+        self.backends[i].rejoinable.store(false, Ordering::Release);
+        self.state().b[i].disabled_reason = Some(reason.to_string());
+        log(&format!("backend {} DISABLED: {reason}", self.backends[i].name));
+    }
+
+    fn disable_as(&self, i: usize, reason: &str, rejoinable: bool) {
         let b = &self.backends[i];
         if !b.enabled.swap(false, Ordering::AcqRel) {
             return;
         }
+        b.rejoinable.store(rejoinable, Ordering::Release);
         self.state().b[i].disabled_reason = Some(reason.to_string());
         b.pool.drop_idle();
         log(&format!("backend {} DISABLED: {reason}", b.name));
@@ -546,7 +590,7 @@ impl Manager {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                     Err(err) => {
-                        self.disable(i, &format!("unreachable at start: {err}"));
+                        self.disable_unreachable(i, &format!("unreachable at start: {err}"));
                         break;
                     }
                 }
@@ -616,6 +660,7 @@ impl Manager {
                     "connections_opened": b.pool.opened.load(Ordering::Relaxed),
                     "pool": b.pool.size,
                     "heavy_reads": s.heavy_reads,
+                    "rejoined": s.rejoined,
                 })
             })
             .collect();
@@ -783,6 +828,10 @@ impl serve::Front for Manager {
 
     fn spawn_session(self: &Arc<Self>, stream: tokio::net::TcpStream, id: u32) {
         tokio::spawn(session::Session::new(self.clone(), stream, id).run());
+    }
+
+    async fn rejoin(&self, i: usize) -> recover::Rejoin {
+        recover::rejoin(self, self, i).await
     }
 
     fn drop_idle(&self) {

@@ -29,6 +29,8 @@ pub(crate) trait Backends {
     async fn acquire(&self, i: usize) -> Result<Self::Conn, String>;
     fn release(&self, i: usize, conn: Self::Conn);
     fn disable(&self, i: usize, reason: &str);
+    /// Disable backend `i` because it stopped answering (it may rejoin: `rejoin`).
+    fn disable_unreachable(&self, i: usize, reason: &str);
     /// Run one statement of the middleware's own: the first column of its rows, or the error.
     async fn query(conn: &mut Self::Conn, text: &str) -> Result<Vec<Option<String>>, String>;
     /// Close the connection when it is given back (its session settings are the replay's).
@@ -85,15 +87,10 @@ pub(crate) async fn recover<B: Backends>(m: &Manager, bs: &B) -> Result<(), NoBa
         m.backends.iter().zip(&pos).map(|(b, p)| format!("{} at {}", b.name, p.map_or("?".to_string(), |p| p.to_string()))).collect();
     let mut replayed = serde_json::Map::new();
     // an up-to-date backend's counters, to check a replayed one against
-    let mut reference: Option<(String, Vec<(String, String)>)> = None;
-    if let (Some(_), Some(r)) = (B::COUNTERS, (0..n).find(|&i| pos[i] == Some(head))) {
-        if let Ok(mut conn) = bs.acquire(r).await {
-            if let Ok(counters) = B::counters(&mut conn).await {
-                reference = Some((m.backends[r].name.clone(), counters));
-            }
-            bs.release(r, conn);
-        }
-    }
+    let reference = match (0..n).find(|&i| pos[i] == Some(head)) {
+        Some(r) => counters_of(m, bs, r).await,
+        None => None,
+    };
     for (i, &p) in pos.iter().enumerate() {
         let Some(p) = p else { continue };
         let name = &m.backends[i].name;
@@ -109,45 +106,7 @@ pub(crate) async fn recover<B: Backends>(m: &Manager, bs: &B) -> Result<(), NoBa
                 continue;
             }
         };
-        let done: Result<usize, String> = async {
-            let records = rlog.read(from, to).map_err(|e| format!("reading {path}: {e}"))?;
-            let mut conn = bs.acquire(i).await?;
-            let r = async {
-                let mut errors = 0;
-                for (seq, rec) in &records {
-                    errors += B::replay(&mut conn, *seq, rec).await? as usize;
-                }
-                if B::in_transaction(&conn) {
-                    B::query(&mut conn, "ROLLBACK").await?; // a transaction the middleware never saw end
-                }
-                // a transaction it was running when it went down may have taken counter values the
-                // others did not (PostgreSQL's sequences are not transactional), and the replay then
-                // gave rows other numbers or left the counters elsewhere: they must equal an
-                // up-to-date backend's
-                if let (Some((what, why)), Some((ref_name, ref_counters))) = (B::COUNTERS, &reference) {
-                    let mine = B::counters(&mut conn).await?;
-                    if mine != *ref_counters {
-                        let diff = recovery::differences(&mine, ref_counters);
-                        B::query(&mut conn, &recovery::position_sql_refused()).await?;
-                        return Err(format!(
-                            "after the replay its {what} differ from {ref_name}'s ({diff}): {why}"
-                        ));
-                    }
-                }
-                B::query(&mut conn, &recovery::position_sql(head)).await?;
-                Ok::<usize, String>(errors)
-            }
-            .await;
-            B::close(&mut conn); // its session settings are the replay's
-            bs.release(i, conn);
-            r.map(|errors| {
-                log(&format!(
-                    "backend {name} was behind: units {from}..{to} replayed from {path} ({errors} answered with an error, as they did on the others); now at {head}"
-                ));
-                records.len()
-            })
-        }
-        .await;
+        let done = bring_to_head(m, bs, rlog, i, (from, to), head, reference.as_ref()).await;
         match done {
             Ok(k) => {
                 replayed.insert(name.clone(), json!({"from": p, "units": k}));
@@ -159,6 +118,130 @@ pub(crate) async fn recover<B: Backends>(m: &Manager, bs: &B) -> Result<(), NoBa
         }
     }
     m.conclude_recovery(rlog, head, range.is_some(), &pos, replayed, &positions)
+}
+
+/// Replay units `from..=to` of the log to backend `i` on one connection, check its counters
+/// against an up-to-date backend's (`reference`: its name and counters), and record `head` as its
+/// position; the number of units replayed, or why it cannot be brought to the head (its position
+/// is then marked as refused when the counters differ).
+async fn bring_to_head<B: Backends>(
+    m: &Manager,
+    bs: &B,
+    rlog: &recovery::Log,
+    i: usize,
+    (from, to): (u64, u64),
+    head: u64,
+    reference: Option<&(String, Vec<(String, String)>)>,
+) -> Result<usize, String> {
+    let name = &m.backends[i].name;
+    let path = rlog.path.display().to_string();
+    let records = rlog.read(from, to).map_err(|e| format!("reading {path}: {e}"))?;
+    let mut conn = bs.acquire(i).await?;
+    let r = async {
+        let mut errors = 0;
+        for (seq, rec) in &records {
+            errors += B::replay(&mut conn, *seq, rec).await? as usize;
+        }
+        if B::in_transaction(&conn) {
+            B::query(&mut conn, "ROLLBACK").await?; // a transaction the middleware never saw end
+        }
+        // a transaction it was running when it went down may have taken counter values the
+        // others did not (PostgreSQL's sequences are not transactional), and the replay then
+        // gave rows other numbers or left the counters elsewhere: they must equal an
+        // up-to-date backend's
+        if let (Some((what, why)), Some((ref_name, ref_counters))) = (B::COUNTERS, reference) {
+            let mine = B::counters(&mut conn).await?;
+            if mine != *ref_counters {
+                let diff = recovery::differences(&mine, ref_counters);
+                B::query(&mut conn, &recovery::position_sql_refused()).await?;
+                return Err(format!("after the replay its {what} differ from {ref_name}'s ({diff}): {why}"));
+            }
+        }
+        B::query(&mut conn, &recovery::position_sql(head)).await?;
+        Ok::<usize, String>(errors)
+    }
+    .await;
+    B::close(&mut conn); // its session settings are the replay's
+    bs.release(i, conn);
+    r.map(|errors| {
+        log(&format!(
+            "backend {name} was behind: units {from}..{to} replayed from {path} ({errors} answered with an error, as they did on the others); now at {head}"
+        ));
+        records.len()
+    })
+}
+
+/// An up-to-date backend's name and counters (None when the protocol has none or it cannot be read).
+async fn counters_of<B: Backends>(m: &Manager, bs: &B, r: usize) -> Option<(String, Vec<(String, String)>)> {
+    B::COUNTERS?;
+    let mut conn = bs.acquire(r).await.ok()?;
+    let counters = B::counters(&mut conn).await;
+    bs.release(r, conn);
+    Some((m.backends[r].name.clone(), counters.ok()?))
+}
+
+/// What an attempt to bring back a disabled backend while serving came to.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Rejoin {
+    /// it does not answer yet (or there is no log, or no backend to compare it with): later
+    NotYet,
+    /// replayed to the head (this many units) and serving again
+    Rejoined(usize),
+    /// the log cannot bring it to the head: it stays disabled for good (the reason is logged)
+    Refused,
+}
+
+/// Bring back backend `i`, disabled because it stopped answering, while the middleware serves:
+/// under the write lock (no write running, no transaction open), its position read, the units it
+/// misses replayed from the log and its counters checked against an enabled backend's, then
+/// enabled, so it serves no read before it is at the head. One the log cannot bring there is
+/// disabled for good with one message naming it and the positions.
+pub(crate) async fn rejoin<B: Backends>(m: &Manager, bs: &B, i: usize) -> Rejoin {
+    let Some(rlog) = &m.recovery else { return Rejoin::NotYet };
+    // a cheap check first: it answers at all (its pool opens a connection)
+    match tokio::time::timeout(std::time::Duration::from_secs(2), bs.acquire(i)).await {
+        Ok(Ok(conn)) => bs.release(i, conn),
+        _ => return Rejoin::NotYet,
+    }
+    let _guard = m.write_lock.clone().lock_owned().await;
+    let Some(&r) = m.enabled().first() else { return Rejoin::NotYet };
+    let name = m.backends[i].name.clone();
+    let found: Result<(u64, u64), String> = async {
+        let mut conn = bs.acquire(i).await?;
+        let p = position::<B>(&mut conn).await;
+        bs.release(i, conn);
+        let mut conn = bs.acquire(r).await?;
+        let q = position::<B>(&mut conn).await;
+        bs.release(r, conn);
+        Ok((p?, q?))
+    }
+    .await;
+    let (p, q) = match found {
+        Ok(pq) => pq,
+        Err(_) => return Rejoin::NotYet, // gone again, or the reference is: later
+    };
+    let range = rlog.range();
+    let head = recovery::head(&[Some(p), Some(q)], range);
+    let path = rlog.path.display().to_string();
+    let positions = format!("{name} at {p}, {} at {q}", m.backends[r].name);
+    let units = match recovery::verdict(p, head, range, &path) {
+        Ok(None) => Ok(0),
+        Ok(Some(span)) => {
+            let reference = counters_of(m, bs, r).await;
+            bring_to_head(m, bs, rlog, i, span, head, reference.as_ref()).await
+        }
+        Err(why) => Err(format!("{why}: it cannot be brought to the head and is not used (copy another backend's database to it, then restart)")),
+    };
+    match units {
+        Ok(k) => {
+            m.enable(i, &format!("backend {name} REJOINED: {k} units replayed from {path}; now at {head} ({positions})"));
+            Rejoin::Rejoined(k)
+        }
+        Err(e) => {
+            m.refuse(i, &format!("stale backend {name} REFUSED on its return: its position is {p}, the head is {head} ({positions}); {e}"));
+            Rejoin::Refused
+        }
+    }
 }
 
 impl Manager {
@@ -213,6 +296,10 @@ impl Backends for Manager {
 
     fn disable(&self, i: usize, reason: &str) {
         Manager::disable(self, i, reason);
+    }
+
+    fn disable_unreachable(&self, i: usize, reason: &str) {
+        Manager::disable_unreachable(self, i, reason);
     }
 
     async fn query(conn: &mut Conn, text: &str) -> Result<Vec<Option<String>>, String> {

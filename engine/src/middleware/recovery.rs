@@ -54,11 +54,11 @@ fn fnv1a(data: &[u8]) -> u32 {
     h
 }
 
-/// The log file: its records' offsets (read at start) and the file appended to.
+/// The log file: its records' offsets and the file appended to.
 pub struct Log {
     pub path: PathBuf,
     file: Mutex<File>,
-    /// seq -> offset of the record, for the records read at start (replay)
+    /// seq -> offset of each record (read at start, then of each one appended), for a replay
     records: Mutex<Vec<(u64, u64)>>,
     /// next sequence number
     next: AtomicU64,
@@ -183,7 +183,15 @@ impl Log {
         rec.extend_from_slice(&(data.len() as u32).to_le_bytes());
         rec.extend_from_slice(&fnv1a(data).to_le_bytes());
         rec.extend_from_slice(data);
-        self.file.lock().unwrap_or_else(|e| e.into_inner()).write_all(&rec)
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let offset = f.seek(SeekFrom::End(0))?;
+        f.write_all(&rec)?;
+        // kept for a replay while serving (a backend that comes back: `recover::rejoin`); records
+        // are appended under the write lock, in their units' order
+        let mut r = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let at = r.partition_point(|&(s, _)| s < seq);
+        r.insert(at, (seq, offset));
+        Ok(())
     }
 }
 
@@ -451,6 +459,9 @@ mod tests {
             let seq = log.take_seq();
             log.append(seq, data).unwrap();
         }
+        // what was appended can be read back at once (a replay while serving)
+        assert_eq!(log.range(), Some((1, 3)));
+        assert_eq!(log.read(1, 2).unwrap(), vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
         drop(log);
         // a torn record: half a header
         std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&[4, 0, 0]).unwrap();

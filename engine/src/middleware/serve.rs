@@ -1,6 +1,7 @@
 //! The server, either protocol: the backends checked and recovered, the listener, a session per
-//! client, the 50 ms series sampled, and at SIGTERM/SIGINT the writes still running awaited, the
-//! idle connections closed and the stats written.
+//! client, the 50 ms series sampled, a backend that stopped answering brought back once it answers
+//! (with a recovery log: `recover::rejoin`), and at SIGTERM/SIGINT the writes still running
+//! awaited, the idle connections closed and the stats written.
 //!
 //! What differs between the protocols is a `Front`: the PostgreSQL one is the manager itself (its
 //! pools are the backends' connections), MySQL's is `mysql_session::Cluster`.
@@ -12,7 +13,11 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+use super::recover::Rejoin;
 use super::{log, pylist, write_stats, Manager, MiddlewareArgs, NoBackend};
+
+/// How often a backend that stopped answering is tried again (with a recovery log).
+const REJOIN_EVERY: Duration = Duration::from_secs(1);
 
 /// A protocol's front end, as the server uses it.
 pub(crate) trait Front: Send + Sync + 'static {
@@ -26,6 +31,8 @@ pub(crate) trait Front: Send + Sync + 'static {
     async fn recover(&self) -> Result<(), NoBackend>;
     /// Serve one client connection (a task of its own).
     fn spawn_session(self: &Arc<Self>, stream: TcpStream, id: u32);
+    /// Try to bring back backend `i`, disabled because it stopped answering (`recover::rejoin`).
+    async fn rejoin(&self, i: usize) -> Rejoin;
     /// Close the backends' idle connections.
     fn drop_idle(&self);
     fn stats(&self) -> Value;
@@ -94,9 +101,23 @@ pub(crate) async fn serve<F: Front>(front: Arc<F>, args: MiddlewareArgs, host: S
             }
         })
     });
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    // with a recovery log, a backend that stopped answering is tried every REJOIN_EVERY and
+    // brought back once the log has brought it to the head (a signal cancels a rejoin in progress:
+    // each replayed unit moved its position with it, so the next start goes on from there)
+    let rejoining = m.recovery.is_some();
+    let mut tick = tokio::time::interval(REJOIN_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = async {
+                tick.tick().await;
+                for i in m.rejoinable() {
+                    front.rejoin(i).await;
+                }
+            }, if rejoining => {}
+        }
     }
     if let Some(s) = series {
         s.abort();

@@ -110,7 +110,8 @@ def link_point_requests(ctx: PointContext) -> None:
 
 def note_disabled_backends(ctx: PointContext, middleware) -> None:
     """A middleware that disabled a database server (a failed write the others executed) leaves
-    the replicas out of sync for the rest of the point: say so in the manifest's notes."""
+    the replicas out of sync for the rest of the point, and one that came back (rejoined once its
+    recovery log brought it to the head) was out for part of it: say so in the manifest's notes."""
     try:
         stats = json.loads(middleware.stats_path.read_text())
     except (OSError, ValueError) as err:
@@ -119,6 +120,11 @@ def note_disabled_backends(ctx: PointContext, middleware) -> None:
     for b in stats.get("backends", []):
         if not b.get("enabled", True):
             ctx.notes.append(f"{middleware.name} disabled database backend {b['name']}: {b.get('disabled_reason')}")
+        if b.get("rejoined"):
+            ctx.notes.append(
+                f"{middleware.name}: database backend {b['name']} stopped answering and rejoined "
+                f"{b['rejoined']} time(s) during the point (replayed from the recovery log first)"
+            )
 
 
 def stop_services(ctx: PointContext) -> None:

@@ -47,6 +47,12 @@ impl Cluster {
         self.pools[b].drop_idle();
     }
 
+    /// Disable `b` because it stopped answering (it may rejoin: `recover::rejoin`).
+    pub(super) fn disable_unreachable(&self, b: usize, reason: &str) {
+        self.m.disable_unreachable(b, reason);
+        self.pools[b].drop_idle();
+    }
+
     /// Open one connection to every backend (retrying up to `timeout`); a backend that never
     /// answers is disabled.
     pub(super) async fn check_backends(&self, timeout: Duration) -> Result<(), NoBackend> {
@@ -61,7 +67,7 @@ impl Cluster {
                     }
                     Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
                     Err(err) => {
-                        self.disable(i, &format!("unreachable at start: {err}"));
+                        self.disable_unreachable(i, &format!("unreachable at start: {err}"));
                         break;
                     }
                 }

@@ -24,7 +24,7 @@ impl Session {
             let mut conn = match c.pools[b].acquire().await {
                 Ok(conn) => conn,
                 Err(err) => {
-                    c.disable(b, &format!("read failed: {err}"));
+                    c.disable_unreachable(b, &format!("read failed: {err}"));
                     m.count(|c| c.read_retries += 1);
                     m.read_over(b, token);
                     continue;
@@ -58,7 +58,7 @@ impl Session {
                 st.counts.reads += 1;
             }
             if x.broken {
-                c.disable(b, &format!("read failed: {}", x.error.as_deref().unwrap_or("None")));
+                c.disable_unreachable(b, &format!("read failed: {}", x.error.as_deref().unwrap_or("None")));
                 if saw {
                     return Err(Fail::End(x.error)); // part of the answer is out: the client connection cannot continue
                 }

@@ -46,6 +46,10 @@ impl Backends for Cluster {
         Cluster::disable(self, i, reason);
     }
 
+    fn disable_unreachable(&self, i: usize, reason: &str) {
+        Cluster::disable_unreachable(self, i, reason);
+    }
+
     async fn query(conn: &mut MyConn, text: &str) -> Result<Vec<Option<String>>, String> {
         conn.simple(text).await
     }

@@ -28,6 +28,10 @@ impl Front for Cluster {
         tokio::spawn(Session::new(self.clone(), stream, id).run());
     }
 
+    async fn rejoin(&self, i: usize) -> crate::middleware::recover::Rejoin {
+        crate::middleware::recover::rejoin(&self.m, self, i).await
+    }
+
     fn drop_idle(&self) {
         for p in &self.pools {
             p.drop_idle();

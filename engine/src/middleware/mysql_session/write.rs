@@ -72,7 +72,7 @@ impl Session {
         while let Some(j) = set.join_next().await {
             match j {
                 Ok((b, Ok(conn))) => conns.push((b, conn)),
-                Ok((b, Err(err))) => self.c.disable(b, &format!("write failed: cannot get a connection: {err}")),
+                Ok((b, Err(err))) => self.c.disable_unreachable(b, &format!("write failed: cannot get a connection: {err}")),
                 Err(_) => {}
             }
         }

@@ -118,7 +118,7 @@ impl Session {
             let mut conn = match backend.pool.acquire().await {
                 Ok(c) => c,
                 Err(err) => {
-                    m.disable(b, &format!("read failed: {err}"));
+                    m.disable_unreachable(b, &format!("read failed: {err}"));
                     m.count(|c| c.read_retries += 1);
                     m.read_over(b, token);
                     continue;
@@ -187,7 +187,7 @@ impl Session {
                 st.counts.reads += 1;
             }
             if x.broken {
-                m.disable(b, &format!("read failed: {}", x.error.as_deref().unwrap_or("None")));
+                m.disable_unreachable(b, &format!("read failed: {}", x.error.as_deref().unwrap_or("None")));
                 if saw {
                     // part of the answer is out: the client connection cannot continue
                     return Err(Fail::End(x.error));

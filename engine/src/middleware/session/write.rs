@@ -75,7 +75,7 @@ impl Session {
         while let Some(j) = set.join_next().await {
             match j {
                 Ok((b, Ok(c))) => conns.push((b, c)),
-                Ok((b, Err(err))) => self.m.disable(b, &format!("write failed: cannot get a connection: {err}")),
+                Ok((b, Err(err))) => self.m.disable_unreachable(b, &format!("write failed: cannot get a connection: {err}")),
                 Err(_) => {}
             }
         }
