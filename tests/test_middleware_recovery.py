@@ -18,7 +18,7 @@ import time
 import test_middleware
 from conftest import needs_postgres, needs_root
 from test_middleware import DB, fresh_table, on_each, seq_scans
-from test_middleware_rust import dsn, engine_built, rust_middleware  # noqa: F401  (engine_built: autouse)
+from test_middleware_rust import dsn, engine_built, rust_middleware, wait_for_log  # noqa: F401  (engine_built: autouse)
 
 #: this module's own pair of PostgreSQL servers (tests/test_middleware.py's fixture)
 servers = test_middleware.pair
@@ -197,17 +197,11 @@ def test_a_backend_that_comes_back_while_serving_rejoins_at_the_head_and_is_neve
             threads[-1].start()
             time.sleep(1.0)
             pgs[1].stop()  # down: disabled at its next read or write; the rest goes on
-            deadline = time.monotonic() + 20
-            while "DISABLED" not in mw.log.read_text():
-                assert time.monotonic() < deadline, mw.log.read_text()
-                time.sleep(0.1)
+            wait_for_log(mw, "DISABLED", 20)
             time.sleep(1.0)
             behind = list(counts)
             pgs[1].start()  # back, stale, while the middleware serves
-            deadline = time.monotonic() + 30
-            while "REJOINED" not in mw.log.read_text():
-                assert time.monotonic() < deadline, mw.log.read_text()
-                time.sleep(0.1)
+            wait_for_log(mw, "REJOINED", 30)
             rejoined_at = len(seen)
             time.sleep(1.5)
             stop.set()
@@ -261,10 +255,7 @@ def test_a_backend_whose_return_the_log_cannot_mend_is_refused_for_good_and_neve
                     pgs[1].stop()  # backend 2 rolls it back; its sequence keeps the value
                     conn.execute("INSERT INTO rhist (aid, delta) VALUES (2, 2)")  # backend 1 only
                 pgs[1].start()
-                deadline = time.monotonic() + 30
-                while "REFUSED on its return" not in mw.log.read_text():
-                    assert time.monotonic() < deadline, mw.log.read_text()
-                    time.sleep(0.1)
+                wait_for_log(mw, "REFUSED on its return", 30)
                 before = seq_scans(pgs, "probe_ret", 0)
                 for _ in range(6):
                     assert conn.execute("SELECT count(*) FROM probe_ret").fetchone() == (3,)

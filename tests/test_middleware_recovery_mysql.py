@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 import test_middleware_mysql
-from test_middleware_rust import engine_built, rust_middleware  # noqa: F401  (engine_built: autouse)
+from test_middleware_rust import engine_built, rust_middleware, wait_for_log  # noqa: F401  (engine_built: autouse)
 from tierscope.engine import engine_path
 from tierscope.services.middleware import PASSWORD_ENV
 
@@ -292,17 +292,11 @@ def test_a_backend_that_comes_back_while_serving_rejoins_at_the_head_and_is_neve
             threads[-1].start()
             time.sleep(1.0)
             dbs[1].stop()
-            deadline = time.monotonic() + 20
-            while "DISABLED" not in mw.log.read_text():
-                assert time.monotonic() < deadline, mw.log.read_text()
-                time.sleep(0.1)
+            wait_for_log(mw, "DISABLED", 20)
             time.sleep(1.0)
             behind = list(counts)
             dbs[1].start()
-            deadline = time.monotonic() + 30
-            while "REJOINED" not in mw.log.read_text():
-                assert time.monotonic() < deadline, mw.log.read_text()
-                time.sleep(0.1)
+            wait_for_log(mw, "REJOINED", 30)
             rejoined_at = len(seen)
             time.sleep(1.5)
             stop.set()

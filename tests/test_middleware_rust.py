@@ -54,6 +54,14 @@ def engine_built():
         pytest.fail(f"{exe} has no `middleware` subcommand (rebuild: make setup): {out.stderr.strip()[:300]}")
 
 
+def wait_for_log(mw, needle: str, timeout: float = 30.0) -> None:
+    """Wait until the middleware's log holds `needle` (fails with the log after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while needle not in mw.log.read_text():
+        assert time.monotonic() < deadline, f"no {needle!r} in the middleware's log: {mw.log.read_text()}"
+        time.sleep(0.1)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
