@@ -115,3 +115,25 @@ def test_no_new_package_cycle():
 def test_the_contracts_import_nothing_of_the_project():
     """The ground floor (tierscope.contracts) stands on nothing of the project."""
     assert not import_graph().get("contracts")
+
+
+def test_the_analysis_loads_no_part_of_the_lab():
+    """The analysis (and the report) read tables: importing every analysis module loads none of
+    the lab's rooms (testbed, services, runner, assembly, apps, remote), `trace.link` included
+    (issue 23 item 1: linking where the analysis can use it without importing the testbed)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import tierscope.analysis as a\n"
+        "for m in pkgutil.iter_modules(a.__path__):\n"
+        "    importlib.import_module('tierscope.analysis.' + m.name)\n"
+        "import tierscope.report, tierscope.trace.link\n"
+        "print(' '.join(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules if m.startswith('tierscope.')})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(out.stdout.split())
+    assert "tierscope.analysis" in loaded and "tierscope.trace" in loaded, loaded
+    lab = {f"tierscope.{room}" for room in ("testbed", "services", "runner", "assembly", "apps", "remote")}
+    assert not loaded & lab, sorted(loaded & lab)

@@ -17,13 +17,10 @@ import pytest
 from tierscope import tables
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
-from tierscope.trace import (
-    LiveCapture,
-    ServerEntry,
-    link_transactions,
-    trace_capture,
-    write_server_map,
-)
+from tierscope.trace.capture import LiveCapture
+from tierscope.trace.link import link_transactions
+from tierscope.trace.run import trace_capture
+from tierscope.trace.servermap import ServerEntry, write_server_map
 
 
 def table(rows: list[dict]) -> pa.Table:

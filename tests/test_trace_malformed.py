@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tierscope.engine import engine_path
-from tierscope.trace import TraceError, trace_capture
+from tierscope.trace.run import TraceError, trace_capture
 
 CLIENT = (bytes([10, 0, 0, 1]), 40000)
 SERVER = (bytes([10, 0, 0, 2]), 8080)

@@ -17,7 +17,8 @@ import pytest
 
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
-from tierscope.trace import LiveCapture, trace_capture
+from tierscope.trace.capture import LiveCapture
+from tierscope.trace.run import trace_capture
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="tcpdump on lo needs root"),

@@ -16,7 +16,8 @@ import pytest
 
 from tierscope.services.base import free_port
 from tierscope.testbed.host import Host
-from tierscope.trace import LiveCapture, trace_capture
+from tierscope.trace.capture import LiveCapture
+from tierscope.trace.run import trace_capture
 
 PGBENCH = shutil.which("pgbench") or next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"))), None)
 

@@ -44,9 +44,9 @@ def trace(
     Example: tierscope trace --live lo --filter 'tcp port 8080 or tcp port 5432' --duration 30 -o requests.parquet
     """
     from tierscope.cli._output import OutputError, check_output_file
-    from tierscope.trace import LiveCapture, TraceError, trace_capture
-    from tierscope.trace.capture import CaptureError
+    from tierscope.trace.capture import CaptureError, LiveCapture
     from tierscope.trace.link import link_file
+    from tierscope.trace.run import TraceError, trace_capture
 
     console = Console(stderr=True)
     if (capture is None) == (live is None):

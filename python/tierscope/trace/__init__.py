@@ -7,20 +7,7 @@
   containment on the same host, and says which was used;
 * `servermap.write_server_map` writes the `address:port tier server [protocol]` file the engine
   reads.
+
+Import the submodule you use: this package imports none of them, so the analysis reads
+`trace.link` (pure: tables in, tables out) without loading the capture's hosts (`testbed`).
 """
-
-from tierscope.trace.capture import CaptureStats, LiveCapture
-from tierscope.trace.link import link_transactions
-from tierscope.trace.run import TraceError, TraceResult, trace_capture
-from tierscope.trace.servermap import ServerEntry, write_server_map
-
-__all__ = [
-    "CaptureStats",
-    "LiveCapture",
-    "ServerEntry",
-    "TraceError",
-    "TraceResult",
-    "link_transactions",
-    "trace_capture",
-    "write_server_map",
-]
