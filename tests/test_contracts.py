@@ -38,3 +38,40 @@ def test_a_client_connects_to_one_dbms_per_wire_protocol():
         DbConfig("galera")  # a Galera node is reached as MariaDB
     with pytest.raises(ValueError, match="pool_size: expected >= 1"):
         DbConfig(pool_size=0)
+
+
+def test_the_spec_and_the_lab_service_take_the_middlewares_contract(tmp_path):
+    """The policies, waits and defaults the spec accepts and the lab's service passes are the
+    middleware's contract's (contracts/middleware.json; cargo test holds the engine to it)."""
+    from tierscope.contracts import middleware as contract
+    from tierscope.services.middleware import Middleware
+    from tierscope.spec.model import MiddlewareSoft
+    from tierscope.testbed.host import Host
+
+    assert contract.POLICIES == ("lprf", "rr", "wrr", "lrt", "aware") and contract.WEIGHTED_POLICIES == {"wrr"}
+    soft = MiddlewareSoft()
+    assert (soft.policy, soft.wait, soft.pool) == tuple(contract.DEFAULTS[k] for k in ("policy", "wait", "pool"))
+    for policy in contract.POLICIES:
+        assert MiddlewareSoft(policy=policy).policy == policy
+        weights = [1.0, 2.0] if policy in contract.WEIGHTED_POLICIES else None
+        svc = Middleware(
+            Host.loopback("mw1"),
+            25322,
+            tmp_path / "mw1",
+            backends=["127.0.0.1:5433", "127.0.0.1:5434"],
+            user="u",
+            password="p",
+            policy=policy,
+            weights=weights,
+            dbms="galera",
+        )
+        argv = svc.command()
+        assert argv[argv.index("--policy") + 1] == policy and argv[argv.index("--protocol") + 1] == "mysql"
+        assert svc.dbms == "mariadb"  # Galera's client is MariaDB's
+    with pytest.raises(ValueError, match="Input should be 'lprf', 'rr', 'wrr', 'lrt' or 'aware'"):
+        MiddlewareSoft(policy="random")
+    with pytest.raises(ValueError, match="Input should be 'first' or 'all'"):
+        MiddlewareSoft(wait="some")
+    for wrong in ({"policy": "lprf", "weights": [1.0, 1.0]}, {"dbms": "oracle"}):
+        with pytest.raises(ValueError, match="weights: only with policy wrr|dbms: expected one of postgresql"):
+            Middleware(Host.loopback("mw1"), 25322, tmp_path / "mw2", backends=["127.0.0.1:5433"] * 2, **wrong)

@@ -54,7 +54,7 @@ def test_a_mariadb_topology_with_a_middleware_tier_is_accepted():
     check_db_topology("mariadb", 2, 1)
     with pytest.raises(PointFailed, match="a Galera cluster replicates by itself"):
         check_db_topology("galera", 2, 1)
-    from tierscope.services.middleware import PROTOCOLS
+    from tierscope.contracts.dbms import dbms
     from tierscope.spec import SpecError, expand
 
     raw = tomllib.loads((ROOT / "examples" / "specs" / "tiny.toml").read_text())
@@ -71,7 +71,7 @@ def test_a_mariadb_topology_with_a_middleware_tier_is_accepted():
         ("db1", "db"),
         ("db2", "db"),
     ]
-    assert config.dbms == "mariadb" and PROTOCOLS[config.dbms] == "mysql"
+    assert config.dbms == "mariadb" and dbms(config.dbms).protocol == "mysql"
     raw["topology"] = "1/1/0/2M"  # two MariaDB servers without the middleware: not replicas of anything
     with pytest.raises(SpecError, match="no clustering middleware"):
         spec_from_dict(raw, where="m", name="m")

@@ -31,8 +31,8 @@ import pytest
 
 import test_middleware_mysql
 from test_middleware_rust import engine_built, rust_middleware, wait_for_log  # noqa: F401  (engine_built: autouse)
+from tierscope.contracts.middleware import PASSWORD_ENV
 from tierscope.engine import engine_path
-from tierscope.services.middleware import PASSWORD_ENV
 
 HAVE_MARIADB = bool(shutil.which("mariadbd") or shutil.which("mysqld") or Path("/usr/sbin/mariadbd").exists())
 pytestmark = pytest.mark.skipif(not HAVE_MARIADB, reason="MariaDB server not installed")

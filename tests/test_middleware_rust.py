@@ -29,8 +29,8 @@ import pytest
 import test_middleware
 from conftest import needs_postgres, needs_root
 from test_middleware import DB, fresh_table, on_each, seq_scans
+from tierscope.contracts.middleware import PASSWORD_ENV
 from tierscope.engine import EngineNotFound, engine_path
-from tierscope.services.middleware import PASSWORD_ENV
 
 #: the two PostgreSQL servers of tests/test_middleware.py (its module-scoped `pair` fixture, named
 #: `servers` here; this module gets its own pair of servers)
@@ -170,6 +170,18 @@ def test_reads_are_balanced_by_policy(servers, policy, weights, expected):
     assert [a - b for a, b in zip(after, before)] == expected
     assert [b["reads"] for b in stats["backends"]] == expected
     assert stats["policy"] == policy and stats["reads"] == 12 and stats["writes"] == 0
+    assert_stats_keep_the_contract(stats)
+
+
+def assert_stats_keep_the_contract(stats: dict) -> None:
+    """The stats a real middleware wrote have the keys of its contract (contracts/middleware.json),
+    no more, no fewer: what the runner and the studies read is there."""
+    from tierscope.contracts.middleware import STATS_KEYS
+
+    assert set(stats) == STATS_KEYS["top"], set(stats) ^ STATS_KEYS["top"]
+    for b in stats["backends"]:
+        assert set(b) == STATS_KEYS["backend"], set(b) ^ STATS_KEYS["backend"]
+    assert set(stats["labels"]) == STATS_KEYS["labels"] and set(stats["series"]) == STATS_KEYS["series"]
 
 
 def test_overlapping_reads_spread_over_both_backends_under_lprf(servers):

@@ -24,6 +24,7 @@ import pytest
 import test_middleware_mysql as mym
 from conftest import ROOT
 from test_middleware_mysql import DB, com_select, fresh_table, middleware, rows
+from test_middleware_rust import assert_stats_keep_the_contract
 from tierscope.engine import engine_path
 
 #: the two MariaDB servers of tests/test_middleware_mysql.py (its module-scoped fixture; this module
@@ -85,6 +86,7 @@ def test_reads_spread_over_both_replicas_by_their_own_counters(pair):
     assert spread == [4, 4], spread  # round robin, counted by each MariaDB itself
     assert stats["implementation"] == "rust" and stats["protocol"] == "mysql"
     assert [b["reads"] for b in stats["backends"]] == spread and stats["disabled"] == []
+    assert_stats_keep_the_contract(stats)
 
 
 def test_writes_land_on_both_replicas_with_one_now(pair):

@@ -286,8 +286,8 @@ def test_the_middleware_runs_as_the_lab_user(tmp_path):
     assert seen["workdir"] == (lab.pw_uid, 0o700), seen["workdir"]  # its console and stats: closed to others
 
     d = result.dir / result.done[0]
+    from tierscope.contracts.middleware import PASSWORD_ENV
     from tierscope.services.credentials import FILE_NAME, _read
-    from tierscope.services.middleware import PASSWORD_ENV
 
     creds = _read(d / FILE_NAME)
     assert creds is not None

@@ -36,8 +36,11 @@ impl Policy {
         }
     }
 
+    /// every policy, in the order of the contract (python/tierscope/contracts/middleware.json)
+    pub const ALL: [Policy; 5] = [Policy::Lprf, Policy::Rr, Policy::Wrr, Policy::Lrt, Policy::Aware];
+
     pub fn parse(name: &str) -> Option<Policy> {
-        [Policy::Lprf, Policy::Rr, Policy::Wrr, Policy::Lrt, Policy::Aware].into_iter().find(|p| p.name() == name)
+        Policy::ALL.into_iter().find(|p| p.name() == name)
     }
 }
 

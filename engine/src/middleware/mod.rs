@@ -17,6 +17,8 @@
 
 mod answer;
 pub mod balance;
+#[cfg(test)]
+mod contract;
 pub mod error;
 pub mod mysql_session;
 pub mod mysql_wire;

@@ -26,21 +26,22 @@ import os
 from pathlib import Path
 
 from tierscope.contracts.dbms import DbConfig
+from tierscope.contracts.dbms import dbms as dbms_of
+
+# the middleware's contract (contracts/middleware.json, held to the engine by cargo test)
+from tierscope.contracts.middleware import (
+    DEFAULTS,
+    PASSWORD_ENV,
+    POLICIES,
+    PROTOCOLS,
+    WAITS,
+    WEIGHTED_POLICIES,
+)
 from tierscope.engine import engine_path
 from tierscope.services._accounts import AccountError, give_to, lab_account, make_traversable, open_the_way, run_as
 from tierscope.services.base import Service, ServiceError
 from tierscope.services.credentials import lab_credentials
 from tierscope.testbed.host import Host
-
-#: the wire protocol the middleware speaks for the backends' DBMS (DbConfig's or the services' names)
-PROTOCOLS = {"postgresql": "postgres", "postgres": "postgres", "mariadb": "mysql", "galera": "mysql"}
-#: the environment variable that carries the backends' password to the middleware (not its argv)
-PASSWORD_ENV = "TIERSCOPE_MIDDLEWARE_PASSWORD"
-#: the read-balancing policies (`--policy`; docs/middleware.md "The rules")
-POLICIES = ("lprf", "rr", "wrr", "lrt", "aware")
-#: the one-row table in which each backend keeps the last recovery-log unit it applied (the
-#: middleware's bookkeeping, engine/src/middleware/recovery.rs TABLE): its writes are not the clients'
-RECOVERY_TABLE = "tierscope_recovery"
 
 
 def engine_middleware() -> list[str]:
@@ -66,9 +67,9 @@ class Middleware(Service):
         user: str | None = None,
         password: str | None = None,
         dbms: str = "postgresql",
-        pool: int = 16,
-        policy: str = "lprf",
-        wait: str = "first",
+        pool: int = DEFAULTS["pool"],
+        policy: str = DEFAULTS["policy"],
+        wait: str = DEFAULTS["wait"],
         weights: list[float] | None = None,
         labels: bool = False,
         name: str | None = None,
@@ -78,6 +79,10 @@ class Middleware(Service):
             raise ValueError("middleware backends: expected at least one database server address")
         if policy not in POLICIES:
             raise ValueError(f"middleware policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+        if weights is not None and policy not in WEIGHTED_POLICIES:
+            raise ValueError(
+                f"middleware weights: only with policy {' or '.join(sorted(WEIGHTED_POLICIES))}, got {policy!r}"
+            )
         if weights is not None and (
             len(weights) != len(backends) or any(w < 0 for w in weights) or not any(w > 0 for w in weights)
         ):
@@ -85,12 +90,16 @@ class Middleware(Service):
                 f"middleware weights: expected {len(backends)} weights >= 0 (one per database "
                 f"server), one of them > 0, got {weights}"
             )
-        if wait not in ("first", "all"):
-            raise ValueError(f"middleware wait: expected first or all, got {wait!r}")
+        if wait not in WAITS:
+            raise ValueError(f"middleware wait: expected {' or '.join(WAITS)}, got {wait!r}")
         if int(pool) < 1:
             raise ValueError(f"middleware pool: expected >= 1, got {pool}")
-        if dbms not in PROTOCOLS:
-            raise ValueError(f"middleware dbms: expected one of {', '.join(PROTOCOLS)}, got {dbms!r}")
+        try:
+            protocol = dbms_of(dbms).protocol
+        except ValueError as err:
+            raise ValueError(f"middleware {err}") from None
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"middleware dbms: {dbms} speaks {protocol}, the middleware {' and '.join(PROTOCOLS)}")
         self.backends = list(backends)
         self.database = database
         if user is None or password is None:
@@ -99,8 +108,8 @@ class Middleware(Service):
             password = lab.password if password is None else password
         self.user = user
         self.password = password
-        self.dbms = "mariadb" if PROTOCOLS[dbms] == "mysql" else "postgresql"
-        self.protocol = PROTOCOLS[dbms]
+        self.dbms = dbms_of(dbms).data  # the backends' client: Galera's is MariaDB's
+        self.protocol = protocol
         self.pool = int(pool)
         self.policy = policy
         self.wait = wait

@@ -16,6 +16,8 @@ from pydantic import (
 )
 
 from tierscope.contracts import DEFAULT_WINDOW_NS, MAX_WINDOW_NS, MIN_WINDOW_NS
+from tierscope.contracts.middleware import DEFAULTS as MIDDLEWARE_DEFAULTS
+from tierscope.contracts.middleware import POLICIES, WAITS, WEIGHTED_POLICIES
 from tierscope.tiers import SERVER_PREFIX, TIERS
 
 from .notation import DBMS, DBMS_LETTER, RESERVED_LETTERS, parse_notation
@@ -164,17 +166,38 @@ class AppSoft(_Model):
     db_pool: int = Field(default=8, ge=1, le=4096)  # database connection pool size per worker
 
 
+def _one_of(choices: tuple[str, ...]) -> str:
+    """pydantic's words for a choice: "'a', 'b' or 'c'"."""
+    quoted = [repr(c) for c in choices]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+
+
 class MiddlewareSoft(_Model):
-    pool: int = Field(default=16, ge=1, le=4096)  # connections to each database server
-    policy: Literal["lprf", "rr", "wrr", "lrt", "aware"] = "lprf"  # read balancing (docs/middleware.md)
+    # the choices and defaults are the middleware's contract's (tierscope.contracts.middleware)
+    pool: int = Field(default=MIDDLEWARE_DEFAULTS["pool"], ge=1, le=4096)  # connections to each database server
+    policy: str = MIDDLEWARE_DEFAULTS["policy"]  # read balancing (docs/middleware.md): one of POLICIES
     weights: list[Annotated[float, Field(ge=0)]] | None = None  # wrr: one per database server
-    wait: Literal["first", "all"] = "first"  # a write is answered after the first / all backends
+    wait: str = MIDDLEWARE_DEFAULTS["wait"]  # a write is answered after the first / all backends
     # the middleware is `tierscope-engine middleware` (Rust; PostgreSQL and MariaDB): "rust", the only
     # value, is still accepted; "python" is refused with a message saying that middleware was removed
     implementation: Literal["rust"] = "rust"
     # keep per-statement service times and heavy reads per backend under any policy (`--labels`;
     # `aware` always does): the 50 ms series then shows where the heavy reads went
     labels: bool = False
+
+    @field_validator("policy")
+    @classmethod
+    def _a_policy(cls, v: str) -> str:
+        if v not in POLICIES:
+            raise ValueError(f"Input should be {_one_of(POLICIES)}")
+        return v
+
+    @field_validator("wait")
+    @classmethod
+    def _a_wait(cls, v: str) -> str:
+        if v not in WAITS:
+            raise ValueError(f"Input should be {_one_of(WAITS)}")
+        return v
 
     @field_validator("implementation", mode="before")
     @classmethod
@@ -421,8 +444,9 @@ class PointConfig(_Model):
                 f"soft.middleware.weights: expected one weight per database server "
                 f"({self.topology.db.count}), one of them > 0, got {mw.weights}"
             )
-        if mw.weights is not None and mw.policy != "wrr":
-            raise ValueError(f'soft.middleware.weights: only with policy = "wrr" (policy is {mw.policy!r})')
+        if mw.weights is not None and mw.policy not in WEIGHTED_POLICIES:
+            weighted = " or ".join(f'"{p}"' for p in sorted(WEIGHTED_POLICIES))
+            raise ValueError(f"soft.middleware.weights: only with policy = {weighted} (policy is {mw.policy!r})")
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")

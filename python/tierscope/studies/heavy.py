@@ -32,8 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tierscope.contracts.middleware import POLICIES
 from tierscope.services.base import Service, free_port
-from tierscope.services.middleware import POLICIES, Middleware
+from tierscope.services.middleware import Middleware
 from tierscope.services.postgres import Postgres, pg_bindir
 from tierscope.spec import NodeType
 from tierscope.testbed import cgroups

@@ -56,11 +56,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tierscope.apps.snapshot import copy_tree
+from tierscope.contracts.middleware import RECOVERY_TABLE
 from tierscope.oltp import dsn_of, tpcc_load, tpcc_run, ycsb_load, ycsb_run
 from tierscope.services.base import free_port
 from tierscope.services.galera import GaleraCluster
 from tierscope.services.mariadb import MariaDB
-from tierscope.services.middleware import RECOVERY_TABLE, Middleware
+from tierscope.services.middleware import Middleware
 from tierscope.services.postgres import Postgres
 from tierscope.testbed.host import Host
 
