@@ -48,7 +48,7 @@ def test_the_spec_and_the_lab_service_take_the_middlewares_contract(tmp_path):
     from tierscope.spec.model import MiddlewareSoft
     from tierscope.testbed.host import Host
 
-    assert contract.POLICIES == ("lprf", "rr", "wrr", "lrt", "aware") and contract.WEIGHTED_POLICIES == {"wrr"}
+    assert contract.POLICIES == ("lprf", "rr", "wrr", "lrt", "aware") and sorted(contract.WEIGHTED_POLICIES) == ["wrr"]
     soft = MiddlewareSoft()
     assert (soft.policy, soft.wait, soft.pool) == tuple(contract.DEFAULTS[k] for k in ("policy", "wait", "pool"))
     for policy in contract.POLICIES:

@@ -11,6 +11,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -185,18 +186,12 @@ class MiddlewareSoft(_Model):
     # `aware` always does): the 50 ms series then shows where the heavy reads went
     labels: bool = False
 
-    @field_validator("policy")
+    @field_validator("policy", "wait")
     @classmethod
-    def _a_policy(cls, v: str) -> str:
-        if v not in POLICIES:
-            raise ValueError(f"Input should be {_one_of(POLICIES)}")
-        return v
-
-    @field_validator("wait")
-    @classmethod
-    def _a_wait(cls, v: str) -> str:
-        if v not in WAITS:
-            raise ValueError(f"Input should be {_one_of(WAITS)}")
+    def _one_of_the_contracts(cls, v: str, info: ValidationInfo) -> str:
+        choices = POLICIES if info.field_name == "policy" else WAITS
+        if v not in choices:
+            raise ValueError(f"Input should be {_one_of(choices)}")
         return v
 
     @field_validator("implementation", mode="before")
