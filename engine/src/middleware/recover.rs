@@ -238,6 +238,18 @@ pub(crate) async fn rejoin<B: Backends>(m: &Manager, bs: &B, i: usize) -> Rejoin
             Rejoin::Rejoined(k)
         }
         Err(e) => {
+            // gone again half-way (each replayed unit moved its position with it): later
+            let answers = match bs.acquire(i).await {
+                Ok(mut conn) => {
+                    let ok = B::query(&mut conn, "SELECT 1").await.is_ok();
+                    bs.release(i, conn);
+                    ok
+                }
+                Err(_) => false,
+            };
+            if !answers {
+                return Rejoin::NotYet;
+            }
             m.refuse(i, &format!("stale backend {name} REFUSED on its return: its position is {p}, the head is {head} ({positions}); {e}"));
             Rejoin::Refused
         }
