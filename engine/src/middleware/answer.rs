@@ -9,6 +9,7 @@
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 
+use super::client_io::Fail;
 use super::recover::Backends;
 use super::{pylist, Manager};
 
@@ -38,6 +39,11 @@ impl Sink<'_> {
         Sink { held: Vec::new(), client: None, saw: false, client_failed: false }
     }
 
+    /// A sink that also writes to the client once 64 KiB are held (a read's).
+    pub(crate) fn streaming(client: &mut OwnedWriteHalf) -> Sink<'_> {
+        Sink { held: Vec::new(), client: Some(client), saw: false, client_failed: false }
+    }
+
     pub(crate) async fn maybe_flush(&mut self) {
         if self.held.len() < 65536 {
             return;
@@ -50,6 +56,46 @@ impl Sink<'_> {
             self.held.clear();
         }
     }
+}
+
+/// A read ran on backend `b` (routed with `token`): its answers the client has not seen yet queued
+/// in `out`, the read counted and over there, a broken backend disabled. Ok(true): answered;
+/// Ok(false): route it again (nothing reached the client yet); Err: the session ends (part of the
+/// answer is out, or the client's socket failed).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_done<B: Backends, S>(
+    m: &Manager,
+    bs: &B,
+    b: usize,
+    token: Option<u64>,
+    x: Exec<S>,
+    sink: &mut Sink<'_>,
+    out: &mut Vec<u8>,
+) -> Result<bool, Fail> {
+    if !x.broken && !sink.held.is_empty() {
+        out.append(&mut sink.held);
+    }
+    m.read_over(b, token);
+    {
+        let mut st = m.state();
+        st.b[b].reads += 1;
+        st.counts.reads += 1;
+    }
+    if x.broken {
+        bs.disable_unreachable(b, &format!("read failed: {}", x.error.as_deref().unwrap_or("None")));
+        if sink.saw {
+            return Err(Fail::End(x.error)); // part of the answer is out: the client connection cannot continue
+        }
+        m.count(|c| c.read_retries += 1);
+        return Ok(false);
+    }
+    if !x.ok {
+        m.count(|c| c.errors_to_clients += 1);
+    }
+    if sink.client_failed {
+        return Err(Fail::End(None));
+    }
+    Ok(true)
 }
 
 /// One backend's complete answer to a unit of a write.

@@ -17,6 +17,7 @@
 
 mod answer;
 pub mod balance;
+mod client_io;
 #[cfg(test)]
 mod contract;
 pub mod error;

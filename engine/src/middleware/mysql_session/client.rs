@@ -5,33 +5,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use super::cluster::Cluster;
 use super::prepared::{PStmt, CURSORS_UNSUPPORTED};
 use super::write::Txn;
+use crate::middleware::client_io::ClientIo;
 use crate::middleware::mysql_wire::{self as my, MyError};
-use crate::middleware::pool::RECV_SIZE;
-use crate::middleware::{log, Manager, NoBackend};
+use crate::middleware::{log, Manager};
 
 /// the longest command a client may send (bytes)
 pub(super) const MAX_COMMAND: usize = 1 << 30;
 
-/// Why a command could not be served: no backend (the client gets an error and the session goes
-/// on), or the session must end (with a reason to log, if any).
-pub(super) enum Fail {
-    NoBackend(String),
-    End(Option<String>),
-}
-
-impl From<NoBackend> for Fail {
-    fn from(e: NoBackend) -> Fail {
-        Fail::NoBackend(e.0)
-    }
-}
+pub(super) use crate::middleware::client_io::{Fail, SResult};
 
 impl From<MyError> for Fail {
     fn from(e: MyError) -> Fail {
@@ -39,18 +27,13 @@ impl From<MyError> for Fail {
     }
 }
 
-pub(super) type SResult<T> = Result<T, Fail>;
-
 /// One client connection speaking the MySQL protocol.
 pub(super) struct Session {
     pub(super) c: Arc<Cluster>,
     pub(super) m: Arc<Manager>,
     pub(super) id: u32,
-    pub(super) rd: OwnedReadHalf,
-    pub(super) wr: OwnedWriteHalf,
-    pub(super) inbuf: Vec<u8>,
-    pub(super) inpos: usize,
-    pub(super) out: Vec<u8>,
+    /// the client's socket, its unread bytes and the answers queued for it
+    pub(super) io: ClientIo,
     /// prepared by the client, by the session's own ids
     pub(super) stmts: HashMap<u32, PStmt>,
     pub(super) next_stmt: u32,
@@ -63,23 +46,8 @@ pub(super) struct Session {
 
 impl Session {
     pub(super) fn new(c: Arc<Cluster>, stream: TcpStream, id: u32) -> Session {
-        let (rd, wr) = stream.into_split();
         let m = c.m.clone();
-        Session {
-            c,
-            m,
-            id,
-            rd,
-            wr,
-            inbuf: Vec::with_capacity(8192),
-            inpos: 0,
-            out: Vec::with_capacity(8192),
-            stmts: HashMap::new(),
-            next_stmt: 1,
-            txn: None,
-            last_write: None,
-            pending_begin: None,
-        }
+        Session { c, m, id, io: ClientIo::new(stream), stmts: HashMap::new(), next_stmt: 1, txn: None, last_write: None, pending_begin: None }
     }
 
     pub(super) async fn run(mut self) {
@@ -100,7 +68,7 @@ impl Session {
 
     /// An answer of one packet (sequence id 1 unless said) queued for the client.
     pub(super) fn reply(&mut self, payload: &[u8], seq: u8) {
-        my::packet_into(&mut self.out, seq, payload);
+        my::packet_into(&mut self.io.out, seq, payload);
     }
 
     pub(super) fn refuse(&mut self, code: u16, message: &str, state: &str) {
@@ -109,27 +77,12 @@ impl Session {
     }
 
     pub(super) async fn flush(&mut self) -> SResult<()> {
-        if !self.out.is_empty() {
-            self.wr.write_all(&self.out).await.map_err(|_| Fail::End(None))?;
-            self.out.clear();
-        }
-        Ok(())
+        Ok(self.io.flush().await?)
     }
 
-    /// At least `n` unread bytes in `inbuf`.
+    /// At least `n` unread bytes in the client's buffer.
     pub(super) async fn fill(&mut self, n: usize) -> SResult<()> {
-        while self.inbuf.len() - self.inpos < n {
-            if self.inpos > 0 {
-                self.inbuf.drain(..self.inpos);
-                self.inpos = 0;
-            }
-            self.inbuf.reserve(RECV_SIZE.max(n));
-            let k = self.rd.read_buf(&mut self.inbuf).await.map_err(|_| Fail::End(None))?;
-            if k == 0 {
-                return Err(Fail::End(None));
-            }
-        }
-        Ok(())
+        Ok(self.io.fill(n).await?)
     }
 
     /// The client's next (sequence id, payload), a split payload joined (at most `limit` bytes).
@@ -137,13 +90,13 @@ impl Session {
         let mut out = Vec::new();
         loop {
             self.fill(4).await?;
-            let (n, seq) = my::header(&self.inbuf, self.inpos);
+            let (n, seq) = my::header(&self.io.inbuf, self.io.inpos);
             if out.len() + n > limit {
                 return Err(Fail::End(Some(format!("a command of more than {limit} bytes"))));
             }
             self.fill(4 + n).await?;
-            out.extend_from_slice(&self.inbuf[self.inpos + 4..self.inpos + 4 + n]);
-            self.inpos += 4 + n;
+            out.extend_from_slice(&self.io.inbuf[self.io.inpos + 4..self.io.inpos + 4 + n]);
+            self.io.inpos += 4 + n;
             if n < my::MAX_PAYLOAD {
                 return Ok((seq, out));
             }
@@ -215,6 +168,6 @@ impl Session {
 
     pub(super) async fn end(&mut self) {
         self.reset().await;
-        let _ = self.wr.shutdown().await;
+        let _ = self.io.wr.shutdown().await;
     }
 }

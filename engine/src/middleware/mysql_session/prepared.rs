@@ -70,7 +70,7 @@ impl Session {
         let Some(_) = prepared.sid else {
             self.m.count(|c| c.errors_to_clients += 1);
             for (q, p) in &prepared.packets {
-                my::packet_into(&mut self.out, *q, p);
+                my::packet_into(&mut self.io.out, *q, p);
             }
             return Ok(());
         };
@@ -85,9 +85,9 @@ impl Session {
             if i == 0 {
                 let mut ok = p.clone();
                 ok[1..5].copy_from_slice(&cid.to_le_bytes());
-                my::packet_into(&mut self.out, *q, &ok);
+                my::packet_into(&mut self.io.out, *q, &ok);
             } else {
-                my::packet_into(&mut self.out, *q, p);
+                my::packet_into(&mut self.io.out, *q, p);
             }
         }
         Ok(())

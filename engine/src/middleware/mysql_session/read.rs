@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::client::{Fail, SResult, Session};
+use super::client::{SResult, Session};
 use super::execute::{execute, Sink};
 use super::outgoing::Unit;
+use crate::middleware::answer;
 
 impl Session {
     pub(super) async fn read(&mut self, unit: &Unit, label: Option<Arc<str>>) -> SResult<()> {
@@ -30,7 +31,7 @@ impl Session {
                     continue;
                 }
             };
-            let mut sink = Sink { held: Vec::new(), client: Some(&mut self.wr), saw: false, client_failed: false };
+            let mut sink = Sink::streaming(&mut self.io.wr);
             let t0 = Instant::now();
             let mut x = execute(&mut conn, &out, &mut sink).await;
             let reused = conn.reused;
@@ -47,31 +48,9 @@ impl Session {
                     c.release(b, conn);
                 }
             }
-            let (saw, client_failed) = (sink.saw, sink.client_failed);
-            if !x.broken && !sink.held.is_empty() {
-                self.out.append(&mut sink.held);
+            if answer::read_done(&m, c.as_ref(), b, token, x, &mut sink, &mut self.io.out)? {
+                return Ok(());
             }
-            m.read_over(b, token);
-            {
-                let mut st = m.state();
-                st.b[b].reads += 1;
-                st.counts.reads += 1;
-            }
-            if x.broken {
-                c.disable_unreachable(b, &format!("read failed: {}", x.error.as_deref().unwrap_or("None")));
-                if saw {
-                    return Err(Fail::End(x.error)); // part of the answer is out: the client connection cannot continue
-                }
-                m.count(|c| c.read_retries += 1);
-                continue;
-            }
-            if !x.ok {
-                m.count(|c| c.errors_to_clients += 1);
-            }
-            if client_failed {
-                return Err(Fail::End(None));
-            }
-            return Ok(());
         }
     }
 }

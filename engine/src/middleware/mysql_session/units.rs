@@ -31,7 +31,7 @@ impl Session {
         }
         if SOCKET.is_match(&text) {
             let answer = my::text_result("@@socket", &[""], self.status_flags());
-            self.out.extend_from_slice(&answer);
+            self.io.out.extend_from_slice(&answer);
             return Ok(());
         }
         if self.txn.is_none() && self.pending_begin.is_none() && sql::plain_begin(&text) {

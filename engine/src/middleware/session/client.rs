@@ -5,29 +5,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use super::open::OpenUnit;
 use super::write::Txn;
-use crate::middleware::pool::RECV_SIZE;
+use crate::middleware::client_io::ClientIo;
 use crate::middleware::wire::{self, Message, Parse, ProtocolError};
-use crate::middleware::{log, Manager, NoBackend};
+use crate::middleware::{log, Manager};
 
-/// Why a unit could not be served: no backend (the client gets an error and the session goes on),
-/// or the session must end (with a reason to log, if any).
-pub(super) enum Fail {
-    NoBackend(String),
-    End(Option<String>),
-}
-
-impl From<NoBackend> for Fail {
-    fn from(e: NoBackend) -> Fail {
-        Fail::NoBackend(e.0)
-    }
-}
+pub(super) use crate::middleware::client_io::{Fail, SResult};
 
 impl From<ProtocolError> for Fail {
     fn from(e: ProtocolError) -> Fail {
@@ -35,16 +23,11 @@ impl From<ProtocolError> for Fail {
     }
 }
 
-pub(super) type SResult<T> = Result<T, Fail>;
-
 pub struct Session {
     pub(super) m: Arc<Manager>,
     pub(super) id: u32,
-    pub(super) rd: OwnedReadHalf,
-    pub(super) wr: OwnedWriteHalf,
-    pub(super) inbuf: Vec<u8>,
-    pub(super) inpos: usize,
-    pub(super) out: Vec<u8>,
+    /// the client's socket, its unread bytes and the answers queued for it
+    pub(super) io: ClientIo,
     pub(super) statements: HashMap<String, Arc<Parse>>,
     pub(super) unnamed: Option<Arc<Parse>>,
     /// pinned connections of an open transaction, the lock held
@@ -58,15 +41,10 @@ pub struct Session {
 
 impl Session {
     pub fn new(m: Arc<Manager>, stream: TcpStream, id: u32) -> Session {
-        let (rd, wr) = stream.into_split();
         Session {
             m,
             id,
-            rd,
-            wr,
-            inbuf: Vec::with_capacity(8192),
-            inpos: 0,
-            out: Vec::with_capacity(8192),
+            io: ClientIo::new(stream),
             statements: HashMap::new(),
             unnamed: None,
             txn: None,
@@ -119,7 +97,7 @@ impl Session {
                         match self.open_begin().await {
                             Ok(()) => {}
                             Err(Fail::NoBackend(e)) => {
-                                self.out.extend_from_slice(&wire::error(&e, "08006", "ERROR"));
+                                self.io.out.extend_from_slice(&wire::error(&e, "08006", "ERROR"));
                                 unit.clear();
                                 self.flush().await?;
                                 continue;
@@ -130,12 +108,12 @@ impl Session {
                     self.open_step(std::mem::take(&mut unit), false).await?;
                 }
                 k => {
-                    self.out.extend_from_slice(&wire::error(
+                    self.io.out.extend_from_slice(&wire::error(
                         &format!("message type b'{}' is not supported by the middleware", k as char),
                         "0A000",
                         "ERROR",
                     ));
-                    self.out.extend_from_slice(&wire::ready(self.status()));
+                    self.io.out.extend_from_slice(&wire::ready(self.status()));
                 }
             }
             self.flush().await?;
@@ -143,36 +121,21 @@ impl Session {
     }
 
     pub(super) async fn flush(&mut self) -> SResult<()> {
-        if !self.out.is_empty() {
-            self.wr.write_all(&self.out).await.map_err(|_| Fail::End(None))?;
-            self.out.clear();
-        }
-        Ok(())
+        Ok(self.io.flush().await?)
     }
 
-    /// At least `n` unread bytes in `inbuf`.
+    /// At least `n` unread bytes in the client's buffer.
     pub(super) async fn fill(&mut self, n: usize) -> SResult<()> {
-        while self.inbuf.len() - self.inpos < n {
-            if self.inpos > 0 {
-                self.inbuf.drain(..self.inpos);
-                self.inpos = 0;
-            }
-            self.inbuf.reserve(RECV_SIZE.max(n));
-            let k = self.rd.read_buf(&mut self.inbuf).await.map_err(|_| Fail::End(None))?;
-            if k == 0 {
-                return Err(Fail::End(None));
-            }
-        }
-        Ok(())
+        Ok(self.io.fill(n).await?)
     }
 
     pub(super) async fn next_message(&mut self) -> SResult<Message> {
         self.fill(5).await?;
-        let n = wire::header_length(&self.inbuf, self.inpos)?;
+        let n = wire::header_length(&self.io.inbuf, self.io.inpos)?;
         self.fill(5 + n).await?;
-        let p = self.inpos;
-        let msg = Message { kind: self.inbuf[p], body: self.inbuf[p + 5..p + 5 + n].to_vec() };
-        self.inpos += 5 + n;
+        let p = self.io.inpos;
+        let msg = Message { kind: self.io.inbuf[p], body: self.io.inbuf[p + 5..p + 5 + n].to_vec() };
+        self.io.inpos += 5 + n;
         Ok(msg)
     }
 
@@ -204,6 +167,6 @@ impl Session {
             self.m.log_rollback();
             drop(txn.guard);
         }
-        let _ = self.wr.shutdown().await;
+        let _ = self.io.wr.shutdown().await;
     }
 }

@@ -162,7 +162,7 @@ impl Session {
             return Err(Fail::End(Some("the backend answering a flushed unit failed mid-unit".into())));
         };
         ou.answering = Some(answer_b);
-        self.out.extend_from_slice(&replies);
+        self.io.out.extend_from_slice(&replies);
         if !last {
             self.open = Some(ou);
             return Ok(());

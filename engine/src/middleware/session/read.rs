@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::client::{Fail, SResult, Session};
+use super::client::{SResult, Session};
 use super::execute::{execute, Sink};
 use super::outgoing::{Outgoing, Step};
+use crate::middleware::answer;
 use crate::middleware::pool::{Conn, STMTS_MAX};
 use crate::middleware::replies::{Mode, ReplyPlan};
 use crate::middleware::wire::{self, Message, Parse};
@@ -136,7 +137,7 @@ impl Session {
                 }
             }
             let out = general.as_ref();
-            let mut sink = Sink { held: Vec::new(), client: Some(&mut self.wr), saw: false, client_failed: false };
+            let mut sink = Sink::streaming(&mut self.io.wr);
             let t0 = Instant::now();
             let mut plan = ReplyPlan::default();
             let this = match (&variant, out) {
@@ -176,32 +177,9 @@ impl Session {
                     backend.pool.release(conn);
                 }
             }
-            let (saw, client_failed) = (sink.saw, sink.client_failed);
-            if !x.broken && !sink.held.is_empty() {
-                self.out.append(&mut sink.held);
+            if answer::read_done(&m, m.as_ref(), b, token, x, &mut sink, &mut self.io.out)? {
+                return Ok(());
             }
-            m.read_over(b, token);
-            {
-                let mut st = m.state();
-                st.b[b].reads += 1;
-                st.counts.reads += 1;
-            }
-            if x.broken {
-                m.disable_unreachable(b, &format!("read failed: {}", x.error.as_deref().unwrap_or("None")));
-                if saw {
-                    // part of the answer is out: the client connection cannot continue
-                    return Err(Fail::End(x.error));
-                }
-                m.count(|c| c.read_retries += 1);
-                continue;
-            }
-            if !x.ok {
-                m.count(|c| c.errors_to_clients += 1);
-            }
-            if client_failed {
-                return Err(Fail::End(None));
-            }
-            return Ok(());
         }
     }
 }

@@ -35,7 +35,7 @@ impl Session {
             if let Some(begin) = deferred_begin(&unit)? {
                 // answered here; sent with the next unit (as a simple Query, its answers hidden),
                 // under the write lock that unit takes
-                self.out.extend_from_slice(&begin.answer);
+                self.io.out.extend_from_slice(&begin.answer);
                 self.pending_begin = Some(Message { kind: wire::QUERY, body: begin.query });
                 if let Some(p) = begin.parse {
                     self.unnamed = Some(p); // the client's unnamed statement is the BEGIN now
@@ -54,12 +54,12 @@ impl Session {
         let (kind, label) = self.unit_kind_label(&unit, want_label)?;
         if kind == Kind::Copy {
             self.m.count(|c| c.errors_to_clients += 1);
-            self.out.extend_from_slice(&wire::error(
+            self.io.out.extend_from_slice(&wire::error(
                 "COPY is not supported by the middleware (run it on every database server directly)",
                 "0A000",
                 "ERROR",
             ));
-            self.out.extend_from_slice(&wire::ready(self.status()));
+            self.io.out.extend_from_slice(&wire::ready(self.status()));
             return Ok(());
         }
         let r = if self.txn.is_some() || self.pending_begin.is_some() {
@@ -74,8 +74,8 @@ impl Session {
         match r {
             Err(Fail::NoBackend(e)) => {
                 self.m.count(|c| c.errors_to_clients += 1);
-                self.out.extend_from_slice(&wire::error(&e, "08006", "ERROR"));
-                self.out.extend_from_slice(&wire::ready(self.status()));
+                self.io.out.extend_from_slice(&wire::error(&e, "08006", "ERROR"));
+                self.io.out.extend_from_slice(&wire::ready(self.status()));
                 Ok(())
             }
             other => other,
@@ -88,9 +88,9 @@ impl Session {
         let Some(begin) = self.pending_begin.take() else {
             return Ok(());
         };
-        let n = self.out.len();
+        let n = self.io.out.len();
         let r = self.write(&[begin]).await;
-        self.out.truncate(n);
+        self.io.out.truncate(n);
         r
     }
 
@@ -127,15 +127,15 @@ impl Session {
                 What::Prepare(p) => {
                     self.statements.insert(p.name.clone(), p);
                     self.m.count(|c| c.named_statements += 1);
-                    self.out.extend_from_slice(&wire::frame(wire::PARSE_COMPLETE, b""));
+                    self.io.out.extend_from_slice(&wire::frame(wire::PARSE_COMPLETE, b""));
                 }
                 What::Close(name) => {
                     self.statements.remove(&name);
-                    self.out.extend_from_slice(&wire::frame(wire::CLOSE_COMPLETE, b""));
+                    self.io.out.extend_from_slice(&wire::frame(wire::CLOSE_COMPLETE, b""));
                 }
             }
         }
-        self.out.extend_from_slice(&wire::ready(self.status()));
+        self.io.out.extend_from_slice(&wire::ready(self.status()));
         Ok(true)
     }
 
@@ -154,14 +154,14 @@ impl Session {
             "DEALLOCATE ALL"
         } else {
             if self.statements.remove(&name).is_none() {
-                self.out.extend_from_slice(&wire::error(&format!("prepared statement \"{name}\" does not exist"), "26000", "ERROR"));
-                self.out.extend_from_slice(&wire::ready(self.status()));
+                self.io.out.extend_from_slice(&wire::error(&format!("prepared statement \"{name}\" does not exist"), "26000", "ERROR"));
+                self.io.out.extend_from_slice(&wire::ready(self.status()));
                 return true;
             }
             "DEALLOCATE"
         };
-        self.out.extend_from_slice(&wire::command_complete(tag));
-        self.out.extend_from_slice(&wire::ready(self.status()));
+        self.io.out.extend_from_slice(&wire::command_complete(tag));
+        self.io.out.extend_from_slice(&wire::ready(self.status()));
         true
     }
 

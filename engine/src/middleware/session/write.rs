@@ -133,7 +133,7 @@ impl Session {
                 return Err(Fail::End(Some(e)));
             }
         }
-        self.out.extend_from_slice(&answer.replies);
+        self.io.out.extend_from_slice(&answer.replies);
         if !answer.ok {
             self.m.count(|c| c.errors_to_clients += 1);
         }
