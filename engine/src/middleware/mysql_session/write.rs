@@ -122,7 +122,11 @@ impl Session {
             self.m.count(|c| c.errors_to_clients += 1);
         }
         if !my::idle(answer.status) || pinned {
-            self.txn = handle.await.ok().flatten(); // a transaction: its connections and the lock stay with it
+            // a transaction: its connections and the lock stay with it. The client gets its answer
+            // now and sends its next statement while the slower backends finish this one
+            let sent = self.flush().await;
+            self.txn = handle.await.ok().flatten();
+            sent?;
         } else {
             self.last_write = Some(handle);
         }

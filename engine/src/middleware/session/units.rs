@@ -88,10 +88,7 @@ impl Session {
         let Some(begin) = self.pending_begin.take() else {
             return Ok(());
         };
-        let n = self.io.out.len();
-        let r = self.write(&[begin]).await;
-        self.io.out.truncate(n);
-        r
+        self.write_unit(&[begin], false).await
     }
 
     /// A unit that only prepares or closes named statements (PQsendPrepare) is answered here: the

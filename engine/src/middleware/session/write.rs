@@ -87,6 +87,12 @@ impl Session {
     }
 
     pub(super) async fn write(&mut self, unit: &[Message]) -> SResult<()> {
+        self.write_unit(unit, true).await
+    }
+
+    /// A write unit; `answered`: its replies go to the client (false: a BEGIN the client had
+    /// answered already, `begin_now`).
+    pub(super) async fn write_unit(&mut self, unit: &[Message], answered: bool) -> SResult<()> {
         let lease = self.lease_for_write().await?;
         let pinned = lease.pinned;
         let mut out = self.outgoing(unit, Some(sql::now_micros()), None)?;
@@ -133,13 +139,18 @@ impl Session {
                 return Err(Fail::End(Some(e)));
             }
         }
-        self.io.out.extend_from_slice(&answer.replies);
-        if !answer.ok {
-            self.m.count(|c| c.errors_to_clients += 1);
+        if answered {
+            self.io.out.extend_from_slice(&answer.replies);
+            if !answer.ok {
+                self.m.count(|c| c.errors_to_clients += 1);
+            }
         }
         if answer.status != b'I' || pinned {
-            // a transaction: its connections and the lock stay with it
+            // a transaction: its connections and the lock stay with it. The client gets its answer
+            // now and sends its next statement while the slower backends finish this one
+            let sent = if answered { self.flush().await } else { Ok(()) };
             self.txn = handle.await.ok().flatten();
+            sent?;
         } else {
             self.last_write = Some(handle);
         }
