@@ -24,7 +24,7 @@ from tierscope.tiers import SERVER_PREFIX, TIERS
 from .notation import DBMS, DBMS_LETTER, RESERVED_LETTERS, parse_notation
 from .units import SCALE_PRESETS, Duration, Size, parse_scale, parse_size, parse_users
 
-MIXES = {"rubbos": ("browse_only", "read_write"), "tpcw": ("browsing", "shopping", "ordering")}
+MIXES = {"rubbos": ("browse_only", "read_write", "read_write_paged"), "tpcw": ("browsing", "shopping", "ordering")}
 #: how messages name a benchmark
 BENCHMARK_NAMES = {"rubbos": "RUBBoS", "tpcw": "the bookstore"}
 
