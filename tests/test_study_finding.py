@@ -14,6 +14,7 @@ from tierscope.analysis.alternation import Verdict
 from tierscope.analysis.study import (
     Finding,
     bottleneck_finding,
+    busiest_finding,
     check_claim,
     compare_finding,
     configuration_labels,
@@ -159,6 +160,28 @@ def test_the_balancer_comparison_holds_only_where_it_is_claimed():
     assert everywhere.holds is False and "1/2/1/4 (1.36x)" in everywhere.why
 
 
+def test_the_busiest_resource_is_checked_saturated_or_not():
+    def fig(policy, host, resource, mean):
+        busiest = {"host": host, "resource": resource, "mean": mean}
+        return {"label": f"policy {policy}", "params": {"policy": policy}, "bottleneck": None, "busiest": busiest}
+
+    figs = [fig("lprf", "db2", "disk", 94.0), fig("aware", "db1", "disk", 81.7)]
+    f = busiest_finding(figs, {"*": "db disk"})
+    assert f.holds is True and f.claim == "busiest: db disk"
+    assert f.text == "policy lprf: busiest db2 disk, mean 94 %; policy aware: busiest db1 disk, mean 82 %"
+    wrong = busiest_finding([figs[0], fig("aware", "app1", "CPU", 88.0)], {"*": "db disk"})
+    assert wrong.holds is False and wrong.why == "policy aware: expected db disk, found busiest app1 CPU, mean 88 %"
+    assert busiest_finding(figs, {"aware": "db CPU"}).holds is False
+    assert busiest_finding(figs, {"lprf": "db"}).holds is True
+    assert busiest_finding(figs, {"*": "none"}).holds is False
+    assert busiest_finding([figs[0] | {"busiest": None}], {"*": "db disk"}).holds is None
+    assert busiest_finding([], {"*": "db disk"}).holds is None
+    assert busiest_finding(figs, {"round-robin": "db disk"}).holds is None
+    check_claim({"kind": "busiest", "expect": {"*": "db disk"}}, "x")
+    with pytest.raises(ValueError, match="x: expect: a table"):
+        check_claim({"kind": "busiest", "expect": "db disk"}, "x")
+
+
 def test_the_alternating_verdict_and_the_log_service_loss():
     alternating = Verdict("alternating", ["app", "db"], "bottleneck alternating between app and db", 0.8, "")
     assert verdict_finding(alternating, "alternating", ["app", "db"]).holds is True
@@ -195,7 +218,7 @@ def test_every_spec_study_but_oltp_states_a_claim_that_names_swept_values_of_its
             continue
         assert s.claim is not None, s.name
         check_claim(s.claim, s.name)
-        if s.claim["kind"] == "bottleneck":
+        if s.claim["kind"] in ("bottleneck", "busiest"):
             raw = tomllib.loads(s.path.read_text())
             swept = {str(v) for values in raw.get("sweep", {}).get("matrix", {}).values() for v in values}
             assert set(s.claim["expect"]) <= swept | {"*"}, (s.name, s.claim["expect"], swept)

@@ -21,6 +21,10 @@ workload level. Two things here:
     differs by at most ``same_cpu`` (relative);
   - ``compare``: ``field``'s value ``better`` against ``than`` on a response-time statistic, in
     every group of the other differing fields (``at``: only those groups' values are claimed);
+  - ``busiest``: the busiest resource of each configuration (highest mean utilisation over its
+    hosts at the level the bottleneck is looked for, saturated or not); ``expect`` as for
+    ``bottleneck`` ("db disk"), for a resource that is busiest without being above 95 % for most
+    of the time (seed 000 §4's disks);
   - ``verdict``: the fine-grained verdict's kind (and tiers) at the analysed point;
   - ``loss``: the log service's modes, the share of records each lost (``min_loss``/``max_loss``).
 
@@ -38,7 +42,7 @@ from tierscope.analysis.whitebox import hardware_first, resource_of
 from tierscope.spec import parse_notation
 from tierscope.tiers import TIERS, tier_of_host
 
-CLAIM_KINDS = ("bottleneck", "ratio", "compare", "verdict", "loss")
+CLAIM_KINDS = ("bottleneck", "busiest", "ratio", "compare", "verdict", "loss")
 
 #: response-time statistics a claim may name (columns of the load curve)
 STATISTICS = {"rt_mean": "mean response time", "rt_p50": "median response time", "rt_p90": "p90 response time"}
@@ -180,6 +184,7 @@ def check_claim(claim: Mapping[str, Any], where: str) -> None:
         raise ValueError(f"{where}: kind: expected one of {', '.join(CLAIM_KINDS)}, got {kind!r}")
     allowed = {
         "bottleneck": {"expect"},
+        "busiest": {"expect"},
         "ratio": {"statistic", "min_ratio", "host", "same_cpu"},
         "compare": {"field", "better", "than", "statistic", "at"},
         "verdict": {"expect", "tiers"},
@@ -188,7 +193,7 @@ def check_claim(claim: Mapping[str, Any], where: str) -> None:
     extra = set(claim) - allowed
     if extra:
         raise ValueError(f"{where}: {sorted(extra)[0]}: unknown key for kind {kind} ({', '.join(sorted(allowed))})")
-    if kind == "bottleneck" and not isinstance(claim.get("expect"), Mapping):
+    if kind in ("bottleneck", "busiest") and not isinstance(claim.get("expect"), Mapping):
         raise ValueError(f"{where}: expect: a table of swept value -> bottleneck ('db disk', 'app', 'none')")
     if kind in ("ratio", "compare") and claim.get("statistic", "rt_mean") not in STATISTICS:
         raise ValueError(f"{where}: statistic: expected one of {', '.join(STATISTICS)}")
@@ -265,6 +270,43 @@ def bottleneck_finding(figures: Sequence[Mapping[str, Any]], expect: Mapping[str
             else:
                 wrong.append(f"{lab if many else 'the system'}: expected {expected}, found {bound_words(f)}")
     claim = "; ".join(f"{v} at {k}" if k != "*" else v for k, v in expect.items())
+    if wrong:
+        return Finding(text, False, "; ".join(wrong), claim, figs)
+    if unmeasured:
+        return Finding(text, None, f"no result for {', '.join(unmeasured)}", claim, figs)
+    return Finding(text, True, ", ".join(checked), claim, figs)
+
+
+def busiest_finding(figures: Sequence[Mapping[str, Any]], expect: Mapping[str, str]) -> Finding:
+    """Each configuration's busiest resource ("busiest": {"host", "resource", "mean"}), and whether
+    it is the one `expect` names for it (swept value -> "db disk"/"app CPU"; "*" for every
+    configuration), saturated or not."""
+    figs = [dict(f) for f in figures]
+    if not figs:
+        return Finding("no configuration has results", None, "nothing measured")
+    labels = [str(f["label"]) for f in figs]
+    names = short_labels(labels, [f.get("parts") or [] for f in figs])
+    many = len(figs) > 1
+
+    def words(f: Mapping[str, Any]) -> str:
+        b = f.get("busiest")
+        return f"busiest {b['host']} {b['resource']}, mean {b['mean']:.0f} %" if b else "no resource measured"
+
+    text = "; ".join((f"{n}: " if many else "") + words(f) for n, f in zip(names, figs))
+    checked, wrong, unmeasured = [], [], []
+    for key, expected in expect.items():
+        mine = [(lab, f) for lab, f in zip(labels, figs) if key == "*" or key in _values(f)]
+        if not mine:
+            unmeasured.append(key)
+        for lab, f in mine:
+            b = f.get("busiest")
+            if not f.get("measured", True) or not b:
+                unmeasured.append(lab)
+            elif expected.split()[0] != "none" and _matches(expected, {**b, "tier": tier_of_host(str(b["host"]))}):
+                checked.append(f"{expected} at {lab}" if many else expected)
+            else:
+                wrong.append(f"{lab if many else 'the system'}: expected {expected}, found {words(f)}")
+    claim = "busiest: " + "; ".join(f"{v} at {k}" if k != "*" else v for k, v in expect.items())
     if wrong:
         return Finding(text, False, "; ".join(wrong), claim, figs)
     if unmeasured:
@@ -516,6 +558,9 @@ def study_finding(data: Any, claim: Mapping[str, Any] | None) -> Finding:
         return compare_finding(
             figs, claim["field"], claim["better"], claim["than"], claim.get("statistic", "rt_p90"), claim.get("at")
         )
+    if kind == "busiest":
+        assert claim is not None
+        return busiest_finding(figs, claim["expect"])
     if kind == "verdict":
         assert claim is not None
         fine = getattr(data, "fine", None)
