@@ -153,7 +153,10 @@ users = 5
             MIN + '[[interference.noisy_neighbour]]\ntier = "db"\nutilization = 0.5\nburstiness = 0.5\n',
             "t.toml: interference.noisy_neighbour[0].burstiness: Input should be greater than or equal to 1",
         ),
-        ('mix = "shopping"\n' + MIN, "t.toml: mix: expected one of browse_only, read_write, read_write_paged, got 'shopping'"),
+        (
+            'mix = "shopping"\n' + MIN,
+            "t.toml: mix: expected one of browse_only, read_write, read_write_paged, got 'shopping'",
+        ),
         ('topology = "0/1/0/1"\n' + MIN, "t.toml: topology.web: RUBBoS needs at least one web server"),
         (MIN + "[soft.app]\nthreads = 0\n", "t.toml: soft.app.threads: Input should be greater than or equal to 1"),
         (MIN + "[soft.db]\ncache = true\n", "t.toml: soft.db.cache: expected a size"),
