@@ -120,12 +120,12 @@ def heavy_on_the_wire(point_dir: Path) -> int:
     """Check the heavy requests the analysis names in a point against the traced requests
     (requests.parquet: what the capture saw) and return how many it named. Each named label's
     request count is the trace's count of that label at that tier; each heavy request is one
-    request of the trace with the same residence and a cost no longer than that residence; and
-    one that called nothing downstream (a database read: its residence is all its own time and
-    queue) lasted longer than the median residence of its label on the wire (the analysis asks
-    100x on its own cost, which is not the residence; with the replicas' disks busy a label's median
-    residence holds disk waits: 10x it failed on 2026-11-29 01:08 UTC, a 97 ms old_stories search
-    against a median of 70 ms)."""
+    request of the trace with the same residence and a cost no longer than that residence. Not
+    checked: that a named read lasted longer than its label's typical residence on the wire. The
+    analysis names requests by their own cost (100x their label's median), which is not the
+    residence; with the replicas' disks busy (the paged mix) a 10x-the-median check failed twice
+    in five runs (2026-11-29 01:02-01:12 UTC) and "longer than the median" in the next (a 0.29 ms
+    read against a median residence of 0.32 ms)."""
     data = analyze_run(point_dir, window_ns=50_000_000)
     if data.heavy is None or data.heavy.num_rows == 0:
         return 0
@@ -141,11 +141,6 @@ def heavy_on_the_wire(point_dir: Path) -> int:
         (i,) = np.flatnonzero((server == h["server"]) & (arrival == h["arrival_ns"]) & (label == h["label"]))
         residence = departure[i] - arrival[i]
         assert residence == h["duration_ns"] and 0 < h["own_ns"] <= residence, h
-        if rid[i] is not None and (parent == rid[i]).any():
-            continue  # it called downstream: its residence holds the callees' time too
-        kind = (tier == h["tier"]) & (label == h["label"])
-        typical = float(np.median(departure[kind] - arrival[kind]))
-        assert residence > typical, (h, typical)
     return data.heavy.num_rows
 
 
