@@ -227,9 +227,11 @@ def test_aware_against_lprf_with_heavy_reads_on_low_memory_replicas(tmp_path):
     # both policies served the same closed-loop workload without errors. Which one wins is not
     # asserted: over four interleaved pairs with the heavy read above, aware's p90 was 0.54-1.88x
     # LPRF's and its throughput 0.92-1.07x, over ten runs of this check 0.72-2.46x (LPRF ahead in
-    # nine, but each policy's point seed is fixed and aware's asks ~40 % more paged searches:
-    # docs/scaleout.md §4); the replicas' disk, not the middleware, limits here. That aware wins where heavy reads crowd light ones is the
-    # middleware's own heavy-query check (tests/test_middleware_heavy.py).
+    # nine, when each policy's point had a seed of its own and aware's asked ~40 % more paged
+    # searches; both now draw the same users' choices, and the first such run gave 1.06x:
+    # docs/scaleout.md §4); the replicas' disk, not the middleware, limits here. That aware wins
+    # where heavy reads crowd light ones is the middleware's own heavy-query check
+    # (tests/test_middleware_heavy.py).
     lprf, aware = generator_total(dirs["lprf"]), generator_total(dirs["aware"])
     for total in (lprf, aware):
         assert total["errors"] == 0 and total["completed"] > 1000, (lprf, aware)

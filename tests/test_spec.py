@@ -298,7 +298,11 @@ node_types.L.cpu = [0.25, 0.5]
     assert {p.config.topology.db.dbms for p in pts if p.config.topology.app.count == 2} == {"mariadb"}
     assert all(p.params["workload.users"] < 300 or p.config.topology.app.count == 2 for p in pts)
     assert len({p.id for p in pts}) == 20  # ids are unique
-    assert len({p.seed for p in pts}) == 20  # so are the seeds, across repeats too
+    # the seeds: one per workload level and repeat, the same for every configuration compared
+    # there (common random numbers), another for the next repeat
+    by_draw = {(p.params["workload.users"], p.repeat): p.seed for p in pts}
+    assert all(p.seed == by_draw[(p.params["workload.users"], p.repeat)] for p in pts)
+    assert len(set(by_draw.values())) == len(by_draw) == 2 * 3
     assert {p.repeat for p in pts} == {0, 1}
     assert pts[0].id.startswith("topology1_1_0_1L-cpu0.25-users100-r0-")
 
