@@ -187,17 +187,19 @@ def test_aware_against_lprf_with_heavy_reads_on_low_memory_replicas(tmp_path):
 
     # the paper's heavy read (seed 000 §4: the subject search over old_comments with an OFFSET above
     # zero; the preset's read_write_paged mix asks for page 1 in about half of the comment searches,
-    # and at the `small` scale such a search finds no new comment and falls back to old_comments):
-    # the generator's own requests for page > 0, each one such search on the wire to a replica, a
-    # thousand times a typical read there, and named heavy by the middleware under both policies
+    # and at the `small` scale such a search mostly finds no new comment and falls back to
+    # old_comments): the generator's own requests for page > 0, such searches on the wire to a
+    # replica at a steady rate, each one only where a client asked for comments, a hundred times a
+    # typical read there, and named heavy by the middleware under both policies
     # (soft.middleware.labels = true gives LPRF the per-label service times too)
     heavy_ms = {}
     for pol, d in dirs.items():
-        asked = [
+        searches = [
             path
             for path in pq.read_table(d / "client_requests.parquet", columns=["path"])["path"].to_pylist()
-            if path and "Search?type=1&" in path and "&page=0&" not in path
+            if path and "Search?type=1&" in path
         ]
+        asked = [path for path in searches if "&page=0&" not in path]
         assert len(asked) >= 8, (pol, len(asked))
         trace = pq.read_table(d / "requests.parquet", columns=["tier", "server", "label", "arrival_ns", "departure_ns"])
         trace = trace.filter(pc.equal(trace["tier"], "db"))
@@ -205,9 +207,12 @@ def test_aware_against_lprf_with_heavy_reads_on_low_memory_replicas(tmp_path):
         ms = (trace["departure_ns"].to_numpy() - trace["arrival_ns"].to_numpy()) / 1e6
         search = np.array(["FROM old_comments WHERE subject LIKE" in x for x in label])
         reads = np.array([x.startswith("SELECT") for x in label]) & ~search
-        # the trace spans the point, the generator's requests too; a search in flight at either end
-        # may be in one and not the other
-        assert search.sum() >= len(asked) - 3, (pol, int(search.sum()), len(asked))
+        # not one old_comments search a client did not ask for (the trace spans the point, the
+        # generator's requests too: a search in flight at either end may be in one and not the
+        # other), and not as many as the paged searches: a short common prefix ("hou", page 2)
+        # still finds new comments at its page and never reaches old_comments (2026-11-29: 25 paged
+        # searches asked, 21 on the wire)
+        assert 8 <= search.sum() <= len(searches) + 3, (pol, int(search.sum()), len(asked), len(searches))
         heavy_ms[pol] = float(np.median(ms[search]))
         assert heavy_ms[pol] > 100 * float(np.median(ms[reads])), (pol, heavy_ms[pol], float(np.median(ms[reads])))
         labels = json.loads((d / "mw1" / "middleware.stats.json").read_text())["labels"]
