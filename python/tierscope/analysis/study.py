@@ -34,7 +34,7 @@ Everything but `figures_of` works on plain values, so the tests feed it syntheti
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -257,19 +257,40 @@ def bottleneck_finding(figures: Sequence[Mapping[str, Any]], expect: Mapping[str
     )
     if not expect:
         return Finding(text, None, "the study states no bottleneck to check", figures=figs)
+
+    def found(expected: str, f: Mapping[str, Any]) -> bool | None:
+        return _matches(expected, f.get("bottleneck")) if f.get("measured", True) else None
+
+    return _expected_where_claimed(text, figs, labels, expect, found, bound_words)
+
+
+def _expected_where_claimed(
+    text: str,
+    figs: list[dict[str, Any]],
+    labels: list[str],
+    expect: Mapping[str, str],
+    found: Callable[[str, Mapping[str, Any]], bool | None],
+    words: Callable[[Mapping[str, Any]], str],
+    claim_prefix: str = "",
+) -> Finding:
+    """`expect` (swept value, or "*" for every configuration -> what is expected) checked against
+    each configuration it names: `found` says whether its figures are the expected ones (None: not
+    measured), `words` what they are instead."""
+    many = len(figs) > 1
     checked, wrong, unmeasured = [], [], []
     for key, expected in expect.items():
         mine = [(lab, f) for lab, f in zip(labels, figs) if key == "*" or key in _values(f)]
         if not mine:
             unmeasured.append(key)
         for lab, f in mine:
-            if not f.get("measured", True):
+            ok = found(expected, f)
+            if ok is None:
                 unmeasured.append(lab)
-            elif _matches(expected, f.get("bottleneck")):
+            elif ok:
                 checked.append(f"{expected} at {lab}" if many else expected)
             else:
-                wrong.append(f"{lab if many else 'the system'}: expected {expected}, found {bound_words(f)}")
-    claim = "; ".join(f"{v} at {k}" if k != "*" else v for k, v in expect.items())
+                wrong.append(f"{lab if many else 'the system'}: expected {expected}, found {words(f)}")
+    claim = claim_prefix + "; ".join(f"{v} at {k}" if k != "*" else v for k, v in expect.items())
     if wrong:
         return Finding(text, False, "; ".join(wrong), claim, figs)
     if unmeasured:
@@ -293,25 +314,14 @@ def busiest_finding(figures: Sequence[Mapping[str, Any]], expect: Mapping[str, s
         return f"busiest {b['host']} {b['resource']}, mean {b['mean']:.0f} %" if b else "no resource measured"
 
     text = "; ".join((f"{n}: " if many else "") + words(f) for n, f in zip(names, figs))
-    checked, wrong, unmeasured = [], [], []
-    for key, expected in expect.items():
-        mine = [(lab, f) for lab, f in zip(labels, figs) if key == "*" or key in _values(f)]
-        if not mine:
-            unmeasured.append(key)
-        for lab, f in mine:
-            b = f.get("busiest")
-            if not f.get("measured", True) or not b:
-                unmeasured.append(lab)
-            elif expected.split()[0] != "none" and _matches(expected, {**b, "tier": tier_of_host(str(b["host"]))}):
-                checked.append(f"{expected} at {lab}" if many else expected)
-            else:
-                wrong.append(f"{lab if many else 'the system'}: expected {expected}, found {words(f)}")
-    claim = "busiest: " + "; ".join(f"{v} at {k}" if k != "*" else v for k, v in expect.items())
-    if wrong:
-        return Finding(text, False, "; ".join(wrong), claim, figs)
-    if unmeasured:
-        return Finding(text, None, f"no result for {', '.join(unmeasured)}", claim, figs)
-    return Finding(text, True, ", ".join(checked), claim, figs)
+
+    def found(expected: str, f: Mapping[str, Any]) -> bool | None:
+        b = f.get("busiest")
+        if not f.get("measured", True) or not b:
+            return None
+        return expected.split()[0] != "none" and _matches(expected, {**b, "tier": tier_of_host(str(b["host"]))})
+
+    return _expected_where_claimed(text, figs, labels, expect, found, words, "busiest: ")
 
 
 def ratio_finding(
