@@ -2,7 +2,9 @@
 both run at once with the lab's filter and snapshot length, on loopback and on a lab bridge (nginx
 and wrk in two network namespaces, as `tierscope run` places them), and the tracer's rows from each
 file must be the same exchanges (nginx's X-Request-Id, client, status, bytes), as many as wrk
-itself counted; the fallback to tcpdump says why and reaches the manifest."""
+itself counted; so for both ways the engine takes packets, its eBPF program on the TC hook and its
+packet socket. The fallbacks (eBPF to the packet socket, the engine to tcpdump) say why and reach
+the manifest."""
 
 from __future__ import annotations
 
@@ -65,11 +67,13 @@ def run_wrk(tmp_path: Path, url: str, connections: int, limit: int, prefix: list
     raise AssertionError(f"no request count in wrk output:\n{out.stdout}")
 
 
-def side_by_side(tmp_path: Path, interface: str, url: str, connections: int, prefix: list[str] | None = None):
-    """The engine's capture and tcpdump at once on `interface` while wrk runs; returns wrk's
-    count and each capture's rows, stats and record."""
+def side_by_side(
+    tmp_path: Path, interface: str, url: str, connections: int, prefix: list[str] | None = None, via: str = "auto"
+):
+    """The engine's capture (taking packets `via`) and tcpdump at once on `interface` while wrk
+    runs; returns wrk's count and each capture's rows, stats and record."""
     caps = {
-        m: LiveCapture(interface, tmp_path / f"{m}.pcap", filter=lab_filter(), snaplen=512, method=m)
+        m: LiveCapture(interface, tmp_path / f"{m}.pcap", filter=lab_filter(), snaplen=512, method=m, via=via)
         for m in ("engine", "tcpdump")
     }
     for cap in caps.values():
@@ -124,9 +128,11 @@ def nginx_lo(tmp_path_factory):
         yield ng
 
 
-@pytest.mark.parametrize("connections", [1, 8])
-def test_loopback_engine_capture_equals_tcpdump_and_wrk(nginx_lo, tmp_path, connections):
-    count, rows, stats, caps = side_by_side(tmp_path, "lo", f"http://127.0.0.1:{PORT}/", connections)
+@pytest.mark.parametrize(("via", "connections"), [("ebpf", 1), ("ebpf", 8), ("packet", 8)])
+def test_loopback_engine_capture_equals_tcpdump_and_wrk(nginx_lo, tmp_path, via, connections):
+    count, rows, stats, caps = side_by_side(tmp_path, "lo", f"http://127.0.0.1:{PORT}/", connections, via=via)
+    assert caps["engine"].engine_via == via, caps["engine"].listening
+    assert caps["engine"].capture_info()["via"] == via
     assert_same_exchanges(count, connections, rows, stats)
     # each packet once: the engine never took the outgoing copy that tcpdump's libpcap discards
     assert stats["engine"].captured == stats["tcpdump"].captured
@@ -151,7 +157,12 @@ def test_bridge_engine_capture_equals_tcpdump_and_wrk(tmp_path):
         web = Host(name="web", address=web_addr, netns=web_ns)
         with Nginx(web, PORT, tmp_path / "nginx", root=site(tmp_path), workers=1):
             count, rows, stats, caps = side_by_side(
-                tmp_path, bridge, f"http://{web_addr}:{PORT}/", 4, prefix=["ip", "netns", "exec", client_ns]
+                tmp_path,
+                bridge,
+                f"http://{web_addr}:{PORT}/",
+                4,
+                prefix=["ip", "netns", "exec", client_ns],
+                via="ebpf",
             )
     finally:
         network.remove_host(lab, "client")
@@ -160,6 +171,7 @@ def test_bridge_engine_capture_equals_tcpdump_and_wrk(tmp_path):
     assert_same_exchanges(count, 4, rows, stats)
     assert stats["engine"].captured == stats["tcpdump"].captured
     assert "frames entering it from its 2 ports" in caps["engine"].listening
+    assert caps["engine"].engine_via == "ebpf"
     assert all(r["server"] == f"{web_addr}:{PORT}" for r in rows["engine"])
 
 
@@ -189,7 +201,23 @@ def test_engine_capture_is_recorded_in_the_manifest(tmp_path):
     with LiveCapture("lo", pcap, filter=lab_filter(), snaplen=512) as cap:
         pass
     assert cap.used == "engine" and cap.fallback_reason is None
+    assert cap.engine_via == "ebpf" and cap.ebpf_unavailable is None, cap.listening
     manifest.write(manifest.Manifest(), tmp_path / "manifest.json")
     m = manifest.read(tmp_path / "manifest.json")
     assert m.capture is not None and m.capture.method == "engine" and m.capture.requested == "auto"
     assert m.capture.dropped_by_kernel == 0
+    assert m.capture.via == "ebpf"
+
+
+def test_a_filter_ebpf_cannot_run_falls_back_to_the_packet_socket_and_says_why(tmp_path):
+    # tcpdump compiles `vlan` to an ancillary load (the VLAN tag's presence), which the eBPF
+    # translation does not take: the packet socket runs the filter, and the record says so
+    pcap = tmp_path / "capture.pcap"
+    with LiveCapture("lo", pcap, filter="vlan", snaplen=512) as cap:
+        pass
+    info = json.loads(cap.info_path.read_text())
+    assert info["method"] == "engine" and info["via"] == "packet"
+    assert info["ebpf_unavailable"] and "ancillary" in info["ebpf_unavailable"], info
+    assert "AF_PACKET" in info["listening"]
+    with pytest.raises(Exception, match="ancillary"):
+        LiveCapture("lo", tmp_path / "e.pcap", filter="vlan", method="engine", via="ebpf").start()

@@ -60,14 +60,18 @@ class Server(_Model):
 
 class CaptureInfo(_Model):
     """Which capture recorded the point's traffic (issue 24): `engine` (tierscope-engine capture,
-    AF_PACKET without the outgoing copies) or `tcpdump`, what was asked for (`auto`, `engine`,
-    `tcpdump`), why the engine's was not used when it was not, and the capture's own counts."""
+    without the outgoing copies) or `tcpdump`, what was asked for (`auto`, `engine`, `tcpdump`),
+    why the engine's was not used when it was not, how the engine's took packets (`via`: `ebpf`,
+    a program on the TC hook, or `packet`, an AF_PACKET socket, with `ebpf_unavailable` saying
+    why), and the capture's own counts."""
 
     method: str | None = None
     requested: str | None = None
     interface: str | None = None
     listening: str | None = None
     fallback_reason: str | None = None
+    via: str | None = None
+    ebpf_unavailable: str | None = None
     captured: int | None = None
     received_by_filter: int | None = None
     dropped_by_kernel: int | None = None

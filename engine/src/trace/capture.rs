@@ -17,6 +17,14 @@
 //!   all live in namespaces behind ports); the ports are those at start;
 //! * on any other interface both directions (the server's replies leave through it).
 //!
+//! Where the kernel allows it (`--via auto`, the default), the same filter runs as an eBPF program
+//! on the TC hook of the same interfaces instead (`capture/tcx.rs`, `capture/program.rs`): no
+//! packet socket at all, so the packet taps stay empty and a refused packet costs one run of the
+//! program. Its ring is read every 100 ms: on a busy 2-core machine this process's wake-ups cost
+//! the measured system more than its copying (docs/performance.md). Where eBPF cannot load (no
+//! CAP_BPF, an old kernel, an instruction the translation does not take), the packet socket runs,
+//! with larger blocks for the same reason, and the line that says where it listens says why.
+//!
 //! It writes standard pcap (nanosecond timestamps, Ethernet link type), flushed after every batch,
 //! and on SIGINT/SIGTERM waits one block-retire period so that packets taken before the signal are
 //! written, then prints tcpdump's three count lines on stderr (captured, received by filter,
@@ -29,7 +37,21 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use clap::Args;
+use clap::{Args, ValueEnum};
+
+mod program;
+mod tcx;
+
+/// How the capture takes packets.
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum Via {
+    /// eBPF where it loads, else the packet socket
+    Auto,
+    /// an eBPF program on the TC hook (tcx) writing to a ring buffer; an error if it cannot load
+    Ebpf,
+    /// an AF_PACKET TPACKET_V3 socket
+    Packet,
+}
 
 #[derive(Args, Debug)]
 #[command(
@@ -50,14 +72,15 @@ pub struct CaptureArgs {
     /// Snapshot length (bytes kept per packet; also caps what the filter accepts).
     #[arg(short = 's', long = "snaplen", default_value_t = 262_144)]
     pub snaplen: u32,
-    /// Ring block size in KiB (a block is handed over when full or after --retire-ms).
-    #[arg(long = "block-kib", default_value_t = 1024)]
+    /// Ring block size in KiB (a block is handed over when full or after --retire-ms; each
+    /// hand-over wakes this process).
+    #[arg(long = "block-kib", default_value_t = 4096)]
     pub block_kib: u32,
     /// Ring blocks (ring size = blocks x block size).
     #[arg(long = "blocks", default_value_t = 16)]
     pub blocks: u32,
     /// A partly filled block is handed over after this many milliseconds.
-    #[arg(long = "retire-ms", default_value_t = 50)]
+    #[arg(long = "retire-ms", default_value_t = 100)]
     pub retire_ms: u32,
     /// Take outgoing copies too (on lo every packet twice; only for checking this capture).
     #[arg(long = "both-directions")]
@@ -65,6 +88,18 @@ pub struct CaptureArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
+    /// How packets are taken: eBPF on the TC hook where it loads (auto), only eBPF, or only the
+    /// packet socket.
+    #[arg(long, value_enum, default_value_t = Via::Auto)]
+    pub via: Via,
+    /// The eBPF ring buffer in MiB (a power of two): what arrives between two reads must fit.
+    #[arg(long = "ring-mib", default_value_t = 64)]
+    pub ring_mib: u32,
+    /// The eBPF ring is read every this many milliseconds. Each wake-up of this process costs the
+    /// measured system more than the reading does (on a 2-core VM a process waking 100 times a
+    /// second took 3.4 % of nginx's throughput, 10 times a second 0.5 %).
+    #[arg(long = "read-ms", default_value_t = 100)]
+    pub read_ms: u32,
 }
 
 const SOL_PACKET: libc::c_int = 263;
@@ -184,6 +219,8 @@ pub enum CaptureArgError {
     Blocks,
     #[error("the filter has {0} instructions (at most 4096)")]
     FilterTooLong(usize),
+    #[error("--ring-mib must be a power of two, 1 to 1024")]
+    RingMib,
 }
 
 /// `tcpdump -ddd` output (or its comma-separated form) to instructions.
@@ -211,16 +248,20 @@ fn parse_bpf(text: &str) -> Result<Vec<Insn>, CaptureArgError> {
     Ok(out)
 }
 
-/// The program the socket runs: for a bridge's ports, a prefix accepting only frames from those
-/// interfaces (the rest rejected before the user's filter runs), then the user's filter (or
-/// accept-all); every accept value capped at `snaplen`.
-fn program(user: Option<Vec<Insn>>, point: &Point, snaplen: u32) -> Vec<Insn> {
+/// The user's filter (or accept-all), every accept value capped at `snaplen`.
+fn capped(user: Option<Vec<Insn>>, snaplen: u32) -> Vec<Insn> {
     let mut body = user.unwrap_or_else(|| vec![Insn { code: BPF_RET_K, jt: 0, jf: 0, k: snaplen }]);
     for insn in &mut body {
         if insn.code == BPF_RET_K && insn.k > snaplen {
             insn.k = snaplen;
         }
     }
+    body
+}
+
+/// The program the socket runs: for a bridge's ports, a prefix accepting only frames from those
+/// interfaces (the rest rejected before the user's filter runs), then the capped filter.
+fn program(body: Vec<Insn>, point: &Point) -> Vec<Insn> {
     let Point::Ports(ports) = point else { return body };
     let k = ports.len();
     let mut out = vec![Insn { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: SKF_AD_IFINDEX }];
@@ -360,6 +401,87 @@ fn drain(sock: &Socket, next: &mut usize, blocks: usize, block_size: usize, snap
     }
 }
 
+/// Where packets come from: the eBPF program's ring, or the packet socket's.
+enum Source {
+    Tcx(tcx::Tcx),
+    Packet { sock: Socket, block_size: usize, blocks: usize, next: usize },
+}
+
+impl Source {
+    fn drain(&mut self, snaplen: u32, out: &mut impl Write) -> anyhow::Result<u64> {
+        match self {
+            Source::Tcx(t) => t.drain(snaplen, out),
+            Source::Packet { sock, block_size, blocks, next } => drain(sock, next, *blocks, *block_size, snaplen, out),
+        }
+    }
+
+    /// Wait for more: the packet socket wakes this process when a block is handed over (or after
+    /// `ms`); the ring is read every `read_ms` (its program never wakes this process).
+    fn wait(&self, ms: i32, read_ms: u32) {
+        match self {
+            Source::Tcx(t) => std::thread::sleep(Duration::from_millis(if t.filling() { read_ms.min(10) } else { read_ms } as u64)),
+            Source::Packet { sock, .. } => {
+                let mut pfd = libc::pollfd { fd: sock.fd, events: libc::POLLIN | libc::POLLERR, revents: 0 };
+                unsafe { libc::poll(&mut pfd, 1, ms) };
+            }
+        }
+    }
+
+    /// (received by filter, dropped by kernel), given the packets written.
+    fn counts(&self, captured: u64) -> (u64, u64) {
+        match self {
+            Source::Tcx(t) => {
+                let dropped = t.dropped();
+                (captured + dropped, dropped)
+            }
+            Source::Packet { sock, .. } => {
+                let st = stats(sock.fd);
+                (st.packets as u64, st.drops as u64)
+            }
+        }
+    }
+}
+
+/// The hooks of a capture point: each interface's ingress, its egress too where both directions
+/// are taken.
+fn hooks(point: &Point) -> Vec<tcx::Hook> {
+    match point {
+        Point::Ports(ports) => ports.iter().map(|&ifindex| tcx::Hook { ifindex, egress: false }).collect(),
+        Point::Bound { ifindex, ingress_only } => {
+            let mut h = vec![tcx::Hook { ifindex: *ifindex, egress: false }];
+            if !ingress_only {
+                h.push(tcx::Hook { ifindex: *ifindex, egress: true });
+            }
+            h
+        }
+    }
+}
+
+/// The capture as `--via` asks: (the source, what the listening line says about it).
+fn open_source(args: &CaptureArgs, point: &Point, body: Vec<Insn>, block_size: u32) -> anyhow::Result<(Source, String)> {
+    let mut why_not = None;
+    if args.via != Via::Packet {
+        match tcx::Tcx::open(&body, &hooks(point), args.snaplen, args.ring_mib) {
+            Ok(t) => {
+                let what = format!("eBPF on the TC hook, {} MiB ring buffer, {} instructions", args.ring_mib, t.instructions);
+                return Ok((Source::Tcx(t), what));
+            }
+            Err(e) if args.via == Via::Auto => why_not = Some(format!("{e:#}")),
+            Err(e) => return Err(e),
+        }
+    }
+    let prog = program(body, point);
+    if prog.len() > 4096 {
+        return Err(CaptureArgError::FilterTooLong(prog.len()).into());
+    }
+    let sock = open(point, &prog, block_size, args.blocks, args.retire_ms)?;
+    let mut what = format!("AF_PACKET TPACKET_V3, {} x {} KiB ring, {} filter instructions", args.blocks, args.block_kib, prog.len());
+    if let Some(why) = why_not {
+        what += &format!("; eBPF not used: {why}");
+    }
+    Ok((Source::Packet { sock, block_size: block_size as usize, blocks: args.blocks as usize, next: 0 }, what))
+}
+
 pub fn run(args: CaptureArgs) -> anyhow::Result<i32> {
     if args.snaplen == 0 {
         return Err(CaptureArgError::Snaplen.into());
@@ -369,13 +491,16 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<i32> {
     if args.blocks < 2 {
         return Err(CaptureArgError::Blocks.into());
     }
+    if !args.ring_mib.is_power_of_two() || args.ring_mib > 1024 {
+        return Err(CaptureArgError::RingMib.into());
+    }
     let point = capture_point(&args.interface, args.both_directions)?;
     let user = args.bpf.as_deref().map(parse_bpf).transpose()?;
-    let prog = program(user, &point, args.snaplen);
-    if prog.len() > 4096 {
-        return Err(CaptureArgError::FilterTooLong(prog.len()).into());
+    let body = capped(user, args.snaplen);
+    if body.len() > 4096 {
+        return Err(CaptureArgError::FilterTooLong(body.len()).into());
     }
-    let sock = open(&point, &prog, block_size, args.blocks, args.retire_ms)?;
+    let (mut source, what) = open_source(&args, &point, body, block_size)?;
     let file = File::create(&args.write).with_context(|| format!("{}", args.write.display()))?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut header = Vec::with_capacity(24);
@@ -391,41 +516,47 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<i32> {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     }
-    eprintln!(
-        "tierscope-engine capture: listening on {} (AF_PACKET TPACKET_V3, {} x {} KiB ring, {} filter instructions), snapshot length {} bytes",
-        point.describe(&args.interface),
-        args.blocks,
-        args.block_kib,
-        prog.len(),
-        args.snaplen
-    );
+    eprintln!("tierscope-engine capture: listening on {} ({what}), snapshot length {} bytes", point.describe(&args.interface), args.snaplen);
     let started = Instant::now();
     let until = args.duration.map(|d| started + Duration::from_secs_f64(d.max(0.0)));
-    let (mut next, mut captured) = (0usize, 0u64);
+    let mut captured = 0u64;
     let mut stop_at: Option<Instant> = None;
+    // what the kernel still holds at a stop: a block being filled (handed over within
+    // retire_ms), or a record being written into the ring
+    let linger = match source {
+        Source::Tcx(_) => Duration::from_millis(20),
+        Source::Packet { .. } => Duration::from_millis(2 * args.retire_ms as u64 + 20),
+    };
     loop {
-        captured += drain(&sock, &mut next, args.blocks as usize, block_size as usize, args.snaplen, &mut out)?;
+        captured += source.drain(args.snaplen, &mut out)?;
         out.flush()?;
         let now = Instant::now();
         if stop_at.is_none() && (STOP.load(Ordering::SeqCst) || until.is_some_and(|u| now >= u)) {
-            // what the kernel holds in the block being filled is handed over within retire_ms
-            stop_at = Some(now + Duration::from_millis(2 * args.retire_ms as u64 + 20));
+            stop_at = Some(now + linger);
         }
         if stop_at.is_some_and(|s| now >= s) {
             break;
         }
-        let mut pfd = libc::pollfd { fd: sock.fd, events: libc::POLLIN | libc::POLLERR, revents: 0 };
-        unsafe { libc::poll(&mut pfd, 1, 20) };
+        // a signal ends a poll at once; --duration's end is noticed within one wait
+        let (poll_ms, read_ms) = match (stop_at, until) {
+            (Some(_), _) => (5, 5),
+            (None, Some(u)) => {
+                let left = u.saturating_duration_since(now).as_millis().min(1000) as u32 + 1;
+                (left as i32, args.read_ms.clamp(1, 1000).min(left))
+            }
+            (None, None) => (1000, args.read_ms.clamp(1, 1000)),
+        };
+        source.wait(poll_ms, read_ms);
     }
-    let st = stats(sock.fd);
-    drop(sock);
+    let (received, dropped) = source.counts(captured);
+    drop(source);
     out.flush()?;
     eprintln!("{captured} packets captured");
-    eprintln!("{} packets received by filter", st.packets);
-    eprintln!("{} packets dropped by kernel", st.drops);
+    eprintln!("{received} packets received by filter");
+    eprintln!("{dropped} packets dropped by kernel");
     println!(
         "{}",
-        serde_json::json!({"captured": captured, "received_by_filter": st.packets, "dropped_by_kernel": st.drops, "seconds": started.elapsed().as_secs_f64()})
+        serde_json::json!({"captured": captured, "received_by_filter": received, "dropped_by_kernel": dropped, "seconds": started.elapsed().as_secs_f64()})
     );
     Ok(0)
 }
@@ -449,7 +580,7 @@ mod tests {
     #[test]
     fn bridge_prefix_jumps_to_the_user_filter() {
         let user = parse_bpf("2,40 0 0 12,6 0 0 262144").unwrap();
-        let p = program(Some(user), &Point::Ports(vec![5, 9, 12]), 512);
+        let p = program(capped(Some(user), 512), &Point::Ports(vec![5, 9, 12]));
         // ld ifindex; jeq 5; jeq 9; jeq 12; ret 0; user...
         assert_eq!(p.len(), 7);
         for (i, insn) in p[1..4].iter().enumerate() {
@@ -458,7 +589,7 @@ mod tests {
         }
         assert_eq!(p[4], Insn { code: BPF_RET_K, jt: 0, jf: 0, k: 0 });
         assert_eq!(p[6].k, 512, "accept capped at the snapshot length");
-        let lo = program(None, &Point::Bound { ifindex: 1, ingress_only: true }, 300);
+        let lo = program(capped(None, 300), &Point::Bound { ifindex: 1, ingress_only: true });
         assert_eq!(lo, vec![Insn { code: BPF_RET_K, jt: 0, jf: 0, k: 300 }]);
     }
 }

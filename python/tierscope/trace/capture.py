@@ -2,11 +2,14 @@
 capture`), or tcpdump where that cannot start, on an interface (optionally inside a host's
 network namespace).
 
-The engine's capture (issue 24) is an AF_PACKET TPACKET_V3 socket running the same kernel filter
-tcpdump compiles (`tcpdump -ddd`), which never takes the outgoing copy of a packet: on `lo` it
-sees each packet once, arriving (tcpdump is handed it twice and libpcap drops one in user space,
-after the kernel cloned and copied it); on a lab bridge it sees each frame once, where it enters
-the bridge from a host's port, and does not make the bridge promiscuous. It writes the same pcap
+The engine's capture (issue 24) runs the same filter tcpdump compiles (`tcpdump -ddd`) and never
+takes the outgoing copy of a packet: on `lo` it sees each packet once, arriving (tcpdump is handed
+it twice and libpcap drops one in user space, after the kernel cloned and copied it); on a lab
+bridge it sees each frame once, where it enters the bridge from a host's port, and does not make
+the bridge promiscuous. Where the kernel loads it, the filter runs as an eBPF program on the TC
+hook writing into a ring buffer (`via` "ebpf": no packet socket, so the kernel's packet taps stay
+empty); else an AF_PACKET TPACKET_V3 socket runs it (`via` "packet"), and `ebpf_unavailable`
+says why. It writes the same pcap
 (nanosecond timestamps, Ethernet), so the tracer reads either. `method="auto"` (the default, or
 `$TIERSCOPE_CAPTURE`) takes it and falls back to tcpdump when it cannot start (no engine, a kernel
 without PACKET_IGNORE_OUTGOING, no CAP_NET_RAW...), saying why; `capture_info()` and the file
@@ -37,6 +40,10 @@ from tierscope.testbed.host import Host
 
 #: the captures LiveCapture can run
 METHODS = ("auto", "engine", "tcpdump")
+#: how the engine's capture can take packets (its --via)
+VIAS = ("auto", "ebpf", "packet")
+#: what the engine's listening line says when eBPF could not load and the packet socket runs
+EBPF_UNAVAILABLE = "eBPF not used: "
 
 
 class CaptureError(RuntimeError):
@@ -67,7 +74,9 @@ class LiveCapture:
     """A capture writing `path` from `interface` with a BPF `filter`; use as a context manager.
 
     `method`: "engine" (the engine's capture, an error when it cannot start), "tcpdump", or "auto"
-    (the default: the engine's, else tcpdump; `$TIERSCOPE_CAPTURE` overrides the default)."""
+    (the default: the engine's, else tcpdump; `$TIERSCOPE_CAPTURE` overrides the default).
+    `via`: how the engine's capture takes packets: "auto" (eBPF where it loads, else the packet
+    socket), "ebpf" or "packet"."""
 
     def __init__(
         self,
@@ -78,6 +87,7 @@ class LiveCapture:
         host: Host | None = None,
         nanosecond: bool = True,
         method: str | None = None,
+        via: str = "auto",
     ):
         self.interface = interface
         self.path = Path(path).absolute()
@@ -88,6 +98,9 @@ class LiveCapture:
         self.method = method or os.environ.get("TIERSCOPE_CAPTURE") or "auto"
         if self.method not in METHODS:
             raise CaptureError(f"capture method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if via not in VIAS:
+            raise CaptureError(f"the engine capture's via must be one of {', '.join(VIAS)}, got {via!r}")
+        self.via = via
         #: the capture that runs ("engine" or "tcpdump"), once started
         self.used: str | None = None
         #: why the engine's capture was not used (auto only)
@@ -144,10 +157,24 @@ class LiveCapture:
         if not self.nanosecond:
             raise CaptureError("the engine's capture writes nanosecond timestamps only")
         argv = [engine, "capture", "-i", self.interface, "-w", str(self.path)]
-        argv += ["-s", str(self.snaplen if self.snaplen > 0 else 262144)]
+        argv += ["-s", str(self.snaplen if self.snaplen > 0 else 262144), "--via", self.via]
         if self.filter:
             argv += ["--bpf", self.compiled_filter()]
         return self._wrap(argv)
+
+    @property
+    def engine_via(self) -> str | None:
+        """How the engine's capture took packets ("ebpf" or "packet"; None for tcpdump), from the
+        line it printed when it started listening."""
+        if self.used != "engine":
+            return None
+        return "ebpf" if "eBPF on the TC hook" in self.listening else "packet"
+
+    @property
+    def ebpf_unavailable(self) -> str | None:
+        """Why the engine's capture could not load its eBPF program, when it could not."""
+        _, found, why = self.listening.partition(EBPF_UNAVAILABLE)
+        return why.rsplit("), snapshot length", 1)[0] if found else None
 
     def start(self, timeout: float = 10.0) -> LiveCapture:
         """Start the capture and wait until it is listening."""
@@ -203,6 +230,8 @@ class LiveCapture:
             "snaplen": self.snaplen or 262144,
             "listening": self.listening,
             "fallback_reason": self.fallback_reason,
+            "via": self.engine_via,
+            "ebpf_unavailable": self.ebpf_unavailable,
         }
         if stats is not None:
             info.update(
