@@ -207,7 +207,7 @@ impl Tcx {
             if len_word & RINGBUF_DISCARD == 0 && len >= RECORD_HEADER {
                 let rec = unsafe { std::slice::from_raw_parts(hdr.add(RINGBUF_HEADER), len) };
                 let tai = u64::from_ne_bytes(rec[0..8].try_into().unwrap()) as i64;
-                let caplen = u32::from_ne_bytes(rec[8..12].try_into().unwrap()).min(snaplen);
+                let caplen = u32::from_ne_bytes(rec[8..12].try_into().unwrap()).min(snaplen).min((len - RECORD_HEADER) as u32);
                 let wire = u32::from_ne_bytes(rec[12..16].try_into().unwrap());
                 let t = tai + self.tai_to_real;
                 let mut head = [0u8; 16];
