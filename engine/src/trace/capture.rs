@@ -97,7 +97,8 @@ pub struct CaptureArgs {
     pub ring_mib: u32,
     /// The eBPF ring is read every this many milliseconds. Each wake-up of this process costs the
     /// measured system more than the reading does (on a 2-core VM a process waking 100 times a
-    /// second took 3.4 % of nginx's throughput, 10 times a second 0.5 %).
+    /// second took 3.4-4.3 % of nginx's throughput, 10 times a second 0.3-1.5 %: bench/tracer
+    /// --breakdown).
     #[arg(long = "read-ms", default_value_t = 100)]
     pub read_ms: u32,
 }

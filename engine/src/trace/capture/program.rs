@@ -106,7 +106,7 @@ const TCX_NEXT: i32 = -1;
 pub const RECORD_HEADER: usize = 16;
 
 /// Bytes reserved per record for a snapshot length (the header, the bytes, 8-byte aligned).
-pub fn record_size(snaplen: u32) -> u32 {
+fn record_size(snaplen: u32) -> u32 {
     (RECORD_HEADER as u32 + snaplen + 7) & !7
 }
 
@@ -254,9 +254,6 @@ pub fn capture_program(classic: &[Insn], snaplen: u32, ring: i32, drops: i32) ->
         let off = to as i64 - at as i64 - 1;
         out[at].off = i16::try_from(off).map_err(|_| TranslateError::TooLong(out.len()))?;
     }
-    if out.len() > 1_000_000 {
-        return Err(TranslateError::TooLong(out.len()));
-    }
     Ok(out)
 }
 
@@ -268,7 +265,7 @@ fn ld_map(out: &mut Vec<EInsn>, dst: u8, fd: i32) {
 /// The record sizes the program reserves (the ring takes only constant sizes): the smallest class
 /// that holds a packet's bytes, so that a large snapshot length does not reserve its whole size
 /// for every small packet.
-pub fn size_classes(snaplen: u32) -> Vec<u32> {
+fn size_classes(snaplen: u32) -> Vec<u32> {
     let mut c: Vec<u32> = (6..17).map(|b| 1u32 << b).filter(|&c| c < snaplen).collect();
     c.push(snaplen);
     c
