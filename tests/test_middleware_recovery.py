@@ -70,8 +70,10 @@ def write_load(mw, stop: threading.Event, errors: list, counts: list, ids: bool 
             with psycopg.connect(dsn(mw), autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
                 i = 0
                 while not stop.is_set():
+                    # order-dependent (a doubling), kept within bigint by the modulus however many run
                     conn.execute(
-                        "UPDATE racc SET abalance = abalance * 2 - %s WHERE id = %s", (i % 3, 1 + (i * 13) % ACCOUNTS)
+                        "UPDATE racc SET abalance = (abalance * 2 - %s) %% 1000003 WHERE id = %s",
+                        (i % 3, 1 + (i * 13) % ACCOUNTS),
                     )
                     counts[1] += 1
                     i += 1
