@@ -111,6 +111,10 @@ SMOKE: dict[str, Smoke] = {
             "replicas_agree",
             "select_ratio_vs_direct",
             "tpcb_ratio_vs_direct",
+            "tpcb_one_client_ratio",
+            "tpcb_both_replicas_ratio",
+            "tpcb_ratio_vs_one_client",
+            "tpcb_one_client_one_cpu_ratio",
             # the peers in the same run (make setup installs both)
             "ratio_vs_pgbouncer_select",
             "ratio_vs_pgpool_select",
