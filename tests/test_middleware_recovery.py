@@ -247,8 +247,9 @@ def test_a_backend_whose_return_the_log_cannot_mend_is_refused_for_good_and_neve
         p.sql("DROP TABLE IF EXISTS racc, rhist, tierscope_recovery", DB)
     stats: dict = {}
     try:
+        # wait="all": the first INSERT has taken its sequence value on backend 2 before it stops
         with rust_middleware(
-            servers, "rr", stats=stats, extra=["--recovery-log", str(work / "recovery-4" / "recovery.log")]
+            servers, "rr", wait="all", stats=stats, extra=["--recovery-log", str(work / "recovery-4" / "recovery.log")]
         ) as mw:
             with psycopg.connect(dsn(mw), autocommit=True) as conn:
                 conn.execute("CREATE TABLE rhist (id serial PRIMARY KEY, aid int, delta int)")

@@ -46,8 +46,11 @@ COM_STMT_PREPARE, COM_STMT_EXECUTE = 0x16, 0x17
 servers = test_middleware_mysql.pair
 
 
-def mysql_middleware(servers, log: Path, stats=None):
-    return rust_middleware(servers, "rr", stats=stats, extra=["--protocol", "mysql", "--recovery-log", str(log)])
+def mysql_middleware(servers, log: Path, stats=None, wait="first"):
+    """wait="all" where a test stops backend 2 right after a write: it has run there first."""
+    return rust_middleware(
+        servers, "rr", wait=wait, stats=stats, extra=["--protocol", "mysql", "--recovery-log", str(log)]
+    )
 
 
 def connect(mw, **kw):
@@ -329,7 +332,7 @@ def test_a_stale_backend_the_log_cannot_bring_back_is_refused_and_never_read(ser
     work, dbs = servers
     reset(dbs)
     try:
-        with mysql_middleware(servers, work / "recovery-2a" / "recovery.log") as mw:
+        with mysql_middleware(servers, work / "recovery-2a" / "recovery.log", wait="all") as mw:
             make_schema(mw)
             dbs[1].stop()
             with connect(mw) as conn, conn.cursor() as cur:
@@ -419,7 +422,7 @@ def test_a_backend_whose_auto_increment_counter_differs_after_the_replay_is_refu
     reset(dbs)
     log_path = work / "recovery-4" / "recovery.log"
     try:
-        with mysql_middleware(servers, log_path) as mw:
+        with mysql_middleware(servers, log_path, wait="all") as mw:
             make_schema(mw)
             dbs[1].stop()
             with connect(mw) as conn, conn.cursor() as cur:
