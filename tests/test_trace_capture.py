@@ -141,6 +141,27 @@ def test_loopback_engine_capture_equals_tcpdump_and_wrk(nginx_lo, tmp_path, via,
     assert "incoming copies only" in caps["engine"].listening
 
 
+@pytest.mark.parametrize("via", ["ebpf", "packet"])
+def test_a_filter_on_the_payload_takes_what_tcpdumps_takes(nginx_lo, tmp_path, via):
+    """The eBPF program reads header bytes directly from the packet's linear part and the rest
+    (TCP's payload sits in page fragments) through the kernel's LD_IND; a filter on the payload's
+    first word ("GET ") takes each request once, as tcpdump does and as many as wrk sent."""
+    get = f"tcp dst port {PORT} and tcp[((tcp[12]&0xf0)>>2):4] = 0x47455420"
+    caps = {
+        m: LiveCapture("lo", tmp_path / f"{m}.pcap", filter=get, snaplen=96, method=m, via=via)
+        for m in ("engine", "tcpdump")
+    }
+    for cap in caps.values():
+        cap.start()
+    try:
+        count = run_wrk(tmp_path, f"http://127.0.0.1:{PORT}/", 1, limit=600)
+    finally:
+        stats = {m: cap.stop() for m, cap in caps.items()}
+    assert caps["engine"].engine_via == via, caps["engine"].listening
+    assert count == 600
+    assert stats["engine"].captured == stats["tcpdump"].captured == count, stats
+
+
 def test_bridge_engine_capture_equals_tcpdump_and_wrk(tmp_path):
     from tierscope.services.nginx import Nginx
     from tierscope.testbed import network
