@@ -177,6 +177,7 @@ SMOKE: dict[str, Smoke] = {
             "capture_cpu_overhead_tcpdump_pct",
             "capture_cpu_overhead_bridge_pct",
             "capture_cpu_overhead_bridge_tcpdump_pct",
+            "capture_program_ns_per_packet",
         ),
         needs=("nginx", "wrk", "tcpdump", "tshark", "taskset"),
         root=True,

@@ -123,3 +123,43 @@ def test_clean_removes_everything_tierscope_left_and_nothing_else(needs_namespac
         if other_cg.exists():
             other_cg.rmdir()
         cli("down", "--lab", str(LAB))
+
+
+def test_clean_removes_the_shared_memory_a_killed_postgres_left(tmp_path):
+    """A PostgreSQL server killed with SIGKILL leaves its dynamic shared memory segments in
+    /dev/shm (only a restart on the same data directory would remove them, and a lab's work
+    directory is gone by then); `testbed clean` removes them once no server runs, and leaves
+    other files there alone."""
+    from tierscope.services.base import free_port
+    from tierscope.services.postgres import Postgres
+    from tierscope.testbed.clean import postgres_running
+    from tierscope.testbed.host import Host
+
+    if postgres_running():
+        pytest.skip("a PostgreSQL server runs on this machine: clean leaves the segments alone then")
+    shm = Path("/dev/shm")
+    before = set(shm.glob("PostgreSQL.*"))
+    pg = Postgres(Host.loopback("db"), free_port(), tmp_path / "db", fsync=False, name="db")
+    bystander = shm / f"tsother.{os.getpid()}"
+    bystander.write_text("not PostgreSQL's")
+    try:
+        pg.start()
+        made = set(shm.glob("PostgreSQL.*")) - before
+        assert made, "the server made no segment"
+        for pid in pg.pids():
+            os.kill(pid, 9)
+        pg.proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while postgres_running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not postgres_running()
+        assert all(s.exists() for s in made)  # left behind
+        time.sleep(1.1)  # older than the check by clean's margin
+        out = cli("clean")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert not any(s.exists() for s in made)
+        assert re.search(r"(\d+) PostgreSQL shared memory segments", out.stdout).group(1) == str(len(made | before))
+        assert bystander.exists()
+    finally:
+        bystander.unlink(missing_ok=True)
+        pg.stop()

@@ -172,7 +172,8 @@ def clean(
 ) -> None:
     """Remove every namespace, link, cgroup and process tierscope left, and nothing else.
 
-    With --orphans, only the labs whose owner process is dead (`tierscope run` does this at its
+    Also PostgreSQL's shared memory segments in /dev/shm that killed servers left, when no
+    PostgreSQL server runs. With --orphans, only the labs whose owner process is dead (`tierscope run` does this at its
     start). Both remove the stand-in SSH hosts of a killed `testbed ssh-hosts`.
 
     Example: tierscope testbed clean   or   tierscope testbed clean --orphans
@@ -190,7 +191,8 @@ def clean(
     out = do_clean(state_dir())
     console.print(
         f"removed {len(out.processes)} processes, {len(out.netns)} namespaces, {len(out.links)} "
-        f"links, {len(out.cgroups)} cgroup directories, {len(out.state_files)} state files and work dirs"
+        f"links, {len(out.cgroups)} cgroup directories, {len(out.state_files)} state files and work dirs, "
+        f"{len(out.segments)} PostgreSQL shared memory segments left by killed servers"
     )
     for e in out.errors:
         console.print(f"[red]could not remove:[/red] {escape(str(e))}", soft_wrap=True)

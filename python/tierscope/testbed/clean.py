@@ -3,7 +3,11 @@
 What counts as tierscope's: processes in a `tierscope` cgroup or a `tierscope*` network
 namespace, or carrying the TIERSCOPE_MARKER environment variable (the monitor and burners);
 network namespaces named `tierscope*`; links whose alias is `tierscope`; cgroup directories
-under `/sys/fs/cgroup/<controller>/tierscope`; state files under the state directory.
+under `/sys/fs/cgroup/<controller>/tierscope`; state files under the state directory; and
+PostgreSQL's dynamic shared memory segments (`/dev/shm/PostgreSQL.*`) while no PostgreSQL server
+runs on the machine: a server killed with SIGKILL leaves them (a megabyte each), and only a server
+started again on the same data directory removes its own, which a lab's never is (its work
+directory is gone).
 """
 
 from __future__ import annotations
@@ -29,10 +33,42 @@ class Cleaned:
     links: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     state_files: list[str] = field(default_factory=list)
+    segments: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def total(self) -> int:
-        return sum(len(x) for x in (self.processes, self.netns, self.links, self.cgroups, self.state_files))
+        return sum(
+            len(x) for x in (self.processes, self.netns, self.links, self.cgroups, self.state_files, self.segments)
+        )
+
+
+SHM = Path("/dev/shm")
+
+
+def postgres_running(proc: Path = Path("/proc")) -> bool:
+    """Whether any PostgreSQL server process runs on the machine (by its command name; a zombie
+    not reaped yet does not run)."""
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                name, rest = (entry / "stat").read_text().rsplit(")", 1)
+                if name.split("(", 1)[1] in ("postgres", "postmaster") and rest.split()[0] != "Z":
+                    return True
+    return False
+
+
+def orphan_segments(shm: Path, running: bool, before: float) -> list[Path]:
+    """PostgreSQL's dynamic shared memory segments in `shm` that no server can own: none while a
+    server runs (`running`); else every `PostgreSQL.<number>` last changed before `before` (a
+    server started since the check may have made the newer ones)."""
+    if running:
+        return []
+    out = []
+    for seg in shm.glob("PostgreSQL.*"):
+        with contextlib.suppress(OSError):
+            if seg.suffix[1:].isdigit() and seg.stat().st_mtime < before:
+                out.append(seg)
+    return sorted(out)
 
 
 def marked_processes() -> list[int]:
@@ -124,6 +160,15 @@ def clean(state_dir: Path | None = None) -> Cleaned:
                 if attempt == 39:
                     out.errors.append(f"cgroup {d}: {err.strerror}")
                 time.sleep(0.05)
+    checked = time.time()
+    for seg in orphan_segments(SHM, postgres_running(), checked - 1.0):
+        try:
+            seg.unlink()
+            out.segments.append(str(seg))
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            out.errors.append(f"segment {seg}: {err.strerror}")
     if state_dir is not None and state_dir.exists():
         import shutil
 
