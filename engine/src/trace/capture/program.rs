@@ -450,8 +450,8 @@ mod tests {
         assert_eq!(p[8], i(LD | IND | 0x10, 0, R7, 0, 13));
         // an offset past the direct loads' reach: the helper only
         let mut p = Vec::new();
-        packet_load(&mut p, ABS, 0x00, 0x7ffe);
-        assert_eq!(p, vec![i(LD | ABS | 0x00, 0, 0, 0, 0x7ffe)]);
+        packet_load(&mut p, ABS, W, 0x7ffe);
+        assert_eq!(p, vec![i(LD | ABS | W, 0, 0, 0, 0x7ffe)]);
     }
 
     #[test]
