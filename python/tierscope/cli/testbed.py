@@ -173,8 +173,9 @@ def clean(
     """Remove every namespace, link, cgroup and process tierscope left, and nothing else.
 
     Also PostgreSQL's shared memory segments in /dev/shm that killed servers left, when no
-    PostgreSQL server runs. With --orphans, only the labs whose owner process is dead (`tierscope run` does this at its
-    start). Both remove the stand-in SSH hosts of a killed `testbed ssh-hosts`.
+    PostgreSQL server runs. With --orphans, only the labs whose owner process is dead (`tierscope
+    run` does this at its start). Both remove the stand-in SSH hosts of a killed `testbed
+    ssh-hosts`.
 
     Example: tierscope testbed clean   or   tierscope testbed clean --orphans
     """
