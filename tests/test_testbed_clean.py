@@ -163,26 +163,3 @@ def test_clean_removes_the_shared_memory_a_killed_postgres_left(tmp_path):
     finally:
         bystander.unlink(missing_ok=True)
         pg.stop()
-
-
-def test_the_next_run_removes_old_segments_and_only_while_no_server_runs(tmp_path, monkeypatch):
-    """`tierscope run` removes, at its start, the segments a killed run's servers left: only
-    `PostgreSQL.<number>` files older than its check, and none while a PostgreSQL server runs."""
-    from tierscope.runner import remove_orphaned_labs
-    from tierscope.testbed import clean
-
-    monkeypatch.setattr(clean, "SHM", tmp_path)
-    old = time.time() - 60
-    files = {name: tmp_path / name for name in ("PostgreSQL.123", "PostgreSQL.456", "PostgreSQL.abc", "other.789")}
-    for name, f in files.items():
-        f.write_text("x")
-        if name != "PostgreSQL.456":  # just made: a server started since may own it
-            os.utime(f, (old, old))
-    said: list[str] = []
-    monkeypatch.setattr(clean, "postgres_running", lambda: True)
-    remove_orphaned_labs(said.append)
-    assert all(f.exists() for f in files.values()) and not [s for s in said if "segments" in s]
-    monkeypatch.setattr(clean, "postgres_running", lambda: False)
-    remove_orphaned_labs(said.append)
-    assert [name for name, f in files.items() if not f.exists()] == ["PostgreSQL.123"]
-    assert "removed 1 PostgreSQL shared memory segments killed servers left in /dev/shm" in said

@@ -18,7 +18,6 @@ from tierscope.runner.point import DONE, Progress
 from tierscope.runner.record import point_status, versions
 from tierscope.spec import Spec, expand
 from tierscope.studies import finding_of_run
-from tierscope.testbed.clean import remove_orphan_segments
 from tierscope.testbed.lab import find_orphans, remove_orphan
 
 
@@ -36,14 +35,7 @@ class RunResult:
 
 def remove_orphaned_labs(say) -> int:
     """Find the labs a killed run left (their owner is dead), say so one line each and remove them
-    (`tierscope testbed clean --orphans`), and the shared memory its killed PostgreSQL servers
-    left (while no server runs: `testbed.clean.orphan_segments`); returns how many labs."""
-    segments, errors = remove_orphan_segments()
-    if segments or errors:
-        say(
-            f"removed {len(segments)} PostgreSQL shared memory segments killed servers left in /dev/shm"
-            + (f"; could not remove {'; '.join(errors)}" if errors else "")
-        )
+    (`tierscope testbed clean --orphans`); returns how many."""
     try:
         orphans = find_orphans()
     except OSError:

@@ -71,22 +71,6 @@ def orphan_segments(shm: Path, running: bool, before: float) -> list[Path]:
     return sorted(out)
 
 
-def remove_orphan_segments(shm: Path | None = None) -> tuple[list[str], list[str]]:
-    """Remove the PostgreSQL segments no server can own (`orphan_segments`, those changed more than
-    a second before the check); returns (removed, what could not be removed and why)."""
-    removed: list[str] = []
-    errors: list[str] = []
-    for seg in orphan_segments(shm or SHM, postgres_running(), time.time() - 1.0):
-        try:
-            seg.unlink()
-            removed.append(str(seg))
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            errors.append(f"segment {seg}: {err.strerror}")
-    return removed, errors
-
-
 def marked_processes() -> list[int]:
     """Processes carrying tierscope's environment marker (not this one or its ancestors)."""
     mine = {os.getpid()}
@@ -176,9 +160,15 @@ def clean(state_dir: Path | None = None) -> Cleaned:
                 if attempt == 39:
                     out.errors.append(f"cgroup {d}: {err.strerror}")
                 time.sleep(0.05)
-    removed, errors = remove_orphan_segments()
-    out.segments += removed
-    out.errors += errors
+    checked = time.time()
+    for seg in orphan_segments(SHM, postgres_running(), checked - 1.0):
+        try:
+            seg.unlink()
+            out.segments.append(str(seg))
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            out.errors.append(f"segment {seg}: {err.strerror}")
     if state_dir is not None and state_dir.exists():
         import shutil
 
