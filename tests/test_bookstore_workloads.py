@@ -321,7 +321,9 @@ def test_run_against_a_stub_bookstore_walks_only_allowed_transitions(tmp_path, m
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.strip().splitlines()[-1])["summary"]
     rows = pq.read_table(log).to_pylist()
-    assert len(rows) > 300, len(rows)
+    # enough pages to see the mix's transitions; the Python stub sets the pace (the whole suite's
+    # make test once had 283 in these 4 s, so 300 was too tight a floor)
+    assert len(rows) > 200, len(rows)
     assert all(r["error"] in (None, "cancelled") for r in rows), Counter(r["error"] for r in rows)
     # pages only: images are not rows of the log
     assert all(r["state"] in idx and not r["path"].startswith("/tpcw/img/") for r in rows)
