@@ -19,7 +19,7 @@ BIN   := $(VENV)/bin
 # Debian packages the lab starts, traces or compares against.
 APT_PACKAGES := nginx-light wrk hey tcpdump tshark mariadb-server mariadb-client \
                 postgresql-15 postgresql-client-15 postgresql-contrib iproute2 procps \
-                chromium redis-server galera-4 rsync openssh-server pgbouncer pgpool2
+                chromium redis-server galera-4 rsync openssh-server pgbouncer pgpool2 gcc libc6-dev
 # Spark (`analyze --engine spark`) starts a JVM: a headless JRE, installed only when no `java` is on the
 # PATH and JAVA_HOME is unset (a JDK the machine already has serves).
 JRE_PACKAGE  := default-jre-headless

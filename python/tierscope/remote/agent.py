@@ -193,7 +193,7 @@ def start_server(point, raw: dict, name: str, workdir: Path, host, served: Serve
 def serve(point_file: str, name: str, workdir: Path) -> int:
     # late: tierscope.runner imports duckdb, cgroups pydantic, trace.capture pyarrow; only `serve` needs them
     from tierscope.runner import CAPTURE_FILTER, socket_limits
-    from tierscope.testbed import cgroups
+    from tierscope.testbed import cgroups, serialdisk
     from tierscope.trace.capture import LiveCapture
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -219,7 +219,9 @@ def serve(point_file: str, name: str, workdir: Path) -> int:
             rel = f"{CGROUP_TOP}/{raw['tag']}/{name}"
             served.cgroup = rel
             served.controllers = cgroups.create(rel, nt, workdir)
-            host = Host(name=name, address=address, cgroup=rel, controllers=served.controllers)
+            # a disk of one arm (`disk_read_ms`): every process of the host reads through it
+            env = serialdisk.host_env(name, nt.disk_read_ms, workdir / "disks") if nt and nt.disk_read_ms else ()
+            host = Host(name=name, address=address, cgroup=rel, controllers=served.controllers, env=env)
         else:
             served.notes.append(f"{name}: no cgroup limits nor resource samples on this host ({reason})")
         start_server(point, raw, name, workdir, host, served)

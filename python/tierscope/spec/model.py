@@ -113,7 +113,17 @@ class NodeType(_Model):
     disk_write_bps: Size | None = None
     disk_read_iops: int | None = Field(default=None, gt=0)
     disk_write_iops: int | None = Field(default=None, gt=0)
+    # a disk of one arm: a read that misses the page cache holds it this long, one read at a time
+    # (testbed.serialdisk); the read rate is then also limited to 1000 / disk_read_ms per second
+    disk_read_ms: float | None = Field(default=None, gt=0, le=10_000)
     disk_device: str | None = None  # "/dev/vda" or "254:0"; default: the disk of the work dir
+
+    def read_iops_limit(self) -> int | None:
+        """The disk's read operations per second: `disk_read_iops`, else what one arm taking
+        `disk_read_ms` per read can do (the monitor's `disk_util` is the rate against it)."""
+        if self.disk_read_iops is not None or self.disk_read_ms is None:
+            return self.disk_read_iops
+        return max(1, round(1000 / self.disk_read_ms))
 
     @field_validator("cpus")
     @classmethod

@@ -139,7 +139,7 @@ def create(rel: str, node_type: NodeType | None, workdir: Path) -> tuple[str, ..
     disk = {
         "blkio.throttle.read_bps_device": nt.disk_read_bps,
         "blkio.throttle.write_bps_device": nt.disk_write_bps,
-        "blkio.throttle.read_iops_device": nt.disk_read_iops,
+        "blkio.throttle.read_iops_device": nt.read_iops_limit(),
         "blkio.throttle.write_iops_device": nt.disk_write_iops,
     }
     if any(v for v in disk.values()):

@@ -20,6 +20,8 @@ class Host:
     #: cgroup v1 paths relative to each controller root, e.g. "tierscope/db1"; None = no limits.
     cgroup: str | None = None
     controllers: tuple[str, ...] = field(default=("cpu", "cpuacct", "memory", "blkio"))
+    #: environment every process of the host gets (e.g. its disk's, `testbed.serialdisk`)
+    env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def loopback(cls, name: str = "local") -> Host:
@@ -33,6 +35,8 @@ class Host:
         namespace; children inherit both. Joining fails loudly (exit 125) rather than run unlimited.
         """
         out = list(argv)
+        if self.env:
+            out = ["env", *(f"{k}={v}" for k, v in self.env), *out]
         if self.netns:
             out = ["ip", "netns", "exec", self.netns, *out]
         if self.cgroup:

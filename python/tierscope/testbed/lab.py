@@ -32,7 +32,7 @@ from typing import Any
 
 from tierscope import statedir
 from tierscope.spec import NodeType, Point, PointConfig
-from tierscope.testbed import cgroups, network
+from tierscope.testbed import cgroups, network, serialdisk
 from tierscope.testbed.cgroups import BASE_CONTROLLERS
 from tierscope.testbed.clean import _kill
 from tierscope.testbed.host import Host
@@ -239,8 +239,20 @@ class Testbed:
             self._cleanups.append(lambda rel=rel: cgroups.remove(rel))
             ns, address = network.add_host(self.lab, name, i + 2)
             controllers = cgroups.create(rel, nt, self.workdir)
-            self.hosts[name] = Host(name=name, address=address, netns=ns, cgroup=rel, controllers=controllers)
+            self.hosts[name] = Host(
+                name=name, address=address, netns=ns, cgroup=rel, controllers=controllers,
+                env=self._host_env(name, nt),
+            )  # fmt: skip
             self.node_types[name] = nt
+
+    def _host_env(self, name: str, nt: NodeType | None) -> tuple[tuple[str, str], ...]:
+        """What every process of host `name` runs with: a disk of one arm (`disk_read_ms`)."""
+        if nt is None or nt.disk_read_ms is None:
+            return ()
+        try:
+            return serialdisk.host_env(name, nt.disk_read_ms, self.workdir / "disks")
+        except serialdisk.SerialDiskError as err:
+            raise TestbedError(f"host {name}: {err}") from err
 
     def _register_exit(self) -> None:
         atexit.register(self.down)
@@ -300,12 +312,13 @@ class Testbed:
         tb.lost = state.get("lost", [])
         tb.fallback_reason = state.get("fallback_reason")
         for name, h in state["hosts"].items():
+            nt = h.get("node_type")
+            tb.node_types[name] = NodeType.model_validate(nt) if nt else None
             tb.hosts[name] = Host(
                 name=name, address=h["address"], netns=h["netns"], cgroup=h["cgroup"],
                 controllers=tuple(h["controllers"]),
+                env=tb._host_env(name, tb.node_types[name]) if tb.mode == "namespaces" else (),
             )  # fmt: skip
-            nt = h.get("node_type")
-            tb.node_types[name] = NodeType.model_validate(nt) if nt else None
             if tb.mode == "namespaces":
                 tb._cleanups.append(lambda name=name: network.remove_host(lab, name))
                 if h["cgroup"]:
@@ -496,10 +509,10 @@ def _limits(nt: NodeType) -> str:
         parts.append(f"cpus {nt.cpus}")
     if nt.memory:
         parts.append(f"memory {nt.memory / 2**20:.0f} MiB")
-    for k in ("disk_read_bps", "disk_write_bps", "disk_read_iops", "disk_write_iops"):
+    for k in ("disk_read_bps", "disk_write_bps", "disk_read_iops", "disk_write_iops", "disk_read_ms"):
         v = getattr(nt, k)
         if v:
-            parts.append(f"{k} {v}")
+            parts.append(f"{k} {v:g}")
     return ", ".join(parts) or "no limits"
 
 
