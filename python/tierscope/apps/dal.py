@@ -26,6 +26,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import quote
 
+from tierscope.contracts import poolgauge
 from tierscope.contracts.dbms import DbConfig
 
 
@@ -143,10 +144,14 @@ class Database:
             self._impl = _PostgresPool(config)
         else:
             self._impl = _MariaPool(config)
+        #: the connections checked out, for the lab (contracts.poolgauge; None outside a lab)
+        self._gauge = poolgauge.from_env()
 
     @contextmanager
     def session(self, request_id: str | None = None) -> Iterator[Session]:
         conn = self._impl.get()
+        if self._gauge is not None:
+            self._gauge.add(1)
         ok = True
         try:
             yield Session(self, conn, request_id)
@@ -158,6 +163,8 @@ class Database:
             raise
         finally:
             self._impl.put(conn, ok)
+            if self._gauge is not None:
+                self._gauge.add(-1)
 
     def _execute(self, conn, sql: str, params: tuple):
         return self._impl.execute(conn, sql, params)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import tierscope
 from tierscope import tables
+from tierscope.contracts import poolgauge
 from tierscope.contracts.apps import WsgiApp
 from tierscope.contracts.dbms import DbConfig
 from tierscope.services._accounts import AccountError, give_to, lab_account, open_the_way, run_as
@@ -79,6 +80,9 @@ class AppServer(Service):
         self.workers = int(workers)
         self.threads = int(threads)
         self.db = replace(db, pool_size=int(pool_size or threads), pool_timeout_s=pool_timeout_s) if db else None
+        #: each worker's pool of database connections (None: not known, e.g. an app configured by
+        #: `app_env` alone that was not told)
+        self.pool_size = self.db.pool_size if self.db else (int(pool_size) if pool_size else None)
         self.wsgi: WsgiApp | None = None if isinstance(app, str) else app
         self.app = app if isinstance(app, str) else app.entry
         self.app_env = dict(app_env or {})
@@ -106,9 +110,15 @@ class AppServer(Service):
     def access_log(self) -> Path:
         return self.workdir / "gunicorn.access.log"
 
+    @property
+    def pool_gauge_dir(self) -> Path:
+        """Where the workers count their connections checked out (`contracts.poolgauge`)."""
+        return self.workdir / "pool-gauge"
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.app_env, PYTHONUNBUFFERED="1")
+        env[poolgauge.ENV] = str(self.pool_gauge_dir)
         if self.db is None or self.wsgi is None:
             return env
         env.update(self.wsgi.env(self), PYTHONUNBUFFERED="1")
@@ -116,6 +126,9 @@ class AppServer(Service):
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.pool_gauge_dir.mkdir(exist_ok=True)
+        for stale in self.pool_gauge_dir.iterdir():  # a previous run's workers
+            stale.unlink()
         self.events_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             acct = self.run_account()
@@ -125,6 +138,13 @@ class AppServer(Service):
                 raise ServiceError(f"{self.name}: {err}") from None
             give_to(acct.pw_name, self.workdir)  # its logs and pid file
             give_to(acct.pw_name, self.events_dir)  # the events its workers record
+
+    def busy_sessions_probe(self) -> PoolInUse:
+        """A probe of the workers' database connections checked out now (`runner.activity`
+        samples it as this server's `db_connections_busy` and `connections_util`)."""
+        if self.pool_size is None:
+            raise ServiceError(f"{self.name}: its pool size is not known (pass pool_size)")
+        return PoolInUse(self.pool_gauge_dir, self.workers * self.pool_size)
 
     def run_account(self):
         """The account gunicorn runs as in a root lab: the lab's system user."""
@@ -202,3 +222,18 @@ class AppServer(Service):
         if self.wsgi is None:
             return tables.empty("events")
         return self.wsgi.events(self.events_dir)
+
+
+class PoolInUse:
+    """The connections an app server's workers hold out of their pools, against all of them."""
+
+    def __init__(self, directory: Path, limit: int):
+        self.directory = directory
+        #: the workers' pools together
+        self.limit = limit
+
+    def busy(self) -> int:
+        return poolgauge.in_use(self.directory)
+
+    def close(self) -> None:
+        pass

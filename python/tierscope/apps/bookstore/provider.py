@@ -87,6 +87,7 @@ class BookstoreProvider(LoadedDatabaseApp):
             health_path="/tpcw/health",
             workers=soft.workers,
             threads=soft.threads,
+            pool_size=soft.db_pool,
             events_dir=events_dir,
             name=name,
         )
