@@ -28,7 +28,7 @@ import pytest
 from conftest import needs_postgres, needs_root
 from tierscope.analysis.experiment import analyze_run
 from tierscope.runner import run_experiment
-from tierscope.spec import spec_from_dict
+from tierscope.spec import NodeType, spec_from_dict
 from tierscope.studies import finding_of
 
 PRESET = Path(__file__).resolve().parent.parent / "python" / "tierscope" / "presets" / "tpcw-memory.toml"
@@ -59,8 +59,9 @@ def test_memory_moves_the_bottleneck_from_the_disk_to_the_cpu(tmp_path):
     points = {m: next(result.dir / p for p in result.done if p.startswith(f"memory{m}-")) for m in (LOW, HIGH)}
 
     # the system as built: little memory -> the database reads from its disk at the disk's limit
-    # (60 reads/s); all of it in memory -> no reads, the CPU busy
-    limit = raw["node_types"]["D"]["disk_read_iops"]
+    # (60 reads/s: one arm, 16.7 ms a read); all of it in memory -> no reads, the CPU busy
+    limit = NodeType.model_validate(raw["node_types"]["D"]).read_iops_limit()
+    assert limit == 60
     assert median(points[LOW], "db1", "disk_read_ops") >= 0.8 * limit
     assert median(points[HIGH], "db1", "disk_read_ops") < 0.1 * limit
     assert median(points[HIGH], "db1", "cpu_util") >= 85
