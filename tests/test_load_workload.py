@@ -294,3 +294,17 @@ def test_rubbos_browse_only_mix_matches_the_original_algorithm():
         assert abs(100 * r["pages"][page] / n - pct) < 0.6, (page, 100 * r["pages"][page] / n, pct)
     assert abs(r["mean_pages_per_session"] - 11.8) < 0.25
     assert r["back"] > 0.1 * n  # BACK is exercised (about a fifth of moves)
+
+
+def test_session_min_shortens_the_sessions_of_a_tpcw_mix():
+    """`--session-min 20s`: a session lasts at least its drawn minimum (exponential, mean 20 s,
+    cut at 80 s: 18.5 s on average) and ends at the next Home; the file's own 15 minutes
+    (cut at 60) give sessions of about 14 minutes and more."""
+    mix = Path(__file__).resolve().parent.parent / "python/tierscope/apps/bookstore/workloads/ordering.toml"
+    as_file = dry_run(mix, 20_000, "--seed", "3")
+    short = dry_run(mix, 20_000, "--seed", "3", "--session-min", "20s")
+    assert as_file["mean_session_s"] >= 600
+    assert 18.5 * 0.9 <= short["mean_session_s"] <= 200
+    assert short["sessions"] >= 5 * as_file["sessions"]
+    bad = engine(str(mix), "--dry-run", "10", "--session-min", "soon")
+    assert bad.returncode != 0 and "--session-min" in bad.stderr

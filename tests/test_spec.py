@@ -120,7 +120,7 @@ users = 5
         (
             "[workload]\nusers = [10]\nthink_tme = 3\n",
             "t.toml: workload.think_tme: unknown key (expected one of: users, think_time, dispersion, "
-            "ramp_up, run, ramp_down)",
+            "session_min, ramp_up, run, ramp_down)",
         ),
         ("[workload]\nusers = [0]\n", "t.toml: workload.users[0]: Input should be greater than or equal to 1"),
         ('[workload]\nusers = "5..1"\n', "t.toml: workload.users: expected from <= to and step > 0"),
@@ -384,7 +384,7 @@ def test_example_specs_load(name):
         assert sorted({p.params["node_types.D.memory"] for p in pts}) == ["150MiB", "1GiB", "300MiB"]
         c = pts[0].config
         assert c.benchmark == "tpcw" and c.soft.db.fsync and c.soft.db.warm
-        assert c.node_types["D"].disk_read_iops == 60
+        assert c.node_types["D"].disk_read_ms == 16.7 and c.node_types["D"].read_iops_limit() == 60
 
 
 def test_demo_memory_is_the_memory_study_cut_to_two_sizes_and_two_levels_within_five_minutes():

@@ -75,6 +75,11 @@ pub struct LoadArgs {
     /// Override [think] dispersion (index of dispersion I; 1 = plain exponential).
     #[arg(long)]
     pub think_dispersion: Option<f64>,
+    /// Override [workload] session_min_mean_s, e.g. 20s, 15m: the mean of a user session's
+    /// minimum duration (TPC-W clause 6.1.9.2; its truncation session_min_max_s becomes 4x it, as
+    /// 15 and 60 minutes there). Shorter: users change sessions (and customers) within a run.
+    #[arg(long)]
+    pub session_min: Option<String>,
     /// Override [connection] policy: per-user, per-request or pool.
     #[arg(long)]
     pub policy: Option<String>,
@@ -166,6 +171,11 @@ pub fn apply(args: &LoadArgs, wl: &mut workload::Workload) -> Result<(), LoadArg
     }
     if let Some(i) = args.think_dispersion {
         wl.think_dispersion = within("--think-dispersion", i, 1.0, 1e9, "a dispersion >= 1 and <= 1e9")?;
+    }
+    if let Some(d) = &args.session_min {
+        let m = parse_duration(d, "--session-min")?;
+        wl.session_min_mean_s = within("--session-min", m, 0.0, MAX_SECONDS / 4.0, "a mean of at most 2.5e8 seconds")?;
+        wl.session_min_max_s = 4.0 * wl.session_min_mean_s;
     }
     if let Some(p) = &args.policy {
         wl.policy = match p.as_str() {

@@ -94,6 +94,7 @@ def _drive_one(
         ramp_down=f"{w.ramp_down}s",
         think=w.think_time,
         think_dispersion=w.dispersion if w.dispersion > 1 else None,
+        session_min=f"{w.session_min}s" if w.session_min is not None else None,
         seed=seed,
     )
     client = ctx.hosts.get("client1")

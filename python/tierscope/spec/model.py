@@ -239,6 +239,9 @@ class Workload(_Model):
     users: Annotated[list[Annotated[int, Field(ge=1, le=1_000_000)]], BeforeValidator(parse_users)]
     think_time: Duration = 7.0  # mean, negative exponential (RUBBoS/TPC-W)
     dispersion: float = Field(default=1.0, ge=1.0, le=100_000)  # index of dispersion I; 1 = not bursty
+    # mean of a user session's minimum duration (TPC-W's 15 min, cut at 4x); shorter: users
+    # change sessions (and customers) within a run; None = the workload file's
+    session_min: Duration | None = None
     ramp_up: Duration = 10.0
     run: Duration = 60.0
     ramp_down: Duration = 5.0
