@@ -325,3 +325,40 @@ def test_a_tier_with_no_traced_request_caps_the_verdict_and_is_named():
     assert capped.confidence == UNTRACED_CAP < 0.5 and (capped.kind, capped.tiers) == ("single", ["db"])
     assert capped.evidence.startswith("db 80% saturated; no request traced at web")
     assert without_tiers(dataclasses.replace(sure, confidence=0.3), ["web"]).confidence == 0.3
+
+
+def test_a_pool_pinned_upstream_of_a_saturated_cpu_is_its_queue_not_a_bottleneck():
+    """db1's CPU saturated and app1's pool of connections pinned at the same level: the pool is the
+    queue waiting on db1 (hardware first, seed 004 §5), so the white box names db1 alone; with
+    no hardware saturated the pinned pool is named."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from tierscope.analysis.summary import whitebox_saturated_tiers
+
+    def data(saturated):
+        shares = pa.table(
+            {
+                "host": [h for h, _ in saturated],
+                "metric": [m for _, m in saturated],
+                "users": [400.0] * len(saturated),
+                "share_above": [0.8] * len(saturated),
+            }
+        )
+        requests = pa.table({"server": ["web1", "app1", "db1"], "tier": ["web", "app", "db"]})
+        return SimpleNamespace(
+            focus_config="c",
+            blackbox={"c": SimpleNamespace(max_throughput_users=400.0)},
+            whitebox={"c": SimpleNamespace(saturated={400.0: saturated}, shares=shares)},
+            fine_users=400.0,
+            requests=requests,
+        )
+
+    both = whitebox_saturated_tiers(data([("app1", "connections_util"), ("db1", "cpu_util")]))[0]
+    assert both == {"db": ["db1 cpu_util above 95 % in 80 % of the samples"]}
+    pool_alone = whitebox_saturated_tiers(data([("app1", "connections_util")]))[0]
+    assert list(pool_alone) == ["app"]
+    # a pool pinned downstream of a saturated app CPU is not the app CPU's queue: both are named
+    downstream = whitebox_saturated_tiers(data([("app1", "cpu_util"), ("db1", "connections_util")]))[0]
+    assert sorted(downstream) == ["app", "db"]

@@ -144,16 +144,23 @@ def whitebox_saturated_tiers(data: Analysis) -> tuple[dict[str, list[str]], str,
     """Tiers with a resource above 95 % most of the time at the workload level the fine-grained
     analysis looked at, else at the maximum throughput of the analysed configuration:
     tier -> ["db1 cpu_util above 95 % in 98 % of the samples", ...], the level in words, and
-    whether it is the analysed point's level."""
+    whether it is the analysed point's level. A software limit (connections, sockets) in the tier
+    of a saturated hardware resource or upstream of it is left out: the queue it holds waits on
+    that hardware."""
     level = _whitebox_level(data)
     if level is None:
         return {}, "", False
     bb, wb, users = level
     tiers = server_tiers(data)
+    saturated = [(h, m) for h, m in wb.saturated.get(users) or [] if tiers.get(h) is not None]
+    # a software limit (an app server's pool) pinned upstream of a saturated piece of hardware is
+    # the queue that hardware causes, waiting for a connection: not a bottleneck of its own (seed
+    # 004 §5: software limits count when no hardware is saturated)
+    hard = [tier_rank(tiers[h], None) for h, m in saturated if not is_soft(m)]
     out: dict[str, list[str]] = {}
-    for host, metric in wb.saturated.get(users) or []:
-        tier = tiers.get(host)
-        if tier is None:
+    for host, metric in saturated:
+        tier = tiers[host]
+        if is_soft(metric) and any(r >= tier_rank(tier, None) for r in hard):
             continue
         share = max(
             (

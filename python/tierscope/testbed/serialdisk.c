@@ -8,8 +8,11 @@
  * S / (1 - rho), as on a disk with one arm, where the kernel's blkio throttle (a token bucket)
  * passes every read under its rate at once.
  *
+ * Threads of one process take the arm in turn too (a mutex: they share the process' descriptor).
+ *
  * Whether a read misses: the same read with RWF_NOWAIT first (the kernel answers EAGAIN, or
- * fewer bytes, when a page is not cached). Where the kernel or the file does not support
+ * fewer bytes, when a page is not cached; it starts reading it, so the device works while the
+ * arm's time runs, which is the wait a caller sees). Where the kernel or the file does not support
  * RWF_NOWAIT (EOPNOTSUPP, EINVAL: a pipe, a socket, O_DIRECT), the read passes unchanged.
  *
  * Environment: TIERSCOPE_DISK_READ_NS (service time of one read, ns; missing or 0: no effect),
@@ -21,6 +24,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -35,6 +39,8 @@ static long long service_ns = -1;
 static const char *lock_path;
 static int lock_fd = -1;
 static pid_t lock_pid;
+/* threads of one process share its descriptor, and a flock does not exclude its own holder */
+static pthread_mutex_t arm = PTHREAD_MUTEX_INITIALIZER;
 
 static void init(void) {
     if (service_ns >= 0)
@@ -77,9 +83,12 @@ static ssize_t read_through(int fd, const struct iovec *iov, int n, off_t off, i
     if (got < 0 && errno != EAGAIN)
         /* not a file the kernel can answer without waiting: not ours to delay */
         return real_preadv2(fd, iov, n, off, flags);
+    pthread_mutex_lock(&arm);
     int d = disk_fd();
-    if (d < 0)
+    if (d < 0) {
+        pthread_mutex_unlock(&arm);
         return real_preadv2(fd, iov, n, off, flags);
+    }
     while (flock(d, LOCK_EX) < 0 && errno == EINTR) {
     }
     struct timespec t = {service_ns / 1000000000LL, service_ns % 1000000000LL};
@@ -89,6 +98,7 @@ static ssize_t read_through(int fd, const struct iovec *iov, int n, off_t off, i
     ssize_t r = real_preadv2(fd, iov, n, off, flags);
     int e = errno;
     flock(d, LOCK_UN);
+    pthread_mutex_unlock(&arm);
     errno = e;
     return r;
 }
