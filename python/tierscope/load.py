@@ -76,6 +76,19 @@ def _forward_signals(state: dict[str, Any]) -> Iterator[None]:
             signal.signal(s, handler)
 
 
+def workload_options(w: Any) -> dict[str, Any]:
+    """`engine_args` options from a spec's `[workload]` (`spec.Workload`): its phases, think time,
+    burstiness and session minimum, the same for every generator of a point, local or remote."""
+    return {
+        "ramp_up": f"{w.ramp_up}s",
+        "duration": f"{w.run}s",
+        "ramp_down": f"{w.ramp_down}s",
+        "think": w.think_time,
+        "think_dispersion": w.dispersion if w.dispersion > 1 else None,
+        "session_min": f"{w.session_min}s" if w.session_min is not None else None,
+    }
+
+
 def engine_args(
     workload: str | Path,
     *,

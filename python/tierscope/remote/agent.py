@@ -384,7 +384,7 @@ def stop_agent(workdir: Path, timeout: float) -> int:
 
 def load(point_file: str, target: str, workdir: Path, users: int | None, first_user: int) -> int:
     # late: tierscope.runner imports duckdb (tierscope.load rich); only the load verb needs them
-    from tierscope.load import engine_args, run_load
+    from tierscope.load import engine_args, run_load, workload_options
     from tierscope.runner import users_of, workload_file
 
     point, raw = _read_point(point_file)
@@ -396,12 +396,8 @@ def load(point_file: str, target: str, workdir: Path, users: int | None, first_u
         target=target,
         log=workdir / "client_requests.parquet",
         users=users if users is not None else users_of(point),
-        ramp_up=f"{w.ramp_up}s",
-        duration=f"{w.run}s",
-        ramp_down=f"{w.ramp_down}s",
-        think=w.think_time,
-        think_dispersion=w.dispersion if w.dispersion > 1 else None,
         seed=point.seed + first_user,
+        **workload_options(w),
         quiet=True,
     )
     t0 = time.time_ns()

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from tierscope.apps import provider
-from tierscope.load import LoadError, engine_args, merge_client_logs, run_load, split_users
+from tierscope.load import LoadError, engine_args, merge_client_logs, run_load, split_users, workload_options
 from tierscope.runner.point import PointContext, PointFailed, Progress, phase_times, users_of
 
 
@@ -89,13 +89,8 @@ def _drive_one(
         target=url,
         log=log,
         users=users,
-        ramp_up=f"{w.ramp_up}s",
-        duration=f"{w.run}s",
-        ramp_down=f"{w.ramp_down}s",
-        think=w.think_time,
-        think_dispersion=w.dispersion if w.dispersion > 1 else None,
-        session_min=f"{w.session_min}s" if w.session_min is not None else None,
         seed=seed,
+        **workload_options(w),
     )
     client = ctx.hosts.get("client1")
 
