@@ -37,9 +37,14 @@ def library() -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise SerialDiskError("disk_read_ms needs a C compiler to build its library (apt-get install gcc)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".so", delete=False) as tmp:
-        part = Path(tmp.name)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".so", delete=False) as tmp:
+            part = Path(tmp.name)
+    except OSError as err:
+        raise SerialDiskError(
+            f"cannot build its library in {out.parent}: {err}; build it once as its owner (the first lab with disk_read_ms run by root does)"
+        ) from None
     try:
         done = subprocess.run(
             [cc, "-O2", "-shared", "-fPIC", "-Wall", "-o", str(part), str(SOURCE), "-ldl"],
