@@ -144,14 +144,21 @@ class Database:
             self._impl = _PostgresPool(config)
         else:
             self._impl = _MariaPool(config)
-        #: the connections checked out, for the lab (contracts.poolgauge; None outside a lab)
-        self._gauge = poolgauge.from_env()
+        #: the connections taken, for the lab (contracts.poolgauge; None outside a lab)
+        self._gauge = poolgauge.from_env(config.pool_size)
 
     @contextmanager
     def session(self, request_id: str | None = None) -> Iterator[Session]:
-        conn = self._impl.get()
+        # counted from the request for a connection: one given back while others wait passes to
+        # one of them and is never free (contracts.poolgauge)
         if self._gauge is not None:
             self._gauge.add(1)
+        try:
+            conn = self._impl.get()
+        except BaseException:
+            if self._gauge is not None:
+                self._gauge.add(-1)
+            raise
         ok = True
         try:
             yield Session(self, conn, request_id)
