@@ -15,10 +15,11 @@ S = 1_000_000_000
 
 
 def memory_run(root: Path, busy: dict[str, str], study: str | None = "tpcw-memory") -> Path:
-    """A run of two configurations (db memory 150 MiB and 1 GiB) at 50 and 100 users: db1's
-    `busy[memory]` metric pinned at 100 %, app1's CPU at 30 %; run.json names `study`'s preset."""
+    """A run of one configuration per key of `busy` (the db host's memory, e.g. "150MiB") at 50 and
+    100 users: the metric `busy[memory]` ("disk_util": db1's; "app1:connections_util": another
+    host's) pinned at 100 %, app1's CPU at 30 %; run.json names `study`'s preset."""
     root.mkdir(parents=True, exist_ok=True)
-    for index, memory in enumerate(("150MiB", "1GiB")):
+    for index, memory in enumerate(busy):
         for j, users in enumerate((50, 100)):
             d = root / f"memory{memory}-users{users}"
             d.mkdir()
@@ -51,7 +52,8 @@ def memory_run(root: Path, busy: dict[str, str], study: str | None = "tpcw-memor
                 d / "client_requests.parquet",
             )
             rows: dict[str, list] = {"ts_ns": [], "host": [], "metric": [], "value": [], "unit": []}
-            for host, metric, value in (("db1", busy[memory], 100.0), ("app1", "cpu_util", 30.0)):
+            pinned_host, _, pinned = busy[memory].rpartition(":")
+            for host, metric, value in ((pinned_host or "db1", pinned, 100.0), ("app1", "cpu_util", 30.0)):
                 for t in range(1, 21):
                     for k, v in (("ts_ns", t * S), ("host", host), ("metric", metric), ("value", value)):
                         rows[k].append(v)

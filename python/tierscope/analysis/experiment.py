@@ -197,9 +197,11 @@ def analyze_run(
     if not data.whitebox:
         data.notes.append("no utilisation densities: no resources.parquet with percent metrics at any point")
 
-    # the bottleneck map: one row per configuration with a maximum throughput
+    # the bottleneck map: one row per configuration with a maximum throughput, in the sweep's order
     results = []
-    for config, bb in data.blackbox.items():
+    sweep_order = {c: i for i, c in enumerate(data.configurations)}
+    for config in sorted(data.blackbox, key=lambda c: sweep_order.get(c, len(sweep_order))):
+        bb = data.blackbox[config]
         shares: dict[tuple[str, str], float] = {}
         wb = data.whitebox.get(config)
         if wb is not None and wb.shares.num_rows:

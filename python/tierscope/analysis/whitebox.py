@@ -19,7 +19,7 @@ distribution of each resource's utilisation at each workload level, not its aver
 e.g. a disk rate briefly past its throttle, count as 100): CPU (``cpu_util``, ``cpu``), the CPU
 quota (``cpu_quota``), disk (``disk_util``; the machine's ``disk_util_<disk>``), memory
 (``mem_util``), sockets (``sockets_util``), a database's busy connections or an app server's
-connections checked out of its pools (``connections_util``, the runner's `runner.activity`). ``cpu_user`` + ``cpu_system`` of the same host and
+connections taken from its pools (``connections_util``, the runner's `runner.activity`). ``cpu_user`` + ``cpu_system`` of the same host and
 sample time are also summed into a derived ``cpu`` metric (capped at 100) when a host reports both
 in percent and no ``cpu`` of its own. A metric in another unit (ops/s, bytes, bytes/s, a count)
 enters the densities only when the caller gives its ceiling in `limits` (``{(host, metric):

@@ -1,18 +1,18 @@
 """The servers' own view of their database connections, sampled beside the resource monitor: a
-database server's busy sessions, an app server's connections checked out of its pools.
+database server's busy sessions, an app server's connections taken from its pools.
 
 A count of established sockets (the monitor's `sockets_util`) says how many connections the pools
 ever opened: a pool, once full, keeps them established whether they are used or not. What seed
 004 §5 saw pinned at its maximum at 60 % memory is the connections *busy*: this sampler asks each
 database server, once per monitor interval on one administrator connection, how many client
 sessions are inside a statement or an open transaction (`services._accounts.BusySessions`), and
-each app server how many connections its workers hold out of their pools (`contracts.poolgauge`:
+each app server how many connections its workers have taken from their pools (`contracts.poolgauge`:
 a connection held between the statements of a page is idle to the database but taken), and
 adds to the point's resources:
 
 | metric | unit | what |
 |---|---|---|
-| db_connections_busy | count | client sessions busy (database server) or connections checked out (app server) at the sample |
+| db_connections_busy | count | client sessions busy (database server) or connections taken from the pools, held or queued for (app server), at the sample |
 | connections_util | percent | the same against the client sessions the server admits (its `max_connections` less what it keeps for administrators), or against the app server's pools together |
 
 A sample that fails (the server restarting in a kill drill) is skipped and counted; a server whose

@@ -112,7 +112,7 @@ class AppServer(Service):
 
     @property
     def pool_gauge_dir(self) -> Path:
-        """Where the workers count their connections checked out (`contracts.poolgauge`)."""
+        """Where the workers count their connections taken (`contracts.poolgauge`)."""
         return self.workdir / "pool-gauge"
 
     def env(self) -> dict[str, str]:
@@ -140,7 +140,7 @@ class AppServer(Service):
             give_to(acct.pw_name, self.events_dir)  # the events its workers record
 
     def busy_sessions_probe(self) -> PoolInUse:
-        """A probe of the workers' database connections checked out now (`runner.activity`
+        """A probe of the workers' database connections taken now (`runner.activity`
         samples it as this server's `db_connections_busy` and `connections_util`)."""
         if self.pool_size is None:
             raise ServiceError(f"{self.name}: its pool size is not known (pass pool_size)")
