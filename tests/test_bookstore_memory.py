@@ -81,7 +81,7 @@ def test_memory_moves_the_bottleneck_from_the_disk_to_the_cpu(tmp_path):
     # in the middle: the app's two connections taken (both workers' pages queue for them), the disk
     # reading but below its limit, the CPU busy (below its quota in most seconds: the verdict)
     assert median(points[MID], "app1", "connections_util") == 100
-    assert 0.2 * limit <= median(points[MID], "db1", "disk_read_ops") < 0.95 * limit
+    assert 0.2 * limit <= median(points[MID], "db1", "disk_read_ops") < limit  # (at its limit: the verdict)
     assert median(points[MID], "db1", "cpu_util") >= 50
 
     # the verdict, per memory size
