@@ -63,6 +63,20 @@ def test_the_gauge_counts_at_most_the_pools_size(tmp_path):
     assert poolgauge.in_use(tmp_path) == 1
 
 
+@pytest.fixture
+def gauged_pg(tmp_path, monkeypatch):
+    """A PostgreSQL server, and the gauge directory this process' pools write to."""
+    from tierscope.services.base import free_port
+    from tierscope.services.postgres import Postgres
+    from tierscope.testbed.host import Host
+
+    gauge = tmp_path / "gauge"
+    gauge.mkdir()
+    monkeypatch.setenv(poolgauge.ENV, str(gauge))
+    with Postgres(Host.loopback(), free_port(), tmp_path / "pg", fsync=False, max_connections=20) as pg:
+        yield pg, gauge
+
+
 def _database(pg, pool_size: int):
     from tierscope.apps.dal import Database
     from tierscope.contracts.dbms import DbConfig
@@ -81,101 +95,87 @@ def _database(pg, pool_size: int):
 
 
 @needs_postgres
-def test_a_connection_passed_to_a_queued_request_is_never_free(tmp_path, monkeypatch):
-    from tierscope.services.base import free_port
-    from tierscope.services.postgres import Postgres
-    from tierscope.testbed.host import Host
+def test_a_connection_passed_to_a_queued_request_is_never_free(gauged_pg):
+    pg, gauge = gauged_pg
+    db = _database(pg, pool_size=1)
+    try:
+        first_holds, release_first, last_holds = threading.Event(), threading.Event(), threading.Event()
+        holders = []
 
-    gauge = tmp_path / "gauge"
-    gauge.mkdir()
-    monkeypatch.setenv(poolgauge.ENV, str(gauge))
-    with Postgres(Host.loopback(), free_port(), tmp_path / "pg", fsync=False, max_connections=20) as pg:
-        db = _database(pg, pool_size=1)
-        try:
-            first_holds, release_first, last_holds = threading.Event(), threading.Event(), threading.Event()
-            holders = []
+        def first():
+            with db.session() as s:
+                s.query("SELECT 1")
+                first_holds.set()
+                release_first.wait(10)
 
-            def first():
-                with db.session() as s:
-                    s.query("SELECT 1")
-                    first_holds.set()
-                    release_first.wait(10)
+        def queued():
+            with db.session() as s:
+                s.query("SELECT 1")
+                holders.append(1)
+                if len(holders) == 2:  # the last request wanting the connection has it
+                    last_holds.set()
 
-            def queued():
-                with db.session() as s:
-                    s.query("SELECT 1")
-                    holders.append(1)
-                    if len(holders) == 2:  # the last request wanting the connection has it
-                        last_holds.set()
-
-            a = threading.Thread(target=first)
-            a.start()
-            assert first_holds.wait(10)
-            waiting = [threading.Thread(target=queued) for _ in range(2)]
-            for t in waiting:
-                t.start()
-            deadline = time.monotonic() + 5
-            while db._impl.pool.get_stats().get("requests_waiting", 0) < 2 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert db._impl.pool.get_stats().get("requests_waiting", 0) == 2
-            assert poolgauge.in_use(gauge) == 1  # one holding, two queued: the pool's one is taken
-            # the connection passes from the first request to the two queued ones in turn; sampled
-            # throughout (the sampling also holds the interpreter's lock, which each next holder
-            # needs to return from the pool), it never reads as free while a request wants it
-            release_first.set()
-            samples = []
-            while len(samples) < 1_000_000:
-                n = poolgauge.in_use(gauge)
-                if last_holds.is_set():  # read perhaps after the last request gave it back
-                    break
-                samples.append(n)
-            a.join(10)
-            for t in waiting:
-                t.join(10)
-            assert len(holders) == 2
-            assert samples and min(samples) == 1, (len(samples), samples.count(0))
-            assert poolgauge.in_use(gauge) == 0
-        finally:
-            db.close()
+        a = threading.Thread(target=first)
+        a.start()
+        assert first_holds.wait(10)
+        waiting = [threading.Thread(target=queued) for _ in range(2)]
+        for t in waiting:
+            t.start()
+        deadline = time.monotonic() + 5
+        while db._impl.pool.get_stats().get("requests_waiting", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert db._impl.pool.get_stats().get("requests_waiting", 0) == 2
+        assert poolgauge.in_use(gauge) == 1  # one holding, two queued: the pool's one is taken
+        # the connection passes from the first request to the two queued ones in turn; sampled
+        # throughout (the sampling also holds the interpreter's lock, which each next holder
+        # needs to return from the pool), it never reads as free while a request wants it
+        release_first.set()
+        samples = []
+        while len(samples) < 1_000_000:
+            n = poolgauge.in_use(gauge)
+            if last_holds.is_set():  # read perhaps after the last request gave it back
+                break
+            samples.append(n)
+        a.join(10)
+        for t in waiting:
+            t.join(10)
+        assert len(holders) == 2
+        assert samples and min(samples) == 1, (len(samples), samples.count(0))
+        assert poolgauge.in_use(gauge) == 0
+    finally:
+        db.close()
 
 
 @needs_postgres
-def test_a_connection_held_between_statements_is_in_use_though_the_database_sees_it_idle(tmp_path, monkeypatch):
-    from tierscope.services.base import free_port
-    from tierscope.services.postgres import Postgres
-    from tierscope.testbed.host import Host
+def test_a_connection_held_between_statements_is_in_use_though_the_database_sees_it_idle(gauged_pg):
+    pg, gauge = gauged_pg
+    db = _database(pg, pool_size=3)
+    probe = pg.busy_sessions_probe()
+    try:
+        held, release = threading.Barrier(3), threading.Event()
 
-    gauge = tmp_path / "gauge"
-    gauge.mkdir()
-    monkeypatch.setenv(poolgauge.ENV, str(gauge))
-    with Postgres(Host.loopback(), free_port(), tmp_path / "pg", fsync=False, max_connections=20) as pg:
-        db = _database(pg, pool_size=3)
-        probe = pg.busy_sessions_probe()
+        def page():
+            with db.session() as s:
+                s.query("SELECT 1")  # one statement, then the app works on with the connection
+                held.wait()
+                release.wait(10)
+
+        ts = [threading.Thread(target=page) for _ in range(2)]
+        for t in ts:
+            t.start()
+        held.wait()
         try:
-            held, release = threading.Barrier(3), threading.Event()
-
-            def page():
-                with db.session() as s:
-                    s.query("SELECT 1")  # one statement, then the app works on with the connection
-                    held.wait()
-                    release.wait(10)
-
-            ts = [threading.Thread(target=page) for _ in range(2)]
-            for t in ts:
-                t.start()
-            held.wait()
-            try:
-                in_use, busy = poolgauge.in_use(gauge), probe.busy()
-            finally:
-                release.set()
-                for t in ts:
-                    t.join()
-            assert in_use == 2
-            assert busy == 0  # between statements: idle to the database
-            assert poolgauge.in_use(gauge) == 0
+            in_use, busy = poolgauge.in_use(gauge), probe.busy()
         finally:
-            probe.close()
-            db.close()
+            release.set()
+            for t in ts:
+                t.join()
+        assert in_use == 2
+        assert busy == 0  # between statements: idle to the database
+        assert poolgauge.in_use(gauge) == 0
+    finally:
+        probe.close()
+        db.close()
 
 
 if __name__ == "__main__":
