@@ -291,6 +291,15 @@ def test_the_scaling_finding_gives_the_throughput_per_node_from_the_fewest_nodes
     )
     assert f.holds is None and f.figures[0]["per_node"] == {1: 812.0, 2: 450.5, 3: 301.0}
     assert scaling_finding([]).holds is None
+    # Galera's rows carry the cluster's CPU per operation: its growth is stated beside
+    for r, us in zip(rows[:3], (190.0, 88.0, 150.0)):
+        r["db_cpu_us_per_op"] = us
+    f = scaling_finding(rows)
+    assert f.text.startswith(
+        f"galera ycsb-b 812 -> 301 ops/s per node over 1-3 nodes ({301 / 812:.2f}x), "
+        f"the cluster's CPU per operation 88 -> 190 us ({190 / 88:.2f}x); middleware"
+    ), f.text
+    assert f.figures[0]["db_cpu_us_per_op"] == {1: 88.0, 2: 150.0, 3: 190.0}
 
 
 def test_the_line_says_whether_the_claim_holds_and_why():

@@ -585,8 +585,9 @@ def study_finding(data: Any, claim: Mapping[str, Any] | None) -> Finding:
 def scaling_finding(rows: Sequence[Mapping[str, Any]]) -> Finding:
     """Seed 002's scaling study (`tierscope oltp scale`): per target and workload, the throughput
     per node from the fewest nodes to the most ("galera ycsb-b 812 -> 301 ops/s per node over 1-3
-    nodes (0.37x)"). The catalog states figures, not a direction: nothing is checked (on one
-    machine the nodes share its cores)."""
+    nodes (0.37x)"), and for Galera the cluster's CPU time per operation (what nodes on hosts of
+    their own would turn into throughput per node). The catalog states figures, not a direction:
+    nothing is checked (on one machine the nodes share its cores)."""
     series: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in rows:
         series.setdefault((str(r["target"]), str(r["workload"])), []).append(r)
@@ -605,12 +606,16 @@ def scaling_finding(rows: Sequence[Mapping[str, Any]]) -> Finding:
         )
         if len(rs) == 1:
             parts.append(f"{target} {workload} {pa_:g} {a.get('metric', '')} per node at {a['nodes']} node(s)")
-        else:
-            ratio = f" ({pb / pa_:.2f}x)" if pa_ else ""
-            parts.append(
-                f"{target} {workload} {pa_:g} -> {pb:g} {a.get('metric', '')} per node over "
-                f"{a['nodes']}-{b['nodes']} nodes{ratio}"
+            continue
+        ratio = f" ({pb / pa_:.2f}x)" if pa_ else ""
+        part = f"{target} {workload} {pa_:g} -> {pb:g} {a.get('metric', '')} per node over {a['nodes']}-{b['nodes']} nodes{ratio}"
+        ca, cb = a.get("db_cpu_us_per_op"), b.get("db_cpu_us_per_op")
+        if ca and cb:
+            figs[-1]["db_cpu_us_per_op"] = {int(r["nodes"]): r.get("db_cpu_us_per_op") for r in rs}
+            part += (
+                f", the cluster's CPU per operation {float(ca):g} -> {float(cb):g} us ({float(cb) / float(ca):.2f}x)"
             )
+        parts.append(part)
     if not parts:
         return Finding("no result", None, "nothing measured")
     return Finding("; ".join(parts), None, "the study states figures, no claim to check", figures=figs)

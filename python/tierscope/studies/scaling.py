@@ -16,7 +16,12 @@ replicas: YCSB's usertable and TPC-C's tables side by side in one database), sto
 directory copied into every node of every size (a Galera node seeds its wsrep state from the copy,
 docs/galera.md), so no size pays a load and all start from the same rows.
 
-Per node, the server's own counters are read before and after each workload (deltas):
+Per node, the server's own counters are read before and after each workload (deltas), and for
+Galera the CPU time its mariadbd used (`cpu_s`, from /proc; the row's `db_cpu_us_per_op` is the
+cluster's CPU time per driver operation). On one machine the nodes share its cores, so throughput
+per node falls with the node count whatever the mix; the CPU per operation is what nodes on hosts
+of their own would turn into throughput (per node, the rate falls as the cluster's CPU per
+operation grows), and it does not depend on how busy the machine is:
 
 * MariaDB/Galera: ``Com_stmt_execute`` (prepared statements the node ran for its own clients: the
   drivers prepare every statement; ``Com_update`` would also count the row events a node applies
@@ -58,6 +63,7 @@ import pyarrow.parquet as pq
 from tierscope.apps.snapshot import copy_tree
 from tierscope.contracts.middleware import RECOVERY_TABLE
 from tierscope.oltp import dsn_of, tpcc_load, tpcc_run, ycsb_load, ycsb_run
+from tierscope.procs import cpu_seconds
 from tierscope.services.base import free_port
 from tierscope.services.galera import GaleraCluster
 from tierscope.services.mariadb import MariaDB
@@ -434,18 +440,22 @@ def run_galera(n: int, seed, root: Path, preset: ScalePreset, say: Callable[[str
             clients = preset.terminals_per_node if w == "tpcc" else preset.threads_per_node
             logs = [where / f"{w}-db{i + 1}.parquet" for i in range(n)]
             before = [mariadb_counters(node) for node in nodes]
+            cpu_before = [cpu_seconds(node.pids()) for node in nodes]
             with concurrent.futures.ThreadPoolExecutor(n) as pool:
                 futs = [
                     pool.submit(_run_workload, w, dsns[i], preset, clients, logs[i], 1000 * n + i + 1, i * clients)
                     for i in range(n)
                 ]
                 summaries = [f.result() for f in futs]
+            cpu = [cpu_seconds(node.pids()) - b for node, b in zip(nodes, cpu_before)]
             after = [mariadb_counters(node) for node in nodes]
             seconds = max(s["seconds"] for s in summaries) + (preset.warmup or 0)
             per_node = {
-                node.name: node_work("galera", delta(a, b), seconds) for node, a, b in zip(nodes, after, before)
+                node.name: {**node_work("galera", delta(a, b), seconds), "cpu_s": round(c, 3)}
+                for node, a, b, c in zip(nodes, after, before, cpu)
             }
             row = combine("galera", n, w, summaries, logs, per_node)
+            row["db_cpu_us_per_op"] = round(1e6 * sum(cpu) / row["ops"], 1) if row["ops"] else None
             row["counted_seconds"] = round(seconds, 3)
             rows.append(row)
             say(brief(row))
