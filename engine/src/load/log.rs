@@ -326,7 +326,8 @@ mod tests {
     }
 
     /// The writer's CPU per row (`cargo test --release -- --ignored log_writer_cost --nocapture`):
-    /// a million rows as a flat-out run logs them, timed on the writer's thread.
+    /// a million rows as a flat-out run logs them, the wall time from the first batch sent to the
+    /// file closed (the writer's thread does nearly all of it).
     #[test]
     #[ignore]
     fn log_writer_cost() {

@@ -19,9 +19,9 @@ docs/galera.md), so no size pays a load and all start from the same rows.
 Per node, the server's own counters are read before and after each workload (deltas), and for
 Galera the CPU time its mariadbd used (`cpu_s`, from /proc; the row's `db_cpu_us_per_op` is the
 cluster's CPU time per driver operation). On one machine the nodes share its cores, so throughput
-per node falls with the node count whatever the mix; the CPU per operation is what nodes on hosts
-of their own would turn into throughput (per node, the rate falls as the cluster's CPU per
-operation grows), and it does not depend on how busy the machine is:
+per node falls with the node count whatever the mix; the CPU per operation is a figure of the
+work, not of the machine's share of it: nodes on hosts of their own turn it into throughput (per
+node, the rate falls as the cluster's CPU per operation grows):
 
 * MariaDB/Galera: ``Com_stmt_execute`` (prepared statements the node ran for its own clients: the
   drivers prepare every statement; ``Com_update`` would also count the row events a node applies
