@@ -1,6 +1,6 @@
 //! The middleware held to its contract (`python/tierscope/contracts/middleware.json`, which the
 //! Python side, the spec's checks and the lab's service read): the policies and which ones track
-//! labels, the waits and protocols the command line takes, its defaults, the password's variable,
+//! labels, the waits, protocols and schedulers the command line takes, its defaults, the password's variable,
 //! the recovery table, and the stats' keys.
 
 use std::collections::BTreeSet;
@@ -44,6 +44,7 @@ fn the_policies_waits_and_protocols_are_the_contracts() {
     assert_eq!(keys(&c["policies"]), Policy::ALL.iter().map(|p| p.name().to_string()).collect());
     assert_eq!(possible_values("wait"), strings(&c["wait"]));
     assert_eq!(possible_values("protocol"), strings(&c["protocols"]));
+    assert_eq!(possible_values("scheduler").into_iter().collect::<BTreeSet<_>>(), keys(&c["schedulers"]));
     assert_eq!(c["password_env"], PASSWORD_ENV);
     assert_eq!(c["recovery_table"], recovery::TABLE);
     // the labelled policies track labels from the start, the others only with --labels
@@ -59,7 +60,7 @@ fn the_policies_waits_and_protocols_are_the_contracts() {
 fn the_command_lines_defaults_are_the_contracts() {
     let d = &contract()["defaults"];
     let a = Cli::try_parse_from(["mw", "--listen", "127.0.0.1:6000", "--backend", "127.0.0.1:5432"]).unwrap().args;
-    assert_eq!(keys(d).len(), 10, "a default added to the contract is checked here too");
+    assert_eq!(keys(d).len(), 11, "a default added to the contract is checked here too");
     assert_eq!(d["protocol"], a.protocol.as_str());
     assert_eq!(d["db"], a.db.as_str());
     assert_eq!(d["user"], a.user.as_str());
@@ -70,6 +71,7 @@ fn the_command_lines_defaults_are_the_contracts() {
     assert_eq!(d["connect_timeout"], a.connect_timeout);
     assert_eq!(d["series_interval"], a.series_interval);
     assert_eq!(d["threads"], a.threads);
+    assert_eq!(d["scheduler"], a.scheduler.as_str());
 }
 
 #[test]
@@ -83,4 +85,5 @@ fn the_stats_keys_are_the_contracts() {
     assert_eq!(keys(&stats["backends"][0]), set(&s["backend"]));
     assert_eq!(keys(&stats["labels"]), set(&s["labels"]));
     assert_eq!(keys(&stats["series"]), set(&s["series"]));
+    assert_eq!(keys(&stats["scheduler"]), set(&s["scheduler"]));
 }

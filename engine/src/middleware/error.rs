@@ -50,6 +50,9 @@ pub enum ArgError {
         "no password: set {PASSWORD_ENV} to the backends' password (the middleware asks its clients for the same user and password, and lets no one in without one)"
     )]
     NoPassword,
+    /// `--scheduler rows` with what it cannot work with.
+    #[error("--scheduler rows: {0}")]
+    Scheduler(&'static str),
     /// `--recovery-log` that cannot be opened or is not a recovery log.
     #[error("recovery log {}: {reason}", path.display())]
     RecoveryLog { path: PathBuf, reason: String },
@@ -76,6 +79,14 @@ pub fn check(args: &MiddlewareArgs) -> Result<Checked, ArgError> {
     }
     if args.series_interval < 0.0 || !args.series_interval.is_finite() {
         return Err(ArgError::SeriesInterval(args.series_interval));
+    }
+    if args.scheduler == "rows" && args.protocol != "postgres" {
+        return Err(ArgError::Scheduler("expected --protocol postgres (the MySQL side keeps the one write lock)"));
+    }
+    if args.scheduler == "rows" && args.recovery_log.is_some() {
+        return Err(ArgError::Scheduler(
+            "not with --recovery-log (the log replays units in the order they were numbered, and transactions side by side would need it in their commit order)",
+        ));
     }
     let mut weights = vec![1.0; args.backend.len()];
     if let Some(w) = &args.weights {
@@ -118,6 +129,13 @@ mod tests {
             (&["--weights", "1"], ArgError::Weights { given: "1".into(), backends: 2 }),
             (&["--weights", "0,0"], ArgError::Weights { given: "0,0".into(), backends: 2 }),
             (&["--weights", "1,-1"], ArgError::Weights { given: "1,-1".into(), backends: 2 }),
+            (&["--scheduler", "rows", "--protocol", "mysql"], ArgError::Scheduler("expected --protocol postgres (the MySQL side keeps the one write lock)")),
+            (
+                &["--scheduler", "rows", "--recovery-log", "/nonexistent/r.log"],
+                ArgError::Scheduler(
+                    "not with --recovery-log (the log replays units in the order they were numbered, and transactions side by side would need it in their commit order)",
+                ),
+            ),
         ];
         for (flags, want) in cases {
             assert_eq!(check(&args(flags)).unwrap_err(), *want, "{flags:?}");

@@ -27,6 +27,9 @@ pub mod pool;
 pub mod recover;
 pub mod recovery;
 pub mod replies;
+pub mod rowlocks;
+pub mod scheduler;
+pub mod scope;
 pub mod scram;
 mod serve;
 pub mod session;
@@ -123,6 +126,13 @@ pub struct MiddlewareArgs {
     /// log before anything is served, or refused when the log cannot (off: no log, no table).
     #[arg(long, value_name = "PATH")]
     pub recovery_log: Option<PathBuf>,
+    /// How writes keep one order on every backend: lock = one database-wide write lock (an
+    /// explicit transaction holds it to its end); rows = write transactions run side by side when
+    /// the rows they write differ (UPDATE or DELETE of one row by its primary key, INSERT into a
+    /// table without a unique key; any other write holds the whole database; a deadlock among
+    /// them fails one transaction with 40P01). PostgreSQL only, not with --recovery-log.
+    #[arg(long, default_value = "lock", value_parser = ["lock", "rows"])]
+    pub scheduler: String,
     /// Write the counts as JSON here on exit.
     #[arg(long, value_name = "PATH")]
     pub stats: Option<PathBuf>,
@@ -271,7 +281,8 @@ struct Series {
     rows: VecDeque<Sample>,
 }
 
-/// The RAIDb-1 request manager: the backends, the read balancer, the write lock, the counts.
+/// The RAIDb-1 request manager: the backends, the read balancer, the write lock (or the row
+/// scheduler), the counts.
 pub struct Manager {
     pub backends: Vec<Backend>,
     pub policy: Policy,
@@ -282,6 +293,8 @@ pub struct Manager {
     /// the SCRAM verifier of the password clients must prove they know (the backends')
     pub verifier: scram::Verifier,
     pub write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// `--scheduler rows`: the row scheduler instead of the write lock
+    pub scheduler: Option<scheduler::Scheduler>,
     pub st: Mutex<State>,
     pub parameters: OnceLock<Vec<(String, String)>>,
     /// the recovery log (--recovery-log)
@@ -334,6 +347,7 @@ impl Manager {
             user: user.to_string(),
             verifier: scram::Verifier::new(password),
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            scheduler: None,
             st: Mutex::new(State {
                 counts: Counts::default(),
                 b,
@@ -730,6 +744,7 @@ impl Manager {
                 }
                 r
             }),
+            "scheduler": scheduler::stats(self.scheduler.as_ref()),
         })
     }
 }
@@ -777,6 +792,9 @@ pub fn run(args: MiddlewareArgs) -> Result<i32> {
     let manager = match Manager::new(&args.backend, &args.user, &password, &args.db, args.pool, policy, args.wait == "all", &weights) {
         Ok(mut m) => {
             m.track_labels(args.labels, args.heavy_factor);
+            if args.scheduler == "rows" {
+                m.scheduler = Some(scheduler::Scheduler::default());
+            }
             if let Some(path) = &args.recovery_log {
                 match recovery::Log::open(path) {
                     Ok(mut l) => {

@@ -246,7 +246,8 @@ pub fn statements(toks: &[Token]) -> Vec<&[Token]> {
     toks.split(|t| t.is_punct(";")).filter(|s| !s.is_empty()).collect()
 }
 
-fn classify_statement(toks: &[Token]) -> Kind {
+/// Read or Write for one statement's tokens (`classify`'s rule).
+pub fn classify_statement(toks: &[Token]) -> Kind {
     let words: Vec<&str> = toks.iter().filter(|t| t.kind == TokKind::Word).map(|t| t.text.as_str()).collect();
     let first = toks.iter().find(|t| !t.is_punct("(")).map(|t| t.text.as_str()).unwrap_or("");
     if first == "WITH" {
@@ -479,6 +480,11 @@ fn macro_spec(word: &str) -> Option<(bool, MacroType)> {
         "STATEMENT_TIMESTAMP" => (true, MacroType::Timestamptz),
         _ => return None,
     })
+}
+
+/// A word `rewrite_macros` replaces by one literal (NOW, CURRENT_TIMESTAMP, ...; upper case).
+pub fn is_time_macro(word: &str) -> bool {
+    macro_spec(word).is_some()
 }
 
 /// statements whose macros are rewritten: not DDL (a column DEFAULT now() must stay a function)

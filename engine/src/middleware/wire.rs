@@ -190,19 +190,25 @@ pub struct Parse {
     pub types: Vec<u8>,
     /// what the statement is (read, write, COPY), once classified
     pub kind: std::sync::OnceLock<super::sql::Kind>,
+    /// what it touches (the row scheduler), once read
+    pub shape: std::sync::OnceLock<super::scope::Shape>,
 }
 
 impl Parse {
     pub fn decode(body: &[u8]) -> PResult<Parse> {
         let (name, pos) = cstring(body, 0)?;
         let (sql, pos) = cstring(body, pos)?;
-        Ok(Parse { name, sql, types: body[pos..].to_vec(), kind: std::sync::OnceLock::new() })
+        Ok(Parse { name, sql, types: body[pos..].to_vec(), kind: std::sync::OnceLock::new(), shape: std::sync::OnceLock::new() })
     }
 
     /// The message with another name and (optionally) another text.
     /// What the statement is (classified once per Parse object).
     pub fn kind(&self) -> super::sql::Kind {
         *self.kind.get_or_init(|| super::sql::kind_of(&self.sql))
+    }
+
+    pub fn shape(&self) -> &super::scope::Shape {
+        self.shape.get_or_init(|| super::scope::shape(&self.sql))
     }
 
     pub fn encode_as(&self, name: &str, sql: Option<&str>, out: &mut Vec<u8>) {
@@ -327,7 +333,13 @@ mod tests {
 
     #[test]
     fn framing_round_trip() {
-        let p = Parse { name: "_pg3_0".into(), sql: "SELECT $1".into(), types: vec![0, 1, 0, 0, 0, 23], kind: Default::default() };
+        let p = Parse {
+            name: "_pg3_0".into(),
+            sql: "SELECT $1".into(),
+            types: vec![0, 1, 0, 0, 0, 23],
+            kind: Default::default(),
+            shape: Default::default(),
+        };
         let mut data = Vec::new();
         p.encode_as(&p.name, None, &mut data);
         assert_eq!(data[0], PARSE);

@@ -26,11 +26,14 @@ LABELLED_POLICIES: frozenset[str] = frozenset(_DOC["labelled_policies"])
 WAITS: tuple[str, ...] = tuple(_DOC["wait"])
 #: the wire protocols it speaks (`--protocol`); which one a DBMS needs: `contracts.dbms`
 PROTOCOLS: tuple[str, ...] = tuple(_DOC["protocols"])
+#: how writes are ordered (`--scheduler`), and what each does
+SCHEDULERS: dict[str, str] = dict(_DOC["schedulers"])
 #: the environment variable that carries the backends' password to the middleware (not its argv)
 PASSWORD_ENV: str = _DOC["password_env"]
 #: the one-row table in which each backend keeps the last recovery-log unit it applied
 RECOVERY_TABLE: str = _DOC["recovery_table"]
 #: the command line's defaults, by option name (`--heavy-factor` is `heavy_factor`)
 DEFAULTS: dict[str, Any] = dict(_DOC["defaults"])
-#: the keys of the stats document (`--stats`): its top level, each backend's, `labels`, `series`
+#: the keys of the stats document (`--stats`): its top level, each backend's, `labels`, `series`,
+#: `scheduler`
 STATS_KEYS: dict[str, frozenset[str]] = {part: frozenset(keys) for part, keys in _DOC["stats"].items()}

@@ -37,6 +37,9 @@ pub struct Session {
     /// a plain BEGIN answered here and not sent yet: it goes to the backends with the
     /// transaction's first unit (one round trip fewer under the write lock)
     pub(super) pending_begin: Option<Message>,
+    /// it ran SET or RESET: its settings (a search path, an isolation level) may not be the ones
+    /// the row scheduler's facts hold, so its writes hold the whole database
+    pub(super) unscoped: bool,
 }
 
 impl Session {
@@ -51,6 +54,7 @@ impl Session {
             last_write: None,
             open: None,
             pending_begin: None,
+            unscoped: false,
         }
     }
 

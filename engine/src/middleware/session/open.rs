@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use tokio::sync::OwnedMutexGuard;
 use tokio::task::JoinSet;
 
 use super::client::{Fail, SResult, Session};
 use super::execute::{execute, panicked, Exec, Sink};
 use super::outgoing::Outgoing;
 use super::position::with_position;
-use super::write::{settle, Res};
+use super::write::{settle, Hold, Res};
 use crate::middleware::log;
 use crate::middleware::pool::Conn;
 use crate::middleware::recovery;
@@ -22,7 +21,7 @@ use crate::middleware::wire::{Message, Parse};
 /// A unit of work under way across several client flushes (pipeline mode).
 pub(super) struct OpenUnit {
     pub(super) slots: Vec<OpenSlot>,
-    pub(super) guard: OwnedMutexGuard<()>,
+    pub(super) guard: Hold,
     /// its number in the recovery log, whether its position is recorded, its bytes so far
     pub(super) seq: Option<(u64, bool)>,
     pub(super) logged: Vec<u8>,
@@ -84,7 +83,8 @@ impl Session {
     /// unknown, so the unit runs like a write, on every backend under the write lock, answered by
     /// the first backend after all have replied to each part.
     pub(super) async fn open_begin(&mut self) -> SResult<()> {
-        let lease = self.lease_for_write().await?;
+        // what comes later is unknown: under the row scheduler the unit holds the database
+        let lease = self.lease_for_write(None).await?;
         let idx: Vec<usize> = lease.conns.iter().map(|c| c.0).collect();
         self.m.writes_begin(&idx);
         self.m.count(|c| {

@@ -5,6 +5,7 @@
 use std::sync::{Arc, LazyLock};
 
 use super::client::{Fail, SResult, Session};
+use crate::middleware::scope::{self, Scope};
 use crate::middleware::sql::{self, Kind};
 use crate::middleware::wire::{self, Message, Parse};
 
@@ -219,6 +220,98 @@ impl Session {
             })
             .collect();
         Ok((kind, Some(self.m.label(&refs))))
+    }
+}
+
+impl Session {
+    /// What the row scheduler must hold for a unit (`scope`): the join of its statements' scopes,
+    /// each with the parameters of the Bind that runs it. The database when the facts are not
+    /// current inside a transaction, or the session ran SET or RESET.
+    pub(super) async fn unit_scope(&mut self, unit: &[Message]) -> SResult<Scope> {
+        let m = self.m.clone();
+        let Some(s) = m.scheduler.as_ref() else { return Ok(Scope::Database) };
+        let mut scope = Scope::Shared;
+        let mut parsed: Vec<Arc<Parse>> = Vec::new();
+        let mut unnamed = self.unnamed.clone();
+        for msg in unit {
+            match msg.kind {
+                wire::QUERY => {
+                    let text = wire::query_text(&msg.body)?;
+                    self.unscoped |= sets(&text);
+                    scope = scope.join(Shaped::Text(text).resolve(&[], s, &m, self).await);
+                }
+                wire::PARSE => {
+                    let p = Arc::new(Parse::decode(&msg.body)?);
+                    self.unscoped |= sets(&p.sql);
+                    if p.name.is_empty() {
+                        unnamed = Some(p);
+                    } else {
+                        parsed.push(p);
+                    }
+                }
+                wire::BIND => {
+                    let b = wire::Bind::decode(&msg.body)?;
+                    let p = if b.statement.is_empty() {
+                        unnamed.clone()
+                    } else {
+                        parsed.iter().rev().find(|p| p.name == b.statement).or_else(|| self.statements.get(&b.statement)).cloned()
+                    };
+                    let params = scope::text_params(b.rest);
+                    scope = match (p, params) {
+                        (Some(p), Some(params)) => scope.join(Shaped::Stmt(p).resolve(&params, s, &m, self).await),
+                        _ => Scope::Database, // an unknown statement (the backend says so) or parameters that do not parse
+                    };
+                }
+                _ => {}
+            }
+            if scope == Scope::Database {
+                break;
+            }
+        }
+        s.count(&scope);
+        Ok(scope)
+    }
+}
+
+/// A statement text that changes a session's settings (SET, RESET; SET LOCAL too).
+fn sets(text: &str) -> bool {
+    matches!(sql::first_word(text).as_str(), "SET" | "RESET")
+}
+
+/// A statement of a unit: a Query's text, or a Parse (its shape read once).
+enum Shaped {
+    Text(String),
+    Stmt(Arc<Parse>),
+}
+
+impl Shaped {
+    async fn resolve(
+        &self,
+        params: &[Option<&str>],
+        s: &crate::middleware::scheduler::Scheduler,
+        m: &crate::middleware::Manager,
+        session: &Session,
+    ) -> Scope {
+        let owned;
+        let shape = match self {
+            Shaped::Text(t) => {
+                owned = scope::shape(t);
+                &owned
+            }
+            Shaped::Stmt(p) => p.shape(),
+        };
+        if matches!(shape, scope::Shape::Read | scope::Shape::Control) {
+            return Scope::Shared;
+        }
+        if session.unscoped || matches!(shape, scope::Shape::Database) {
+            return Scope::Database;
+        }
+        // facts read again only by a transaction that holds nothing yet (under the database)
+        let facts = if session.txn.is_some() { s.current_facts(m) } else { s.facts(m).await };
+        match facts {
+            Some(f) => scope::resolve(shape, params, &f),
+            None => Scope::Database,
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! Writes: a connection on every enabled backend under the write lock (or the open
-//! transaction's), the unit broadcast and the client answered by the wait policy, its record in
+//! Writes: a connection on every enabled backend under the write lock (or, with `--scheduler
+//! rows`, holding the unit's scope: its rows, or the database; or the open transaction's), the
+//! unit broadcast and the client answered by the wait policy, its record in
 //! the recovery log, then the settling: backends that failed where another succeeded disabled, and
 //! the connections and the lock kept for a transaction the unit left open.
 
@@ -19,21 +20,39 @@ use crate::middleware::answer;
 use crate::middleware::pool::Conn;
 use crate::middleware::recovery;
 use crate::middleware::replies::{Mode, ReplyPlan};
+use crate::middleware::rowlocks::Holder;
+use crate::middleware::scope::Scope;
 use crate::middleware::sql;
 use crate::middleware::wire::{self, Message};
 use crate::middleware::{log, Manager};
 
-/// An explicit transaction: its connections (one per backend still in it) and the write lock.
+/// What keeps a write apart from the others until it ends: the one write lock, or its place in
+/// the row scheduler's lock table (released when dropped).
+pub enum Hold {
+    Lock(#[allow(dead_code)] OwnedMutexGuard<()>),
+    Rows(Holder),
+}
+
+/// An explicit transaction: its connections (one per backend still in it) and its hold.
 pub struct Txn {
     pub(super) lease: Vec<(usize, Conn)>,
-    pub(super) guard: OwnedMutexGuard<()>,
+    pub(super) guard: Hold,
 }
 
 pub(super) struct Lease {
     pub(super) conns: Vec<(usize, Conn)>,
-    pub(super) guard: OwnedMutexGuard<()>,
+    pub(super) guard: Hold,
     pub(super) pinned: bool,
+    /// the row scheduler chose this unit's wait to break a deadlock: the unit is not run
+    pub(super) deadlocked: bool,
 }
+
+/// What the backends run instead of a unit whose wait was chosen to break a deadlock: an error
+/// with PostgreSQL's code for one, which leaves the transaction failed on every backend (the
+/// client's ROLLBACK ends it, and its rows are released then).
+pub(super) const DEADLOCK_SQL: &str = "DO $$BEGIN RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01', \
+DETAIL = 'tierscope middleware (--scheduler rows): this transaction waited for rows held by a transaction that waited for it', \
+HINT = 'Roll back and retry the transaction.'; END$$";
 
 /// The answer a write unit gives the client.
 pub(super) struct Answer {
@@ -47,15 +66,28 @@ pub(super) type Res = answer::Res<Conn, u8>;
 
 impl Session {
     /// A connection on every enabled backend with the write lock held (or the transaction's pinned
-    /// connections).
-    pub(super) async fn lease_for_write(&mut self) -> SResult<Lease> {
+    /// connections). With the row scheduler: the connections first, then `scope` (None: the
+    /// database) added to what the transaction holds.
+    pub(super) async fn lease_for_write(&mut self, scope: Option<&Scope>) -> SResult<Lease> {
         if let Some(txn) = self.txn.take() {
-            return Ok(Lease { conns: txn.lease, guard: txn.guard, pinned: true });
+            let mut lease = Lease { conns: txn.lease, guard: txn.guard, pinned: true, deadlocked: false };
+            if let Hold::Rows(h) = &lease.guard {
+                lease.deadlocked = self.hold(h, scope).await;
+            }
+            return Ok(lease);
         }
-        let t0 = Instant::now();
-        let guard = self.m.write_lock.clone().lock_owned().await;
-        let waited = t0.elapsed().as_secs_f64();
-        self.m.count(|c| c.write_lock_wait_s += waited);
+        // under the row scheduler the write lock only gates taking the connections: one session at a
+        // time takes one on every backend, so two cannot each hold what the other waits for
+        let (guard, gate) = match &self.m.scheduler {
+            Some(s) => (Hold::Rows(s.begin()), Some(self.m.write_lock.clone().lock_owned().await)),
+            None => {
+                let t0 = Instant::now();
+                let g = self.m.write_lock.clone().lock_owned().await;
+                let waited = t0.elapsed().as_secs_f64();
+                self.m.count(|c| c.write_lock_wait_s += waited);
+                (Hold::Lock(g), None)
+            }
+        };
         let targets = self.m.enabled();
         if targets.is_empty() {
             return Err(Fail::NoBackend("no database backend is enabled".into()));
@@ -82,8 +114,23 @@ impl Session {
         if conns.is_empty() {
             return Err(Fail::NoBackend("no database backend could be reached for a write".into()));
         }
+        drop(gate);
         conns.sort_by_key(|c| c.0);
-        Ok(Lease { conns, guard, pinned: false })
+        let mut lease = Lease { conns, guard, pinned: false, deadlocked: false };
+        if let Hold::Rows(h) = &lease.guard {
+            lease.deadlocked = self.hold(h, scope).await;
+        }
+        Ok(lease)
+    }
+
+    /// Add `scope` (None: the database) to what `h` holds, counting the wait: whether the wait was
+    /// chosen to break a deadlock.
+    async fn hold(&self, h: &Holder, scope: Option<&Scope>) -> bool {
+        let t0 = Instant::now();
+        let r = h.acquire(scope.unwrap_or(&Scope::Database)).await;
+        let waited = t0.elapsed().as_secs_f64();
+        self.m.count(|c| c.write_lock_wait_s += waited);
+        r.is_err()
     }
 
     pub(super) async fn write(&mut self, unit: &[Message]) -> SResult<()> {
@@ -93,8 +140,19 @@ impl Session {
     /// A write unit; `answered`: its replies go to the client (false: a BEGIN the client had
     /// answered already, `begin_now`).
     pub(super) async fn write_unit(&mut self, unit: &[Message], answered: bool) -> SResult<()> {
-        let lease = self.lease_for_write().await?;
+        let scope = match &self.m.scheduler {
+            Some(_) => Some(self.unit_scope(unit).await?),
+            None => None,
+        };
+        let lease = self.lease_for_write(scope.as_ref()).await?;
         let pinned = lease.pinned;
+        let raise;
+        let unit = if lease.deadlocked {
+            raise = [Message { kind: wire::QUERY, body: wire::query(DEADLOCK_SQL)[5..].to_vec() }];
+            &raise[..]
+        } else {
+            unit
+        };
         let mut out = self.outgoing(unit, Some(sql::now_micros()), None)?;
         // the recovery log: a sequence number (under the write lock), the position recorded by the
         // unit itself (not in an aborted transaction: its only way out is a rollback), the record
@@ -248,8 +306,8 @@ pub(super) async fn broadcast(
 }
 
 /// Settle a write unit (`answer::settle`): a transaction it left open keeps the connections and
-/// the write lock.
-pub(super) fn settle(m: &Manager, results: Vec<Res>, chosen: Option<usize>, guard: OwnedMutexGuard<()>) -> (usize, Vec<Res>, Option<Txn>) {
+/// its hold.
+pub(super) fn settle(m: &Manager, results: Vec<Res>, chosen: Option<usize>, guard: Hold) -> (usize, Vec<Res>, Option<Txn>) {
     let (c, results, lease) = answer::settle(m, m, results, chosen, |status| status == b'I');
     (c, results, lease.map(|lease| Txn { lease, guard }))
 }

@@ -1,0 +1,229 @@
+"""The Rust middleware's row scheduler (`--scheduler rows`, issue 25 item 3) on real PostgreSQL.
+
+Write transactions whose rows differ run side by side; the rows a unit writes come from its SQL
+(engine/src/middleware/scope.rs, cases in engine/tests/sql_cases.json) and the tables' facts in the
+catalog. Ground truth: pgbench's own transaction count, each server read directly (every table's
+checksum equal on both, TPC-B's balances equal to its history by arithmetic), and timing a second
+session against a first one's open transaction (waits where rows meet, not where they do not).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import test_middleware
+from conftest import needs_postgres, needs_root
+from test_middleware import DB, on_each
+from test_middleware_rust import dsn, rust_middleware
+
+#: this module's own pair of PostgreSQL servers (tests/test_middleware.py's fixture)
+servers = test_middleware.pair
+
+pytestmark = [needs_root("PostgreSQL runs as its own OS user"), needs_postgres]
+
+ROWS = ("--scheduler", "rows")
+
+
+def table_checksums(pgs, tables) -> list[dict]:
+    """Per server, each table's row count and md5 of its rows in a fixed order."""
+    out = []
+    for p in pgs:
+        sums = {}
+        for t in tables:
+            q = f"SELECT count(*), md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM {t} x"
+            sums[t] = p.sql(q, DB)[0]
+        out.append(sums)
+    return out
+
+
+def keyed_table(pgs, name: str, n: int = 3) -> None:
+    for p in pgs:
+        p.sql(f"DROP TABLE IF EXISTS {name}", DB)
+        p.sql(f"CREATE TABLE {name} (id int PRIMARY KEY, v int NOT NULL)", DB)
+        p.sql(f"INSERT INTO {name} SELECT g, 0 FROM generate_series(1, {n}) g", DB)
+
+
+def in_thread(fn) -> tuple[threading.Event, list]:
+    """Run `fn` in a thread: an event set when it returns, and a list that gets its error."""
+    done, errors = threading.Event(), []
+
+    def run():
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 (handed to the test)
+            errors.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done, errors
+
+
+def test_different_rows_run_side_by_side_and_the_same_row_waits(servers):
+    """A transaction holding row 1 (uncommitted) does not hold up another's write of row 2, which
+    commits at once; a third session's write of row 1 waits for the first one's COMMIT. Under the one
+    write lock (`--scheduler lock`) the write of row 2 waits too: the check that tells them apart."""
+    import psycopg
+
+    _, pgs = servers
+    for scheduler, row2_waits in (("rows", False), ("lock", True)):
+        keyed_table(pgs, "rside")
+        stats: dict = {}
+        with (
+            rust_middleware(servers, "lprf", stats=stats, extra=("--scheduler", scheduler)) as mw,
+            psycopg.connect(dsn(mw)) as a,
+            psycopg.connect(dsn(mw), autocommit=True) as b,
+            psycopg.connect(dsn(mw), autocommit=True) as c,
+        ):
+            a.execute("UPDATE rside SET v = v + 1 WHERE id = 1")  # a's transaction holds row 1
+            row2, err2 = in_thread(lambda: b.execute("UPDATE rside SET v = v + 10 WHERE id = 2"))
+            row1, err1 = in_thread(lambda: c.execute("UPDATE rside SET v = v * 100 WHERE id = 1"))
+            try:
+                assert row2.wait(0.8) != row2_waits, f"{scheduler}: row 2's write {'went' if row2_waits else 'waited'}"
+                assert not row1.wait(0.5), f"{scheduler}: row 1's write did not wait for a's transaction"
+            finally:
+                a.commit()
+            assert row1.wait(10) and row2.wait(10) and not err1 and not err2, (err1, err2)
+        # row 1: a's +1 then c's *100 (in that order on both servers); row 2: +10
+        assert on_each(pgs, "SELECT id, v FROM rside ORDER BY id") == [[(1, 100), (2, 10), (3, 0)]] * 2, scheduler
+        assert stats["disabled"] == [] and stats["scheduler"]["name"] == scheduler
+        if scheduler == "rows":
+            # a's UPDATE and COMMIT, b's and c's UPDATEs: three units of one row, one shared (COMMIT)
+            s = stats["scheduler"]
+            assert (s["row_units"], s["shared_units"], s["database_units"]) == (3, 1, 0), s
+            assert s["waits"] >= 1 and s["deadlocks"] == 0 and s["facts_read"] >= 1, s
+
+
+def test_a_write_the_scheduler_cannot_scope_waits_for_every_open_transaction(servers):
+    """An UPDATE of every row (no key in its WHERE) holds the whole database: it waits for a
+    transaction that holds one row, and a new transaction's keyed write waits behind it."""
+    import psycopg
+
+    _, pgs = servers
+    keyed_table(pgs, "rwhole")
+    stats: dict = {}
+    with (
+        rust_middleware(servers, "lprf", stats=stats, extra=ROWS) as mw,
+        psycopg.connect(dsn(mw)) as a,
+        psycopg.connect(dsn(mw), autocommit=True) as b,
+        psycopg.connect(dsn(mw), autocommit=True) as c,
+    ):
+        a.execute("UPDATE rwhole SET v = 5 WHERE id = 3")
+        whole, errw = in_thread(lambda: b.execute("UPDATE rwhole SET v = v * 2"))
+        try:
+            assert not whole.wait(0.8), "the UPDATE of every row did not wait for the open transaction"
+            late, errl = in_thread(lambda: c.execute("UPDATE rwhole SET v = v + 1 WHERE id = 2"))
+            assert not late.wait(0.5), "a new transaction went ahead of the write waiting for the database"
+        finally:
+            a.commit()
+        assert whole.wait(10) and late.wait(10) and not errw and not errl, (errw, errl)
+    # a's v = 5, then every row doubled, then row 2 + 1: the same order on both servers
+    assert on_each(pgs, "SELECT id, v FROM rwhole ORDER BY id") == [[(1, 0), (2, 1), (3, 10)]] * 2
+    assert stats["scheduler"]["database_units"] == 1 and stats["disabled"] == []
+
+
+def test_a_deadlock_between_two_transactions_is_broken_with_40P01(servers):
+    """a holds row 1 and waits for row 2; b holds row 2 and asks for row 1: the middleware fails
+    b's statement with 40P01 at once (PostgreSQL's own detector would wait deadlock_timeout, 1 s),
+    b rolls back, a goes on and commits. Both servers end with a's writes only."""
+    import psycopg
+
+    _, pgs = servers
+    keyed_table(pgs, "rdead")
+    stats: dict = {}
+    with (
+        rust_middleware(servers, "lprf", stats=stats, extra=ROWS) as mw,
+        psycopg.connect(dsn(mw)) as a,
+        psycopg.connect(dsn(mw)) as b,
+    ):
+        a.execute("UPDATE rdead SET v = 1 WHERE id = 1")
+        b.execute("UPDATE rdead SET v = 2 WHERE id = 2")
+        a_done, a_err = in_thread(lambda: a.execute("UPDATE rdead SET v = 1 WHERE id = 2"))
+        assert not a_done.wait(0.5), "a's write of row 2 did not wait for b"
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.DeadlockDetected) as err:
+            b.execute("UPDATE rdead SET v = 2 WHERE id = 1")
+        assert time.monotonic() - t0 < 0.9, "not the middleware's detector"
+        assert "tierscope middleware" in (err.value.diag.message_detail or "")
+        # b's transaction failed on both servers: a COMMIT now rolls it back, as PostgreSQL's would
+        b.rollback()
+        assert a_done.wait(10) and not a_err, a_err
+        a.commit()
+    assert on_each(pgs, "SELECT id, v FROM rdead ORDER BY id") == [[(1, 1), (2, 1), (3, 0)]] * 2
+    assert stats["scheduler"]["deadlocks"] == 1 and stats["disabled"] == []
+
+
+def pgbench_exe() -> Path:
+    from tierscope.services.postgres import pg_bindir
+
+    exe = pg_bindir() / "pgbench"
+    return exe if exe.exists() else Path(shutil.which("pgbench") or "/nonexistent")
+
+
+def test_pgbench_tpcb_side_by_side_keeps_every_table_identical(servers):
+    """pgbench's TPC-B-like script, 4 clients, in each protocol mode, through the row scheduler:
+    pgbench's count of transactions is what it asked for; on each server the balances of accounts,
+    tellers and branches all equal the history's sum of deltas (every transaction's four writes
+    landed together), and every table's checksum is the same on both servers. Each transaction's
+    three UPDATEs are keyed (no unit holds the database), and the one branch row is where they wait.
+    The pool (3 connections per server) is smaller than the clients (4): transactions wait for
+    connections too, and never hold some while another holds the rest."""
+    _, pgs = servers
+    pgbench = pgbench_exe()
+    for p in pgs:
+        subprocess.run(
+            [
+                str(pgbench),
+                "-i",
+                "-q",
+                "-s",
+                "1",
+                "-h",
+                p.host.address,
+                "-p",
+                str(p.port),
+                "-U",
+                p.credentials.user,
+                DB,
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **p.credentials.env()},
+        )
+    stats: dict = {}
+    per_mode, clients = 60, 4
+    with rust_middleware(servers, "lprf", stats=stats, extra=ROWS, pool=3) as mw:
+        done = 0
+        for mode in ("simple", "extended", "prepared"):
+            out = subprocess.run(
+                [str(pgbench), "-h", mw.host, "-p", str(mw.port), "-U", mw.user, "-n", "-c", str(clients)]
+                + ["-t", str(per_mode), "-M", mode, DB],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                env={**os.environ, "PGPASSWORD": mw.password},
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            done += int(re.search(r"number of transactions actually processed: (\d+)", out.stdout).group(1))
+    assert done == 3 * per_mode * clients
+    for rows in on_each(
+        pgs,
+        "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT sum(tbalance) FROM pgbench_tellers),"
+        " (SELECT sum(bbalance) FROM pgbench_branches), (SELECT sum(delta) FROM pgbench_history),"
+        " (SELECT count(*) FROM pgbench_history)",
+    ):
+        a, t, b, h, n = rows[0]
+        assert a == t == b == h and n == done, rows
+    sums = table_checksums(pgs, ("pgbench_accounts", "pgbench_tellers", "pgbench_branches", "pgbench_history"))
+    assert sums[0] == sums[1]
+    s = stats["scheduler"]
+    assert stats["disabled"] == [] and s["deadlocks"] == 0
+    assert s["database_units"] == 0 and s["row_units"] == 3 * done, s
