@@ -115,6 +115,9 @@ SMOKE: dict[str, Smoke] = {
             "tpcb_both_replicas_ratio",
             "tpcb_ratio_vs_one_client",
             "tpcb_one_client_one_cpu_ratio",
+            # TPC-B through the other scheduler (one write lock), in the same run
+            "tpcb_other_scheduler_ratio",
+            "other_scheduler_replicas_agree",
             # the peers in the same run (make setup installs both)
             "ratio_vs_pgbouncer_select",
             "ratio_vs_pgpool_select",

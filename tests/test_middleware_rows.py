@@ -227,3 +227,22 @@ def test_pgbench_tpcb_side_by_side_keeps_every_table_identical(servers):
     s = stats["scheduler"]
     assert stats["disabled"] == [] and s["deadlocks"] == 0
     assert s["database_units"] == 0 and s["row_units"] == 3 * done, s
+
+
+def test_the_row_scheduler_is_refused_where_it_cannot_keep_replicas_identical(tmp_path):
+    """With the MySQL protocol or a recovery log the command line refuses `--scheduler rows` with a
+    message saying why (exit status 2), before listening anywhere."""
+    from tierscope.contracts.middleware import PASSWORD_ENV, SCHEDULERS
+    from tierscope.engine import engine_path
+
+    assert set(SCHEDULERS) == {"lock", "rows"}
+    base = [str(engine_path()), "middleware", "--listen", "127.0.0.1:1", "--backend", "127.0.0.1:2", *ROWS]
+    for extra, words in (
+        (["--protocol", "mysql"], "expected --protocol postgres"),
+        (["--recovery-log", str(tmp_path / "r.log")], "not with --recovery-log"),
+    ):
+        out = subprocess.run(
+            base + extra, capture_output=True, text=True, timeout=30, env={**os.environ, PASSWORD_ENV: "pw"}
+        )
+        assert out.returncode == 2 and f"--scheduler rows: {words}" in out.stderr, out.stderr
+    assert not (tmp_path / "r.log").exists()

@@ -5,7 +5,8 @@
 //! Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one enabled backend by the
 //! read policy; every other statement is broadcast to all enabled backends under one database-wide
 //! write lock, held by an autocommit write until every backend has executed it and by an explicit
-//! transaction until it ends. A backend that fails a write another backend executed is disabled
+//! transaction until it ends (`--scheduler rows`: `scheduler`, transactions whose rows differ side
+//! by side). A backend that fails a write another backend executed is disabled
 //! and never used again in this process. The counts go to `--stats` (JSON) on SIGTERM/SIGINT.
 //!
 //! Authentication: the middleware logs in to the backends as `--user` with the password in
@@ -53,8 +54,10 @@ use pool::Pool;
 
 const EPILOG: &str = "\
 Reads (SELECT without FOR UPDATE/SHARE, SHOW, VALUES, TABLE) go to one backend; every other
-statement is broadcast to all enabled backends under one database-wide write lock. A backend that
-fails a write another backend executed is disabled. Counts go to --stats on exit (JSON: reads,
+statement is broadcast to all enabled backends under one database-wide write lock (--scheduler rows:
+write transactions whose rows differ run side by side, UPDATE/DELETE by primary key and INSERT into
+a table without a key; any other write holds the whole database). A backend that fails a write
+another backend executed is disabled. Counts go to --stats on exit (JSON: reads,
 writes, per backend, labels, the 50 ms series). `--policy aware` sends each read to the replica
 with the least expected wait (the expected remaining service of what it runs, by the statements'
 moving-average service times: away from replicas busy with heavy queries); `--labels` keeps those

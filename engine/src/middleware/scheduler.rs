@@ -47,7 +47,8 @@ impl Scheduler {
     }
 
     /// The facts, read again if they are not current: under a hold on the whole database of a
-    /// transaction of its own (None: they could not be read; the unit takes the database). The
+    /// transaction of its own (None: no backend to read them from; facts that could not be read
+    /// are empty, and not at READ COMMITTED: every write holds the database). The
     /// connection is taken before the hold, as every transaction takes its connections before its
     /// rows: no holder waits for a connection.
     pub async fn facts(&self, m: &Manager) -> Option<Arc<Facts>> {
@@ -70,14 +71,17 @@ impl Scheduler {
         let epoch = m.statement_epoch.load(Ordering::Acquire);
         m.backends[b].pool.release(conn);
         drop(holder);
+        // facts that cannot be read are kept as none (every write holds the database) until the
+        // catalog may have changed: not read again for every unit
         let facts = match answer.as_deref() {
-            Ok([Some(json)]) => Arc::new(scope::parse_facts(json)?),
-            Ok(_) => return None,
+            Ok([Some(json)]) => scope::parse_facts(json),
+            Ok(_) => None,
             Err(e) => {
-                super::log(&format!("the row scheduler could not read the table facts: {e}"));
-                return None;
+                super::log(&format!("the row scheduler could not read the table facts (every write holds the database): {e}"));
+                None
             }
         };
+        let facts = Arc::new(facts.unwrap_or_default());
         self.counts.lock().unwrap_or_else(|e| e.into_inner()).facts_read += 1;
         *self.facts.lock().unwrap_or_else(|e| e.into_inner()) = Some((epoch, facts.clone()));
         Some(facts)
