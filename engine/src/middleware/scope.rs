@@ -24,6 +24,7 @@
 //! - the database's default isolation is READ COMMITTED (under a snapshot the order of commits on
 //!   each replica could decide whether an update fails).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::sql::{self, Kind, TokKind, Token};
@@ -321,8 +322,8 @@ fn canonical(text: &str, integer: bool) -> Option<String> {
 }
 
 /// A statement's scope: its shape with the table's facts, and `params` (the Bind's parameters in
-/// text; None for a binary or NULL one).
-pub fn resolve(shape: &Shape, params: &[Option<&str>], facts: &Facts) -> Scope {
+/// text, `bind_params`; None for a NULL one or one whose binary form is not known).
+pub fn resolve<S: AsRef<str>>(shape: &Shape, params: &[Option<S>], facts: &Facts) -> Scope {
     match shape {
         Shape::Read | Shape::Control => Scope::Shared,
         Shape::Database => Scope::Database,
@@ -339,7 +340,7 @@ pub fn resolve(shape: &Shape, params: &[Option<&str>], facts: &Facts) -> Scope {
                 return Scope::Database;
             }
             let text = match value {
-                KeyValue::Param(n) => params.get(n - 1).copied().flatten(),
+                KeyValue::Param(n) => params.get(n - 1).and_then(|p| p.as_ref()).map(|p| p.as_ref()),
                 KeyValue::Number(s) if *integer => Some(s.as_str()),
                 KeyValue::Text(s) => Some(s.as_str()),
                 KeyValue::Number(_) => None,
@@ -352,10 +353,13 @@ pub fn resolve(shape: &Shape, params: &[Option<&str>], facts: &Facts) -> Scope {
     }
 }
 
-/// A Bind's parameters in text (`rest`: after its portal and statement names): None for a binary
-/// or NULL one; the whole list None when it does not parse.
-pub fn text_params(rest: &[u8]) -> Option<Vec<Option<&str>>> {
+/// A Bind's parameters as text (`rest`: after its portal and statement names; `types`: its
+/// Parse's parameter types as sent, a count and the OIDs): a text one as sent, a binary int2, int4
+/// or int8 (by its declared type, as psycopg sends integers) in decimal, None for any other binary
+/// one or a NULL; the whole list None when it does not parse.
+pub fn bind_params<'a>(rest: &'a [u8], types: &[u8]) -> Option<Vec<Option<Cow<'a, str>>>> {
     let u16_at = |i: usize| rest.get(i..i + 2).map(|b| u16::from_be_bytes([b[0], b[1]]) as usize);
+    let declared = |i: usize| types.get(2 + 4 * i..6 + 4 * i).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
     let nf = u16_at(0)?;
     let formats: Vec<usize> = (0..nf).map(|i| u16_at(2 + 2 * i)).collect::<Option<_>>()?;
     let mut pos = 2 + 2 * nf;
@@ -376,7 +380,17 @@ pub fn text_params(rest: &[u8]) -> Option<Vec<Option<&str>>> {
         }
         let v = rest.get(pos..pos + len as usize)?;
         pos += len as usize;
-        out.push(if binary { None } else { std::str::from_utf8(v).ok() });
+        out.push(if !binary {
+            std::str::from_utf8(v).ok().map(Cow::Borrowed)
+        } else {
+            let int = match (declared(i), v.len()) {
+                (21, 2) => Some(i16::from_be_bytes([v[0], v[1]]) as i64),
+                (23, 4) => Some(i32::from_be_bytes([v[0], v[1], v[2], v[3]]) as i64),
+                (20, 8) => Some(i64::from_be_bytes(v.try_into().ok()?)),
+                _ => None,
+            };
+            int.map(|n| Cow::Owned(n.to_string()))
+        });
     }
     Some(out)
 }
@@ -453,24 +467,39 @@ mod tests {
 
     #[test]
     fn bind_parameters_in_text_binary_and_null() {
-        // two formats (text, binary), three parameters would be refused: here two formats, two params
+        let text = |v: Option<Vec<Option<Cow<str>>>>| v.map(|ps| ps.into_iter().map(|p| p.map(|c| c.into_owned())).collect::<Vec<_>>());
+        // two format codes (text, binary) for three parameters: not a Bind
         let mut rest = vec![0, 2, 0, 0, 0, 1, 0, 3];
         rest.extend_from_slice(&3i32.to_be_bytes());
         rest.extend_from_slice(b"123");
         rest.extend_from_slice(&4i32.to_be_bytes());
         rest.extend_from_slice(&[0, 0, 0, 7]);
         rest.extend_from_slice(&(-1i32).to_be_bytes());
-        assert_eq!(text_params(&rest), None, "three parameters with two format codes");
+        assert_eq!(text(bind_params(&rest, &[])), None, "three parameters with two format codes");
+        // all text: one as sent, one NULL
         let mut rest = vec![0, 0, 0, 2];
         rest.extend_from_slice(&2i32.to_be_bytes());
         rest.extend_from_slice(b"42");
         rest.extend_from_slice(&(-1i32).to_be_bytes());
-        assert_eq!(text_params(&rest), Some(vec![Some("42"), None]));
+        assert_eq!(text(bind_params(&rest, &[])), Some(vec![Some("42".into()), None]));
+        // all binary: int8 and int2 declared by the Parse, then an int4 whose type was not declared
+        let mut rest = vec![0, 1, 0, 1, 0, 3];
+        for v in [(-7i64).to_be_bytes().to_vec(), 300i16.to_be_bytes().to_vec(), 9i32.to_be_bytes().to_vec()] {
+            rest.extend_from_slice(&(v.len() as i32).to_be_bytes());
+            rest.extend_from_slice(&v);
+        }
+        let mut types = vec![0, 2];
+        types.extend_from_slice(&20u32.to_be_bytes());
+        types.extend_from_slice(&21u32.to_be_bytes());
+        assert_eq!(text(bind_params(&rest, &types)), Some(vec![Some("-7".into()), Some("300".into()), None]));
+        // an int4 declared, but 8 bytes: not decoded
         let mut rest = vec![0, 1, 0, 1, 0, 1];
-        rest.extend_from_slice(&4i32.to_be_bytes());
-        rest.extend_from_slice(&[0, 0, 0, 7]);
-        assert_eq!(text_params(&rest), Some(vec![None]), "binary");
-        assert_eq!(text_params(&[0, 0, 0, 1, 0, 0, 0, 9, b'1']), None, "truncated");
+        rest.extend_from_slice(&8i32.to_be_bytes());
+        rest.extend_from_slice(&5i64.to_be_bytes());
+        let mut types = vec![0, 1];
+        types.extend_from_slice(&23u32.to_be_bytes());
+        assert_eq!(text(bind_params(&rest, &types)), Some(vec![None]));
+        assert_eq!(text(bind_params(&[0, 0, 0, 1, 0, 0, 0, 9, b'1'], &[])), None, "truncated");
     }
 
     #[test]

@@ -256,10 +256,12 @@ impl Session {
                     } else {
                         parsed.iter().rev().find(|p| p.name == b.statement).or_else(|| self.statements.get(&b.statement)).cloned()
                     };
-                    let params = scope::text_params(b.rest);
-                    scope = match (p, params) {
-                        (Some(p), Some(params)) => scope.join(Shaped::Stmt(p).resolve(&params, s, &m, self).await),
-                        _ => Scope::Database, // an unknown statement (the backend says so) or parameters that do not parse
+                    scope = match p {
+                        Some(p) => match scope::bind_params(b.rest, &p.types) {
+                            Some(params) => scope.join(Shaped::Stmt(p.clone()).resolve(&params, s, &m, self).await),
+                            None => Scope::Database, // parameters that do not parse
+                        },
+                        None => Scope::Database, // an unknown statement (the backend says so)
                     };
                 }
                 _ => {}
@@ -287,7 +289,7 @@ enum Shaped {
 impl Shaped {
     async fn resolve(
         &self,
-        params: &[Option<&str>],
+        params: &[Option<std::borrow::Cow<'_, str>>],
         s: &crate::middleware::scheduler::Scheduler,
         m: &crate::middleware::Manager,
         session: &Session,
