@@ -450,10 +450,10 @@ mod tests {
     fn a_database_not_at_read_committed_takes_the_database_for_every_write() {
         let mut f = facts();
         let up = shape("UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 3");
-        assert_eq!(resolve(&up, &[], &f), Scope::Rows(vec![("pgbench_accounts".into(), "3".into())]));
+        assert_eq!(resolve::<&str>(&up, &[], &f), Scope::Rows(vec![("pgbench_accounts".into(), "3".into())]));
         f.read_committed = false;
-        assert_eq!(resolve(&up, &[], &f), Scope::Database);
-        assert_eq!(resolve(&shape("SELECT 1"), &[], &f), Scope::Shared);
+        assert_eq!(resolve::<&str>(&up, &[], &f), Scope::Database);
+        assert_eq!(resolve::<&str>(&shape("SELECT 1"), &[], &f), Scope::Shared);
     }
 
     #[test]
