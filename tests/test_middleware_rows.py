@@ -313,3 +313,32 @@ def test_random_transactions_that_do_not_commute_leave_the_replicas_identical(se
     assert stats["disabled"] == [] and s["deadlocks"] == deadlocks[0], (s, deadlocks)
     assert s["row_units"] > 0 and s["database_units"] > 0 and s["waits"] > 0, s
     print(f"commits {commits[0]}, deadlocks {deadlocks[0]}, scheduler {s}")
+
+
+def test_a_scope_worked_out_before_a_catalog_change_it_waited_for_takes_the_database(servers):
+    """a holds row 1; b's ALTER TABLE (the whole database) waits for it; c's write of row 2, worked
+    out from the facts before the ALTER, queues behind b. When a commits, b changes the catalog and
+    c is granted: its scope came from facts that are stale now, so c takes the whole database too
+    (counted in `stale_scopes`), and both servers end alike."""
+    import psycopg
+
+    _, pgs = servers
+    keyed_table(pgs, "rstale")
+    stats: dict = {}
+    with (
+        rust_middleware(servers, "lprf", stats=stats, extra=ROWS) as mw,
+        psycopg.connect(dsn(mw)) as a,
+        psycopg.connect(dsn(mw), autocommit=True) as b,
+        psycopg.connect(dsn(mw)) as c,
+    ):
+        a.execute("UPDATE rstale SET v = 1 WHERE id = 1")
+        alter, err_b = in_thread(lambda: b.execute("ALTER TABLE rstale ADD COLUMN w int NOT NULL DEFAULT 5"))
+        assert not alter.wait(0.5)
+        row2, err_c = in_thread(lambda: c.execute("UPDATE rstale SET v = 2 WHERE id = 2"))
+        assert not row2.wait(0.5)
+        a.commit()
+        assert alter.wait(10) and row2.wait(10) and not err_b and not err_c, (err_b, err_c)
+        c.commit()
+    assert on_each(pgs, "SELECT id, v, w FROM rstale ORDER BY id") == [[(1, 1, 5), (2, 2, 5), (3, 0, 5)]] * 2
+    s = stats["scheduler"]
+    assert s["stale_scopes"] == 1 and s["database_units"] == 1 and stats["disabled"] == [], s

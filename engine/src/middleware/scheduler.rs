@@ -30,6 +30,7 @@ struct Counts {
     shared_units: u64,
     database_units: u64,
     facts_read: u64,
+    stale_scopes: u64,
 }
 
 impl Default for Scheduler {
@@ -97,6 +98,12 @@ impl Scheduler {
         }
     }
 
+    /// A unit whose scope was worked out from facts that went stale before it was granted (it
+    /// takes the database too).
+    pub fn count_stale(&self) {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner()).stale_scopes += 1;
+    }
+
     pub fn begin(&self) -> Holder {
         self.locks.begin()
     }
@@ -115,5 +122,6 @@ pub fn stats(s: Option<&Scheduler>) -> Value {
         "waits": l.waits,
         "deadlocks": l.deadlocks,
         "facts_read": c.facts_read,
+        "stale_scopes": c.stale_scopes,
     })
 }

@@ -84,7 +84,7 @@ impl Session {
     /// the first backend after all have replied to each part.
     pub(super) async fn open_begin(&mut self) -> SResult<()> {
         // what comes later is unknown: under the row scheduler the unit holds the database
-        let lease = self.lease_for_write(None).await?;
+        let lease = self.lease_for_write(None, 0).await?;
         let idx: Vec<usize> = lease.conns.iter().map(|c| c.0).collect();
         self.m.writes_begin(&idx);
         self.m.count(|c| {

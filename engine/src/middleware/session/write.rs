@@ -67,12 +67,12 @@ pub(super) type Res = answer::Res<Conn, u8>;
 impl Session {
     /// A connection on every enabled backend with the write lock held (or the transaction's pinned
     /// connections). With the row scheduler: the connections first, then `scope` (None: the
-    /// database) added to what the transaction holds.
-    pub(super) async fn lease_for_write(&mut self, scope: Option<&Scope>) -> SResult<Lease> {
+    /// database; worked out at statement epoch `since`) added to what the transaction holds.
+    pub(super) async fn lease_for_write(&mut self, scope: Option<&Scope>, since: u64) -> SResult<Lease> {
         if let Some(txn) = self.txn.take() {
             let mut lease = Lease { conns: txn.lease, guard: txn.guard, pinned: true, deadlocked: false };
             if let Hold::Rows(h) = &lease.guard {
-                lease.deadlocked = self.hold(h, scope).await;
+                lease.deadlocked = self.hold(h, scope, since).await;
             }
             return Ok(lease);
         }
@@ -118,16 +118,25 @@ impl Session {
         conns.sort_by_key(|c| c.0);
         let mut lease = Lease { conns, guard, pinned: false, deadlocked: false };
         if let Hold::Rows(h) = &lease.guard {
-            lease.deadlocked = self.hold(h, scope).await;
+            lease.deadlocked = self.hold(h, scope, since).await;
         }
         Ok(lease)
     }
 
     /// Add `scope` (None: the database) to what `h` holds, counting the wait: whether the wait was
-    /// chosen to break a deadlock.
-    async fn hold(&self, h: &Holder, scope: Option<&Scope>) -> bool {
+    /// chosen to break a deadlock. A scope worked out from table facts that went stale before it
+    /// was granted (`since`: the statement epoch before it was worked out; a unit holding the
+    /// database changed the catalog or a setting meanwhile) is not trusted: the database is added.
+    async fn hold(&self, h: &Holder, scope: Option<&Scope>, since: u64) -> bool {
         let t0 = Instant::now();
-        let r = h.acquire(scope.unwrap_or(&Scope::Database)).await;
+        let mut r = h.acquire(scope.unwrap_or(&Scope::Database)).await;
+        let moved = self.m.statement_epoch.load(std::sync::atomic::Ordering::Acquire) != since;
+        if r.is_ok() && moved && !matches!(scope, None | Some(Scope::Database)) {
+            if let Some(s) = &self.m.scheduler {
+                s.count_stale();
+            }
+            r = h.acquire(&Scope::Database).await;
+        }
         let waited = t0.elapsed().as_secs_f64();
         self.m.count(|c| c.write_lock_wait_s += waited);
         r.is_err()
@@ -140,11 +149,12 @@ impl Session {
     /// A write unit; `answered`: its replies go to the client (false: a BEGIN the client had
     /// answered already, `begin_now`).
     pub(super) async fn write_unit(&mut self, unit: &[Message], answered: bool) -> SResult<()> {
+        let since = self.m.statement_epoch.load(std::sync::atomic::Ordering::Acquire);
         let scope = match &self.m.scheduler {
             Some(_) => Some(self.unit_scope(unit).await?),
             None => None,
         };
-        let lease = self.lease_for_write(scope.as_ref()).await?;
+        let lease = self.lease_for_write(scope.as_ref(), since).await?;
         let pinned = lease.pinned;
         let raise;
         let unit = if lease.deadlocked {
