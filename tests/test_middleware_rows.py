@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import test_middleware
 from conftest import needs_postgres, needs_root
 from test_middleware import DB, on_each
-from test_middleware_rust import dsn, rust_middleware
+from test_middleware_rust import dsn, pgbench_exe, pgbench_init, rust_middleware
 
 #: this module's own pair of PostgreSQL servers (tests/test_middleware.py's fixture)
 servers = test_middleware.pair
@@ -161,13 +159,6 @@ def test_a_deadlock_between_two_transactions_is_broken_with_40P01(servers):
     assert stats["scheduler"]["deadlocks"] == 1 and stats["disabled"] == []
 
 
-def pgbench_exe() -> Path:
-    from tierscope.services.postgres import pg_bindir
-
-    exe = pg_bindir() / "pgbench"
-    return exe if exe.exists() else Path(shutil.which("pgbench") or "/nonexistent")
-
-
 def test_pgbench_tpcb_side_by_side_keeps_every_table_identical(servers):
     """pgbench's TPC-B-like script, 4 clients, in each protocol mode, through the row scheduler:
     pgbench's count of transactions is what it asked for; on each server the balances of accounts,
@@ -178,26 +169,7 @@ def test_pgbench_tpcb_side_by_side_keeps_every_table_identical(servers):
     connections too, and never hold some while another holds the rest."""
     _, pgs = servers
     pgbench = pgbench_exe()
-    for p in pgs:
-        subprocess.run(
-            [
-                str(pgbench),
-                "-i",
-                "-q",
-                "-s",
-                "1",
-                "-h",
-                p.host.address,
-                "-p",
-                str(p.port),
-                "-U",
-                p.credentials.user,
-                DB,
-            ],
-            check=True,
-            capture_output=True,
-            env={**os.environ, **p.credentials.env()},
-        )
+    pgbench_init(pgs, pgbench)
     stats: dict = {}
     per_mode, clients = 60, 4
     with rust_middleware(servers, "lprf", stats=stats, extra=ROWS, pool=3) as mw:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -698,17 +699,16 @@ def test_a_backend_killed_mid_run_is_disabled_and_queries_go_on(servers):
 # --- pgbench through it --------------------------------------------------------------------------
 
 
-def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
-    """pgbench -S (simple, extended and prepared) and the TPC-B-like script: pgbench's transaction
-    counts match the middleware's and the servers', and both replicas end with the same balances."""
-    import shutil
-
+def pgbench_exe() -> Path:
+    """PostgreSQL's pgbench (beside the servers' binaries, else on PATH)."""
     from tierscope.services.postgres import pg_bindir
 
-    work, pgs = servers
-    pgbench = pg_bindir() / "pgbench"
-    if not pgbench.exists():
-        pgbench = Path(shutil.which("pgbench") or "/nonexistent")
+    exe = pg_bindir() / "pgbench"
+    return exe if exe.exists() else Path(shutil.which("pgbench") or "/nonexistent")
+
+
+def pgbench_init(pgs, pgbench: Path) -> None:
+    """pgbench's tables at scale 1 on each server, directly (the same rows on both)."""
     for p in pgs:
         subprocess.run(
             [
@@ -729,6 +729,14 @@ def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
             capture_output=True,
             env={**os.environ, **p.credentials.env()},
         )
+
+
+def test_pgbench_select_only_and_tpcb_through_the_rust_middleware(servers):
+    """pgbench -S (simple, extended and prepared) and the TPC-B-like script: pgbench's transaction
+    counts match the middleware's and the servers', and both replicas end with the same balances."""
+    work, pgs = servers
+    pgbench = pgbench_exe()
+    pgbench_init(pgs, pgbench)
     stats: dict = {}
 
     def run(mw, *args) -> int:
