@@ -1,8 +1,8 @@
 //! The session's pure rules: which Query is decoded for a DEALLOCATE, which statements reset the
-//! statements prepared on a connection.
+//! statements prepared on a connection, which change the session's settings.
 
 use super::outgoing::resets_statements;
-use super::units::may_deallocate;
+use super::units::{may_deallocate, sets};
 
 #[test]
 fn only_a_query_that_may_be_a_deallocate_is_decoded_for_it() {
@@ -93,5 +93,15 @@ fn a_plain_begin_is_answered_here_in_either_protocol() {
         vec![msg(wire::PARSE, b"\0SELECT 1\0\0\0"), bind, execute, sync],
     ] {
         assert!(deferred_begin(&unit).is_none(), "{:?}", unit.iter().map(|m| m.kind as char).collect::<String>());
+    }
+}
+
+#[test]
+fn a_setting_changed_anywhere_in_a_text_marks_the_session() {
+    for text in ["SET search_path = x", "reset all", "BEGIN; SET LOCAL lock_timeout = 1", "/* c */ set TRANSACTION ISOLATION LEVEL SERIALIZABLE"] {
+        assert!(sets(text), "{text:?}");
+    }
+    for text in ["UPDATE t SET v = 1 WHERE id = 2", "SELECT 'SET x'", "SELECT offset FROM t", "-- SET x\nSELECT 1", "BEGIN"] {
+        assert!(!sets(text), "{text:?}");
     }
 }

@@ -275,9 +275,14 @@ impl Session {
     }
 }
 
-/// A statement text that changes a session's settings (SET, RESET; SET LOCAL too).
-fn sets(text: &str) -> bool {
-    matches!(sql::first_word(text).as_str(), "SET" | "RESET")
+/// A statement text that changes a session's settings: any of its statements starting with SET or
+/// RESET (SET LOCAL too; tokenized only when the word is in it at all).
+pub(super) fn sets(text: &str) -> bool {
+    if !text.as_bytes().windows(3).any(|w| w.eq_ignore_ascii_case(b"SET")) {
+        return false;
+    }
+    let toks = sql::tokens(text);
+    sql::statements(&toks).iter().any(|st| matches!(st[0].text.as_str(), "SET" | "RESET"))
 }
 
 /// A statement of a unit: a Query's text, or a Parse (its shape read once).
