@@ -643,9 +643,11 @@ def test_a_backend_that_fails_a_write_the_other_executed_is_disabled(servers):
     assert "DISABLED" in mw.log.read_text()
 
 
-def test_a_backend_killed_mid_run_is_disabled_and_queries_go_on(servers):
+@pytest.mark.parametrize("scheduler", ["lock", "rows"])
+def test_a_backend_killed_mid_run_is_disabled_and_queries_go_on(servers, scheduler):
     """Four clients read and write while backend 2 is stopped: every query is answered, backend 2
-    is disabled and counted, and backend 1 has every write."""
+    is disabled and counted, and backend 1 has every write. Under either scheduler (with the row
+    scheduler the INSERTs into a table without a key run side by side)."""
     import psycopg
 
     _, pgs = servers
@@ -659,7 +661,7 @@ def test_a_backend_killed_mid_run_is_disabled_and_queries_go_on(servers):
     inserted = [0] * 4
     stop = threading.Event()
     try:
-        with rust_middleware(servers, "rr", stats=stats) as mw:
+        with rust_middleware(servers, "rr", stats=stats, extra=("--scheduler", scheduler)) as mw:
 
             def client(k):
                 try:
@@ -694,6 +696,9 @@ def test_a_backend_killed_mid_run_is_disabled_and_queries_go_on(servers):
     assert stats["backends"][0]["enabled"]
     assert on_each(pgs, "SELECT count(*) FROM rgone")[0] == [(sum(inserted),)]
     assert stats["reads"] >= sum(done)
+    assert stats["scheduler"]["name"] == scheduler
+    if scheduler == "rows":
+        assert stats["scheduler"]["shared_units"] == sum(inserted) and stats["scheduler"]["database_units"] == 0
 
 
 # --- pgbench through it --------------------------------------------------------------------------
