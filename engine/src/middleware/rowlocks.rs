@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 
 use super::scope::{RowKey, Scope};
 
-/// A transaction's wait that the scheduler failed to break a cycle of waits.
+/// The answer to a wait the scheduler failed, to break a cycle of waits (the client gets 40P01).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadlock;
 

@@ -14,7 +14,8 @@
 //! - one statement (an optional `;`), not a read;
 //! - `UPDATE t SET c = e [, c = e]* WHERE k = v` and `DELETE FROM t WHERE k = v`, where `t` and
 //!   `c` are plain names, `k` is `t`'s single-column primary key (integer or text), `v` a
-//!   parameter, a number or a string, and every `e` uses only `t`'s columns, parameters,
+//!   parameter (in text, or a binary integer of a declared type), a number or a string, and every
+//!   `e` uses only `t`'s columns, parameters,
 //!   literals, operators, casts and the time macros (rewritten to one literal for every replica):
 //!   no function call, no subquery. No assigned column may be in a unique index.
 //! - `INSERT INTO t [(cols)] VALUES (e, ...) [, (...)]`, the same expressions, into a table with no
