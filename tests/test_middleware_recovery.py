@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 import test_middleware
 from conftest import needs_postgres, needs_root
 from test_middleware import DB, fresh_table, on_each, seq_scans
@@ -86,15 +88,16 @@ def write_load(mw, stop: threading.Event, errors: list, counts: list, ids: bool 
     return threads
 
 
-def test_a_backend_that_was_down_is_replayed_to_the_head_before_it_serves(servers):
+@pytest.mark.parametrize("scheduler", ["lock", "rows"])
+def test_a_backend_that_was_down_is_replayed_to_the_head_before_it_serves(servers, scheduler):
     import psycopg
 
     work, pgs = servers
-    log_path = work / "recovery-1" / "recovery.log"
+    log_path = work / f"recovery-1-{scheduler}" / "recovery.log"
     fresh_table(pgs, "probe_rec")
     for p in pgs:
         p.sql("DROP TABLE IF EXISTS racc, rhist, tierscope_recovery", DB)
-    recovery = ["--recovery-log", str(log_path)]
+    recovery = ["--recovery-log", str(log_path), "--scheduler", scheduler]
     errors: list = []
     counts = [0, 0]
     stats1: dict = {}
@@ -159,7 +162,8 @@ def test_a_backend_that_was_down_is_replayed_to_the_head_before_it_serves(server
     assert rec["head_at_start"] >= stale[0][3]
 
 
-def test_a_backend_that_comes_back_while_serving_rejoins_at_the_head_and_is_never_read_stale(servers):
+@pytest.mark.parametrize("scheduler", ["lock", "rows"])
+def test_a_backend_that_comes_back_while_serving_rejoins_at_the_head_and_is_never_read_stale(servers, scheduler):
     """The middleware keeps serving while backend 2 is down and comes back: it tries it again every
     second and, once the log has brought it to the head under the write lock, serves from it again.
     A reader counts the history rows through the middleware the whole time: a read from a stale
@@ -170,7 +174,7 @@ def test_a_backend_that_comes_back_while_serving_rejoins_at_the_head_and_is_neve
     import psycopg
 
     work, pgs = servers
-    log_path = work / "recovery-3" / "recovery.log"
+    log_path = work / f"recovery-3-{scheduler}" / "recovery.log"
     fresh_table(pgs, "probe_rej")
     for p in pgs:
         p.sql("DROP TABLE IF EXISTS racc, rhist, tierscope_recovery", DB)
@@ -189,7 +193,9 @@ def test_a_backend_that_comes_back_while_serving_rejoins_at_the_head_and_is_neve
             errors.append(err)
 
     try:
-        with rust_middleware(servers, "rr", stats=stats, extra=["--recovery-log", str(log_path)]) as mw:
+        with rust_middleware(
+            servers, "rr", stats=stats, extra=["--recovery-log", str(log_path), "--scheduler", scheduler]
+        ) as mw:
             with psycopg.connect(dsn(mw), autocommit=True) as conn:
                 conn.execute("CREATE TABLE racc (id int PRIMARY KEY, abalance bigint NOT NULL)")
                 conn.execute("CREATE TABLE rhist (id int PRIMARY KEY, aid int, delta int)")

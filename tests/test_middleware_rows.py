@@ -202,89 +202,159 @@ def test_pgbench_tpcb_side_by_side_keeps_every_table_identical(servers):
 
 
 def test_the_row_scheduler_is_refused_where_it_cannot_keep_replicas_identical(tmp_path):
-    """With the MySQL protocol or a recovery log the command line refuses `--scheduler rows` with a
-    message saying why (exit status 2), before listening anywhere."""
+    """With the MySQL protocol the command line refuses `--scheduler rows` with a message saying
+    why (exit status 2), before listening anywhere."""
     from tierscope.contracts.middleware import PASSWORD_ENV, SCHEDULERS
     from tierscope.engine import engine_path
 
     assert set(SCHEDULERS) == {"lock", "rows"}
     base = [str(engine_path()), "middleware", "--listen", "127.0.0.1:1", "--backend", "127.0.0.1:2", *ROWS]
-    for extra, words in (
-        (["--protocol", "mysql"], "expected --protocol postgres"),
-        (["--recovery-log", str(tmp_path / "r.log")], "not with --recovery-log"),
-    ):
-        out = subprocess.run(
-            base + extra, capture_output=True, text=True, timeout=30, env={**os.environ, PASSWORD_ENV: "pw"}
-        )
-        assert out.returncode == 2 and f"--scheduler rows: {words}" in out.stderr, out.stderr
+    out = subprocess.run(
+        [*base, "--protocol", "mysql", "--recovery-log", str(tmp_path / "r.log")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, PASSWORD_ENV: "pw"},
+    )
+    assert out.returncode == 2 and "--scheduler rows: expected --protocol postgres" in out.stderr, out.stderr
     assert not (tmp_path / "r.log").exists()
 
 
-def test_random_transactions_that_do_not_commute_leave_the_replicas_identical(servers):
-    """Six clients, each 120 transactions of one to three writes to random rows of eight (each
-    write an operation that does not commute with the others: x3+1 mod a prime, negate, add), now
-    and then a keyless INSERT, an UPDATE of every row (the whole database) or a DELETE and re-INSERT
-    by key, in random order (seeded). Deadlocks are expected (the row order is random); a client
-    that gets 40P01 rolls back and goes on. Any other error fails the test. Both servers end with
-    the same rows in every table, no backend disabled, and the middleware counted exactly the
-    deadlocks the clients saw."""
+def random_transactions(mw, clients: int, per_client: int, progress=None) -> tuple[int, int, list]:
+    """`clients` clients through `mw`, each `per_client` transactions of one to three writes to
+    random rows of rmix's eight (each write an operation that does not commute with the others:
+    x3+1 mod a prime, negate, add), now and then a keyless INSERT into rmix_log, an UPDATE of every
+    row (the whole database) or a DELETE and re-INSERT by key, in random order (seeded). A client
+    that gets 40P01 rolls back and goes on. `progress(done)` is called after each transaction
+    ended. Returns the commits, the deadlocks and the other errors."""
     import random
 
     import psycopg
 
-    _, pgs = servers
+    ops = ("v = (v * 3 + 1) %% 1000003", "v = -v", "v = v + {k}")
+    deadlocks, errors, commits = [0], [], [0]
+    lock = threading.Lock()
+
+    def client(who: int) -> None:
+        rnd = random.Random(who)
+        with psycopg.connect(dsn(mw)) as conn:
+            for n in range(per_client):
+                try:
+                    r = rnd.random()
+                    if r < 0.04:
+                        conn.execute("UPDATE rmix SET v = v + 7")  # the whole database
+                    elif r < 0.08:
+                        k = rnd.randint(1, 8)
+                        conn.execute("DELETE FROM rmix WHERE id = %s", (k,))
+                        conn.execute("INSERT INTO rmix VALUES (%s, %s)", (k, n))
+                    for _ in range(rnd.randint(1, 3)):
+                        op = rnd.choice(ops).format(k=rnd.randint(1, 9))
+                        conn.execute(f"UPDATE rmix SET {op} WHERE id = %s", (rnd.randint(1, 8),))
+                    if rnd.random() < 0.3:
+                        conn.execute("INSERT INTO rmix_log VALUES (%s, %s, 'x')", (who, n))
+                    conn.commit()
+                    with lock:
+                        commits[0] += 1
+                except psycopg.errors.DeadlockDetected:
+                    conn.rollback()
+                    with lock:
+                        deadlocks[0] += 1
+                except Exception as e:  # noqa: BLE001 (any other error fails the test)
+                    errors.append(repr(e))
+                    conn.rollback()
+                if progress is not None:
+                    progress(commits[0] + deadlocks[0] + len(errors))
+
+    threads = [threading.Thread(target=client, args=(w,)) for w in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not any(t.is_alive() for t in threads), "a client hung"
+    return commits[0], deadlocks[0], errors
+
+
+def random_tables(pgs) -> None:
     keyed_table(pgs, "rmix", 8)
     for p in pgs:
         p.sql("DROP TABLE IF EXISTS rmix_log", DB)
         p.sql("CREATE TABLE rmix_log (who int, n int, v text)", DB)
-    ops = ("v = (v * 3 + 1) %% 1000003", "v = -v", "v = v + {k}")
+
+
+def test_random_transactions_that_do_not_commute_leave_the_replicas_identical(servers):
+    """Six clients, 120 random transactions each (`random_transactions`). Deadlocks are expected
+    (the row order is random); any other error fails the test. Both servers end with the same rows
+    in every table, no backend disabled, and the middleware counted exactly the deadlocks the
+    clients saw."""
+    _, pgs = servers
+    random_tables(pgs)
     stats: dict = {}
-    deadlocks, errors, commits = [0], [], [0]
-    lock = threading.Lock()
     with rust_middleware(servers, "lprf", stats=stats, extra=ROWS, pool=8) as mw:
-
-        def client(who: int) -> None:
-            rnd = random.Random(who)
-            with psycopg.connect(dsn(mw)) as conn:
-                for n in range(120):
-                    try:
-                        r = rnd.random()
-                        if r < 0.04:
-                            conn.execute("UPDATE rmix SET v = v + 7")  # the whole database
-                        elif r < 0.08:
-                            k = rnd.randint(1, 8)
-                            conn.execute("DELETE FROM rmix WHERE id = %s", (k,))
-                            conn.execute("INSERT INTO rmix VALUES (%s, %s)", (k, n))
-                        for _ in range(rnd.randint(1, 3)):
-                            op = rnd.choice(ops).format(k=rnd.randint(1, 9))
-                            conn.execute(f"UPDATE rmix SET {op} WHERE id = %s", (rnd.randint(1, 8),))
-                        if rnd.random() < 0.3:
-                            conn.execute("INSERT INTO rmix_log VALUES (%s, %s, 'x')", (who, n))
-                        conn.commit()
-                        with lock:
-                            commits[0] += 1
-                    except psycopg.errors.DeadlockDetected:
-                        conn.rollback()
-                        with lock:
-                            deadlocks[0] += 1
-                    except Exception as e:  # noqa: BLE001 (any other error fails the test)
-                        errors.append(repr(e))
-                        conn.rollback()
-
-        threads = [threading.Thread(target=client, args=(w,)) for w in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=240)
-        assert not any(t.is_alive() for t in threads), "a client hung"
+        commits, deadlocks, errors = random_transactions(mw, 6, 120)
     assert errors == [], errors[:5]
-    assert commits[0] + deadlocks[0] == 6 * 120
+    assert commits + deadlocks == 6 * 120
     sums = table_checksums(pgs, ("rmix", "rmix_log"))
     assert sums[0] == sums[1], sums
     s = stats["scheduler"]
-    assert stats["disabled"] == [] and s["deadlocks"] == deadlocks[0], (s, deadlocks)
+    assert stats["disabled"] == [] and s["deadlocks"] == deadlocks, (s, deadlocks)
     assert s["row_units"] > 0 and s["database_units"] > 0 and s["waits"] > 0, s
-    print(f"commits {commits[0]}, deadlocks {deadlocks[0]}, scheduler {s}")
+    print(f"commits {commits}, deadlocks {deadlocks}, scheduler {s}")
+
+
+def test_a_backend_back_from_a_stop_rejoins_from_a_log_of_whole_transactions(servers, tmp_path):
+    """The random transactions with a recovery log (the lab's middleware always keeps one): a
+    transaction holding rows goes to the log as one record when it commits, the commits one at a
+    time in the log's order, its body side by side with the others'. Backend 2 is stopped a third
+    of the way in and started again: the middleware disables it, goes on with backend 1, and once
+    backend 2 answers replays the records it missed (transactions that do not commute, in their
+    commit order) before it serves again. Both servers end with the same rows and the same
+    position; a new middleware over both finds them at the head (nothing to replay)."""
+    from test_middleware_rust import wait_for_log
+
+    _, pgs = servers
+    random_tables(pgs)
+    for p in pgs:
+        p.sql("DROP TABLE IF EXISTS tierscope_recovery", DB)
+    recovery = ("--recovery-log", str(tmp_path / "recovery.log"))
+    stats: dict = {}
+    stopped = threading.Event()
+
+    def progress(done: int) -> None:
+        if done >= 200 and not stopped.is_set():
+            stopped.set()
+            pgs[1].stop()
+
+    try:
+        with rust_middleware(servers, "lprf", stats=stats, extra=ROWS + recovery, pool=8) as mw:
+            result: list = []
+            load = threading.Thread(target=lambda: result.append(random_transactions(mw, 6, 120, progress)))
+            load.start()
+            assert stopped.wait(120), "the load did not get a third of the way"
+            wait_for_log(mw, "DISABLED", 30)
+            pgs[1].start()  # back, stale, while the transactions go on
+            wait_for_log(mw, "REJOINED", 60)
+            load.join(timeout=240)
+            assert result, "the load did not finish"
+            text = mw.log.read_text()
+    finally:
+        if not pgs[1].running():
+            pgs[1].start()
+    commits, deadlocks, errors = result[0]
+    assert errors == [], errors[:5]
+    assert commits + deadlocks == 6 * 120
+    rejoin_line = next(line for line in text.splitlines() if "REJOINED" in line)
+    assert int(rejoin_line.split("REJOINED: ")[1].split(" units")[0]) >= 1, rejoin_line  # it had missed some
+    sums = table_checksums(pgs, ("rmix", "rmix_log", "tierscope_recovery"))
+    assert sums[0] == sums[1], sums
+    s = stats["scheduler"]
+    assert stats["disabled"] == [] and stats["backends"][1]["rejoined"] == 1, stats["backends"]
+    assert s["row_units"] > 0 and s["granted_at_once"] > 0, s
+    again: dict = {}
+    with rust_middleware(servers, "lprf", stats=again, extra=ROWS + recovery):
+        pass
+    positions = set(again["recovery"]["positions_at_start"].values())
+    assert len(positions) == 1 and again["recovery"]["replayed"] == {}, again["recovery"]
+    print(f"commits {commits}, deadlocks {deadlocks}, {rejoin_line}, scheduler {s}")
 
 
 def test_a_scope_worked_out_before_a_catalog_change_it_waited_for_takes_the_database(servers):

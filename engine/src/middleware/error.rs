@@ -83,11 +83,6 @@ pub fn check(args: &MiddlewareArgs) -> Result<Checked, ArgError> {
     if args.scheduler == "rows" && args.protocol != "postgres" {
         return Err(ArgError::Scheduler("expected --protocol postgres (the MySQL side keeps the one write lock)"));
     }
-    if args.scheduler == "rows" && args.recovery_log.is_some() {
-        return Err(ArgError::Scheduler(
-            "not with --recovery-log (the log replays units in the order they were numbered, and transactions side by side would need it in their commit order)",
-        ));
-    }
     let mut weights = vec![1.0; args.backend.len()];
     if let Some(w) = &args.weights {
         let parsed: Vec<f64> =
@@ -129,12 +124,9 @@ mod tests {
             (&["--weights", "1"], ArgError::Weights { given: "1".into(), backends: 2 }),
             (&["--weights", "0,0"], ArgError::Weights { given: "0,0".into(), backends: 2 }),
             (&["--weights", "1,-1"], ArgError::Weights { given: "1,-1".into(), backends: 2 }),
-            (&["--scheduler", "rows", "--protocol", "mysql"], ArgError::Scheduler("expected --protocol postgres (the MySQL side keeps the one write lock)")),
             (
-                &["--scheduler", "rows", "--recovery-log", "/nonexistent/r.log"],
-                ArgError::Scheduler(
-                    "not with --recovery-log (the log replays units in the order they were numbered, and transactions side by side would need it in their commit order)",
-                ),
+                &["--scheduler", "rows", "--protocol", "mysql"],
+                ArgError::Scheduler("expected --protocol postgres (the MySQL side keeps the one write lock)"),
             ),
         ];
         for (flags, want) in cases {

@@ -133,7 +133,8 @@ pub struct MiddlewareArgs {
     /// explicit transaction holds it to its end); rows = write transactions run side by side when
     /// the rows they write differ (UPDATE or DELETE of one row by its primary key, INSERT into a
     /// table without a unique key; any other write holds the whole database; a deadlock among
-    /// them fails one transaction with 40P01). PostgreSQL only, not with --recovery-log.
+    /// them fails one transaction with 40P01). PostgreSQL only. With --recovery-log a transaction
+    /// holding rows is logged as one record when it commits, the commits one at a time.
     #[arg(long, default_value = "lock", value_parser = ["lock", "rows"])]
     pub scheduler: String,
     /// Write the counts as JSON here on exit.
@@ -296,6 +297,10 @@ pub struct Manager {
     /// the SCRAM verifier of the password clients must prove they know (the backends')
     pub verifier: scram::Verifier,
     pub write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// with a recovery log under the row scheduler: held by a unit that takes a sequence number
+    /// from its number until every backend has run it and its record is written, so that every
+    /// backend applies the logged units in their order (the transactions' bodies run side by side)
+    pub log_order: Arc<tokio::sync::Mutex<()>>,
     /// `--scheduler rows`: the row scheduler instead of the write lock
     pub scheduler: Option<scheduler::Scheduler>,
     pub st: Mutex<State>,
@@ -350,6 +355,7 @@ impl Manager {
             user: user.to_string(),
             verifier: scram::Verifier::new(password),
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            log_order: Arc::new(tokio::sync::Mutex::new(())),
             scheduler: None,
             st: Mutex::new(State {
                 counts: Counts::default(),

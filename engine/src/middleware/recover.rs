@@ -204,6 +204,16 @@ pub(crate) async fn rejoin<B: Backends>(m: &Manager, bs: &B, i: usize) -> Rejoin
         _ => return Rejoin::NotYet,
     }
     let _guard = m.write_lock.clone().lock_owned().await;
+    // under the row scheduler the write lock only stops new transactions: the database is held too,
+    // so no transaction is open and no unit runs (the lock table's request for it waits for them)
+    let _database = match &m.scheduler {
+        Some(s) => {
+            let h = s.begin();
+            let _ = h.acquire(&crate::middleware::scope::Scope::Database).await; // holds nothing else: no deadlock
+            Some(h)
+        }
+        None => None,
+    };
     let Some(&r) = m.enabled().first() else { return Rejoin::NotYet };
     let name = m.backends[i].name.clone();
     let found: Result<(u64, u64), String> = async {

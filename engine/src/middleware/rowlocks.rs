@@ -243,7 +243,6 @@ impl Holder {
     }
 
     /// Whether it holds the whole database.
-    #[cfg(test)]
     pub fn holds_database(&self) -> bool {
         self.locks.table.lock().expect("the lock table").exclusive == Some(self.txn)
     }

@@ -264,6 +264,35 @@ fn control(st: &[Token]) -> bool {
     ) && st.iter().all(|t| t.kind == TokKind::Word)
 }
 
+/// What a `Shape::Control` statement does to the transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// BEGIN, START TRANSACTION
+    Begin,
+    /// COMMIT, END
+    Commit,
+    /// ROLLBACK, ABORT (not to a savepoint)
+    Rollback,
+    /// SAVEPOINT, RELEASE, ROLLBACK TO: inside the transaction
+    Savepoint,
+}
+
+/// What a statement text does to the transaction: None unless it is one control statement with
+/// no options (`Shape::Control`).
+pub fn control_of(text: &str) -> Option<Control> {
+    let toks = sql::tokens(sql::strip_trailing_comment(text));
+    let [st] = sql::statements(&toks)[..] else { return None };
+    if !control(st) {
+        return None;
+    }
+    Some(match (st[0].text.as_str(), st.iter().any(|t| t.text == "TO")) {
+        ("BEGIN" | "START", _) => Control::Begin,
+        ("COMMIT" | "END", _) => Control::Commit,
+        ("ROLLBACK" | "ABORT", false) => Control::Rollback,
+        _ => Control::Savepoint,
+    })
+}
+
 fn statement_shape(st: &[Token]) -> Option<Shape> {
     let at = |w: &str| st.iter().position(|t| t.kind == TokKind::Word && t.text == w);
     if word(st.first(), "UPDATE") {
@@ -455,6 +484,30 @@ mod tests {
         f.read_committed = false;
         assert_eq!(resolve::<&str>(&up, &[], &f), Scope::Database);
         assert_eq!(resolve::<&str>(&shape("SELECT 1"), &[], &f), Scope::Shared);
+    }
+
+    #[test]
+    fn control_statements_say_what_they_do_to_the_transaction() {
+        use Control::*;
+        for (text, want) in [
+            ("BEGIN", Some(Begin)),
+            ("start transaction;", Some(Begin)),
+            ("COMMIT", Some(Commit)),
+            ("end work -- done", Some(Commit)),
+            ("ROLLBACK", Some(Rollback)),
+            ("abort transaction", Some(Rollback)),
+            ("ROLLBACK TO SAVEPOINT s1", Some(Savepoint)),
+            ("rollback work to s1", Some(Savepoint)),
+            ("SAVEPOINT s1", Some(Savepoint)),
+            ("RELEASE s1", Some(Savepoint)),
+            ("COMMIT AND CHAIN", None),
+            ("BEGIN ISOLATION LEVEL SERIALIZABLE", None),
+            ("COMMIT; BEGIN", None),
+            ("UPDATE t SET a = 1 WHERE id = 1", None),
+            ("SELECT 'COMMIT'", None),
+        ] {
+            assert_eq!(control_of(text), want, "{text}");
+        }
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub struct Session {
     /// it ran SET or RESET: its settings (a search path, an isolation level) may not be the ones
     /// the row scheduler's facts hold, so its writes hold the whole database
     pub(super) unscoped: bool,
+    /// with a recovery log under the row scheduler: the bytes of the open transaction's units that
+    /// are not in the log yet (they go there as one record with the unit that commits it)
+    pub(super) unlogged: Vec<u8>,
+    /// the open transaction has units in the log already (a record each): leaving it open rolls
+    /// it back in the log too
+    pub(super) txn_logged: bool,
 }
 
 impl Session {
@@ -55,6 +61,8 @@ impl Session {
             open: None,
             pending_begin: None,
             unscoped: false,
+            unlogged: Vec::new(),
+            txn_logged: false,
         }
     }
 
@@ -168,7 +176,9 @@ impl Session {
                 conn.close();
                 self.m.backends[b].pool.release(conn);
             }
-            self.m.log_rollback();
+            if self.txn_logged {
+                self.m.log_rollback();
+            }
             drop(txn.guard);
         }
         let _ = self.io.wr.shutdown().await;

@@ -22,7 +22,8 @@ use crate::middleware::wire::{Message, Parse};
 pub(super) struct OpenUnit {
     pub(super) slots: Vec<OpenSlot>,
     pub(super) guard: Hold,
-    /// its number in the recovery log, whether its position is recorded, its bytes so far
+    /// its number in the recovery log, whether its position is still to be recorded (by its
+    /// first part), its bytes so far
     pub(super) seq: Option<(u64, bool)>,
     pub(super) logged: Vec<u8>,
     pub(super) macros_at: Micros,
@@ -97,7 +98,9 @@ impl Session {
             .into_iter()
             .map(|(b, conn)| OpenSlot { b, conn: Some(conn), plan: ReplyPlan::default(), acc: Exec { ok: true, status: b'I', ..Default::default() } })
             .collect();
-        self.open = Some(OpenUnit { slots, guard: lease.guard, seq, logged: Vec::new(), macros_at: sql::now_micros(), slot: None, answering: None });
+        // under the row scheduler, the units its transaction kept go first in its record
+        let logged = if seq.is_some() { std::mem::take(&mut self.unlogged) } else { Vec::new() };
+        self.open = Some(OpenUnit { slots, guard: lease.guard, seq, logged, macros_at: sql::now_micros(), slot: None, answering: None });
         Ok(())
     }
 
@@ -109,9 +112,8 @@ impl Session {
         let out = match self.outgoing(&msgs, Some(ou.macros_at), ou.slot.clone()) {
             Ok(mut o) => {
                 if let Some((seq, true)) = ou.seq {
-                    if ou.logged.is_empty() {
-                        with_position(&mut o, seq); // first, as in a unit sent at once
-                    }
+                    with_position(&mut o, seq); // first, as in a unit sent at once
+                    ou.seq = Some((seq, false));
                 }
                 if ou.seq.is_some() {
                     ou.logged.extend_from_slice(&o.data);
@@ -179,6 +181,7 @@ impl Session {
         let results: Vec<Res> = ou.slots.into_iter().map(|s| Res { b: s.b, conn: s.conn, replies: Vec::new(), x: s.acc }).collect();
         let (chosen, results, txn) = settle(&self.m, results, chosen_pos, ou.guard);
         self.txn = txn;
+        self.txn_logged = self.txn.is_some() && self.m.recovery.is_some();
         self.writes_over(&idx);
         if let Some(e) = log_failed {
             return Err(Fail::End(Some(e)));

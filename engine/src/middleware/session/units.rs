@@ -5,7 +5,7 @@
 use std::sync::{Arc, LazyLock};
 
 use super::client::{Fail, SResult, Session};
-use crate::middleware::scope::{self, Scope};
+use crate::middleware::scope::{self, Control, Scope};
 use crate::middleware::sql::{self, Kind};
 use crate::middleware::wire::{self, Message, Parse};
 
@@ -226,19 +226,26 @@ impl Session {
 impl Session {
     /// What the row scheduler must hold for a unit (`scope`): the join of its statements' scopes,
     /// each with the parameters of the Bind that runs it. The database when the facts are not
-    /// current inside a transaction, or the session ran SET or RESET.
-    pub(super) async fn unit_scope(&mut self, unit: &[Message]) -> SResult<Scope> {
+    /// current inside a transaction, or the session ran SET or RESET. Also how the unit ends its
+    /// transaction: its last statement's COMMIT or ROLLBACK (a unit that holds the database may
+    /// say None). With a recovery log, a unit that begins a transaction, or runs anything after
+    /// its COMMIT or ROLLBACK, holds the database: the log keeps a transaction's units together
+    /// only from its first unit to the one ending it.
+    pub(super) async fn unit_scope(&mut self, unit: &[Message]) -> SResult<(Scope, Option<Control>)> {
         let m = self.m.clone();
-        let Some(s) = m.scheduler.as_ref() else { return Ok(Scope::Database) };
+        let Some(s) = m.scheduler.as_ref() else { return Ok((Scope::Database, None)) };
         let mut scope = Scope::Shared;
         let mut parsed: Vec<Arc<Parse>> = Vec::new();
         let mut unnamed = self.unnamed.clone();
+        // the last statement's control, and whether one began or ended a transaction before another
+        let (mut last, mut inside) = (None, false);
         for msg in unit {
-            match msg.kind {
+            let (next, control) = match msg.kind {
                 wire::QUERY => {
                     let text = wire::query_text(&msg.body)?;
                     self.unscoped |= sets(&text);
-                    scope = scope.join(Shaped::Text(text).resolve(&[], s, &m, self).await);
+                    let (sc, c) = Shaped::Text(text).resolve(&[], s, &m, self).await;
+                    (scope.join(sc), c)
                 }
                 wire::PARSE => {
                     let p = Arc::new(Parse::decode(&msg.body)?);
@@ -248,6 +255,7 @@ impl Session {
                     } else {
                         parsed.push(p);
                     }
+                    continue;
                 }
                 wire::BIND => {
                     let b = wire::Bind::decode(&msg.body)?;
@@ -256,22 +264,31 @@ impl Session {
                     } else {
                         parsed.iter().rev().find(|p| p.name == b.statement).or_else(|| self.statements.get(&b.statement)).cloned()
                     };
-                    scope = match p {
+                    match p {
                         Some(p) => match scope::bind_params(b.rest, &p.types) {
-                            Some(params) => scope.join(Shaped::Stmt(p.clone()).resolve(&params, s, &m, self).await),
-                            None => Scope::Database, // parameters that do not parse
+                            Some(params) => {
+                                let (sc, c) = Shaped::Stmt(p.clone()).resolve(&params, s, &m, self).await;
+                                (scope.join(sc), c)
+                            }
+                            None => (Scope::Database, None), // parameters that do not parse
                         },
-                        None => Scope::Database, // an unknown statement (the backend says so)
-                    };
+                        None => (Scope::Database, None), // an unknown statement (the backend says so)
+                    }
                 }
-                _ => {}
-            }
+                _ => continue,
+            };
+            scope = next;
+            inside |= matches!(last, Some(Control::Commit | Control::Rollback)) || control == Some(Control::Begin);
+            last = control;
             if scope == Scope::Database {
                 break;
             }
         }
+        if inside && m.recovery.is_some() {
+            scope = Scope::Database;
+        }
         s.count(&scope);
-        Ok(scope)
+        Ok((scope, last.filter(|c| matches!(c, Control::Commit | Control::Rollback))))
     }
 }
 
@@ -298,26 +315,27 @@ impl Shaped {
         s: &crate::middleware::scheduler::Scheduler,
         m: &crate::middleware::Manager,
         session: &Session,
-    ) -> Scope {
+    ) -> (Scope, Option<Control>) {
         let owned;
-        let shape = match self {
+        let (shape, text) = match self {
             Shaped::Text(t) => {
                 owned = scope::shape(t);
-                &owned
+                (&owned, t.as_str())
             }
-            Shaped::Stmt(p) => p.shape(),
+            Shaped::Stmt(p) => (p.shape(), p.sql.as_str()),
         };
-        if matches!(shape, scope::Shape::Read | scope::Shape::Control) {
-            return Scope::Shared;
-        }
-        if session.unscoped || matches!(shape, scope::Shape::Database) {
-            return Scope::Database;
+        match shape {
+            scope::Shape::Read => return (Scope::Shared, None),
+            scope::Shape::Control => return (Scope::Shared, scope::control_of(text)),
+            scope::Shape::Database => return (Scope::Database, None),
+            _ if session.unscoped => return (Scope::Database, None),
+            _ => {}
         }
         // facts read again only by a transaction that holds nothing yet (under the database)
         let facts = if session.txn.is_some() { s.current_facts(m) } else { s.facts(m).await };
         match facts {
-            Some(f) => scope::resolve(shape, params, &f),
-            None => Scope::Database,
+            Some(f) => (scope::resolve(shape, params, &f), None),
+            None => (Scope::Database, None),
         }
     }
 }

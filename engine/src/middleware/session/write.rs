@@ -21,7 +21,7 @@ use crate::middleware::pool::Conn;
 use crate::middleware::recovery;
 use crate::middleware::replies::{Mode, ReplyPlan};
 use crate::middleware::rowlocks::Holder;
-use crate::middleware::scope::Scope;
+use crate::middleware::scope::{Control, Scope};
 use crate::middleware::sql;
 use crate::middleware::wire::{self, Message};
 use crate::middleware::{log, Manager};
@@ -59,6 +59,38 @@ pub(super) struct Answer {
     pub(super) replies: Vec<u8>,
     pub(super) ok: bool,
     pub(super) status: u8,
+}
+
+/// How the recovery log takes a write unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Logging {
+    /// no log
+    Off,
+    /// a sequence number and a record of its own (after the transaction's kept units): under
+    /// the write lock, or holding the database, nothing else runs meanwhile
+    Numbered,
+    /// numbered as above, in `log_order`: a transaction holding rows committed (or an autocommit
+    /// unit) while others run
+    Ordered,
+    /// kept by the session until the unit committing the transaction (holding rows)
+    Kept,
+    /// the transaction is rolled back (or was aborted): what was kept goes, nothing is logged
+    Dropped,
+}
+
+/// How the recovery log takes a unit (`log`: there is one) under `hold`: `inside` a transaction
+/// before it, `ending` it by its last statement, the transaction `aborted` on a backend.
+pub(super) fn logging(log: bool, hold: &Hold, inside: bool, ending: Option<Control>, aborted: bool) -> Logging {
+    match hold {
+        _ if !log => Logging::Off,
+        Hold::Rows(h) if !h.holds_database() => match (inside, ending) {
+            (false, _) => Logging::Ordered,
+            (true, Some(Control::Commit)) if !aborted => Logging::Ordered,
+            (true, Some(_)) => Logging::Dropped,
+            (true, None) => Logging::Kept,
+        },
+        _ => Logging::Numbered,
+    }
 }
 
 /// One backend's complete answer to a unit of a write.
@@ -150,12 +182,18 @@ impl Session {
     /// answered already, `begin_now`).
     pub(super) async fn write_unit(&mut self, unit: &[Message], answered: bool) -> SResult<()> {
         let since = self.m.statement_epoch.load(std::sync::atomic::Ordering::Acquire);
-        let scope = match &self.m.scheduler {
-            Some(_) => Some(self.unit_scope(unit).await?),
-            None => None,
+        let (scope, ending) = match &self.m.scheduler {
+            Some(_) => {
+                let (scope, ending) = self.unit_scope(unit).await?;
+                (Some(scope), ending)
+            }
+            None => (None, None),
         };
+        let inside = self.txn.is_some() || self.pending_begin.is_some();
         let lease = self.lease_for_write(scope.as_ref(), since).await?;
         let pinned = lease.pinned;
+        let aborted = lease.conns.iter().any(|(_, c)| c.status == b'E');
+        let logging = logging(self.m.recovery.is_some(), &lease.guard, inside, ending, aborted);
         let raise;
         let unit = if lease.deadlocked {
             raise = [Message { kind: wire::QUERY, body: wire::query(DEADLOCK_SQL)[5..].to_vec() }];
@@ -164,12 +202,17 @@ impl Session {
             unit
         };
         let mut out = self.outgoing(unit, Some(sql::now_micros()), None)?;
-        // the recovery log: a sequence number (under the write lock), the position recorded by the
-        // unit itself (not in an aborted transaction: its only way out is a rollback), the record
-        // appended and fsync'd while the backends run it
-        let durable = self.m.recovery.clone().map(|log| {
+        // the recovery log: a sequence number (in the order the backends run the numbered units),
+        // the position recorded by the unit itself (not in an aborted transaction: its only way out
+        // is a rollback), the record appended and fsync'd while the backends run it
+        let order = match logging {
+            Logging::Ordered => Some(self.m.log_order.clone().lock_owned().await),
+            _ => None,
+        };
+        let numbered = matches!(logging, Logging::Numbered | Logging::Ordered);
+        let durable = self.m.recovery.clone().filter(|_| numbered).map(|log| {
             let seq = log.take_seq();
-            if !lease.conns.iter().any(|(_, c)| c.status == b'E') {
+            if !aborted {
                 with_position(&mut out, seq);
             }
             (log, seq)
@@ -184,14 +227,28 @@ impl Session {
             out.plan.insert(0, Step::Sent(wire::QUERY, Mode::Hide, 0));
         }
         let out = Arc::new(out);
-        let durable = durable.map(|(log, seq)| logged(log, seq, out.clone()));
+        let durable = durable.map(|(log, seq)| {
+            if self.unlogged.is_empty() {
+                logged(log, seq, out.clone())
+            } else {
+                // the transaction's units kept so far, then this one: one record
+                let mut record = std::mem::take(&mut self.unlogged);
+                record.extend_from_slice(&out.data);
+                logged(log, seq, Arc::new(record))
+            }
+        });
+        match logging {
+            Logging::Kept => self.unlogged.extend_from_slice(&out.data),
+            Logging::Dropped => self.unlogged.clear(),
+            _ => {}
+        }
         if out.resets {
             self.m.statement_epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
         self.m.count(|c| c.writes += 1);
         let (tx, rx) = oneshot::channel();
         self.m.inflight_add(1);
-        let handle = tokio::spawn(broadcast(self.m.clone(), lease, out, tx, durable.clone()));
+        let handle = tokio::spawn(broadcast(self.m.clone(), lease, out, tx, durable.clone(), order));
         let Ok(answer) = rx.await else {
             return Err(Fail::End(Some("a write failed unexpectedly".into())));
         };
@@ -206,6 +263,18 @@ impl Session {
                 log(&e);
                 return Err(Fail::End(Some(e)));
             }
+        }
+        if answer.status == b'I' {
+            if matches!(logging, Logging::Kept) {
+                log(&format!(
+                    "session {}: a transaction ended by a statement the middleware did not see as its end; its units since the last one logged are not in the recovery log",
+                    self.id
+                ));
+            }
+            self.unlogged.clear();
+            self.txn_logged = false;
+        } else if numbered {
+            self.txn_logged = true;
         }
         if answered {
             self.io.out.extend_from_slice(&answer.replies);
@@ -236,9 +305,9 @@ impl Session {
 /// A unit's record in the recovery log: Ok once it is written (the session fsyncs it).
 pub(super) type Durable = Shared<futures_util::future::BoxFuture<'static, Result<(), String>>>;
 
-/// Append `out` to the recovery log as unit `seq` (a task of its own, started now).
-pub(super) fn logged(log: Arc<recovery::Log>, seq: u64, out: Arc<Outgoing>) -> Durable {
-    let task = tokio::spawn(recovery::append(log, seq, out, false));
+/// Append `data` to the recovery log as unit `seq` (a task of its own, started now).
+pub(super) fn logged<D: AsRef<[u8]> + Send + Sync + 'static>(log: Arc<recovery::Log>, seq: u64, data: Arc<D>) -> Durable {
+    let task = tokio::spawn(recovery::append(log, seq, data, false));
     async move { task.await.unwrap_or_else(|e| Err(format!("recovery log: {e}"))) }.boxed().shared()
 }
 
@@ -250,6 +319,7 @@ pub(super) async fn broadcast(
     out: Arc<Outgoing>,
     tx: oneshot::Sender<Answer>,
     durable: Option<Durable>,
+    order: Option<OwnedMutexGuard<()>>,
 ) -> Option<Txn> {
     let idx: Vec<usize> = lease.conns.iter().map(|c| c.0).collect();
     m.writes_begin(&idx);
@@ -302,6 +372,7 @@ pub(super) async fn broadcast(
         let _ = d.await;
     }
     let (c, results, txn) = settle(&m, results, chosen, lease.guard);
+    drop(order); // every backend ran it, its record is written: the next numbered unit may go
     for (pos, &b) in idx.iter().enumerate() {
         if !finished_here[pos] {
             m.write_finished(b);
