@@ -353,3 +353,25 @@ def test_the_labs_middleware_gets_a_recovery_log_in_its_work_directory(tmp_path)
     cmd = mw.command()
     argv = cmd[cmd.index("--listen") - 1 :]  # past a root lab's run_as wrapper
     assert argv[argv.index("--recovery-log") + 1] == str(tmp_path / "mw" / "middleware.recovery.log")
+    assert "--scheduler" not in argv  # the default, the one write lock
+
+
+def test_the_labs_middleware_takes_the_row_scheduler_from_the_spec(tmp_path):
+    """`soft.middleware.scheduler = "rows"` reaches the lab's middleware (beside its recovery log);
+    a scheduler it does not know is refused by name."""
+    from tierscope.services.middleware import Middleware
+    from tierscope.spec import expand, parse_spec
+    from tierscope.testbed.host import Host
+
+    (point,) = expand(
+        parse_spec('topology = "1/1/1/2"\n[workload]\nusers = [10]\n[soft.middleware]\nscheduler = "rows"\n')
+    )
+    soft = point.config.soft.middleware
+    assert soft.scheduler == "rows"
+    kw = dict(backends=["127.0.0.1:5433", "127.0.0.1:5434"], database="lab", user="lab", password="secret")
+    mw = Middleware(Host.loopback("mw"), 25999, tmp_path / "mw", scheduler=soft.scheduler, **kw)
+    cmd = mw.command()
+    argv = cmd[cmd.index("--listen") - 1 :]
+    assert argv[argv.index("--scheduler") + 1] == "rows" and "--recovery-log" in argv
+    with pytest.raises(ValueError, match="middleware scheduler: expected lock or rows, got 'table'"):
+        Middleware(Host.loopback("mw"), 25999, tmp_path / "mw", scheduler="table", **kw)

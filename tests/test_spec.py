@@ -225,6 +225,14 @@ users = 5
             'topology = "1/1/0/2"\n' + MIN,
             "t.toml: topology: the topology has 2 database servers and no clustering middleware",
         ),
+        (
+            'topology = "1/1/1/2"\n' + MIN + '[soft.middleware]\nscheduler = "table"\n',
+            "t.toml: soft.middleware.scheduler: Input should be 'lock' or 'rows'",
+        ),
+        (
+            'topology = "1/1/1/2M"\n' + MIN + '[soft.middleware]\nscheduler = "rows"\n',
+            't.toml: soft.middleware.scheduler: "rows" needs PostgreSQL database servers (the DBMS is mariadb;',
+        ),
     ],
 )
 def test_bad_specs_name_the_key_and_what_was_expected(text, expected):

@@ -234,6 +234,7 @@ def middleware_server(s: Server, backends: list[str], db_cfg: Any, resources: So
         wait=soft.wait,
         weights=soft.weights,
         labels=soft.labels,
+        scheduler=soft.scheduler,
         name=s.name,
     )
     return mw

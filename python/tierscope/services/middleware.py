@@ -34,6 +34,7 @@ from tierscope.contracts.middleware import (
     PASSWORD_ENV,
     POLICIES,
     PROTOCOLS,
+    SCHEDULERS,
     WAITS,
     WEIGHTED_POLICIES,
 )
@@ -72,6 +73,7 @@ class Middleware(Service):
         wait: str = DEFAULTS["wait"],
         weights: list[float] | None = None,
         labels: bool = False,
+        scheduler: str = DEFAULTS["scheduler"],
         name: str | None = None,
     ):
         super().__init__(host, port, workdir, name)
@@ -92,6 +94,8 @@ class Middleware(Service):
             )
         if wait not in WAITS:
             raise ValueError(f"middleware wait: expected {' or '.join(WAITS)}, got {wait!r}")
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"middleware scheduler: expected {' or '.join(SCHEDULERS)}, got {scheduler!r}")
         if int(pool) < 1:
             raise ValueError(f"middleware pool: expected >= 1, got {pool}")
         try:
@@ -115,6 +119,7 @@ class Middleware(Service):
         self.wait = wait
         self.weights = list(weights) if weights is not None else None
         self.labels = bool(labels)
+        self.scheduler = scheduler
 
     @property
     def stats_path(self) -> Path:
@@ -205,6 +210,8 @@ class Middleware(Service):
             argv += ["--weights", ",".join(f"{w:g}" for w in self.weights)]
         if self.labels:
             argv.append("--labels")
+        if self.scheduler != DEFAULTS["scheduler"]:
+            argv += ["--scheduler", self.scheduler]
         argv += ["--recovery-log", str(self.recovery_log_path)]
         return run_as(self.run_account().pw_name, argv) if os.geteuid() == 0 else argv
 

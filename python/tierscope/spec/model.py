@@ -18,7 +18,7 @@ from pydantic import (
 
 from tierscope.contracts import DEFAULT_WINDOW_NS, MAX_WINDOW_NS, MIN_WINDOW_NS
 from tierscope.contracts.middleware import DEFAULTS as MIDDLEWARE_DEFAULTS
-from tierscope.contracts.middleware import POLICIES, WAITS, WEIGHTED_POLICIES
+from tierscope.contracts.middleware import POLICIES, SCHEDULERS, WAITS, WEIGHTED_POLICIES
 from tierscope.tiers import SERVER_PREFIX, TIERS
 
 from .notation import DBMS, DBMS_LETTER, RESERVED_LETTERS, parse_notation
@@ -195,11 +195,15 @@ class MiddlewareSoft(_Model):
     # keep per-statement service times and heavy reads per backend under any policy (`--labels`;
     # `aware` always does): the 50 ms series then shows where the heavy reads went
     labels: bool = False
+    # how writes keep one order on every database server (`--scheduler`, docs/middleware.md): "lock",
+    # one write lock, or "rows", write transactions side by side where their rows differ
+    # (PostgreSQL only)
+    scheduler: str = MIDDLEWARE_DEFAULTS["scheduler"]
 
-    @field_validator("policy", "wait")
+    @field_validator("policy", "wait", "scheduler")
     @classmethod
     def _one_of_the_contracts(cls, v: str, info: ValidationInfo) -> str:
-        choices = POLICIES if info.field_name == "policy" else WAITS
+        choices = {"policy": POLICIES, "wait": WAITS, "scheduler": tuple(SCHEDULERS)}[info.field_name]
         if v not in choices:
             raise ValueError(f"Input should be {_one_of(choices)}")
         return v
@@ -455,6 +459,11 @@ class PointConfig(_Model):
         if mw.weights is not None and mw.policy not in WEIGHTED_POLICIES:
             weighted = " or ".join(f'"{p}"' for p in sorted(WEIGHTED_POLICIES))
             raise ValueError(f"soft.middleware.weights: only with policy = {weighted} (policy is {mw.policy!r})")
+        if mw.scheduler == "rows" and self.topology.db.dbms != "postgres":
+            raise ValueError(
+                f'soft.middleware.scheduler: "rows" needs PostgreSQL database servers (the DBMS is '
+                f'{self.topology.db.dbms}; the MySQL side keeps the one write lock: scheduler = "lock")'
+            )
         problem = db_topology_problem(self.topology.db.dbms, self.topology.db.count, self.topology.middleware.count)
         if problem:
             raise ValueError(f"topology: {problem}")
