@@ -105,3 +105,34 @@ fn a_setting_changed_anywhere_in_a_text_marks_the_session() {
         assert!(!sets(text), "{text:?}");
     }
 }
+
+#[test]
+fn the_recovery_log_keeps_a_transaction_holding_rows_until_it_commits() {
+    use super::write::{logging, Hold, Logging};
+    use crate::middleware::rowlocks::RowLocks;
+    use crate::middleware::scope::{Control, Scope};
+
+    let locks = RowLocks::new();
+    let rows = Hold::Rows(locks.begin());
+    let Hold::Rows(h) = &rows else { unreachable!() };
+    futures_util::FutureExt::now_or_never(h.acquire(&Scope::Rows(vec![("t".into(), "1".into())]))).unwrap().unwrap();
+    // (log, inside a transaction, how the unit ends it, aborted) -> how it is logged
+    for (log, inside, ending, aborted, want) in [
+        (false, true, None, false, Logging::Off),
+        (true, false, None, false, Logging::Ordered), // autocommit: its own transaction
+        (true, true, None, false, Logging::Kept),
+        (true, true, Some(Control::Commit), false, Logging::Ordered),
+        (true, true, Some(Control::Commit), true, Logging::Dropped), // COMMIT of an aborted one rolls back
+        (true, true, Some(Control::Rollback), false, Logging::Dropped),
+    ] {
+        assert_eq!(logging(log, &rows, inside, ending, aborted), want, "{log} {inside} {ending:?} {aborted}");
+    }
+    // holding the whole database (or under the write lock) nothing runs beside it: every unit numbered
+    let db = Hold::Rows(locks.begin());
+    drop(rows);
+    let Hold::Rows(h) = &db else { unreachable!() };
+    futures_util::FutureExt::now_or_never(h.acquire(&Scope::Database)).unwrap().unwrap();
+    for (inside, ending) in [(true, None), (false, None), (true, Some(Control::Commit))] {
+        assert_eq!(logging(true, &db, inside, ending, false), Logging::Numbered);
+    }
+}
