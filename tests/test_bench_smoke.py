@@ -127,7 +127,15 @@ SMOKE: dict[str, Smoke] = {
         root=True,
     ),
     "oltp": Smoke(
-        ("--smoke",), ("ycsb_ops_per_cpu_s_ratio_vs_peer", "tpcc_tpmc", "middleware_ratio_vs_direct"), root=True
+        ("--smoke",),
+        (
+            "ycsb_ops_per_cpu_s_ratio_vs_peer",
+            "tpcc_tpmc",
+            "middleware_ratio_vs_direct",
+            "pgbouncer_ratio_vs_direct",
+            "middleware_ratio_vs_pgbouncer",
+        ),
+        root=True,
     ),
     "overhead": Smoke(
         ("--smoke",),
