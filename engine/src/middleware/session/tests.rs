@@ -2,7 +2,7 @@
 //! statements prepared on a connection, which change the session's settings.
 
 use super::outgoing::resets_statements;
-use super::units::{may_deallocate, sets};
+use super::units::{may_begin, may_deallocate, sets};
 
 #[test]
 fn only_a_query_that_may_be_a_deallocate_is_decoded_for_it() {
@@ -134,5 +134,19 @@ fn the_recovery_log_keeps_a_transaction_holding_rows_until_it_commits() {
     futures_util::FutureExt::now_or_never(h.acquire(&Scope::Database)).unwrap().unwrap();
     for (inside, ending) in [(true, None), (false, None), (true, Some(Control::Commit))] {
         assert_eq!(logging(true, &db, inside, ending, false), Logging::Numbered);
+    }
+}
+
+#[test]
+fn only_sql_that_may_be_a_plain_begin_is_tokenized_for_it() {
+    for text in [&b"BEGIN"[..], b"  begin work\0", b"\nSTART TRANSACTION", b"-- x\nBEGIN", b"/* x */ BEGIN", b"\xc2\xa0BEGIN"] {
+        assert!(may_begin(text), "{text:?}");
+    }
+    for text in [&b"SELECT 1"[..], b"UPDATE t SET a = 1", b"BEGI", b"", b"   ", b"END"] {
+        assert!(!may_begin(text), "{text:?}");
+    }
+    // every plain BEGIN passes the check first
+    for text in ["BEGIN", "begin;", "BEGIN WORK", "begin transaction", "START TRANSACTION", " \t BEGIN"] {
+        assert!(crate::middleware::sql::plain_begin(text) && may_begin(text.as_bytes()), "{text}");
     }
 }

@@ -19,6 +19,17 @@ pub(super) fn may_deallocate(body: &[u8]) -> bool {
     body[start] >= 0x80 || body.get(start..start + 10).is_some_and(|w| w.eq_ignore_ascii_case(b"DEALLOCATE"))
 }
 
+/// Whether SQL text (bytes) may be a plain BEGIN, so that only then is it decoded and tokenized
+/// (`sql::plain_begin` decides): after ASCII whitespace it starts with BEGIN or START (any case),
+/// a comment, or a byte that is not ASCII (Unicode whitespace may come first).
+pub(super) fn may_begin(text: &[u8]) -> bool {
+    let Some(start) = text.iter().position(|&c| !matches!(c, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ')) else {
+        return false;
+    };
+    let word = |w: &[u8]| text.get(start..start + w.len()).is_some_and(|t| t.eq_ignore_ascii_case(w));
+    text[start] >= 0x80 || word(b"BEGIN") || word(b"START") || word(b"--") || word(b"/*")
+}
+
 pub(super) static DEALLOCATE: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(r#"(?i)^\s*DEALLOCATE\s+(?:PREPARE\s+)?(ALL|"?[A-Za-z0-9_$]+"?)\s*;?\s*$"#).expect("valid regex"));
 
@@ -355,7 +366,7 @@ pub(super) struct DeferredBegin {
 pub(super) fn deferred_begin(unit: &[Message]) -> SResult<Option<DeferredBegin>> {
     let mut answer = Vec::new();
     if let [q] = unit {
-        if q.kind != wire::QUERY || !sql::plain_begin(&wire::query_text(&q.body)?) {
+        if q.kind != wire::QUERY || !may_begin(&q.body) || !sql::plain_begin(&wire::query_text(&q.body)?) {
             return Ok(None);
         }
         answer.extend_from_slice(&wire::command_complete("BEGIN"));
@@ -368,6 +379,10 @@ pub(super) fn deferred_begin(unit: &[Message]) -> SResult<Option<DeferredBegin>>
         [wire::PARSE, wire::BIND, wire::DESCRIBE, wire::EXECUTE, wire::SYNC] => true,
         _ => return Ok(None),
     };
+    // the statement's text follows its name (an unnamed statement's is empty: one NUL)
+    if !unit[0].body.first().is_some_and(|&c| c == 0) || !may_begin(&unit[0].body[1..]) {
+        return Ok(None);
+    }
     let p = Parse::decode(&unit[0].body)?;
     if !p.name.is_empty() || p.types.iter().any(|&b| b != 0) || !sql::plain_begin(&p.sql) {
         return Ok(None);
