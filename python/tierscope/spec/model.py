@@ -203,7 +203,7 @@ class MiddlewareSoft(_Model):
     @field_validator("policy", "wait", "scheduler")
     @classmethod
     def _one_of_the_contracts(cls, v: str, info: ValidationInfo) -> str:
-        choices = {"policy": POLICIES, "wait": WAITS, "scheduler": tuple(SCHEDULERS)}[info.field_name]
+        choices = {"policy": POLICIES, "wait": WAITS, "scheduler": tuple(SCHEDULERS)}[info.field_name or ""]
         if v not in choices:
             raise ValueError(f"Input should be {_one_of(choices)}")
         return v

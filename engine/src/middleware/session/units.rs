@@ -380,7 +380,7 @@ pub(super) fn deferred_begin(unit: &[Message]) -> SResult<Option<DeferredBegin>>
         _ => return Ok(None),
     };
     // the statement's text follows its name (an unnamed statement's is empty: one NUL)
-    if !unit[0].body.first().is_some_and(|&c| c == 0) || !may_begin(&unit[0].body[1..]) {
+    if unit[0].body.first() != Some(&0) || !may_begin(&unit[0].body[1..]) {
         return Ok(None);
     }
     let p = Parse::decode(&unit[0].body)?;
