@@ -362,3 +362,19 @@ def test_a_pool_pinned_upstream_of_a_saturated_cpu_is_its_queue_not_a_bottleneck
     # a pool pinned downstream of a saturated app CPU is not the app CPU's queue: both are named
     downstream = whitebox_saturated_tiers(data([("app1", "cpu_util"), ("db1", "connections_util")]))[0]
     assert sorted(downstream) == ["app", "db"]
+
+
+def test_the_white_box_is_read_past_the_maximum_throughput_when_nothing_is_saturated_there():
+    """A real demo run (2026-11-30, `test_fidelity`'s database on a quarter core): the maximum
+    throughput fell on the knee's level, 150 users, by 1.3 % over 450 users, where the database's CPU
+    was saturated; at 150 it ran at 87 %, nothing saturated. The headline's white box (as the
+    report's list and the study's bottleneck already did) is read at the first higher level where a
+    resource is saturated, and at the maximum's own level when one is saturated there or none is
+    anywhere past it."""
+    from tierscope.analysis.summary import saturated_level
+
+    db = [("db1", "cpu_util")]
+    assert saturated_level(150.0, {50.0: [], 150.0: [], 450.0: db}) == 450.0
+    assert saturated_level(150.0, {50.0: [], 150.0: db, 450.0: db}) == 150.0
+    assert saturated_level(150.0, {50.0: db, 150.0: [], 450.0: []}) == 150.0  # not below the maximum
+    assert saturated_level(150.0, {50.0: [], 150.0: [], 300.0: [], 450.0: db}) == 450.0

@@ -118,14 +118,24 @@ def server_tiers(data: Analysis) -> dict[str, str]:
 
 def _whitebox_level(data: Analysis) -> tuple[Any, Any, float] | None:
     """(black box, white box, users) of the analysed configuration at the level the fine-grained
-    analysis looked at when a resource was saturated there, else at its maximum throughput."""
+    analysis looked at when a resource was saturated there, else at `saturated_level`."""
     config = data.focus_config if data.focus_config in data.blackbox else next(iter(data.blackbox), None)
     if config is None or config not in data.whitebox:
         return None
     bb, wb = data.blackbox[config], data.whitebox[config]
     fine_users = data.fine_users
-    users = fine_users if fine_users is not None and wb.saturated.get(fine_users) else bb.max_throughput_users
-    return bb, wb, users
+    if fine_users is not None and wb.saturated.get(fine_users):
+        return bb, wb, fine_users
+    return bb, wb, saturated_level(bb.max_throughput_users, wb.saturated)
+
+
+def saturated_level(max_throughput_users: float, saturated: dict[float, list[Any]]) -> float:
+    """Where the white box is read (pure): at the maximum throughput's level; when nothing is
+    saturated there but throughput fell past it (thrashing, or the maximum fell on the knee's level
+    by a per cent of noise), at the first higher level where a resource is; else at the maximum's."""
+    if saturated.get(max_throughput_users):
+        return max_throughput_users
+    return next((u for u in sorted(saturated) if u > max_throughput_users and saturated[u]), max_throughput_users)
 
 
 def bound_tiers(data: Analysis, tiers: list[str]) -> dict[str, str]:
@@ -171,7 +181,13 @@ def whitebox_saturated_tiers(data: Analysis) -> tuple[dict[str, list[str]], str,
             default=float("nan"),
         )
         out.setdefault(tier, []).append(f"{host} {resource_name(metric)} above 95 % in {_pct(share)} of the samples")
-    where = " (maximum throughput)" if users == bb.max_throughput_users else ""
+    where = (
+        " (maximum throughput)"
+        if users == bb.max_throughput_users
+        else f" (past the maximum throughput, at {bb.max_throughput_users:g} users)"
+        if users != data.fine_users
+        else ""
+    )
     return out, f"at {users:g} users{where}", users == data.fine_users
 
 
@@ -265,15 +281,8 @@ def build_summary(data: Analysis) -> Summary:
             facts.append((f"N* from bounds{tag}", bb.knee_bounds.detail))
         wb = data.whitebox.get(config)
         if wb is not None:
-            # at the maximum throughput; when nothing is saturated there but throughput fell past
-            # it (thrashing), at the first higher level where a resource is
-            level = bb.max_throughput_users
+            level = saturated_level(bb.max_throughput_users, wb.saturated)
             sat = wb.saturated.get(level) or []
-            if not sat:
-                level = next(
-                    (u for u in sorted(wb.saturated) if u > bb.max_throughput_users and wb.saturated[u]), level
-                )
-                sat = wb.saturated.get(level) or []
             where = (
                 "at maximum throughput"
                 if level == bb.max_throughput_users
