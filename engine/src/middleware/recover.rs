@@ -209,7 +209,9 @@ pub(crate) async fn rejoin<B: Backends>(m: &Manager, bs: &B, i: usize) -> Rejoin
     let _database = match &m.scheduler {
         Some(s) => {
             let h = s.begin();
-            let _ = h.acquire(&crate::middleware::scope::Scope::Database).await; // holds nothing else: no deadlock
+            if h.acquire(&crate::middleware::scope::Scope::Database).await.is_err() {
+                return Rejoin::NotYet; // (it holds nothing else, so it is never a deadlock's victim)
+            }
             Some(h)
         }
         None => None,

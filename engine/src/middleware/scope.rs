@@ -47,7 +47,7 @@ pub enum Shape {
     /// it only reads
     Read,
     /// it begins or ends a transaction (or a savepoint), with no options
-    Control,
+    Control(Control),
     /// UPDATE (the columns it assigns in `set`) or DELETE of the rows whose `column` is `value`
     Row { table: String, column: String, value: KeyValue, set: Vec<String> },
     /// INSERT of rows given by values
@@ -240,31 +240,15 @@ pub fn shape(text: &str) -> Shape {
     match sts.as_slice() {
         [] => Shape::Read,
         [st] if sql::classify_statement(st) == Kind::Read => Shape::Read,
-        [st] if control(st) => Shape::Control,
-        [st] => statement_shape(st).unwrap_or(Shape::Database),
+        [st] => match control(st) {
+            Some(c) => Shape::Control(c),
+            None => statement_shape(st).unwrap_or(Shape::Database),
+        },
         _ => Shape::Database,
     }
 }
 
-/// BEGIN, COMMIT, END, ROLLBACK, ABORT (WORK or TRANSACTION after them), START TRANSACTION,
-/// SAVEPOINT, RELEASE and ROLLBACK TO, with no options.
-fn control(st: &[Token]) -> bool {
-    let w: Vec<&str> = st.iter().map(|t| if t.kind == TokKind::Word { t.text.as_str() } else { "" }).collect();
-    matches!(
-        w.as_slice(),
-        ["BEGIN" | "COMMIT" | "END" | "ROLLBACK" | "ABORT"]
-            | ["BEGIN" | "COMMIT" | "END" | "ROLLBACK" | "ABORT", "WORK" | "TRANSACTION"]
-            | ["START", "TRANSACTION"]
-            | ["SAVEPOINT" | "RELEASE", _]
-            | ["RELEASE", "SAVEPOINT", _]
-            | ["ROLLBACK", "TO", _]
-            | ["ROLLBACK", "TO", "SAVEPOINT", _]
-            | ["ROLLBACK", "WORK" | "TRANSACTION", "TO", _]
-            | ["ROLLBACK", "WORK" | "TRANSACTION", "TO", "SAVEPOINT", _]
-    ) && st.iter().all(|t| t.kind == TokKind::Word)
-}
-
-/// What a `Shape::Control` statement does to the transaction.
+/// What a control statement does to the transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
     /// BEGIN, START TRANSACTION
@@ -277,19 +261,24 @@ pub enum Control {
     Savepoint,
 }
 
-/// What a statement text does to the transaction: None unless it is one control statement with
-/// no options (`Shape::Control`).
-pub fn control_of(text: &str) -> Option<Control> {
-    let toks = sql::tokens(sql::strip_trailing_comment(text));
-    let [st] = sql::statements(&toks)[..] else { return None };
-    if !control(st) {
+/// BEGIN, COMMIT, END, ROLLBACK, ABORT (WORK or TRANSACTION after them), START TRANSACTION,
+/// SAVEPOINT, RELEASE and ROLLBACK TO, with no options: what it does; None for anything else.
+fn control(st: &[Token]) -> Option<Control> {
+    if !st.iter().all(|t| t.kind == TokKind::Word) {
         return None;
     }
-    Some(match (st[0].text.as_str(), st.iter().any(|t| t.text == "TO")) {
-        ("BEGIN" | "START", _) => Control::Begin,
-        ("COMMIT" | "END", _) => Control::Commit,
-        ("ROLLBACK" | "ABORT", false) => Control::Rollback,
-        _ => Control::Savepoint,
+    let w: Vec<&str> = st.iter().map(|t| t.text.as_str()).collect();
+    Some(match w.as_slice() {
+        ["BEGIN"] | ["BEGIN", "WORK" | "TRANSACTION"] | ["START", "TRANSACTION"] => Control::Begin,
+        ["COMMIT" | "END"] | ["COMMIT" | "END", "WORK" | "TRANSACTION"] => Control::Commit,
+        ["ROLLBACK" | "ABORT"] | ["ROLLBACK" | "ABORT", "WORK" | "TRANSACTION"] => Control::Rollback,
+        ["SAVEPOINT" | "RELEASE", _]
+        | ["RELEASE", "SAVEPOINT", _]
+        | ["ROLLBACK", "TO", _]
+        | ["ROLLBACK", "TO", "SAVEPOINT", _]
+        | ["ROLLBACK", "WORK" | "TRANSACTION", "TO", _]
+        | ["ROLLBACK", "WORK" | "TRANSACTION", "TO", "SAVEPOINT", _] => Control::Savepoint,
+        _ => return None,
     })
 }
 
@@ -355,7 +344,7 @@ fn canonical(text: &str, integer: bool) -> Option<String> {
 /// text, `bind_params`; None for a NULL one or one whose binary form is not known).
 pub fn resolve<S: AsRef<str>>(shape: &Shape, params: &[Option<S>], facts: &Facts) -> Scope {
     match shape {
-        Shape::Read | Shape::Control => Scope::Shared,
+        Shape::Read | Shape::Control(_) => Scope::Shared,
         Shape::Database => Scope::Database,
         _ if !facts.read_committed => Scope::Database,
         Shape::Insert { table } => match facts.tables.get(table) {
@@ -506,7 +495,11 @@ mod tests {
             ("UPDATE t SET a = 1 WHERE id = 1", None),
             ("SELECT 'COMMIT'", None),
         ] {
-            assert_eq!(control_of(text), want, "{text}");
+            let got = match shape(text) {
+                Shape::Control(c) => Some(c),
+                _ => None,
+            };
+            assert_eq!(got, want, "{text}");
         }
     }
 

@@ -328,16 +328,16 @@ impl Shaped {
         session: &Session,
     ) -> (Scope, Option<Control>) {
         let owned;
-        let (shape, text) = match self {
+        let shape = match self {
             Shaped::Text(t) => {
                 owned = scope::shape(t);
-                (&owned, t.as_str())
+                &owned
             }
-            Shaped::Stmt(p) => (p.shape(), p.sql.as_str()),
+            Shaped::Stmt(p) => p.shape(),
         };
         match shape {
             scope::Shape::Read => return (Scope::Shared, None),
-            scope::Shape::Control => return (Scope::Shared, scope::control_of(text)),
+            scope::Shape::Control(c) => return (Scope::Shared, Some(*c)),
             scope::Shape::Database => return (Scope::Database, None),
             _ if session.unscoped => return (Scope::Database, None),
             _ => {}
