@@ -18,8 +18,8 @@ from tierscope.analysis.experiment import analyze_run
 from tierscope.report import render_html
 from tierscope.studies import finding_of_run
 
-AS_CLAIMED = {"150MiB": "disk_util", "365MiB": "app1:connections_util", "1GiB": "cpu_quota"}
-SWAPPED = {"150MiB": "cpu_quota", "365MiB": "app1:connections_util", "1GiB": "disk_util"}
+AS_CLAIMED = {"150MiB": "disk_util", "330MiB": "app1:connections_util", "1GiB": "cpu_quota"}
+SWAPPED = {"150MiB": "cpu_quota", "330MiB": "app1:connections_util", "1GiB": "disk_util"}
 
 
 def finding_section(page: str) -> str:
@@ -36,10 +36,10 @@ def test_the_report_of_a_run_whose_claim_holds_states_the_finding_and_its_figure
     text = finding_section(render_html(data, finding=finding))
     assert text.startswith("holds ")
     assert (
-        "The study's finding holds: db disk at db memory 150 MiB, app connections at db memory 365 MiB,"
+        "The study's finding holds: db disk at db memory 150 MiB, app connections at db memory 330 MiB,"
         " db CPU at db memory 1 GiB" in text
     )
-    assert "Claimed: db disk at 150MiB; app connections at 365MiB; db CPU at 1GiB" in text
+    assert "Claimed: db disk at 150MiB; app connections at 330MiB; db CPU at 1GiB" in text
     assert "Found: " + finding.text in text
     # the figures: one row per configuration, the bottleneck by tier and resource
     assert "db memory 150 MiB" in text and "db disk (db1 above 95 % in 100 % of the samples at" in text
@@ -111,8 +111,8 @@ def test_the_bottleneck_map_names_the_resource_as_read_in_text_html_and_json(tmp
     page = render_html(data, summary)
     assert "db CPU quota (g" in page and "db cpu_quota" not in page
     doc = json.loads(json.dumps(verdict_document(data, summary)))
-    assert [c["label"] for c in doc["configurations"]] == ["db memory 150 MiB", "db memory 365 MiB", "db memory 1 GiB"]
-    assert rows["365MiB"]["bottleneck"] == "app connections"
+    assert [c["label"] for c in doc["configurations"]] == ["db memory 150 MiB", "db memory 330 MiB", "db memory 1 GiB"]
+    assert rows["330MiB"]["bottleneck"] == "app connections"
     by_label = {c["label"]: c for c in doc["configurations"]}
     assert by_label["db memory 1 GiB"]["bottleneck"] == "db CPU quota"
     assert by_label["db memory 1 GiB"]["bottleneck_metric"] == "db cpu_quota"

@@ -242,11 +242,11 @@ def test_a_synthetic_memory_sweep_gets_labels_and_its_finding(tmp_path):
     from tierscope.analysis.experiment import analyze_run
     from tierscope.analysis.study import study_finding
 
-    memory_run(tmp_path, {"150MiB": "disk_util", "365MiB": "app1:connections_util", "1GiB": "cpu_util"}, study=None)
+    memory_run(tmp_path, {"150MiB": "disk_util", "330MiB": "app1:connections_util", "1GiB": "cpu_util"}, study=None)
     data = analyze_run(tmp_path)
-    assert list(data.labels.values()) == ["db memory 150 MiB", "db memory 365 MiB", "db memory 1 GiB"]
+    assert list(data.labels.values()) == ["db memory 150 MiB", "db memory 330 MiB", "db memory 1 GiB"]
     f = study_finding(
-        data, {"kind": "bottleneck", "expect": {"150MiB": "db disk", "365MiB": "app connections", "1GiB": "db CPU"}}
+        data, {"kind": "bottleneck", "expect": {"150MiB": "db disk", "330MiB": "app connections", "1GiB": "db CPU"}}
     )
     assert f.holds is True, f
     assert f.text.startswith("db memory 150 MiB: disk-bound (db1 disk above 95 % in 100 % of the samples")
@@ -260,7 +260,7 @@ def test_a_synthetic_memory_sweep_gets_labels_and_its_finding(tmp_path):
     assert (
         shipped is not None
         and shipped.holds is True
-        and shipped.claim == ("db disk at 150MiB; app connections at 365MiB; db CPU at 1GiB")
+        and shipped.claim == ("db disk at 150MiB; app connections at 330MiB; db CPU at 1GiB")
     )
     (tmp_path / "run.json").write_text(json.dumps({"spec": str(PRESETS / "rubbos-neighbour.toml")}))
     other = finding_of_run(data, tmp_path)  # the neighbour's claim: db1's CPU is not sampled at 150 MiB

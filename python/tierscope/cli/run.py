@@ -113,7 +113,7 @@ def run(
     Exit status: 0 all points done, 1 a point failed, 2 bad spec or output, 130 interrupted.
 
     Example: [bold]tierscope run examples/specs/tiny.toml -o results[/bold]   or
-    [bold]tierscope run tpcw-memory[/bold] (seed 004's memory study, about 15 minutes)   or
+    [bold]tierscope run tpcw-memory[/bold] (seed 004's memory study, about 20 minutes)   or
     [bold]tierscope run --list[/bold]   or, on machines reached over SSH:
     [bold]tierscope run examples/specs/tiny.toml --hosts inventory.yml[/bold]
     """
