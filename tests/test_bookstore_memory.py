@@ -94,9 +94,9 @@ def test_memory_moves_the_bottleneck_from_the_disk_to_the_cpu(tmp_path):
     # and memory buys throughput (seed 004 Fig. 2: knees at 30, 270 and 330 users), the first
     # memory most. In the steady state the middle size serves nearly what the whole database in
     # memory does (pages/s at 400 users: 150 MiB 128-207, 330 MiB 302-425, 1 GiB 357-426 in the
-    # runs of docs/bookstore.md; 343 against 357, and 425 against 426, in two runs of this test), so the order of the
-    # last two is within this machine's noise and is not asserted; the first memory's gain must
-    # be the larger
+    # runs of docs/bookstore.md; 343 against 357, and 425 against 426, in two runs of this
+    # test), so the order of the last two is within this machine's noise and is not asserted;
+    # the first memory's gain must be the larger
     x = {m: rows[m]["max_throughput"] for m in (LOW, MID, HIGH)}
     assert x[LOW] < x[MID] and x[LOW] < x[HIGH], x
     assert x[MID] - x[LOW] > x[HIGH] - x[MID], x
