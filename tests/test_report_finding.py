@@ -18,8 +18,8 @@ from tierscope.analysis.experiment import analyze_run
 from tierscope.report import render_html
 from tierscope.studies import finding_of_run
 
-AS_CLAIMED = {"150MiB": "disk_util", "330MiB": "app1:connections_util", "1GiB": "cpu_quota"}
-SWAPPED = {"150MiB": "cpu_quota", "330MiB": "app1:connections_util", "1GiB": "disk_util"}
+AS_CLAIMED = {"128MiB": "disk_util", "330MiB": "app1:connections_util", "1GiB": "cpu_quota"}
+SWAPPED = {"128MiB": "cpu_quota", "330MiB": "app1:connections_util", "1GiB": "disk_util"}
 
 
 def finding_section(page: str) -> str:
@@ -36,13 +36,13 @@ def test_the_report_of_a_run_whose_claim_holds_states_the_finding_and_its_figure
     text = finding_section(render_html(data, finding=finding))
     assert text.startswith("holds ")
     assert (
-        "The study's finding holds: db disk at db memory 150 MiB, app connections at db memory 330 MiB,"
+        "The study's finding holds: db disk at db memory 128 MiB, app connections at db memory 330 MiB,"
         " db CPU at db memory 1 GiB" in text
     )
-    assert "Claimed: db disk at 150MiB; app connections at 330MiB; db CPU at 1GiB" in text
+    assert "Claimed: db disk at 128MiB; app connections at 330MiB; db CPU at 1GiB" in text
     assert "Found: " + finding.text in text
     # the figures: one row per configuration, the bottleneck by tier and resource
-    assert "db memory 150 MiB" in text and "db disk (db1 above 95 % in 100 % of the samples at" in text
+    assert "db memory 128 MiB" in text and "db disk (db1 above 95 % in 100 % of the samples at" in text
     assert "db CPU quota (db1 above 95 % in 100 % of the samples at" in text
     assert "cpu_quota" not in text and "disk_util" not in text
 
@@ -54,7 +54,7 @@ def test_the_report_says_does_not_hold_when_the_run_contradicts_the_claim(tmp_pa
     assert finding is not None and finding.holds is False
     text = finding_section(render_html(data, finding=finding))
     assert text.startswith("fails ")
-    assert "The study's finding does not hold: db memory 150 MiB: expected db disk, found CPU-bound" in text
+    assert "The study's finding does not hold: db memory 128 MiB: expected db disk, found CPU-bound" in text
     assert "db CPU quota (db1 above 95 %" in text and "db disk (db1 above 95 %" in text
 
 
@@ -69,7 +69,7 @@ def test_a_report_without_a_study_has_no_finding_section(tmp_path):
     assert finding is not None and finding.holds is None
     text = finding_section(render_html(data, finding=finding))
     assert text.startswith("undecided ") and "No stated finding to check: not a shipped study." in text
-    assert "Claimed" not in text and "db memory 150 MiB: disk-bound" in text
+    assert "Claimed" not in text and "db memory 128 MiB: disk-bound" in text
 
 
 def test_the_runner_and_tierscope_report_write_the_finding_in_the_html(tmp_path):
@@ -100,7 +100,7 @@ def test_the_bottleneck_map_names_the_resource_as_read_in_text_html_and_json(tmp
     assert data.bmap is not None
     rows = {r["config"].split("=")[-1]: r for r in data.bmap.to_pylist()}
     assert rows["1GiB"]["bottleneck"] == "db CPU quota" and rows["1GiB"]["bottleneck_metric"] == "db cpu_quota"
-    assert rows["150MiB"]["bottleneck"] == "db disk" and rows["150MiB"]["bottleneck_metric"] == "db disk_util"
+    assert rows["128MiB"]["bottleneck"] == "db disk" and rows["128MiB"]["bottleneck_metric"] == "db disk_util"
     console = Console(width=200, record=True)
     console.print(configuration_table(data))
     table = console.export_text()
@@ -111,9 +111,9 @@ def test_the_bottleneck_map_names_the_resource_as_read_in_text_html_and_json(tmp
     page = render_html(data, summary)
     assert "db CPU quota (g" in page and "db cpu_quota" not in page
     doc = json.loads(json.dumps(verdict_document(data, summary)))
-    assert [c["label"] for c in doc["configurations"]] == ["db memory 150 MiB", "db memory 330 MiB", "db memory 1 GiB"]
+    assert [c["label"] for c in doc["configurations"]] == ["db memory 128 MiB", "db memory 330 MiB", "db memory 1 GiB"]
     assert rows["330MiB"]["bottleneck"] == "app connections"
     by_label = {c["label"]: c for c in doc["configurations"]}
     assert by_label["db memory 1 GiB"]["bottleneck"] == "db CPU quota"
     assert by_label["db memory 1 GiB"]["bottleneck_metric"] == "db cpu_quota"
-    assert by_label["db memory 150 MiB"]["tier"] == "db" and by_label["db memory 150 MiB"]["resource"] == "disk"
+    assert by_label["db memory 128 MiB"]["tier"] == "db" and by_label["db memory 128 MiB"]["resource"] == "disk"

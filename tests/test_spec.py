@@ -389,7 +389,7 @@ def test_example_specs_load(name):
         assert pts[0].config.interference.pause[0].tier == "app"
     if name == "tpcw-memory.toml":  # 3 memory sizes x 5 levels; fsync on, the cache warmed, reads limited
         assert len(pts) == 15
-        assert sorted({p.params["node_types.D.memory"] for p in pts}) == ["150MiB", "1GiB", "330MiB"]
+        assert sorted({p.params["node_types.D.memory"] for p in pts}) == ["128MiB", "1GiB", "330MiB"]
         c = pts[0].config
         assert c.benchmark == "tpcw" and c.soft.db.fsync and c.soft.db.warm
         assert c.node_types["D"].disk_read_ms == 16.7 and c.node_types["D"].read_iops_limit() == 60
@@ -402,8 +402,8 @@ def test_demo_memory_is_the_memory_study_cut_to_two_sizes_and_two_levels_within_
 
     pts = expand(changed_spec(PRESETS / "tpcw-memory.toml", MEMORY_DEMO))
     assert [(p.params["node_types.D.memory"], p.params["workload.users"]) for p in pts] == [
-        ("150MiB", 50),
-        ("150MiB", 400),
+        ("128MiB", 50),
+        ("128MiB", 400),
         ("1GiB", 50),
         ("1GiB", 400),
     ]

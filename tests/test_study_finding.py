@@ -236,20 +236,20 @@ def test_a_wrong_claim_is_named():
 
 
 def test_a_synthetic_memory_sweep_gets_labels_and_its_finding(tmp_path):
-    """Two configurations of one topology (db memory 150 MiB and 1 GiB) at two levels each: the
-    150 MiB one's disk pinned at 100 %, the 1 GiB one's CPU; client requests at a fixed rate."""
+    """Two configurations of one topology (db memory 128 MiB and 1 GiB) at two levels each: the
+    128 MiB one's disk pinned at 100 %, the 1 GiB one's CPU; client requests at a fixed rate."""
     from synthetic_runs import memory_run
     from tierscope.analysis.experiment import analyze_run
     from tierscope.analysis.study import study_finding
 
-    memory_run(tmp_path, {"150MiB": "disk_util", "330MiB": "app1:connections_util", "1GiB": "cpu_util"}, study=None)
+    memory_run(tmp_path, {"128MiB": "disk_util", "330MiB": "app1:connections_util", "1GiB": "cpu_util"}, study=None)
     data = analyze_run(tmp_path)
-    assert list(data.labels.values()) == ["db memory 150 MiB", "db memory 330 MiB", "db memory 1 GiB"]
+    assert list(data.labels.values()) == ["db memory 128 MiB", "db memory 330 MiB", "db memory 1 GiB"]
     f = study_finding(
-        data, {"kind": "bottleneck", "expect": {"150MiB": "db disk", "330MiB": "app connections", "1GiB": "db CPU"}}
+        data, {"kind": "bottleneck", "expect": {"128MiB": "db disk", "330MiB": "app connections", "1GiB": "db CPU"}}
     )
     assert f.holds is True, f
-    assert f.text.startswith("db memory 150 MiB: disk-bound (db1 disk above 95 % in 100 % of the samples")
+    assert f.text.startswith("db memory 128 MiB: disk-bound (db1 disk above 95 % in 100 % of the samples")
     assert "; 1 GiB: CPU-bound (db1 CPU above 95 % in 100 %" in f.text
     # `tierscope report RUN` checks the claim of the study its run.json names (tpcw-memory's)
     from tierscope.cli.run import finding_of_run
@@ -260,10 +260,10 @@ def test_a_synthetic_memory_sweep_gets_labels_and_its_finding(tmp_path):
     assert (
         shipped is not None
         and shipped.holds is True
-        and shipped.claim == ("db disk at 150MiB; app connections at 330MiB; db CPU at 1GiB")
+        and shipped.claim == ("db disk at 128MiB; app connections at 330MiB; db CPU at 1GiB")
     )
     (tmp_path / "run.json").write_text(json.dumps({"spec": str(PRESETS / "rubbos-neighbour.toml")}))
-    other = finding_of_run(data, tmp_path)  # the neighbour's claim: db1's CPU is not sampled at 150 MiB
+    other = finding_of_run(data, tmp_path)  # the neighbour's claim: db1's CPU is not sampled at 128 MiB
     assert other is not None and other.holds is None
     assert other.why == "db1's CPU not measured: the same mean cannot be checked"
     from rich.console import Console
@@ -273,7 +273,7 @@ def test_a_synthetic_memory_sweep_gets_labels_and_its_finding(tmp_path):
     console = Console(width=200, record=True)
     console.print(configuration_table(data))
     out = console.export_text()
-    assert "db memory 150 MiB" in out and "db memory 1 GiB" in out and "node_types" not in out
+    assert "db memory 128 MiB" in out and "db memory 1 GiB" in out and "node_types" not in out
 
 
 def test_the_scaling_finding_gives_the_throughput_per_node_from_the_fewest_nodes_to_the_most():

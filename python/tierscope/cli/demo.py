@@ -25,8 +25,8 @@ def preset(name: str) -> Path:
 #: sizes do not need)
 MEMORY_DEMO = {
     "name": "tpcw-memory-demo",
-    "node_types.D.memory": "150MiB",
-    "sweep.matrix": {"node_types.D.memory": ["150MiB", "1GiB"]},
+    "node_types.D.memory": "128MiB",
+    "sweep.matrix": {"node_types.D.memory": ["128MiB", "1GiB"]},
     "workload.users": [50, 400],
     "workload.ramp_up": "5s",
     "workload.run": "20s",
